@@ -1,0 +1,253 @@
+//! The control file: the latest checkpoint and the facts a data directory is fixed to.
+//!
+//! Double-buffered: two 512-byte copies, each with its own CRC32C and a sequence number.
+//! An update overwrites the *older* copy and fsyncs, so a torn or failed write leaves the
+//! newer copy intact; open picks the valid copy with the highest sequence. Both copies
+//! invalid means the directory cannot be trusted and open fails with a clear message.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use walrus_base::{Lsn, Xid, PAGE_SIZE};
+
+use crate::error::{Error, Result};
+
+const MAGIC: u64 = 0x5741_4C52_5553_4331; // "WALRUSC1"
+pub const FORMAT_VERSION: u32 = 1;
+const COPY_SIZE: usize = 512;
+const FILE_NAME: &str = "control";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DbState {
+    ShutDown = 1,
+    InProduction = 2,
+    InRecovery = 3,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControlData {
+    pub seq: u64,
+    pub cluster_id: u64,
+    pub format_version: u32,
+    pub page_size: u32,
+    pub wal_segment_size: u64,
+    pub state: DbState,
+    /// Start of the latest checkpoint record.
+    pub checkpoint_lsn: Lsn,
+    /// Where replay starts after a crash.
+    pub redo_lsn: Lsn,
+    pub next_xid: Xid,
+    pub next_relfile: u32,
+}
+
+impl ControlData {
+    fn encode(&self) -> [u8; COPY_SIZE] {
+        let mut b = [0u8; COPY_SIZE];
+        let mut at = 0;
+        let mut put = |v: &[u8]| {
+            b[at..at + v.len()].copy_from_slice(v);
+            at += v.len();
+        };
+        put(&MAGIC.to_le_bytes());
+        put(&self.seq.to_le_bytes());
+        put(&self.cluster_id.to_le_bytes());
+        put(&self.format_version.to_le_bytes());
+        put(&self.page_size.to_le_bytes());
+        put(&self.wal_segment_size.to_le_bytes());
+        put(&(self.state as u32).to_le_bytes());
+        put(&self.checkpoint_lsn.0.to_le_bytes());
+        put(&self.redo_lsn.0.to_le_bytes());
+        put(&self.next_xid.0.to_le_bytes());
+        put(&self.next_relfile.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..COPY_SIZE - 4]);
+        b[COPY_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn decode(b: &[u8]) -> Option<ControlData> {
+        if b.len() != COPY_SIZE {
+            return None;
+        }
+        let crc = u32::from_le_bytes(b[COPY_SIZE - 4..].try_into().ok()?);
+        if crc != crc32c::crc32c(&b[..COPY_SIZE - 4]) {
+            return None;
+        }
+        let u64at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+        let u32at = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4"));
+        if u64at(0) != MAGIC {
+            return None;
+        }
+        let state = match u32at(40) {
+            1 => DbState::ShutDown,
+            2 => DbState::InProduction,
+            3 => DbState::InRecovery,
+            _ => return None,
+        };
+        Some(ControlData {
+            seq: u64at(8),
+            cluster_id: u64at(16),
+            format_version: u32at(24),
+            page_size: u32at(28),
+            wal_segment_size: u64at(32),
+            state,
+            checkpoint_lsn: Lsn(u64at(44)),
+            redo_lsn: Lsn(u64at(52)),
+            next_xid: Xid(u64at(60)),
+            next_relfile: u32at(68),
+        })
+    }
+}
+
+pub struct ControlFile {
+    path: PathBuf,
+    file: File,
+    current: ControlData,
+}
+
+impl ControlFile {
+    pub fn create(dir: &Path, data: ControlData) -> Result<ControlFile> {
+        let path = dir.join(FILE_NAME);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| Error::io("create control file", path.display(), e))?;
+        let mut cf = ControlFile { path, file, current: data };
+        // Write both copies so a fresh directory never has a garbage second copy.
+        cf.write_copy(0)?;
+        cf.write_copy(1)?;
+        Ok(cf)
+    }
+
+    pub fn open(dir: &Path) -> Result<ControlFile> {
+        let path = dir.join(FILE_NAME);
+        let bad = |reason: String| Error::BadDataDirectory { dir: dir.display().to_string(), reason };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| bad(format!("cannot open control file {}: {e}", path.display())))?;
+        let mut buf = vec![0u8; COPY_SIZE * 2];
+        let n = file.read_at(&mut buf, 0).map_err(|e| Error::io("read control file", path.display(), e))?;
+        let a = if n >= COPY_SIZE { ControlData::decode(&buf[..COPY_SIZE]) } else { None };
+        let b = if n >= 2 * COPY_SIZE { ControlData::decode(&buf[COPY_SIZE..]) } else { None };
+        let current = match (a, b) {
+            (Some(a), Some(b)) => {
+                if a.seq >= b.seq {
+                    a
+                } else {
+                    b
+                }
+            }
+            (Some(a), None) => a,
+            (None, Some(b)) => b,
+            (None, None) => {
+                return Err(bad(format!(
+                    "control file {} is corrupt: neither copy has a valid checksum",
+                    path.display()
+                )))
+            }
+        };
+        if current.format_version != FORMAT_VERSION {
+            return Err(bad(format!(
+                "data directory has format version {}, this walrus reads version {}",
+                current.format_version, FORMAT_VERSION
+            )));
+        }
+        if current.page_size as usize != PAGE_SIZE {
+            return Err(bad(format!(
+                "data directory was created with page size {}, this walrus uses {}",
+                current.page_size, PAGE_SIZE
+            )));
+        }
+        Ok(ControlFile { path, file, current })
+    }
+
+    pub fn data(&self) -> &ControlData {
+        &self.current
+    }
+
+    /// Durably replaces the control data (overwriting the older copy).
+    pub fn update(&mut self, mut data: ControlData) -> Result<()> {
+        data.seq = self.current.seq + 1;
+        self.current = data;
+        self.write_copy((self.current.seq % 2) as usize)
+    }
+
+    fn write_copy(&mut self, slot: usize) -> Result<()> {
+        let bytes = self.current.encode();
+        self.file
+            .write_all_at(&bytes, (slot * COPY_SIZE) as u64)
+            .map_err(|e| Error::io("write control file", self.path.display(), e))?;
+        if let Err(e) = self.file.sync_data() {
+            // A failed fsync of the control file leaves its state unknown: stop here.
+            crate::fatal_io("fsync control file", &e);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> ControlData {
+        ControlData {
+            seq: 0,
+            cluster_id: 99,
+            format_version: FORMAT_VERSION,
+            page_size: PAGE_SIZE as u32,
+            wal_segment_size: 1 << 24,
+            state: DbState::ShutDown,
+            checkpoint_lsn: Lsn(1234),
+            redo_lsn: Lsn(1000),
+            next_xid: Xid(77),
+            next_relfile: 16390,
+        }
+    }
+
+    #[test]
+    fn roundtrip_and_newest_copy_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cf = ControlFile::create(dir.path(), sample()).unwrap();
+        let mut d = sample();
+        d.redo_lsn = Lsn(5000);
+        cf.update(d).unwrap();
+        let cf2 = ControlFile::open(dir.path()).unwrap();
+        assert_eq!(cf2.data().redo_lsn, Lsn(5000));
+        assert_eq!(cf2.data().wal_segment_size, 1 << 24);
+        assert_eq!(cf2.data().next_xid, Xid(77));
+    }
+
+    #[test]
+    fn one_corrupt_copy_falls_back_and_two_fail_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cf = ControlFile::create(dir.path(), sample()).unwrap();
+        let mut d = sample();
+        d.redo_lsn = Lsn(5000);
+        cf.update(d).unwrap(); // seq 1 -> copy 1
+        drop(cf);
+        let path = dir.path().join(FILE_NAME);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[COPY_SIZE + 50] ^= 0xFF; // damage the newer copy
+        std::fs::write(&path, &bytes).unwrap();
+        let cf = ControlFile::open(dir.path()).unwrap();
+        assert_eq!(cf.data().redo_lsn, Lsn(1000), "fell back to the older copy");
+        bytes[50] ^= 0xFF;
+        std::fs::write(&path, &bytes).unwrap();
+        let err = ControlFile::open(dir.path()).err().expect("must fail");
+        assert!(err.to_string().contains("neither copy has a valid checksum"), "{err}");
+    }
+
+    #[test]
+    fn wrong_page_size_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut d = sample();
+        d.page_size = 4096;
+        ControlFile::create(dir.path(), d).unwrap();
+        let err = ControlFile::open(dir.path()).err().expect("must fail");
+        assert!(err.to_string().contains("page size 4096"), "{err}");
+    }
+}

@@ -1,0 +1,336 @@
+#![doc = include_str!("README.md")]
+
+pub mod buffer;
+pub mod reader;
+pub mod record;
+pub mod segment;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
+use parking_lot::{Condvar, Mutex};
+use walrus_base::limits::{WAL_BUFFER_BYTES_MIN, WAL_INSERT_SLOTS};
+use walrus_base::{Lsn, PAGE_SIZE};
+
+use crate::error::Result;
+use buffer::WalBuffer;
+use record::{PageImage, WalRecord};
+use segment::{Segments, SyncMethod};
+
+/// Bytes copied out of the ring per `pwrite` by the writer.
+const WRITE_CHUNK_BYTES: usize = 1 << 20;
+const SLOT_IDLE: u64 = u64::MAX;
+
+/// How pages changed by a record are protected against torn writes at this moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImagePolicy {
+    /// Log a full image at the first change of a page after the redo LSN.
+    FirstChangeAfterRedo,
+    Never,
+}
+
+struct Reserve {
+    /// Next free byte: the start of the next record.
+    pos: Lsn,
+    /// Start of the last record reserved (the next record's `prev`).
+    last_start: Lsn,
+    /// The redo LSN of the checkpoint in progress or last completed.
+    redo: Lsn,
+}
+
+struct InsertSlot {
+    owner: Mutex<()>,
+    /// Start LSN of the record being copied through this slot, or `SLOT_IDLE`.
+    in_progress: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct WalStats {
+    pub records: AtomicU64,
+    pub bytes: AtomicU64,
+    pub fpi_count: AtomicU64,
+    pub fpi_bytes: AtomicU64,
+    pub writes: AtomicU64,
+    pub syncs: AtomicU64,
+    /// Committers that found their LSN already flushed by someone else's sync.
+    pub flush_piggybacks: AtomicU64,
+    pub buffer_full_waits: AtomicU64,
+}
+
+pub struct WalConfig {
+    pub segment_size: u64,
+    pub buffer_bytes: usize,
+    pub sync_method: SyncMethod,
+    pub compress_images: bool,
+}
+
+pub struct Wal {
+    pub segments: Segments,
+    ring: WalBuffer,
+    reserve: Mutex<Reserve>,
+    slots: Vec<CachePadded<InsertSlot>>,
+    /// Cached copy of `Reserve::redo` for the lock-free image decision.
+    redo_lsn: AtomicU64,
+    written: CachePadded<AtomicU64>,
+    flushed: CachePadded<AtomicU64>,
+    /// Segments written since their last sync.
+    write_state: Mutex<BTreeSet<u64>>,
+    flush_lock: Mutex<()>,
+    space: (Mutex<()>, Condvar),
+    compress_images: bool,
+    policy: Mutex<ImagePolicy>,
+    policy_fast: AtomicBool,
+    pub stats: WalStats,
+}
+
+impl Wal {
+    /// Opens the log for appending at `end` (the end of valid WAL found by recovery, or
+    /// the start of a fresh log), `last_start` being the start of the last valid record.
+    pub fn open(segments: Segments, cfg: &WalConfig, end: Lsn, last_start: Lsn, redo: Lsn, policy: ImagePolicy) -> Wal {
+        let cap = cfg.buffer_bytes.max(WAL_BUFFER_BYTES_MIN);
+        let end = Lsn(record::padded_len(end.0 as usize));
+        Wal {
+            segments,
+            ring: WalBuffer::new(cap),
+            reserve: Mutex::new(Reserve { pos: end, last_start, redo }),
+            slots: (0..WAL_INSERT_SLOTS)
+                .map(|_| CachePadded::new(InsertSlot { owner: Mutex::new(()), in_progress: AtomicU64::new(SLOT_IDLE) }))
+                .collect(),
+            redo_lsn: AtomicU64::new(redo.0),
+            written: CachePadded::new(AtomicU64::new(end.0)),
+            flushed: CachePadded::new(AtomicU64::new(end.0)),
+            write_state: Mutex::new(BTreeSet::new()),
+            flush_lock: Mutex::new(()),
+            space: (Mutex::new(()), Condvar::new()),
+            compress_images: cfg.compress_images,
+            policy: Mutex::new(policy),
+            policy_fast: AtomicBool::new(policy == ImagePolicy::FirstChangeAfterRedo),
+            stats: WalStats::default(),
+        }
+    }
+
+    pub fn flushed_lsn(&self) -> Lsn {
+        Lsn(self.flushed.load(Ordering::Acquire))
+    }
+    pub fn written_lsn(&self) -> Lsn {
+        Lsn(self.written.load(Ordering::Acquire))
+    }
+    /// The start of the next record (everything before is reserved).
+    pub fn insert_lsn(&self) -> Lsn {
+        self.reserve.lock().pos
+    }
+    pub fn redo_lsn(&self) -> Lsn {
+        Lsn(self.redo_lsn.load(Ordering::Acquire))
+    }
+    pub fn image_policy(&self) -> ImagePolicy {
+        *self.policy.lock()
+    }
+
+    /// Whether a change to a page whose LSN is `page_lsn` must carry a full image now.
+    fn needs_image(&self, page_lsn: Lsn, redo: Lsn) -> bool {
+        self.policy_fast.load(Ordering::Relaxed) && page_lsn <= redo
+    }
+
+    /// Inserts a record. `pages[i]` is the current content of `rec.blocks[i]`'s page
+    /// (already changed, its LSN not yet advanced); a full image of it is attached when
+    /// the protection policy requires one. Returns `(start, end)`: the caller sets each
+    /// page's LSN to `end` and must hold the page latches until then.
+    pub fn insert(&self, rec: &WalRecord, pages: &[&[u8]]) -> (Lsn, Lsn) {
+        assert_eq!(pages.len(), rec.blocks.len(), "one page per block reference");
+        let mut buf = Vec::with_capacity(256);
+        loop {
+            let redo = self.redo_lsn();
+            let images: Vec<Option<PageImage>> = rec
+                .blocks
+                .iter()
+                .zip(pages)
+                .map(|(b, p)| {
+                    let init = b.flags & record::BLOCK_WILL_INIT != 0;
+                    (!init && self.needs_image(crate::storage::page::lsn(p), redo))
+                        .then(|| PageImage::capture(p, self.compress_images))
+                })
+                .collect();
+            record::encode(rec, &images, &mut buf);
+            let len = record::padded_len(buf.len());
+            buf.resize(len as usize, 0);
+
+            let slot = self.take_slot();
+            let (start, prev) = {
+                let mut r = self.reserve.lock();
+                if r.redo != redo {
+                    // A checkpoint moved the redo LSN after we decided on images: decide
+                    // again, or a page first changed after the new redo LSN would lack one.
+                    drop(r);
+                    drop(slot);
+                    continue;
+                }
+                let start = r.pos;
+                let prev = r.last_start;
+                r.pos = start.add(len);
+                r.last_start = start;
+                self.slots[slot.1].in_progress.store(start.0, Ordering::Release);
+                (start, prev)
+            };
+            let real_len = u32::from_le_bytes(buf[0..4].try_into().expect("4")) as usize;
+            record::finish(&mut buf[..real_len], start, prev);
+            self.wait_for_space(start.add(len));
+            // SAFETY: [start, start+len) was reserved above for this call alone, and
+            // wait_for_space made sure its previous ring contents are written out.
+            unsafe { self.ring.copy_in(start, &buf) };
+            self.slots[slot.1].in_progress.store(SLOT_IDLE, Ordering::Release);
+            drop(slot);
+
+            let nimg = images.iter().flatten().count() as u64;
+            if nimg > 0 {
+                self.stats.fpi_count.fetch_add(nimg, Ordering::Relaxed);
+                let ib: usize = images.iter().flatten().map(|i| i.bytes.len()).sum();
+                self.stats.fpi_bytes.fetch_add(ib as u64, Ordering::Relaxed);
+            }
+            self.stats.records.fetch_add(1, Ordering::Relaxed);
+            self.stats.bytes.fetch_add(len, Ordering::Relaxed);
+            return (start, start.add(real_len as u64));
+        }
+    }
+
+    fn take_slot(&self) -> (parking_lot::MutexGuard<'_, ()>, usize) {
+        let first = thread_slot_hint() % self.slots.len();
+        for i in 0..self.slots.len() {
+            let n = (first + i) % self.slots.len();
+            if let Some(g) = self.slots[n].owner.try_lock() {
+                return (g, n);
+            }
+        }
+        (self.slots[first].owner.lock(), first)
+    }
+
+    fn wait_for_space(&self, end: Lsn) {
+        let cap = self.ring.capacity();
+        let need = end.0.saturating_sub(cap);
+        if self.written.load(Ordering::Acquire) >= need {
+            return;
+        }
+        self.stats.buffer_full_waits.fetch_add(1, Ordering::Relaxed);
+        while self.written.load(Ordering::Acquire) < need {
+            self.write_upto(Lsn(need));
+            if self.written.load(Ordering::Acquire) < need {
+                let mut g = self.space.0.lock();
+                self.space.1.wait_for(&mut g, std::time::Duration::from_micros(200));
+            }
+        }
+    }
+
+    /// Everything before the returned LSN has been copied into the ring.
+    pub fn inserted_upto(&self) -> Lsn {
+        let mut upto = self.reserve.lock().pos.0;
+        for s in &self.slots {
+            upto = upto.min(s.in_progress.load(Ordering::Acquire));
+        }
+        Lsn(upto)
+    }
+
+    /// Writes (without syncing) completed WAL up to `target` or as far as inserted.
+    pub fn write_upto(&self, target: Lsn) {
+        let mut touched = self.write_state.lock();
+        let from = Lsn(self.written.load(Ordering::Acquire));
+        let limit = target.min(self.inserted_upto());
+        if limit <= from {
+            return;
+        }
+        let mut chunk = vec![0u8; WRITE_CHUNK_BYTES.min(limit.distance_from(from) as usize)];
+        let mut at = from;
+        while at < limit {
+            let seg_end = (self.segments.segno(at) + 1) * self.segments.segment_size;
+            let n = (limit.0.min(seg_end) - at.0).min(chunk.len() as u64) as usize;
+            // SAFETY: [at, at+n) is below inserted_upto (all inserters done) and above
+            // `written`, so no inserter may touch it until `written` moves past it, which
+            // only this function does, under `write_state`.
+            unsafe { self.ring.copy_out(at, &mut chunk[..n]) };
+            if let Err(e) = self.segments.write(at, &chunk[..n]) {
+                // The log cannot be extended: nothing later may become durable.
+                crate::fatal_io("write WAL", &std::io::Error::other(e.to_string()));
+            }
+            touched.insert(self.segments.segno(at));
+            at = at.add(n as u64);
+        }
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.written.store(limit.0, Ordering::Release);
+        drop(touched);
+        self.space.1.notify_all();
+    }
+
+    /// Group commit: returns once WAL up to `lsn` is durable. One caller at a time writes
+    /// and syncs everything inserted so far; the others wait for it and usually find their
+    /// LSN covered when they get their turn, so one sync serves a whole group.
+    pub fn flush(&self, lsn: Lsn) {
+        if self.flushed.load(Ordering::Acquire) >= lsn.0 {
+            return;
+        }
+        let _leader = self.flush_lock.lock();
+        if self.flushed.load(Ordering::Acquire) >= lsn.0 {
+            self.stats.flush_piggybacks.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let limit = self.inserted_upto();
+        assert!(limit >= lsn, "flush({lsn}) requested beyond inserted WAL {limit}");
+        self.write_upto(limit);
+        // Every write below `limit` finished inside write_upto above (writes are serialized
+        // under write_state), so the touched set now names every segment to sync.
+        let segs: Vec<u64> = std::mem::take(&mut *self.write_state.lock()).into_iter().collect();
+        for s in segs {
+            self.segments.sync(s);
+        }
+        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        let w = self.written.load(Ordering::Acquire);
+        debug_assert!(w >= limit.0);
+        self.flushed.fetch_max(limit.0, Ordering::AcqRel);
+    }
+
+    /// Flushes everything inserted so far.
+    pub fn flush_all(&self) -> Lsn {
+        let upto = self.inserted_upto();
+        self.flush(upto);
+        upto
+    }
+
+    /// Starts a checkpoint: the current insert position becomes the redo LSN, atomically
+    /// with respect to every inserter's image decision.
+    pub fn set_redo_point(&self) -> Lsn {
+        let mut r = self.reserve.lock();
+        r.redo = r.pos;
+        self.redo_lsn.store(r.pos.0, Ordering::Release);
+        r.pos
+    }
+
+    /// Switches the image policy (used when the protection mode changes at startup).
+    pub fn set_image_policy(&self, p: ImagePolicy) {
+        *self.policy.lock() = p;
+        self.policy_fast.store(p == ImagePolicy::FirstChangeAfterRedo, Ordering::Release);
+    }
+
+    /// Makes sure the segment after the current one exists, so the writer rarely has to
+    /// create one on the commit path.
+    pub fn preallocate_next(&self) -> Result<()> {
+        let next = self.segments.segno(self.insert_lsn()) + 1;
+        if !self.segments.exists(next) {
+            self.segments.preallocate(next)?;
+        }
+        Ok(())
+    }
+}
+
+fn thread_slot_hint() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static HINT: Cell<usize> = const { Cell::new(usize::MAX) });
+    HINT.with(|h| {
+        if h.get() == usize::MAX {
+            h.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        h.get()
+    })
+}
+
+/// Bytes of an 8 KiB page image before compression, for statistics.
+pub const IMAGE_BYTES: usize = PAGE_SIZE;

@@ -1,0 +1,221 @@
+//! WAL segment files: `wal/<segno as 16 hex digits>`, each `segment_size` bytes, created
+//! zero-filled (so `fdatasync` never has file-size metadata to flush) or recycled from
+//! segments a checkpoint no longer needs.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use walrus_base::Lsn;
+
+use crate::error::{Error, Result};
+use crate::storage::relfile::sync_dir;
+
+/// `wal_sync_method`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMethod {
+    Fdatasync,
+    Fsync,
+    /// Segments opened with `O_DSYNC`: every write is durable when it returns.
+    OpenDatasync,
+    /// No durability at all. Tests and comparisons only; logged loudly at start.
+    None,
+}
+
+impl SyncMethod {
+    pub fn parse(s: &str) -> Option<SyncMethod> {
+        match s {
+            "fdatasync" => Some(SyncMethod::Fdatasync),
+            "fsync" => Some(SyncMethod::Fsync),
+            "open_datasync" => Some(SyncMethod::OpenDatasync),
+            "none" | "off" => Some(SyncMethod::None),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            SyncMethod::Fdatasync => "fdatasync",
+            SyncMethod::Fsync => "fsync",
+            SyncMethod::OpenDatasync => "open_datasync",
+            SyncMethod::None => "none",
+        }
+    }
+}
+
+pub struct Segments {
+    dir: PathBuf,
+    pub segment_size: u64,
+    method: SyncMethod,
+    open: Mutex<HashMap<u64, Arc<File>>>,
+}
+
+impl Segments {
+    pub fn new(data_dir: &Path, segment_size: u64, method: SyncMethod) -> Result<Segments> {
+        assert!(segment_size >= 1 << 16 && segment_size.is_power_of_two());
+        let dir = data_dir.join("wal");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", dir.display(), e))?;
+        Ok(Segments { dir, segment_size, method, open: Mutex::new(HashMap::new()) })
+    }
+
+    pub fn path(&self, segno: u64) -> PathBuf {
+        self.dir.join(format!("{segno:016X}"))
+    }
+
+    pub fn segno(&self, lsn: Lsn) -> u64 {
+        lsn.0 / self.segment_size
+    }
+
+    /// Segment numbers present on disk, ascending.
+    pub fn list(&self) -> Result<Vec<u64>> {
+        let mut v = Vec::new();
+        let rd = std::fs::read_dir(&self.dir).map_err(|e| Error::io("read directory", self.dir.display(), e))?;
+        for ent in rd.flatten() {
+            if let Some(n) = ent.file_name().to_str().and_then(|s| u64::from_str_radix(s, 16).ok()) {
+                v.push(n);
+            }
+        }
+        v.sort_unstable();
+        Ok(v)
+    }
+
+    fn open_existing(&self, segno: u64) -> Result<Option<Arc<File>>> {
+        if let Some(f) = self.open.lock().get(&segno) {
+            return Ok(Some(f.clone()));
+        }
+        let path = self.path(segno);
+        let mut oo = OpenOptions::new();
+        oo.read(true).write(true);
+        if self.method == SyncMethod::OpenDatasync {
+            oo.custom_flags(libc::O_DSYNC);
+        }
+        match oo.open(&path) {
+            Ok(f) => {
+                let len = f.metadata().map_err(|e| Error::io("stat", path.display(), e))?.len();
+                if len != self.segment_size {
+                    return Err(Error::BadWal(format!(
+                        "segment {} has {len} bytes, expected {}",
+                        path.display(),
+                        self.segment_size
+                    )));
+                }
+                let f = Arc::new(f);
+                self.open.lock().insert(segno, f.clone());
+                Ok(Some(f))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("open WAL segment", path.display(), e)),
+        }
+    }
+
+    /// The segment file, created (recycled or zero-filled) if it does not exist.
+    fn open_or_create(&self, segno: u64) -> Result<Arc<File>> {
+        if let Some(f) = self.open_existing(segno)? {
+            return Ok(f);
+        }
+        let path = self.path(segno);
+        let tmp = self.dir.join(format!("{segno:016X}.tmp"));
+        let f = File::create(&tmp).map_err(|e| Error::io("create WAL segment", tmp.display(), e))?;
+        let zeros = vec![0u8; 1 << 20];
+        let mut off = 0;
+        while off < self.segment_size {
+            let n = zeros.len().min((self.segment_size - off) as usize);
+            f.write_all_at(&zeros[..n], off).map_err(|e| Error::io("zero-fill WAL segment", tmp.display(), e))?;
+            off += n as u64;
+        }
+        if let Err(e) = f.sync_all() {
+            crate::fatal_io("fsync new WAL segment", &e);
+        }
+        std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename WAL segment", path.display(), e))?;
+        sync_dir(&self.dir)?;
+        Ok(self.open_existing(segno)?.expect("segment just created"))
+    }
+
+    /// Writes `bytes` at `lsn`, across segment boundaries as needed.
+    pub fn write(&self, mut lsn: Lsn, mut bytes: &[u8]) -> Result<()> {
+        while !bytes.is_empty() {
+            let segno = self.segno(lsn);
+            let off = lsn.0 % self.segment_size;
+            let n = bytes.len().min((self.segment_size - off) as usize);
+            let f = self.open_or_create(segno)?;
+            f.write_all_at(&bytes[..n], off)
+                .map_err(|e| Error::io("write WAL segment", self.path(segno).display(), e))?;
+            bytes = &bytes[n..];
+            lsn = lsn.add(n as u64);
+        }
+        Ok(())
+    }
+
+    /// Makes everything written to segment `segno` durable. A failure is fatal.
+    pub fn sync(&self, segno: u64) {
+        let f = match self.open.lock().get(&segno) {
+            Some(f) => f.clone(),
+            None => return,
+        };
+        let res = match self.method {
+            SyncMethod::Fdatasync => f.sync_data(),
+            SyncMethod::Fsync => f.sync_all(),
+            SyncMethod::OpenDatasync | SyncMethod::None => Ok(()),
+        };
+        if let Err(e) = res {
+            crate::fatal_io("fsync WAL segment", &e);
+        }
+    }
+
+    /// Reads up to `buf.len()` bytes at `lsn`; returns how many were available before a
+    /// missing segment.
+    pub fn read(&self, mut lsn: Lsn, buf: &mut [u8]) -> Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            let segno = self.segno(lsn);
+            let off = lsn.0 % self.segment_size;
+            let n = (buf.len() - done).min((self.segment_size - off) as usize);
+            let Some(f) = self.open_existing(segno)? else { break };
+            f.read_exact_at(&mut buf[done..done + n], off)
+                .map_err(|e| Error::io("read WAL segment", self.path(segno).display(), e))?;
+            done += n;
+            lsn = lsn.add(n as u64);
+        }
+        Ok(done)
+    }
+
+    pub fn exists(&self, segno: u64) -> bool {
+        self.path(segno).exists()
+    }
+
+    /// Recycles segments wholly before `keep_from` by renaming them to future segment
+    /// numbers (at most `future_max` kept ahead); removes the rest. Returns (recycled,
+    /// removed).
+    pub fn recycle_before(&self, keep_from: Lsn, current: Lsn, future_max: u64) -> Result<(usize, usize)> {
+        let keep_segno = self.segno(keep_from);
+        let all = self.list()?;
+        let mut next_future = all.last().copied().unwrap_or(0).max(self.segno(current)) + 1;
+        let future_limit = self.segno(current) + future_max;
+        let (mut recycled, mut removed) = (0, 0);
+        for segno in all.into_iter().filter(|&s| s < keep_segno) {
+            self.open.lock().remove(&segno);
+            let from = self.path(segno);
+            if next_future <= future_limit {
+                let to = self.path(next_future);
+                std::fs::rename(&from, &to).map_err(|e| Error::io("recycle WAL segment", from.display(), e))?;
+                next_future += 1;
+                recycled += 1;
+            } else {
+                std::fs::remove_file(&from).map_err(|e| Error::io("remove WAL segment", from.display(), e))?;
+                removed += 1;
+            }
+        }
+        if recycled + removed > 0 {
+            sync_dir(&self.dir)?;
+        }
+        Ok((recycled, removed))
+    }
+
+    /// Creates segment `segno` ahead of need (called off the commit path).
+    pub fn preallocate(&self, segno: u64) -> Result<()> {
+        self.open_or_create(segno).map(|_| ())
+    }
+}
