@@ -18,13 +18,47 @@
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+pub mod access;
 pub mod buffer;
+pub mod catalog;
+pub mod engine;
 pub mod error;
 pub mod io;
+pub mod recovery;
+pub mod settings;
 pub mod storage;
+pub mod txn;
 pub mod wal;
+pub mod xlog;
 
+pub use engine::Engine;
 pub use error::{Error, Result};
+
+/// Reads every page of every relation file in `dir` and verifies its checksum, without
+/// starting the engine (no recovery, no WAL). Returns one error per damaged page.
+pub fn verify_data_directory(dir: &std::path::Path) -> Result<Vec<Error>> {
+    storage::control::ControlFile::open(dir)?;
+    let relfiles = storage::relfile::RelFiles::open(dir)?;
+    let mut bad = Vec::new();
+    let mut buf = vec![0u8; walrus_base::PAGE_SIZE];
+    for relfile in relfiles.list()? {
+        for b in 0..relfiles.nblocks(relfile)? {
+            let id = walrus_base::PageId::new(relfile, b);
+            relfiles.read_page(id, &mut buf)?;
+            match storage::page::verify(&buf, id) {
+                storage::page::PageCheck::Valid | storage::page::PageCheck::New => {}
+                storage::page::PageCheck::ChecksumMismatch { stored, computed } => bad.push(Error::ChecksumMismatch {
+                    page: id,
+                    relation: format!("relfile {relfile}"),
+                    stored,
+                    computed,
+                }),
+                storage::page::PageCheck::Misdirected { found } => bad.push(Error::Misdirected { expected: id, found }),
+            }
+        }
+    }
+    Ok(bad)
+}
 
 /// A failed `fsync`/`fdatasync` (or a WAL write) leaves the on-disk state unknown; the
 /// kernel may have dropped the dirty pages. Like PostgreSQL with `data_sync_retry = off`

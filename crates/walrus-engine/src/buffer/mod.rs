@@ -249,7 +249,7 @@ impl BufferPool {
         let mut waits = 0;
         loop {
             let mut dirty_seen = 0;
-            for _ in 0..n * 2 {
+            for _ in 0..n * (USAGE_MAX as usize + 2) {
                 let i = self.clock.fetch_add(1, Ordering::Relaxed) % n;
                 let fr = &self.frames[i];
                 if fr.pin.load(Ordering::Acquire) != 0 {
@@ -268,7 +268,7 @@ impl BufferPool {
                     return Ok(f);
                 }
             }
-            if dirty_seen == 0 && waits > 0 {
+            if dirty_seen == 0 && self.frames.iter().all(|f| f.pin.load(Ordering::Acquire) != 0) {
                 return Err(Error::InvalidInput("no unpinned buffers available".into()));
             }
             waits += 1;
@@ -312,17 +312,17 @@ impl BufferPool {
 
     /// Appends a WAL record for changes already made to `pages` (each exclusively latched)
     /// and stamps their LSN: the schema of a WAL-logged change (module README).
-    pub fn log_change(&self, rec: &WalRecord, pages: &mut [&mut PageWrite<'_>]) -> Lsn {
+    pub fn log_change(&self, rec: &WalRecord, pages: &mut [&mut dyn LoggedPage]) -> Lsn {
         for p in pages.iter_mut() {
             p.mark_dirty();
         }
-        let slices: Vec<&[u8]> = pages.iter().map(|p| &p.guard.0[..]).collect();
+        let slices: Vec<&[u8]> = pages.iter().map(|p| p.bytes()).collect();
         for (b, p) in rec.blocks.iter().zip(pages.iter()) {
-            assert_eq!(b.page, p.id, "record block order must match the pages passed");
+            assert_eq!(b.page, p.page_id(), "record block order must match the pages passed");
         }
         let (_, end) = self.wal.insert(rec, &slices);
         for p in pages.iter_mut() {
-            page::set_lsn(&mut p.guard.0, end);
+            p.set_lsn(end);
         }
         end
     }
@@ -546,6 +546,30 @@ impl std::ops::Deref for PageRead<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         &self.guard.0
+    }
+}
+
+/// What `log_change` needs of an exclusively latched page (a trait so that pages
+/// latched with different borrow lifetimes can be logged together).
+pub trait LoggedPage {
+    fn page_id(&self) -> PageId;
+    fn bytes(&self) -> &[u8];
+    fn mark_dirty(&mut self);
+    fn set_lsn(&mut self, lsn: Lsn);
+}
+
+impl LoggedPage for PageWrite<'_> {
+    fn page_id(&self) -> PageId {
+        self.id
+    }
+    fn bytes(&self) -> &[u8] {
+        &self.guard.0
+    }
+    fn mark_dirty(&mut self) {
+        PageWrite::mark_dirty(self)
+    }
+    fn set_lsn(&mut self, lsn: Lsn) {
+        PageWrite::set_lsn(self, lsn)
     }
 }
 

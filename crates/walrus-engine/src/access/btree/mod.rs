@@ -1,0 +1,592 @@
+#![doc = include_str!("README.md")]
+
+use std::cmp::Ordering;
+use std::collections::HashSet;
+use std::ops::Bound;
+
+use walrus_base::limits::BTREE_KEY_BYTES_MAX;
+use walrus_base::{PageId, RelFileId, Tid, Xid, PAGE_SIZE};
+
+use crate::access::datum::{encode_tid_suffix, split_tid_suffix};
+use crate::buffer::{BufferPool, PageWrite};
+use crate::error::{Error, Result};
+use crate::storage::page::{self, PageKind, Placement};
+use crate::wal::record::{Rmgr, WalRecord};
+
+pub const INFO_INSERT: u8 = 1;
+pub const INFO_SPLIT: u8 = 2;
+pub const INFO_NEW_ROOT: u8 = 3;
+pub const INFO_DELETE: u8 = 4;
+pub const INFO_PAGE_IMAGE: u8 = 5;
+
+const META_BLOCK: u32 = 0;
+const NO_BLOCK: u32 = u32::MAX;
+const NODE_SPECIAL: usize = 8;
+const META_SPECIAL: usize = 8;
+const CHILD_BYTES: usize = 4;
+/// Bulk build leaves this much of each page free for later inserts.
+const BULK_FILL: usize = PAGE_SIZE * 9 / 10;
+
+/// Answer of the caller's uniqueness check for an existing entry with an equal key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UniqueCheck {
+    NotLive,
+    Live,
+    WaitFor(Xid),
+}
+
+// ---- page helpers -------------------------------------------------------------------
+
+fn right_link(p: &[u8]) -> u32 {
+    let s = page::special(p);
+    u32::from_le_bytes([s[0], s[1], s[2], s[3]])
+}
+fn level(p: &[u8]) -> u16 {
+    let s = page::special(p);
+    u16::from_le_bytes([s[4], s[5]])
+}
+fn init_node(p: &mut [u8], id: PageId, lvl: u16, right: u32) {
+    page::init(p, id, PageKind::BtreeNode, NODE_SPECIAL);
+    let s = page::special_mut(p);
+    s[0..4].copy_from_slice(&right.to_le_bytes());
+    s[4..6].copy_from_slice(&lvl.to_le_bytes());
+}
+fn is_rightmost(p: &[u8]) -> bool {
+    right_link(p) == NO_BLOCK
+}
+/// First data item: item 1 is the high key on every page except the rightmost.
+fn first_data(p: &[u8]) -> u16 {
+    if is_rightmost(p) {
+        1
+    } else {
+        2
+    }
+}
+fn high_key(p: &[u8]) -> Option<&[u8]> {
+    (!is_rightmost(p)).then(|| page::item(p, 1))
+}
+fn meta_root(p: &[u8]) -> (u32, u16) {
+    let s = page::special(p);
+    (u32::from_le_bytes([s[0], s[1], s[2], s[3]]), u16::from_le_bytes([s[4], s[5]]))
+}
+fn init_meta(p: &mut [u8], id: PageId, root: u32, lvl: u16) {
+    page::init(p, id, PageKind::BtreeMeta, META_SPECIAL);
+    let s = page::special_mut(p);
+    s[0..4].copy_from_slice(&root.to_le_bytes());
+    s[4..6].copy_from_slice(&lvl.to_le_bytes());
+}
+/// The key part of an item: leaf items end in a tid, internal items in a child block.
+fn item_key(item: &[u8], lvl: u16) -> &[u8] {
+    let n = if lvl == 0 { 0 } else { CHILD_BYTES };
+    &item[..item.len().saturating_sub(n)]
+}
+fn child_of(item: &[u8]) -> u32 {
+    let n = item.len();
+    u32::from_be_bytes([item[n - 4], item[n - 3], item[n - 2], item[n - 1]])
+}
+fn downlink(key: &[u8], child: u32) -> Vec<u8> {
+    let mut v = Vec::with_capacity(key.len() + 4);
+    v.extend_from_slice(key);
+    v.extend_from_slice(&child.to_be_bytes());
+    v
+}
+/// Whether `key` belongs to a page to the right (key >= high key).
+fn beyond(p: &[u8], key: &[u8]) -> bool {
+    matches!(high_key(p), Some(h) if key >= item_key(h, level(p)))
+}
+/// Child to follow in an internal page: the last item whose key is <= `key`.
+fn choose_child(p: &[u8], key: &[u8]) -> u32 {
+    let lvl = level(p);
+    let first = first_data(p);
+    let pos = page::lower_bound(p, first, |it| {
+        if item_key(it, lvl) <= key {
+            Ordering::Less
+        } else {
+            Ordering::Greater
+        }
+    });
+    let pick = if pos > first { pos - 1 } else { first };
+    child_of(page::item(p, pick))
+}
+
+fn page_bytes(p: &[u8]) -> Vec<u8> {
+    p.to_vec()
+}
+
+pub struct BTree<'a> {
+    pool: &'a BufferPool,
+    relfile: RelFileId,
+    unique: bool,
+    name: String,
+}
+
+impl<'a> BTree<'a> {
+    /// Creates an empty tree: the metapage and an empty root leaf, both WAL-logged.
+    pub fn create(pool: &'a BufferPool, relfile: RelFileId, xid: Xid) -> Result<()> {
+        let meta_block = pool.relfiles.allocate_block(relfile)?;
+        let root_block = pool.relfiles.allocate_block(relfile)?;
+        assert_eq!(meta_block, META_BLOCK, "a new index starts at block 0");
+        let (mid, rid) = (PageId::new(relfile, meta_block), PageId::new(relfile, root_block));
+        let mp = pool.new_page(mid)?;
+        let rp = pool.new_page(rid)?;
+        let mut mw = mp.write();
+        let mut rw = rp.write();
+        init_meta(&mut mw, mid, root_block, 0);
+        init_node(&mut rw, rid, 0, NO_BLOCK);
+        let mut rec = WalRecord::new(Rmgr::Btree, INFO_PAGE_IMAGE, xid);
+        rec.block(mid, true, page_bytes(&mw));
+        rec.block(rid, true, page_bytes(&rw));
+        pool.log_change(&rec, &mut [&mut mw, &mut rw]);
+        Ok(())
+    }
+
+    pub fn open(pool: &'a BufferPool, relfile: RelFileId, unique: bool, name: &str) -> BTree<'a> {
+        BTree { pool, relfile, unique, name: name.to_string() }
+    }
+
+    fn pid(&self, block: u32) -> PageId {
+        PageId::new(self.relfile, block)
+    }
+
+    fn root(&self) -> Result<(u32, u16)> {
+        let m = self.pool.read_page(self.pid(META_BLOCK))?;
+        let r = m.read();
+        if page::kind(&r) != Some(PageKind::BtreeMeta) {
+            return Err(Error::Decode { what: "btree metapage", at: self.name.clone(), reason: "not a metapage".into() });
+        }
+        Ok(meta_root(&r))
+    }
+
+    /// Descends to the page at `target_level` that covers `key` (shared latches, one at a
+    /// time, moving right past concurrent splits). Returns its block number.
+    fn descend(&self, key: &[u8], target_level: u16) -> Result<u32> {
+        let (mut block, root_level) = self.root()?;
+        if target_level > root_level {
+            return Err(Error::InvalidInput(format!("btree {} has no level {target_level}", self.name)));
+        }
+        loop {
+            let pin = self.pool.read_page(self.pid(block))?;
+            let r = pin.read();
+            if beyond(&r, key) {
+                block = right_link(&r);
+                continue;
+            }
+            let lvl = level(&r);
+            if lvl == target_level {
+                return Ok(block);
+            }
+            block = choose_child(&r, key);
+        }
+    }
+
+    /// Exclusively latches the page at `level` covering `key`, starting at `block` and
+    /// moving right (latching right before releasing left).
+    fn latch_covering<'p>(&self, mut pin: crate::buffer::PinnedPage<'p>, key: &[u8]) -> Result<(crate::buffer::PinnedPage<'p>, u32)>
+    where
+        'a: 'p,
+    {
+        loop {
+            let next = {
+                let w = pin.read();
+                if beyond(&w, key) {
+                    Some(right_link(&w))
+                } else {
+                    None
+                }
+            };
+            match next {
+                Some(b) => pin = self.pool.read_page(self.pid(b))?,
+                None => {
+                    let b = pin.id().block.0;
+                    return Ok((pin, b));
+                }
+            }
+        }
+    }
+
+    pub fn insert(
+        &self,
+        key: &[u8],
+        tid: Tid,
+        xid: Xid,
+        check: &mut dyn FnMut(Tid) -> UniqueCheck,
+        wait: &mut dyn FnMut(Xid) -> Result<()>,
+    ) -> Result<()> {
+        if key.len() > BTREE_KEY_BYTES_MAX {
+            return Err(Error::InvalidInput(format!(
+                "index row size {} exceeds btree maximum {BTREE_KEY_BYTES_MAX} for index \"{}\"",
+                key.len(),
+                self.name
+            )));
+        }
+        let mut item = key.to_vec();
+        encode_tid_suffix(tid, &mut item);
+        loop {
+            if self.unique {
+                match self.unique_check(key, check)? {
+                    UniqueCheck::NotLive => {}
+                    UniqueCheck::Live => {
+                        return Err(Error::UniqueViolation { index: self.name.clone(), detail: "Key already exists.".into() })
+                    }
+                    UniqueCheck::WaitFor(x) => {
+                        wait(x)?;
+                        continue;
+                    }
+                }
+            }
+            return self.insert_at_level(&item, 0, xid);
+        }
+    }
+
+    /// Passes every entry whose key equals `key` to `check` (stopping at the first
+    /// conflict). A racing insert of the same key is caught because the inserter's heap
+    /// tuple exists (in progress) before its index entry: the later inserter sees it.
+    fn unique_check(&self, key: &[u8], check: &mut dyn FnMut(Tid) -> UniqueCheck) -> Result<UniqueCheck> {
+        let mut block = self.descend(key, 0)?;
+        loop {
+            let pin = self.pool.read_page(self.pid(block))?;
+            let r = pin.read();
+            if beyond(&r, key) {
+                block = right_link(&r);
+                continue;
+            }
+            let first = first_data(&r);
+            let mut off = page::lower_bound(&r, first, |it| item_key(it, 0).cmp(key));
+            while off <= page::item_count(&r) {
+                let it = page::item(&r, off);
+                let Some((k, t)) = split_tid_suffix(it) else { break };
+                if k != key {
+                    return Ok(UniqueCheck::NotLive);
+                }
+                match check(t) {
+                    UniqueCheck::NotLive => {}
+                    other => return Ok(other),
+                }
+                off += 1;
+            }
+            // Equal keys may continue on the right sibling.
+            match high_key(&r) {
+                Some(h) if split_tid_suffix(h).map(|(k, _)| k == key).unwrap_or(false) => block = right_link(&r),
+                _ => return Ok(UniqueCheck::NotLive),
+            }
+        }
+    }
+
+    /// Inserts `item` into the level-`lvl` page covering it, splitting as needed.
+    fn insert_at_level(&self, item: &[u8], lvl: u16, xid: Xid) -> Result<()> {
+        let key = item_key(item, lvl).to_vec();
+        let block = self.descend(&key, lvl)?;
+        let pin = self.pool.read_page(self.pid(block))?;
+        let (pin, _) = self.latch_covering(pin, &key)?;
+        let mut w = pin.write();
+        // Re-check after taking the exclusive latch: a split may have moved our range.
+        if beyond(&w, &key) {
+            drop(w);
+            return self.insert_at_level(item, lvl, xid);
+        }
+        let first = first_data(&w);
+        let pos = page::lower_bound(&w, first, |it| item_key(it, lvl).cmp(&key));
+        if page::fits(&w, item.len()) {
+            page::add_item(&mut w, item, Placement::Insert(pos)).expect("fits");
+            let mut d = pos.to_le_bytes().to_vec();
+            d.extend_from_slice(item);
+            let mut rec = WalRecord::new(Rmgr::Btree, INFO_INSERT, xid);
+            rec.block(w.id(), false, d);
+            self.pool.log_change(&rec, &mut [&mut w]);
+            return Ok(());
+        }
+        self.split_and_insert(w, item, pos, xid)
+    }
+
+    /// Splits the latched page, inserting `item` at `pos`, then adds the downlink for the
+    /// new right page one level up (or grows a new root).
+    fn split_and_insert(&self, mut w: PageWrite<'_>, item: &[u8], pos: u16, xid: Xid) -> Result<()> {
+        let lvl = level(&w);
+        let old_right = right_link(&w);
+        let old_high = high_key(&w).map(|h| h.to_vec());
+        let first = first_data(&w);
+        let mut items: Vec<Vec<u8>> = (first..=page::item_count(&w)).map(|o| page::item(&w, o).to_vec()).collect();
+        items.insert((pos - first) as usize, item.to_vec());
+        // Split point: half the bytes, at least one item each side.
+        let total: usize = items.iter().map(|i| i.len() + 12).sum();
+        let mut acc = 0;
+        let mut split = 1;
+        for (i, it) in items.iter().enumerate() {
+            acc += it.len() + 12;
+            if acc >= total / 2 {
+                split = (i + 1).clamp(1, items.len() - 1);
+                break;
+            }
+        }
+        let right_items = items.split_off(split);
+        let sep = item_key(&right_items[0], lvl).to_vec();
+        let new_block = self.pool.relfiles.allocate_block(self.relfile)?;
+        let rid = self.pid(new_block);
+        let rpin = self.pool.new_page(rid)?;
+        let mut rw = rpin.write();
+        init_node(&mut rw, rid, lvl, old_right);
+        if let Some(h) = &old_high {
+            page::add_item(&mut rw, h, Placement::Append { reuse_unused: false }).expect("empty page");
+        }
+        for it in &right_items {
+            page::add_item(&mut rw, it, Placement::Append { reuse_unused: false }).ok_or_else(|| split_overflow(&self.name))?;
+        }
+        let lid = w.id();
+        let keep_lsn = page::lsn(&w);
+        init_node(&mut w, lid, lvl, new_block);
+        debug_assert_eq!(page::lsn(&w), keep_lsn);
+        // The left page's high key is the separator (for leaves a full key + tid).
+        let high = if lvl == 0 { right_items[0].clone() } else { downlink(&sep, 0) };
+        page::add_item(&mut w, &high, Placement::Append { reuse_unused: false }).expect("empty page");
+        for it in &items {
+            page::add_item(&mut w, it, Placement::Append { reuse_unused: false }).ok_or_else(|| split_overflow(&self.name))?;
+        }
+        let mut rec = WalRecord::new(Rmgr::Btree, INFO_SPLIT, xid);
+        rec.block(lid, true, page_bytes(&w));
+        rec.block(rid, true, page_bytes(&rw));
+        self.pool.log_change(&rec, &mut [&mut w, &mut rw]);
+
+        let (root, root_level) = self.root()?;
+        if root == lid.block.0 {
+            // Grow a new root while still holding both halves, so nobody can split the
+            // right half and look for a parent that does not exist yet.
+            let nb = self.pool.relfiles.allocate_block(self.relfile)?;
+            let nid = self.pid(nb);
+            let npin = self.pool.new_page(nid)?;
+            let mpin = self.pool.read_page(self.pid(META_BLOCK))?;
+            let mut mw = mpin.write();
+            let mut nw = npin.write();
+            init_node(&mut nw, nid, root_level + 1, NO_BLOCK);
+            page::add_item(&mut nw, &downlink(&[], lid.block.0), Placement::Append { reuse_unused: false }).expect("room");
+            page::add_item(&mut nw, &downlink(&sep, new_block), Placement::Append { reuse_unused: false }).expect("room");
+            let meta_id = mw.id();
+            let keep = page::lsn(&mw);
+            init_meta(&mut mw, meta_id, nb, root_level + 1);
+            debug_assert_eq!(page::lsn(&mw), keep);
+            let mut rec = WalRecord::new(Rmgr::Btree, INFO_NEW_ROOT, xid);
+            rec.block(nid, true, page_bytes(&nw));
+            rec.block(meta_id, true, page_bytes(&mw));
+            self.pool.log_change(&rec, &mut [&mut nw, &mut mw]);
+            return Ok(());
+        }
+        drop(rw);
+        drop(w);
+        // Lehman–Yao: until the downlink exists, searches reach the new page through the
+        // left page's right-link.
+        self.insert_at_level(&downlink(&sep, new_block), lvl + 1, xid)
+    }
+
+    /// Entries with `lo <= key <= hi` (key without the tid), in key order.
+    pub fn range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Result<Vec<(Vec<u8>, Tid)>> {
+        let start: &[u8] = match lo {
+            Bound::Included(k) | Bound::Excluded(k) => k,
+            Bound::Unbounded => &[],
+        };
+        let mut block = self.descend(start, 0)?;
+        let mut out = Vec::new();
+        loop {
+            let pin = self.pool.read_page(self.pid(block))?;
+            let r = pin.read();
+            let first = first_data(&r);
+            let mut off = page::lower_bound(&r, first, |it| item_key(it, 0).cmp(start));
+            while off <= page::item_count(&r) {
+                let it = page::item(&r, off);
+                off += 1;
+                let Some((k, t)) = split_tid_suffix(it) else { continue };
+                let after_lo = match lo {
+                    Bound::Included(l) => k >= l,
+                    Bound::Excluded(l) => k > l,
+                    Bound::Unbounded => true,
+                };
+                if !after_lo {
+                    continue;
+                }
+                let before_hi = match hi {
+                    Bound::Included(h) => k <= h,
+                    Bound::Excluded(h) => k < h,
+                    Bound::Unbounded => true,
+                };
+                if !before_hi {
+                    return Ok(out);
+                }
+                out.push((k.to_vec(), t));
+            }
+            if is_rightmost(&r) {
+                return Ok(out);
+            }
+            block = right_link(&r);
+        }
+    }
+
+    pub fn lookup(&self, key: &[u8]) -> Result<Vec<Tid>> {
+        Ok(self.range(Bound::Included(key), Bound::Included(key))?.into_iter().map(|(_, t)| t).collect())
+    }
+
+    /// Vacuum: removes every leaf entry whose tid is in `dead`.
+    pub fn delete_tids(&self, dead: &HashSet<Tid>, xid: Xid) -> Result<usize> {
+        let mut block = self.descend(&[], 0)?;
+        let mut removed = 0;
+        loop {
+            let pin = self.pool.read_page(self.pid(block))?;
+            let mut w = pin.write();
+            let first = first_data(&w);
+            let offs: Vec<u16> = (first..=page::item_count(&w))
+                .rev()
+                .filter(|&o| split_tid_suffix(page::item(&w, o)).is_some_and(|(_, t)| dead.contains(&t)))
+                .collect();
+            if !offs.is_empty() {
+                for &o in &offs {
+                    page::remove_item_shift(&mut w, o);
+                }
+                page::compact(&mut w);
+                let d: Vec<u8> = offs.iter().flat_map(|o| o.to_le_bytes()).collect();
+                let mut rec = WalRecord::new(Rmgr::Btree, INFO_DELETE, xid);
+                rec.block(w.id(), false, d);
+                self.pool.log_change(&rec, &mut [&mut w]);
+                removed += offs.len();
+            }
+            if is_rightmost(&w) {
+                return Ok(removed);
+            }
+            block = right_link(&w);
+        }
+    }
+
+    /// Builds the tree bottom-up from entries sorted by (key, tid) into an empty tree.
+    pub fn bulk_build(&self, sorted: &[(Vec<u8>, Tid)], xid: Xid) -> Result<()> {
+        let mut items: Vec<Vec<u8>> = Vec::with_capacity(sorted.len());
+        for (i, (k, t)) in sorted.iter().enumerate() {
+            if k.len() > BTREE_KEY_BYTES_MAX {
+                return Err(Error::InvalidInput(format!("index row size {} exceeds btree maximum", k.len())));
+            }
+            if self.unique && i > 0 && sorted[i - 1].0 == *k {
+                return Err(Error::UniqueViolation { index: self.name.clone(), detail: "Key already exists.".into() });
+            }
+            let mut it = k.clone();
+            encode_tid_suffix(*t, &mut it);
+            if let Some(prev) = items.last() {
+                assert!(prev < &it, "bulk build input must be sorted and distinct");
+            }
+            items.push(it);
+        }
+        let mut lvl = 0u16;
+        loop {
+            let groups = group_items(&items);
+            let blocks: Vec<u32> =
+                (0..groups.len()).map(|_| self.pool.relfiles.allocate_block(self.relfile)).collect::<Result<_>>()?;
+            let mut uplinks = Vec::with_capacity(groups.len());
+            for (g, range) in groups.iter().enumerate() {
+                let id = self.pid(blocks[g]);
+                let right = blocks.get(g + 1).copied().unwrap_or(NO_BLOCK);
+                let pin = self.pool.new_page(id)?;
+                let mut w = pin.write();
+                init_node(&mut w, id, lvl, right);
+                if let Some(next) = groups.get(g + 1) {
+                    let first_next = &items[next.start];
+                    let hk = if lvl == 0 { first_next.clone() } else { downlink(item_key(first_next, lvl), 0) };
+                    page::add_item(&mut w, &hk, Placement::Append { reuse_unused: false }).expect("room");
+                }
+                for (j, it) in items[range.clone()].iter().enumerate() {
+                    // The leftmost internal page starts with minus infinity.
+                    let it = if lvl > 0 && g == 0 && j == 0 { downlink(&[], child_of(it)) } else { it.clone() };
+                    page::add_item(&mut w, &it, Placement::Append { reuse_unused: false }).expect("grouped to fit");
+                }
+                let mut rec = WalRecord::new(Rmgr::Btree, INFO_PAGE_IMAGE, xid);
+                rec.block(id, true, page_bytes(&w));
+                self.pool.log_change(&rec, &mut [&mut w]);
+                uplinks.push(downlink(item_key(&items[range.start], lvl), blocks[g]));
+            }
+            if blocks.len() == 1 {
+                let mpin = self.pool.read_page(self.pid(META_BLOCK))?;
+                let mut mw = mpin.write();
+                let mid = mw.id();
+                init_meta(&mut mw, mid, blocks[0], lvl);
+                let mut rec = WalRecord::new(Rmgr::Btree, INFO_PAGE_IMAGE, xid);
+                rec.block(mid, true, page_bytes(&mw));
+                self.pool.log_change(&rec, &mut [&mut mw]);
+                return Ok(());
+            }
+            items = uplinks;
+            lvl += 1;
+        }
+    }
+
+    /// The tree's height (levels above the leaves), for tests and statistics.
+    pub fn root_level(&self) -> Result<u16> {
+        Ok(self.root()?.1)
+    }
+}
+
+fn split_overflow(name: &str) -> Error {
+    Error::InvalidInput(format!("btree split of index \"{name}\" could not place an item"))
+}
+
+/// Groups items into pages filled to about 90% (always at least one item a page).
+fn group_items(items: &[Vec<u8>]) -> Vec<std::ops::Range<usize>> {
+    // Room is left for the high key, which is the next group's first item.
+    let usable = BULK_FILL - page::HEADER_SIZE - NODE_SPECIAL;
+    let mut groups = Vec::new();
+    let mut start = 0;
+    let mut acc = 0;
+    for (i, it) in items.iter().enumerate() {
+        let sz = ((it.len() + 7) & !7) + 4;
+        if acc + 2 * sz > usable && i > start {
+            groups.push(start..i);
+            start = i;
+            acc = 0;
+        }
+        acc += sz;
+    }
+    groups.push(start..items.len());
+    groups
+}
+
+/// Page-level redo for one block of a B-tree record. Never panics on bad data.
+pub fn redo_block(info: u8, block_index: usize, data: &[u8], _main: &[u8], p: &mut [u8], id: PageId) -> std::result::Result<(), String> {
+    match info {
+        INFO_SPLIT | INFO_NEW_ROOT | INFO_PAGE_IMAGE => {
+            if data.len() != PAGE_SIZE {
+                return Err(format!("btree page image of {} bytes", data.len()));
+            }
+            if block_index > 1 {
+                return Err("btree image record with too many blocks".into());
+            }
+            let lsn_now = page::lsn(p);
+            p.copy_from_slice(data);
+            // Keep the LSN monotonic; recovery stamps the record's LSN next.
+            p[..8].copy_from_slice(&lsn_now.0.to_le_bytes());
+            if page::page_id(p) != id {
+                return Err(format!("btree image for {} claims {}", id, page::page_id(p)));
+            }
+            Ok(())
+        }
+        INFO_INSERT => {
+            if page::kind(p) != Some(PageKind::BtreeNode) || data.len() < 3 {
+                return Err("btree insert onto a non-btree page or short data".into());
+            }
+            let pos = u16::from_le_bytes([data[0], data[1]]);
+            if pos == 0 || pos > page::item_count(p) + 1 {
+                return Err(format!("btree insert position {pos} out of range"));
+            }
+            page::add_item(p, &data[2..], Placement::Insert(pos)).map(|_| ()).ok_or_else(|| "no room for btree redo insert".into())
+        }
+        INFO_DELETE => {
+            if page::kind(p) != Some(PageKind::BtreeNode) || data.len() % 2 != 0 {
+                return Err("bad btree delete".into());
+            }
+            for c in data.chunks(2) {
+                let o = u16::from_le_bytes([c[0], c[1]]);
+                if o == 0 || o > page::item_count(p) {
+                    return Err(format!("btree delete offset {o} out of range"));
+                }
+                page::remove_item_shift(p, o);
+            }
+            page::compact(p);
+            Ok(())
+        }
+        _ => Err(format!("unknown btree record info {info}")),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,489 @@
+//! SQL values (`Datum`), the row encoding stored in heap tuples, and the memcomparable
+//! key encoding the B-tree compares with `memcmp`.
+//!
+//! Row layout (all integers little-endian):
+//! ```text
+//! u16 column count | null bitmap (ceil(n/8) bytes, bit set = NULL) | values...
+//! fixed: bool 1, int2 2, int4 4, int8 8, float8 8, timestamp(tz) 8, date 4
+//! text / numeric: u32 length + UTF-8 bytes
+//! ```
+//! Key layout, per column: tag `0x01` (value) or `0x02` (NULL, so NULLs sort last), then
+//! an order-preserving body: integers big-endian with the sign bit flipped, float8 with
+//! the IEEE total-order transform, text with `0x00` escaped as `0x00 0xFF` and ended by
+//! `0x00 0x01`, numeric as sign + exponent + digits.
+
+use std::cmp::Ordering;
+
+use walrus_base::Tid;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TypeId {
+    Bool,
+    Int2,
+    Int4,
+    Int8,
+    Float8,
+    Numeric,
+    Text,
+    Timestamp,
+    TimestampTz,
+    Date,
+}
+
+impl TypeId {
+    pub fn pg_oid(self) -> u32 {
+        match self {
+            TypeId::Bool => 16,
+            TypeId::Int2 => 21,
+            TypeId::Int4 => 23,
+            TypeId::Int8 => 20,
+            TypeId::Float8 => 701,
+            TypeId::Numeric => 1700,
+            TypeId::Text => 25,
+            TypeId::Timestamp => 1114,
+            TypeId::TimestampTz => 1184,
+            TypeId::Date => 1082,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            TypeId::Bool => "boolean",
+            TypeId::Int2 => "smallint",
+            TypeId::Int4 => "integer",
+            TypeId::Int8 => "bigint",
+            TypeId::Float8 => "double precision",
+            TypeId::Numeric => "numeric",
+            TypeId::Text => "text",
+            TypeId::Timestamp => "timestamp without time zone",
+            TypeId::TimestampTz => "timestamp with time zone",
+            TypeId::Date => "date",
+        }
+    }
+    pub fn to_u8(self) -> u8 {
+        self as u8
+    }
+    pub fn from_u8(v: u8) -> Option<TypeId> {
+        use TypeId::*;
+        [Bool, Int2, Int4, Int8, Float8, Numeric, Text, Timestamp, TimestampTz, Date].get(v as usize).copied()
+    }
+    fn fixed_width(self) -> Option<usize> {
+        match self {
+            TypeId::Bool => Some(1),
+            TypeId::Int2 => Some(2),
+            TypeId::Int4 | TypeId::Date => Some(4),
+            TypeId::Int8 | TypeId::Float8 | TypeId::Timestamp | TypeId::TimestampTz => Some(8),
+            TypeId::Numeric | TypeId::Text => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Datum {
+    Null,
+    Bool(bool),
+    Int2(i16),
+    Int4(i32),
+    Int8(i64),
+    Float8(f64),
+    /// Canonical decimal text for now.
+    Numeric(String),
+    Text(String),
+    /// Microseconds since 2000-01-01, as PostgreSQL.
+    Timestamp(i64),
+    TimestampTz(i64),
+    /// Days since 2000-01-01.
+    Date(i32),
+}
+
+impl Datum {
+    pub fn type_id(&self) -> Option<TypeId> {
+        Some(match self {
+            Datum::Null => return None,
+            Datum::Bool(_) => TypeId::Bool,
+            Datum::Int2(_) => TypeId::Int2,
+            Datum::Int4(_) => TypeId::Int4,
+            Datum::Int8(_) => TypeId::Int8,
+            Datum::Float8(_) => TypeId::Float8,
+            Datum::Numeric(_) => TypeId::Numeric,
+            Datum::Text(_) => TypeId::Text,
+            Datum::Timestamp(_) => TypeId::Timestamp,
+            Datum::TimestampTz(_) => TypeId::TimestampTz,
+            Datum::Date(_) => TypeId::Date,
+        })
+    }
+    pub fn is_null(&self) -> bool {
+        matches!(self, Datum::Null)
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum DatumError {
+    #[error("row data is truncated")]
+    Truncated,
+    #[error("row has {found} columns, table has {expected}")]
+    ColumnCount { found: usize, expected: usize },
+    #[error("invalid UTF-8 in a text value")]
+    BadUtf8,
+    #[error("invalid key encoding: {0}")]
+    BadKey(&'static str),
+}
+
+pub fn encode_row(values: &[Datum], out: &mut Vec<u8>) {
+    assert!(values.len() <= u16::MAX as usize);
+    out.extend_from_slice(&(values.len() as u16).to_le_bytes());
+    let bitmap_at = out.len();
+    out.resize(bitmap_at + values.len().div_ceil(8), 0);
+    for (i, v) in values.iter().enumerate() {
+        match v {
+            Datum::Null => out[bitmap_at + i / 8] |= 1 << (i % 8),
+            Datum::Bool(b) => out.push(*b as u8),
+            Datum::Int2(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Datum::Int4(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Datum::Date(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Datum::Int8(x) | Datum::Timestamp(x) | Datum::TimestampTz(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Datum::Float8(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Datum::Numeric(s) | Datum::Text(s) => {
+                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+        }
+    }
+}
+
+fn take<'a>(b: &'a [u8], at: &mut usize, n: usize) -> Result<&'a [u8], DatumError> {
+    let s = b.get(*at..at.checked_add(n).ok_or(DatumError::Truncated)?).ok_or(DatumError::Truncated)?;
+    *at += n;
+    Ok(s)
+}
+
+fn decode_value(b: &[u8], at: &mut usize, ty: TypeId) -> Result<Datum, DatumError> {
+    Ok(match ty {
+        TypeId::Bool => Datum::Bool(take(b, at, 1)?[0] != 0),
+        TypeId::Int2 => Datum::Int2(i16::from_le_bytes(take(b, at, 2)?.try_into().map_err(|_| DatumError::Truncated)?)),
+        TypeId::Int4 => Datum::Int4(i32::from_le_bytes(take(b, at, 4)?.try_into().map_err(|_| DatumError::Truncated)?)),
+        TypeId::Date => Datum::Date(i32::from_le_bytes(take(b, at, 4)?.try_into().map_err(|_| DatumError::Truncated)?)),
+        TypeId::Int8 => Datum::Int8(i64::from_le_bytes(take(b, at, 8)?.try_into().map_err(|_| DatumError::Truncated)?)),
+        TypeId::Timestamp => Datum::Timestamp(i64::from_le_bytes(take(b, at, 8)?.try_into().map_err(|_| DatumError::Truncated)?)),
+        TypeId::TimestampTz => Datum::TimestampTz(i64::from_le_bytes(take(b, at, 8)?.try_into().map_err(|_| DatumError::Truncated)?)),
+        TypeId::Float8 => Datum::Float8(f64::from_le_bytes(take(b, at, 8)?.try_into().map_err(|_| DatumError::Truncated)?)),
+        TypeId::Numeric | TypeId::Text => {
+            let len = u32::from_le_bytes(take(b, at, 4)?.try_into().map_err(|_| DatumError::Truncated)?) as usize;
+            let s = std::str::from_utf8(take(b, at, len)?).map_err(|_| DatumError::BadUtf8)?.to_string();
+            if ty == TypeId::Text {
+                Datum::Text(s)
+            } else {
+                Datum::Numeric(s)
+            }
+        }
+    })
+}
+
+/// Decodes a row stored for a table whose columns have `types`. Rows stored with fewer
+/// columns (columns added later) read the missing ones as NULL.
+pub fn decode_row(bytes: &[u8], types: &[TypeId]) -> Result<Vec<Datum>, DatumError> {
+    let mut at = 0;
+    let n = u16::from_le_bytes(take(bytes, &mut at, 2)?.try_into().map_err(|_| DatumError::Truncated)?) as usize;
+    if n > types.len() {
+        return Err(DatumError::ColumnCount { found: n, expected: types.len() });
+    }
+    let bitmap = take(bytes, &mut at, n.div_ceil(8))?;
+    let mut out = Vec::with_capacity(types.len());
+    for (i, ty) in types.iter().enumerate() {
+        if i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0 {
+            out.push(Datum::Null);
+        } else {
+            out.push(decode_value(bytes, &mut at, *ty)?);
+        }
+    }
+    if at != bytes.len() {
+        return Err(DatumError::Truncated);
+    }
+    Ok(out)
+}
+
+/// Decodes only column `index`, skipping the ones before it.
+pub fn decode_column(bytes: &[u8], types: &[TypeId], index: usize) -> Result<Datum, DatumError> {
+    let mut at = 0;
+    let n = u16::from_le_bytes(take(bytes, &mut at, 2)?.try_into().map_err(|_| DatumError::Truncated)?) as usize;
+    if n > types.len() {
+        return Err(DatumError::ColumnCount { found: n, expected: types.len() });
+    }
+    let bitmap = take(bytes, &mut at, n.div_ceil(8))?;
+    let is_null = |i: usize| i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0;
+    for (i, ty) in types.iter().enumerate().take(index) {
+        if is_null(i) {
+            continue;
+        }
+        match ty.fixed_width() {
+            Some(w) => {
+                take(bytes, &mut at, w)?;
+            }
+            None => {
+                let len = u32::from_le_bytes(take(bytes, &mut at, 4)?.try_into().map_err(|_| DatumError::Truncated)?) as usize;
+                take(bytes, &mut at, len)?;
+            }
+        }
+    }
+    let ty = *types.get(index).ok_or(DatumError::ColumnCount { found: index + 1, expected: types.len() })?;
+    if is_null(index) {
+        return Ok(Datum::Null);
+    }
+    decode_value(bytes, &mut at, ty)
+}
+
+// ---- keys --------------------------------------------------------------------------
+
+fn float_key(x: f64) -> u64 {
+    let x = if x == 0.0 { 0.0 } else if x.is_nan() { f64::NAN } else { x };
+    let bits = x.to_bits();
+    if x.is_nan() {
+        return u64::MAX;
+    }
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    }
+}
+
+/// Parses decimal text into (negative, exponent, significant digits without leading or
+/// trailing zeros); value = 0.d1d2d3… × 10^exponent.
+fn parse_decimal(s: &str) -> Option<(bool, i32, Vec<u8>)> {
+    let s = s.trim();
+    let (neg, body) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (int, frac) = body.split_once('.').unwrap_or((body, ""));
+    if int.is_empty() && frac.is_empty() || !int.bytes().chain(frac.bytes()).all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let digits: Vec<u8> = int.bytes().chain(frac.bytes()).map(|c| c - b'0').collect();
+    let first = digits.iter().position(|&d| d != 0);
+    let Some(first) = first else { return Some((false, 0, Vec::new())) };
+    let last = digits.iter().rposition(|&d| d != 0).unwrap_or(first);
+    let exponent = int.len() as i32 - first as i32;
+    Some((neg, exponent, digits[first..=last].to_vec()))
+}
+
+fn encode_numeric(s: &str, out: &mut Vec<u8>) {
+    match parse_decimal(s) {
+        None => {
+            // Not a number (NaN in PostgreSQL sorts above all numbers).
+            out.push(0x04);
+        }
+        Some((_, _, d)) if d.is_empty() => out.push(0x02),
+        Some((neg, exp, digits)) => {
+            // 0x01 negative < 0x02 zero < 0x03 positive; negatives invert the rest.
+            let mut body = Vec::with_capacity(digits.len() + 6);
+            body.extend_from_slice(&((exp as i64 + (1 << 31)) as u32).to_be_bytes());
+            body.extend(digits.iter().map(|d| d + 1));
+            body.push(0); // terminator: shorter digit strings sort first
+            if neg {
+                out.push(0x01);
+                out.extend(body.iter().map(|b| !b));
+            } else {
+                out.push(0x03);
+                out.extend(body);
+            }
+        }
+    }
+}
+
+/// Appends the memcomparable encoding of `values` (byte order = SQL order, NULLS LAST).
+pub fn encode_key(values: &[Datum], out: &mut Vec<u8>) {
+    for v in values {
+        if v.is_null() {
+            out.push(0x02);
+            continue;
+        }
+        out.push(0x01);
+        match v {
+            Datum::Null => {}
+            Datum::Bool(b) => out.push(*b as u8),
+            Datum::Int2(x) => out.extend_from_slice(&((*x as u16) ^ 0x8000).to_be_bytes()),
+            Datum::Int4(x) | Datum::Date(x) => out.extend_from_slice(&((*x as u32) ^ 0x8000_0000).to_be_bytes()),
+            Datum::Int8(x) | Datum::Timestamp(x) | Datum::TimestampTz(x) => {
+                out.extend_from_slice(&((*x as u64) ^ (1 << 63)).to_be_bytes())
+            }
+            Datum::Float8(x) => out.extend_from_slice(&float_key(*x).to_be_bytes()),
+            Datum::Text(s) => {
+                for &b in s.as_bytes() {
+                    out.push(b);
+                    if b == 0 {
+                        out.push(0xFF);
+                    }
+                }
+                out.extend_from_slice(&[0x00, 0x01]);
+            }
+            Datum::Numeric(s) => encode_numeric(s, out),
+        }
+    }
+}
+
+pub fn encode_tid_suffix(tid: Tid, out: &mut Vec<u8>) {
+    out.extend_from_slice(&tid.block.to_be_bytes());
+    out.extend_from_slice(&tid.offset.to_be_bytes());
+}
+
+pub fn split_tid_suffix(key: &[u8]) -> Option<(&[u8], Tid)> {
+    let n = key.len().checked_sub(6)?;
+    let (k, t) = key.split_at(n);
+    Some((k, Tid::new(u32::from_be_bytes(t[0..4].try_into().ok()?), u16::from_be_bytes([t[4], t[5]]))))
+}
+
+/// SQL comparison of two values (NULLS LAST; integers of different widths compare by
+/// value; numeric by value).
+pub fn compare_datums(a: &Datum, b: &Datum) -> Ordering {
+    use Datum::*;
+    let as_i64 = |d: &Datum| match d {
+        Int2(x) => Some(*x as i64),
+        Int4(x) => Some(*x as i64),
+        Int8(x) => Some(*x),
+        _ => None,
+    };
+    match (a, b) {
+        (Null, Null) => Ordering::Equal,
+        (Null, _) => Ordering::Greater,
+        (_, Null) => Ordering::Less,
+        _ if as_i64(a).is_some() && as_i64(b).is_some() => as_i64(a).cmp(&as_i64(b)),
+        (Float8(x), Float8(y)) => float_key(*x).cmp(&float_key(*y)),
+        (Text(x), Text(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Bool(x), Bool(y)) => x.cmp(y),
+        (Timestamp(x), Timestamp(y)) | (TimestampTz(x), TimestampTz(y)) => x.cmp(y),
+        (Date(x), Date(y)) => x.cmp(y),
+        (Numeric(_), Numeric(_)) => {
+            let (mut ka, mut kb) = (Vec::new(), Vec::new());
+            encode_key(std::slice::from_ref(a), &mut ka);
+            encode_key(std::slice::from_ref(b), &mut kb);
+            ka.cmp(&kb)
+        }
+        _ => format!("{a:?}").cmp(&format!("{b:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_datum(ty: TypeId) -> BoxedStrategy<Datum> {
+        let v = match ty {
+            TypeId::Bool => any::<bool>().prop_map(Datum::Bool).boxed(),
+            TypeId::Int2 => any::<i16>().prop_map(Datum::Int2).boxed(),
+            TypeId::Int4 => any::<i32>().prop_map(Datum::Int4).boxed(),
+            TypeId::Int8 => any::<i64>().prop_map(Datum::Int8).boxed(),
+            TypeId::Float8 => prop_oneof![any::<f64>(), Just(-0.0), Just(0.0), Just(f64::INFINITY), Just(f64::NEG_INFINITY)]
+                .prop_map(Datum::Float8)
+                .boxed(),
+            TypeId::Numeric => (any::<bool>(), 0u32..100000, 0u32..1000)
+                .prop_map(|(n, i, f)| Datum::Numeric(format!("{}{}.{:03}", if n { "-" } else { "" }, i, f)))
+                .boxed(),
+            TypeId::Text => "[a\\x00b\\xffé]{0,6}".prop_map(Datum::Text).boxed(),
+            TypeId::Timestamp => any::<i64>().prop_map(Datum::Timestamp).boxed(),
+            TypeId::TimestampTz => any::<i64>().prop_map(Datum::TimestampTz).boxed(),
+            TypeId::Date => any::<i32>().prop_map(Datum::Date).boxed(),
+        };
+        prop_oneof![1 => Just(Datum::Null), 8 => v].boxed()
+    }
+
+    fn arb_type() -> impl Strategy<Value = TypeId> {
+        (0u8..10).prop_map(|v| TypeId::from_u8(v).expect("valid"))
+    }
+
+    fn arb_rows() -> impl Strategy<Value = (Vec<TypeId>, Vec<Datum>, Vec<Datum>)> {
+        proptest::collection::vec(arb_type(), 1..4).prop_flat_map(|types| {
+            let a: Vec<_> = types.iter().map(|t| arb_datum(*t)).collect();
+            let b: Vec<_> = types.iter().map(|t| arb_datum(*t)).collect();
+            (Just(types), a, b)
+        })
+    }
+
+    fn same(a: &Datum, b: &Datum) -> bool {
+        match (a, b) {
+            (Datum::Float8(x), Datum::Float8(y)) => x.to_bits() == y.to_bits(),
+            _ => a == b,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn row_roundtrip((types, a, _b) in arb_rows()) {
+            let mut buf = Vec::new();
+            encode_row(&a, &mut buf);
+            let d = decode_row(&buf, &types).unwrap();
+            for (x, y) in d.iter().zip(&a) {
+                prop_assert!(same(x, y), "{x:?} vs {y:?}");
+            }
+            for i in 0..types.len() {
+                prop_assert!(same(&decode_column(&buf, &types, i).unwrap(), &a[i]));
+            }
+        }
+
+        #[test]
+        fn key_order_matches_sql_order((_types, a, b) in arb_rows()) {
+            let (mut ka, mut kb) = (Vec::new(), Vec::new());
+            encode_key(&a, &mut ka);
+            encode_key(&b, &mut kb);
+            let sql = a.iter().zip(&b).map(|(x, y)| compare_datums(x, y)).find(|o| o.is_ne()).unwrap_or(Ordering::Equal);
+            let numeric_text_equal = a.iter().zip(&b).all(|(x, y)| compare_datums(x, y).is_eq());
+            if numeric_text_equal {
+                prop_assert_eq!(ka.cmp(&kb), Ordering::Equal);
+            } else {
+                prop_assert_eq!(ka.cmp(&kb), sql, "{:?} vs {:?}", a, b);
+            }
+        }
+
+        #[test]
+        fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64), types in proptest::collection::vec(arb_type(), 0..5)) {
+            let _ = decode_row(&bytes, &types);
+            if !types.is_empty() {
+                let _ = decode_column(&bytes, &types, types.len() - 1);
+            }
+        }
+    }
+
+    #[test]
+    fn numeric_keys_order_by_value() {
+        let vals = ["-10", "-1.5", "-0.25", "0", "0.001", "1.5", "1.50", "9.99", "10", "100.000"];
+        let keys: Vec<Vec<u8>> = vals
+            .iter()
+            .map(|v| {
+                let mut k = Vec::new();
+                encode_key(&[Datum::Numeric(v.to_string())], &mut k);
+                k
+            })
+            .collect();
+        for w in keys.windows(2) {
+            assert!(w[0] <= w[1]);
+        }
+        assert_eq!(keys[5], keys[6], "1.5 = 1.50");
+        assert!(keys[8] == keys[9] || keys[8] < keys[9]);
+        let mut a = Vec::new();
+        encode_key(&[Datum::Numeric("10".into())], &mut a);
+        let mut b = Vec::new();
+        encode_key(&[Datum::Numeric("100.000".into())], &mut b);
+        assert!(a < b);
+    }
+
+    #[test]
+    fn text_prefix_sorts_first_and_nulls_last() {
+        let k = |d: Datum| {
+            let mut v = Vec::new();
+            encode_key(&[d], &mut v);
+            v
+        };
+        assert!(k(Datum::Text("ab".into())) < k(Datum::Text("ab\0".into())));
+        assert!(k(Datum::Text("ab\0".into())) < k(Datum::Text("abc".into())));
+        assert!(k(Datum::Int4(i32::MAX)) < k(Datum::Null));
+        assert!(k(Datum::Int4(-1)) < k(Datum::Int4(0)));
+        let (kk, t) = {
+            let mut v = k(Datum::Int8(5));
+            encode_tid_suffix(Tid::new(7, 3), &mut v);
+            let (a, t) = split_tid_suffix(&v).unwrap();
+            (a.to_vec(), t)
+        };
+        assert_eq!(kk, k(Datum::Int8(5)));
+        assert_eq!(t, Tid::new(7, 3));
+    }
+}

@@ -1,0 +1,673 @@
+#![doc = include_str!("README.md")]
+
+pub mod tuple;
+
+use std::collections::BTreeSet;
+
+use parking_lot::Mutex;
+use walrus_base::limits::HEAP_TUPLE_BYTES_MAX;
+use walrus_base::{PageId, RelFileId, Tid, Xid, PAGE_SIZE};
+
+use crate::buffer::{BufferPool, PageWrite};
+use crate::error::{Error, Result};
+use crate::storage::page::{self, LinePointer, LpState, PageKind, Placement};
+use crate::txn::TxnManager;
+use crate::wal::record::{Rmgr, WalRecord};
+use tuple::{TupleHeader, Viewer, TUPLE_HEADER_SIZE};
+
+pub const INFO_INSERT: u8 = 1;
+pub const INFO_UPDATE_SAME_PAGE: u8 = 2;
+pub const INFO_UPDATE_TWO_PAGES: u8 = 3;
+pub const INFO_DELETE: u8 = 4;
+pub const INFO_PRUNE: u8 = 5;
+pub const INFO_VACUUM: u8 = 6;
+
+/// Per-relation state kept in memory: where to insert next and which pages have room.
+pub struct HeapRel {
+    pub relfile: RelFileId,
+    pub fillfactor: u8,
+    last_block: Mutex<Option<u32>>,
+    /// Blocks known to have at least a fifth of a page free (filled by prune/vacuum).
+    fsm: Mutex<BTreeSet<u32>>,
+}
+
+impl HeapRel {
+    pub fn new(relfile: RelFileId, fillfactor: u8) -> HeapRel {
+        HeapRel { relfile, fillfactor: fillfactor.clamp(10, 100), last_block: Mutex::new(None), fsm: Mutex::new(BTreeSet::new()) }
+    }
+}
+
+/// Outcome of an update or delete attempt.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Modify {
+    /// Done; for an update, the new version's tid.
+    Done(Tid),
+    /// Another transaction holds the row (it set xmax and is still running): wait for it,
+    /// then retry.
+    WouldBlock(Xid),
+    /// A committed transaction changed the row after our snapshot: its newest version
+    /// (None if it was deleted). READ COMMITTED re-checks that version; REPEATABLE READ
+    /// fails with a serialization error.
+    Concurrent(Option<Tid>),
+    /// This transaction already changed the row (in this or an earlier command).
+    SelfModified,
+}
+
+pub struct Heap<'a> {
+    pub pool: &'a BufferPool,
+    pub txn: &'a TxnManager,
+    pub rel: &'a HeapRel,
+}
+
+fn old_side(off: u16, xmax: Xid, cmax: u32, ctid: Tid, set_flags: u16) -> Vec<u8> {
+    let mut d = Vec::with_capacity(22);
+    d.extend_from_slice(&off.to_le_bytes());
+    d.extend_from_slice(&xmax.0.to_le_bytes());
+    d.extend_from_slice(&cmax.to_le_bytes());
+    d.extend_from_slice(&ctid.block.to_le_bytes());
+    d.extend_from_slice(&ctid.offset.to_le_bytes());
+    d.extend_from_slice(&set_flags.to_le_bytes());
+    d
+}
+const OLD_SIDE_LEN: usize = 22;
+
+fn new_side(off: u16, tuple: &[u8]) -> Vec<u8> {
+    let mut d = Vec::with_capacity(2 + tuple.len());
+    d.extend_from_slice(&off.to_le_bytes());
+    d.extend_from_slice(tuple);
+    d
+}
+
+/// Applies an "old side" (xmax stamp) to a page. Shared by do and redo.
+fn apply_old_side(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
+    if d.len() < OLD_SIDE_LEN {
+        return Err("short heap old-side data".into());
+    }
+    let off = u16::from_le_bytes([d[0], d[1]]);
+    let xmax = Xid(u64::from_le_bytes(d[2..10].try_into().map_err(|_| "xmax")?));
+    let cmax = u32::from_le_bytes(d[10..14].try_into().map_err(|_| "cmax")?);
+    let ctid = Tid::new(u32::from_le_bytes(d[14..18].try_into().map_err(|_| "ctid")?), u16::from_le_bytes([d[18], d[19]]));
+    let set = u16::from_le_bytes([d[20], d[21]]);
+    let t = normal_item_mut(p, off)?;
+    let mut h = TupleHeader::read(t).ok_or("short tuple")?;
+    h.xmax = xmax;
+    h.cmax = cmax;
+    h.ctid = ctid;
+    h.infomask &= !(tuple::XMAX_COMMITTED | tuple::XMAX_INVALID | tuple::UPDATED | tuple::HOT_UPDATED);
+    h.infomask |= set;
+    h.write(t);
+    Ok(())
+}
+
+fn apply_new_side(p: &mut [u8], d: &[u8]) -> std::result::Result<u16, String> {
+    if d.len() < 2 + TUPLE_HEADER_SIZE {
+        return Err("short heap new-side data".into());
+    }
+    let off = u16::from_le_bytes([d[0], d[1]]);
+    if off == 0 || off > page::item_count(p) + 1 {
+        return Err(format!("heap insert at offset {off} beyond {} items", page::item_count(p)));
+    }
+    if off <= page::item_count(p) && page::line_pointer(p, off).state != LpState::Unused {
+        return Err(format!("heap insert at offset {off}, which is in use"));
+    }
+    if !page::fits(p, d.len() - 2) && page::free_space_after_compact(p) >= d.len() + 6 {
+        page::compact(p);
+    }
+    page::add_item(p, &d[2..], Placement::Exactly(off)).ok_or("no room for redo insert")?;
+    Ok(off)
+}
+
+fn normal_item_mut(p: &mut [u8], off: u16) -> std::result::Result<&mut [u8], String> {
+    if off == 0 || off > page::item_count(p) || page::line_pointer(p, off).state != LpState::Normal {
+        return Err(format!("no tuple at offset {off}"));
+    }
+    Ok(page::item_mut(p, off))
+}
+
+fn init_heap_page(p: &mut [u8], id: PageId) {
+    page::init(p, id, PageKind::Heap, 0);
+}
+
+impl<'a> Heap<'a> {
+    pub fn new(pool: &'a BufferPool, txn: &'a TxnManager, rel: &'a HeapRel) -> Heap<'a> {
+        Heap { pool, txn, rel }
+    }
+
+    fn page_id(&self, block: u32) -> PageId {
+        PageId::new(self.rel.relfile, block)
+    }
+
+    pub fn nblocks(&self) -> Result<u32> {
+        self.pool.relfiles.nblocks(self.rel.relfile)
+    }
+
+    /// Space that inserts must leave free on a page (fillfactor), for later HOT updates.
+    fn reserve_bytes(&self) -> usize {
+        PAGE_SIZE * (100 - self.rel.fillfactor as usize) / 100
+    }
+
+    /// Inserts a new row version; returns its tid.
+    pub fn insert(&self, xid: Xid, cid: u32, row: &[u8]) -> Result<Tid> {
+        let t = tuple::build(&TupleHeader::new(xid, cid, 0), row);
+        if t.len() > HEAP_TUPLE_BYTES_MAX {
+            return Err(Error::RowTooBig { size: t.len(), max: HEAP_TUPLE_BYTES_MAX });
+        }
+        self.insert_tuple(xid, &t, None)
+    }
+
+    /// Finds a page with room for `len` bytes (+ fillfactor reserve), other than
+    /// `avoid`; returns it latched, and whether it is new (needs WILL_INIT).
+    fn place(&self, len: usize, avoid: Option<u32>, body: impl FnOnce(&mut PageWrite<'_>, bool) -> Result<Tid>) -> Result<Tid> {
+        let need = len + 8 + self.reserve_bytes();
+        let mut candidates: Vec<u32> = Vec::new();
+        if let Some(b) = *self.rel.last_block.lock() {
+            candidates.push(b);
+        }
+        candidates.extend(self.rel.fsm.lock().iter().rev().take(4).copied());
+        for b in candidates {
+            if Some(b) == avoid {
+                continue;
+            }
+            let pin = self.pool.read_page(self.page_id(b))?;
+            let mut w = pin.write();
+            if page::is_new(&w) {
+                continue;
+            }
+            if page::free_space(&w) < need && page::free_space_after_compact(&w) >= need {
+                self.prune_latched(&mut w)?;
+            }
+            if page::free_space(&w) >= need {
+                return body(&mut w, false);
+            }
+            self.rel.fsm.lock().remove(&b);
+        }
+        let block = self.pool.relfiles.allocate_block(self.rel.relfile)?;
+        let pin = self.pool.new_page(self.page_id(block))?;
+        let mut w = pin.write();
+        init_heap_page(&mut w, self.page_id(block));
+        *self.rel.last_block.lock() = Some(block);
+        body(&mut w, true)
+    }
+
+    fn insert_tuple(&self, xid: Xid, t: &[u8], avoid: Option<u32>) -> Result<Tid> {
+        self.place(t.len(), avoid, |w, fresh| {
+            let off = page::add_item(w, t, Placement::Append { reuse_unused: true }).expect("space was checked");
+            let id = w.id();
+            let mut rec = WalRecord::new(Rmgr::Heap, INFO_INSERT, xid);
+            rec.block(id, fresh, new_side(off, t));
+            self.pool.log_change(&rec, &mut [w]);
+            Ok(Tid::new(id.block.0, off))
+        })
+    }
+
+    /// Copies out every tuple version on `block` visible to `v`.
+    pub fn scan_block(&self, block: u32, v: &Viewer<'_>, out: &mut Vec<(Tid, Vec<u8>)>) -> Result<()> {
+        let pin = self.pool.read_page(self.page_id(block))?;
+        let r = pin.read();
+        if page::is_new(&r) {
+            return Ok(());
+        }
+        for off in 1..=page::item_count(&r) {
+            if page::line_pointer(&r, off).state != LpState::Normal {
+                continue;
+            }
+            let t = page::item(&r, off);
+            let Some(h) = TupleHeader::read(t) else { continue };
+            if tuple::visible(&h, v, self.txn) {
+                out.push((Tid::new(block, off), t[TUPLE_HEADER_SIZE..].to_vec()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Index fetch: starting at the tid an index points to, follows redirects and the HOT
+    /// chain to the version visible to `v`.
+    pub fn fetch_visible(&self, root: Tid, v: &Viewer<'_>) -> Result<Option<(Tid, Vec<u8>)>> {
+        if root.block >= self.nblocks()? {
+            return Ok(None);
+        }
+        let pin = self.pool.read_page(self.page_id(root.block))?;
+        let r = pin.read();
+        if page::is_new(&r) {
+            return Ok(None);
+        }
+        let mut off = root.offset;
+        for _ in 0..=page::item_count(&r) {
+            if off == 0 || off > page::item_count(&r) {
+                return Ok(None);
+            }
+            let lp = page::line_pointer(&r, off);
+            match lp.state {
+                LpState::Redirect => {
+                    off = lp.off;
+                    continue;
+                }
+                LpState::Normal => {}
+                _ => return Ok(None),
+            }
+            let t = page::item(&r, off);
+            let Some(h) = TupleHeader::read(t) else { return Ok(None) };
+            if tuple::visible(&h, v, self.txn) {
+                return Ok(Some((Tid::new(root.block, off), t[TUPLE_HEADER_SIZE..].to_vec())));
+            }
+            if h.has(tuple::HOT_UPDATED) && h.ctid.block == root.block {
+                off = h.ctid.offset;
+            } else {
+                return Ok(None);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads a version regardless of visibility (for following update chains).
+    pub fn read_version(&self, tid: Tid) -> Result<Option<(TupleHeader, Vec<u8>)>> {
+        if tid.block >= self.nblocks()? {
+            return Ok(None);
+        }
+        let pin = self.pool.read_page(self.page_id(tid.block))?;
+        let r = pin.read();
+        if page::is_new(&r) || tid.offset == 0 || tid.offset > page::item_count(&r) {
+            return Ok(None);
+        }
+        let mut off = tid.offset;
+        if page::line_pointer(&r, off).state == LpState::Redirect {
+            off = page::line_pointer(&r, off).off;
+        }
+        if page::line_pointer(&r, off).state != LpState::Normal {
+            return Ok(None);
+        }
+        let t = page::item(&r, off);
+        Ok(TupleHeader::read(t).map(|h| (h, t[TUPLE_HEADER_SIZE..].to_vec())))
+    }
+
+    /// Checks whether the version at `off` may be changed by `xid`.
+    fn check_modifiable(&self, h: &TupleHeader, xid: Xid) -> Option<Modify> {
+        if !h.xmax.is_valid() || h.has(tuple::XMAX_INVALID) {
+            return None;
+        }
+        if h.xmax == xid {
+            return Some(Modify::SelfModified);
+        }
+        match self.txn.status(h.xmax) {
+            crate::txn::clog::XidStatus::Aborted => None,
+            crate::txn::clog::XidStatus::Committed => {
+                Some(Modify::Concurrent(h.has(tuple::UPDATED).then_some(h.ctid)))
+            }
+            _ => Some(Modify::WouldBlock(h.xmax)),
+        }
+    }
+
+    /// Deletes the version at `tid` (stamps xmax).
+    pub fn delete(&self, tid: Tid, xid: Xid, cid: u32) -> Result<Modify> {
+        let pin = self.pool.read_page(self.page_id(tid.block))?;
+        let mut w = pin.write();
+        let off = resolve_offset(&w, tid.offset).ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
+        let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
+        if let Some(m) = self.check_modifiable(&h, xid) {
+            return Ok(m);
+        }
+        let d = old_side(off, xid, cid, Tid::INVALID, 0);
+        apply_old_side(&mut w, &d).map_err(Error::InvalidInput)?;
+        let mut rec = WalRecord::new(Rmgr::Heap, INFO_DELETE, xid);
+        rec.block(w.id(), false, d);
+        self.pool.log_change(&rec, &mut [&mut w]);
+        Ok(Modify::Done(Tid::new(tid.block, off)))
+    }
+
+    /// Updates the version at `tid` to `row`. `hot_ok` = no indexed column changed, so
+    /// the new version may be heap-only on the same page (HOT).
+    pub fn update(&self, tid: Tid, xid: Xid, cid: u32, row: &[u8], hot_ok: bool) -> Result<(Modify, bool)> {
+        let mut newh = TupleHeader::new(xid, cid, 0);
+        let probe = tuple::build(&newh, row);
+        if probe.len() > HEAP_TUPLE_BYTES_MAX {
+            return Err(Error::RowTooBig { size: probe.len(), max: HEAP_TUPLE_BYTES_MAX });
+        }
+        // First try the same page.
+        {
+            let pin = self.pool.read_page(self.page_id(tid.block))?;
+            let mut w = pin.write();
+            let off = resolve_offset(&w, tid.offset).ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
+            let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
+            if let Some(m) = self.check_modifiable(&h, xid) {
+                return Ok((m, false));
+            }
+            let need = probe.len() + 8;
+            if page::free_space(&w) < need && page::free_space_after_compact(&w) >= need {
+                self.prune_latched(&mut w)?;
+            }
+            if page::free_space(&w) >= need {
+                // The old version is still at `off` (pruning never removes a version
+                // whose xmax is unset or in progress).
+                if hot_ok {
+                    newh.infomask |= tuple::HEAP_ONLY;
+                }
+                let t = tuple::build(&newh, row);
+                let new_off = page::add_item(&mut w, &t, Placement::Append { reuse_unused: true }).expect("checked");
+                let set = tuple::UPDATED | if hot_ok { tuple::HOT_UPDATED } else { 0 };
+                let mut d = old_side(off, xid, cid, Tid::new(tid.block, new_off), set);
+                apply_old_side(&mut w, &d).map_err(Error::InvalidInput)?;
+                d.extend_from_slice(&new_side(new_off, &t));
+                let mut rec = WalRecord::new(Rmgr::Heap, INFO_UPDATE_SAME_PAGE, xid);
+                rec.block(w.id(), false, d);
+                self.pool.log_change(&rec, &mut [&mut w]);
+                return Ok((Modify::Done(Tid::new(tid.block, new_off)), hot_ok));
+            }
+        }
+        // Another page: latch both in block order, re-check the old version.
+        let t = tuple::build(&newh, row);
+        loop {
+            let target = self.find_block_with_room(t.len(), tid.block)?;
+            let old_pin = self.pool.read_page(self.page_id(tid.block))?;
+            let (new_pin, fresh) = match target {
+                Some(b) => (self.pool.read_page(self.page_id(b))?, false),
+                None => {
+                    let b = self.pool.relfiles.allocate_block(self.rel.relfile)?;
+                    *self.rel.last_block.lock() = Some(b);
+                    (self.pool.new_page(self.page_id(b))?, true)
+                }
+            };
+            let nb = new_pin.id().block.0;
+            let (mut ow, mut nw) = if nb < tid.block {
+                let n = new_pin.write();
+                (old_pin.write(), n)
+            } else {
+                let o = old_pin.write();
+                (o, new_pin.write())
+            };
+            if fresh {
+                init_heap_page(&mut nw, new_pin.id());
+            } else if page::free_space(&nw) < t.len() + 8 {
+                continue;
+            }
+            let off = resolve_offset(&ow, tid.offset).ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
+            let h = TupleHeader::read(page::item(&ow, off)).ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
+            if let Some(m) = self.check_modifiable(&h, xid) {
+                return Ok((m, false));
+            }
+            let new_off = page::add_item(&mut nw, &t, Placement::Append { reuse_unused: true }).expect("checked");
+            let d_old = old_side(off, xid, cid, Tid::new(nb, new_off), tuple::UPDATED);
+            apply_old_side(&mut ow, &d_old).map_err(Error::InvalidInput)?;
+            let mut rec = WalRecord::new(Rmgr::Heap, INFO_UPDATE_TWO_PAGES, xid);
+            rec.block(ow.id(), false, d_old);
+            rec.block(nw.id(), fresh, new_side(new_off, &t));
+            self.pool.log_change(&rec, &mut [&mut ow, &mut nw]);
+            return Ok((Modify::Done(Tid::new(nb, new_off)), false));
+        }
+    }
+
+    fn find_block_with_room(&self, len: usize, avoid: u32) -> Result<Option<u32>> {
+        let need = len + 8 + self.reserve_bytes();
+        let mut candidates: Vec<u32> = Vec::new();
+        if let Some(b) = *self.rel.last_block.lock() {
+            candidates.push(b);
+        }
+        candidates.extend(self.rel.fsm.lock().iter().rev().take(4).copied());
+        for b in candidates {
+            if b == avoid {
+                continue;
+            }
+            let pin = self.pool.read_page(self.page_id(b))?;
+            let r = pin.read();
+            if !page::is_new(&r) && page::free_space(&r) >= need {
+                return Ok(Some(b));
+            }
+            drop(r);
+            self.rel.fsm.lock().remove(&b);
+        }
+        Ok(None)
+    }
+
+    /// Opportunistic pruning of a page the caller holds exclusively: removes versions
+    /// dead to everyone, collapses HOT chains (root becomes a redirect to the first live
+    /// member), sets hint bits, defragments. WAL-logged as one PRUNE record.
+    pub fn prune_latched(&self, w: &mut PageWrite<'_>) -> Result<usize> {
+        let horizon = self.txn.global_xmin();
+        let plan = plan_prune(w, horizon, self.txn);
+        if plan.is_empty() {
+            return Ok(0);
+        }
+        let d = plan.encode();
+        apply_prune(w, &d).map_err(Error::InvalidInput)?;
+        let mut rec = WalRecord::new(Rmgr::Heap, INFO_PRUNE, Xid::INVALID);
+        rec.block(w.id(), false, d);
+        self.pool.log_change(&rec, &mut [w]);
+        if page::free_space(w) > PAGE_SIZE / 5 {
+            self.rel.fsm.lock().insert(w.id().block.0);
+        }
+        Ok(plan.removed())
+    }
+
+    /// Vacuum, phase 1 for one block: prune it and return the tids of dead line
+    /// pointers (whose index entries must go before the pointers can be reused).
+    pub fn vacuum_collect(&self, block: u32) -> Result<Vec<Tid>> {
+        let pin = self.pool.read_page(self.page_id(block))?;
+        let mut w = pin.write();
+        if page::is_new(&w) {
+            return Ok(Vec::new());
+        }
+        self.prune_latched(&mut w)?;
+        Ok((1..=page::item_count(&w))
+            .filter(|&o| page::line_pointer(&w, o).state == LpState::Dead)
+            .map(|o| Tid::new(block, o))
+            .collect())
+    }
+
+    /// Vacuum, phase 3: the index entries for `offs` are gone; free the line pointers.
+    pub fn vacuum_release(&self, block: u32, offs: &[u16]) -> Result<()> {
+        if offs.is_empty() {
+            return Ok(());
+        }
+        let pin = self.pool.read_page(self.page_id(block))?;
+        let mut w = pin.write();
+        let mut d = Vec::with_capacity(offs.len() * 2);
+        for o in offs {
+            d.extend_from_slice(&o.to_le_bytes());
+        }
+        apply_vacuum(&mut w, &d).map_err(Error::InvalidInput)?;
+        let mut rec = WalRecord::new(Rmgr::Heap, INFO_VACUUM, Xid::INVALID);
+        rec.block(w.id(), false, d);
+        self.pool.log_change(&rec, &mut [&mut w]);
+        if page::free_space(&w) > PAGE_SIZE / 5 {
+            self.rel.fsm.lock().insert(block);
+        }
+        Ok(())
+    }
+}
+
+fn resolve_offset(p: &[u8], off: u16) -> Option<u16> {
+    if off == 0 || off > page::item_count(p) {
+        return None;
+    }
+    let lp = page::line_pointer(p, off);
+    match lp.state {
+        LpState::Normal => Some(off),
+        LpState::Redirect => {
+            let t = lp.off;
+            (t >= 1 && t <= page::item_count(p) && page::line_pointer(p, t).state == LpState::Normal).then_some(t)
+        }
+        _ => None,
+    }
+}
+
+#[derive(Default)]
+struct PrunePlan {
+    redirects: Vec<(u16, u16)>,
+    dead: Vec<u16>,
+    unused: Vec<u16>,
+    hints: Vec<(u16, u16)>,
+}
+
+impl PrunePlan {
+    fn is_empty(&self) -> bool {
+        self.redirects.is_empty() && self.dead.is_empty() && self.unused.is_empty()
+    }
+    fn removed(&self) -> usize {
+        self.dead.len() + self.unused.len() + self.redirects.len()
+    }
+    fn encode(&self) -> Vec<u8> {
+        let mut d = Vec::new();
+        for n in [self.redirects.len(), self.dead.len(), self.unused.len(), self.hints.len()] {
+            d.extend_from_slice(&(n as u16).to_le_bytes());
+        }
+        for (a, b) in &self.redirects {
+            d.extend_from_slice(&a.to_le_bytes());
+            d.extend_from_slice(&b.to_le_bytes());
+        }
+        for x in self.dead.iter().chain(&self.unused) {
+            d.extend_from_slice(&x.to_le_bytes());
+        }
+        for (o, m) in &self.hints {
+            d.extend_from_slice(&o.to_le_bytes());
+            d.extend_from_slice(&m.to_le_bytes());
+        }
+        d
+    }
+}
+
+/// Decides what pruning removes. Chains are walked from their roots (line pointers that
+/// are not heap-only tuples); a version is removable when dead to all.
+fn plan_prune(p: &[u8], horizon: Xid, txn: &TxnManager) -> PrunePlan {
+    let n = page::item_count(p);
+    let mut plan = PrunePlan::default();
+    let mut in_chain = vec![false; n as usize + 1];
+    let header = |off: u16| -> Option<TupleHeader> {
+        (page::line_pointer(p, off).state == LpState::Normal).then(|| TupleHeader::read(page::item(p, off))).flatten()
+    };
+    for root in 1..=n {
+        let lp = page::line_pointer(p, root);
+        let start = match lp.state {
+            LpState::Normal => match header(root) {
+                Some(h) if !h.has(tuple::HEAP_ONLY) => root,
+                _ => continue,
+            },
+            LpState::Redirect => lp.off,
+            _ => continue,
+        };
+        // Walk the chain.
+        let mut members = Vec::new();
+        let mut off = start;
+        while off >= 1 && off <= n && !in_chain[off as usize] {
+            let Some(h) = header(off) else { break };
+            in_chain[off as usize] = true;
+            let mut hh = h;
+            if tuple::set_hints(&mut hh, txn) {
+                plan.hints.push((off, hh.infomask));
+            }
+            members.push((off, tuple::dead_to_all(&hh, horizon, txn)));
+            if h.has(tuple::HOT_UPDATED) && h.ctid.block == page::page_id(p).block.0 {
+                off = h.ctid.offset;
+            } else {
+                break;
+            }
+        }
+        let first_live = members.iter().position(|&(_, dead)| !dead);
+        let heap_only_members: Vec<u16> =
+            members.iter().map(|&(o, _)| o).filter(|&o| o != root).collect();
+        match first_live {
+            None => {
+                // Whole chain dead: root becomes dead (indexes point at it), the rest go.
+                if lp.state == LpState::Normal || lp.state == LpState::Redirect {
+                    plan.dead.push(root);
+                }
+                plan.unused.extend(heap_only_members);
+            }
+            Some(i) => {
+                let live_off = members[i].0;
+                let dead_before: Vec<u16> = members[..i].iter().map(|&(o, _)| o).collect();
+                if dead_before.is_empty() {
+                    continue;
+                }
+                if live_off != root {
+                    if lp.state != LpState::Redirect || lp.off != live_off {
+                        plan.redirects.push((root, live_off));
+                    }
+                    plan.unused.extend(dead_before.into_iter().filter(|&o| o != root));
+                }
+            }
+        }
+    }
+    // Dead versions never reached from a root (orphaned heap-only tuples) are handled
+    // when their chain's root is; leave anything else untouched.
+    plan.hints.retain(|(o, _)| !plan.unused.contains(o) && !plan.dead.contains(o));
+    plan
+}
+
+fn apply_prune(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
+    let rd = |i: usize| -> std::result::Result<u16, String> {
+        d.get(i..i + 2).map(|b| u16::from_le_bytes([b[0], b[1]])).ok_or_else(|| "short prune record".to_string())
+    };
+    let (nr, nd, nu, nh) = (rd(0)? as usize, rd(2)? as usize, rd(4)? as usize, rd(6)? as usize);
+    let count = page::item_count(p);
+    let check = |o: u16| if o >= 1 && o <= count { Ok(o) } else { Err(format!("prune offset {o} out of range")) };
+    let mut at = 8;
+    for _ in 0..nr {
+        let (a, b) = (check(rd(at)?)?, check(rd(at + 2)?)?);
+        page::set_line_pointer(p, a, LinePointer { state: LpState::Redirect, off: b, len: 0 });
+        at += 4;
+    }
+    for _ in 0..nd {
+        let o = check(rd(at)?)?;
+        page::set_line_pointer(p, o, LinePointer { state: LpState::Dead, off: 0, len: 0 });
+        at += 2;
+    }
+    for _ in 0..nu {
+        let o = check(rd(at)?)?;
+        page::set_line_pointer(p, o, LinePointer { state: LpState::Unused, off: 0, len: 0 });
+        at += 2;
+    }
+    for _ in 0..nh {
+        let (o, m) = (check(rd(at)?)?, rd(at + 2)?);
+        if page::line_pointer(p, o).state == LpState::Normal {
+            let t = page::item_mut(p, o);
+            if let Some(mut h) = TupleHeader::read(t) {
+                h.infomask = m;
+                h.write(t);
+            }
+        }
+        at += 4;
+    }
+    page::compact(p);
+    Ok(())
+}
+
+fn apply_vacuum(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
+    let count = page::item_count(p);
+    for c in d.chunks(2) {
+        if c.len() != 2 {
+            return Err("short vacuum record".into());
+        }
+        let o = u16::from_le_bytes([c[0], c[1]]);
+        if o == 0 || o > count {
+            return Err(format!("vacuum offset {o} out of range"));
+        }
+        if page::line_pointer(p, o).state == LpState::Dead {
+            page::set_line_pointer(p, o, LinePointer { state: LpState::Unused, off: 0, len: 0 });
+        }
+    }
+    page::compact(p);
+    Ok(())
+}
+
+/// Page-level redo for one block of a heap record (pure: no pool access).
+pub fn redo_block(info: u8, block_index: usize, data: &[u8], page_bytes: &mut [u8], id: PageId, will_init: bool) -> std::result::Result<(), String> {
+    if will_init {
+        init_heap_page(page_bytes, id);
+    } else if page::is_new(page_bytes) {
+        return Err(format!("heap redo on uninitialised page {id}"));
+    }
+    match (info, block_index) {
+        (INFO_INSERT, 0) => apply_new_side(page_bytes, data).map(|_| ()),
+        (INFO_UPDATE_SAME_PAGE, 0) => {
+            if data.len() < OLD_SIDE_LEN {
+                return Err("short update record".into());
+            }
+            apply_new_side(page_bytes, &data[OLD_SIDE_LEN..])?;
+            apply_old_side(page_bytes, &data[..OLD_SIDE_LEN])
+        }
+        (INFO_UPDATE_TWO_PAGES, 0) | (INFO_DELETE, 0) => apply_old_side(page_bytes, data),
+        (INFO_UPDATE_TWO_PAGES, 1) => apply_new_side(page_bytes, data).map(|_| ()),
+        (INFO_PRUNE, 0) => apply_prune(page_bytes, data),
+        (INFO_VACUUM, 0) => apply_vacuum(page_bytes, data),
+        _ => Err(format!("unknown heap record info {info} block {block_index}")),
+    }
+}

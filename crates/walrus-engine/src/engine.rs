@@ -1,0 +1,1168 @@
+//! The engine's public API: create or open a data directory (running crash recovery),
+//! transactions over tables and indexes, checkpoints, vacuum, shutdown.
+//!
+//! Commit protocol (DESIGN §6): WAL commit record → flush (group commit) → clog bits →
+//! release the transaction's row locks (wake waiters). The commit record is inserted and
+//! the clog set under the shared `commit_barrier`, so a checkpoint's redo LSN never
+//! falls between them.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use walrus_base::{Lsn, RelFileId, Tid, Xid, PAGE_SIZE};
+
+use crate::access::btree::{BTree, UniqueCheck};
+use crate::access::datum::{self, encode_key, encode_row, Datum};
+use crate::access::heap::tuple::{self, TupleHeader, Viewer};
+use crate::access::heap::{Heap, HeapRel, Modify};
+use crate::buffer::page_writer::PageWriters;
+use crate::buffer::{BufferPool, Writer};
+use crate::catalog::{self, CatalogView, ColumnDef, IndexDef, TableDef, CATALOG_RELFILE};
+use crate::error::{Error, Result};
+use crate::settings::{PageProtection, Settings};
+use crate::storage::control::{ControlData, ControlFile, DbState, FORMAT_VERSION};
+use crate::txn::clog::{Clog, XidStatus};
+use crate::txn::{Snapshot, TxnManager};
+use crate::wal::segment::{Segments, SyncMethod};
+use crate::wal::{ImagePolicy, Wal, WalConfig};
+use crate::xlog;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    ReadCommitted,
+    RepeatableRead,
+}
+
+/// Why a checkpoint runs (logged, and decides whether it is spread or immediate).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CheckpointReason {
+    Timed,
+    WalSize,
+    Requested,
+    Shutdown,
+    EndOfRecovery,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct CheckpointStats {
+    pub count: u64,
+    pub last_pages_written: u64,
+    pub last_duration_ms: u64,
+    pub last_redo: Lsn,
+}
+
+pub struct RecoveryReport {
+    pub replayed_bytes: u64,
+    pub records: u64,
+    pub elapsed: Duration,
+    pub rolled_back: u64,
+    pub images_restored: u64,
+}
+
+struct Inner {
+    dir: PathBuf,
+    settings: Settings,
+    control: Mutex<ControlFile>,
+    pool: Arc<BufferPool>,
+    txn: TxnManager,
+    rels: RwLock<HashMap<RelFileId, Arc<HeapRel>>>,
+    next_relfile: AtomicU32,
+    catalog_cache: RwLock<Option<Arc<CatalogView>>>,
+    catalog_version: AtomicU64,
+    checkpoint_lock: Mutex<()>,
+    checkpoint_request: (Mutex<bool>, Condvar),
+    checkpoint_stats: Mutex<CheckpointStats>,
+    last_checkpoint_at: Mutex<Instant>,
+    shutting_down: AtomicBool,
+    /// Serializes DDL (PostgreSQL would take AccessExclusive locks; walrus keeps DDL
+    /// simple: one at a time).
+    ddl_lock: Mutex<()>,
+}
+
+/// An open walrus engine. Cheap to clone; shut down with [`Engine::shutdown`].
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+    background: Arc<Mutex<Option<Background>>>,
+}
+
+struct Background {
+    page_writers: PageWriters,
+    checkpointer: Option<JoinHandle<()>>,
+}
+
+impl Engine {
+    /// Creates a fresh data directory (`walrus init`).
+    pub fn init(dir: &Path, settings_text: Option<&str>) -> Result<()> {
+        let bad = |reason: String| Error::BadDataDirectory { dir: dir.display().to_string(), reason };
+        if dir.join("control").exists() {
+            return Err(bad("it already contains a walrus data directory".into()));
+        }
+        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir.display(), e))?;
+        let mut settings = Settings::default();
+        let text = match settings_text {
+            Some(t) => t.to_string(),
+            None => crate::settings::default_config_text(settings.wal_segment_size),
+        };
+        settings.apply_toml(&text)?;
+        std::fs::write(dir.join(crate::settings::CONFIG_FILE), text)
+            .map_err(|e| Error::io("write configuration file", dir.display(), e))?;
+        let segs = Segments::new(dir, settings.wal_segment_size, settings.wal_sync_method)?;
+        let relfiles = crate::storage::relfile::RelFiles::open(dir)?;
+        relfiles.create(CATALOG_RELFILE)?;
+        std::fs::create_dir_all(dir.join("clog")).map_err(|e| Error::io("create directory", dir.display(), e))?;
+        // The first record of a new cluster: a checkpoint at LSN 0 whose redo is itself.
+        let wal = Wal::open(segs, &wal_config(&settings), Lsn::ZERO, Lsn::ZERO, Lsn::ZERO, ImagePolicy::Never);
+        let info = xlog::CheckpointInfo { redo: Lsn::ZERO, next_xid: Xid::FIRST_NORMAL, next_relfile: RelFileId::FIRST_USER.0 };
+        let (start, end) = wal.insert(&xlog::checkpoint_record(&info), &[]);
+        wal.flush(end);
+        let cluster_id = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+        ControlFile::create(
+            dir,
+            ControlData {
+                seq: 0,
+                cluster_id,
+                format_version: FORMAT_VERSION,
+                page_size: PAGE_SIZE as u32,
+                wal_segment_size: settings.wal_segment_size,
+                state: DbState::ShutDown,
+                checkpoint_lsn: start,
+                redo_lsn: Lsn::ZERO,
+                next_xid: Xid::FIRST_NORMAL,
+                next_relfile: RelFileId::FIRST_USER.0,
+            },
+        )?;
+        crate::storage::relfile::sync_dir(dir)?;
+        Ok(())
+    }
+
+    /// Opens a data directory, running crash recovery if it was not shut down cleanly.
+    pub fn open(dir: &Path) -> Result<(Engine, Option<RecoveryReport>)> {
+        let settings = Settings::load(dir)?;
+        Engine::open_with(dir, settings)
+    }
+
+    pub fn open_with(dir: &Path, mut settings: Settings) -> Result<(Engine, Option<RecoveryReport>)> {
+        if !dir.join("control").exists() {
+            return Err(Error::BadDataDirectory {
+                dir: dir.display().to_string(),
+                reason: "no control file: not a walrus data directory (run `walrus init` first)".into(),
+            });
+        }
+        let control = ControlFile::open(dir)?;
+        let cd = control.data().clone();
+        settings.wal_segment_size = cd.wal_segment_size;
+        if settings.wal_sync_method == SyncMethod::None {
+            tracing::warn!("wal_sync_method = none: commits are NOT durable (testing only)");
+        }
+        let segs = Segments::new(dir, cd.wal_segment_size, settings.wal_sync_method)?;
+        let wal_end = crate::recovery::find_end(&segs, cd.redo_lsn, cd.checkpoint_lsn)?;
+        let crashed = cd.state != DbState::ShutDown || wal_end.end > cd.checkpoint_lsn.add(64);
+        let policy = match settings.page_protection {
+            PageProtection::Fpw => ImagePolicy::FirstChangeAfterRedo,
+            PageProtection::None => ImagePolicy::Never,
+        };
+        let wal = Arc::new(Wal::open(segs, &wal_config(&settings), wal_end.end, wal_end.last_start, cd.redo_lsn, policy));
+        let relfiles = Arc::new(crate::storage::relfile::RelFiles::open(dir)?);
+        let pool = Arc::new(BufferPool::new(settings.shared_buffers_pages, relfiles, wal.clone()));
+        pool.set_relation_name(CATALOG_RELFILE, "walrus_catalog");
+        let clog = Clog::open(&dir.join("clog"), settings.clog_buffers)
+            .map_err(|e| Error::io("open commit-status log", dir.join("clog").display(), e))?;
+        let txn = TxnManager::new(clog, cd.next_xid);
+        let page_writers = PageWriters::start(pool.clone(), settings.pagewriter_threads, settings.bgwriter_delay);
+        let mut report = None;
+        let mut next_relfile = cd.next_relfile;
+        if crashed {
+            tracing::info!(
+                "database system was not properly shut down; automatic recovery in progress from redo LSN {} ({} MB of WAL)",
+                cd.redo_lsn,
+                wal_end.end.distance_from(cd.redo_lsn) >> 20
+            );
+            let out = crate::recovery::replay(&wal.segments, &pool, &txn, cd.redo_lsn, wal_end.end)?;
+            txn.advance_next_xid(Xid(out.max_xid.0 + 1).max(out.next_xid_reserved));
+            next_relfile = next_relfile.max(out.max_relfile + 1);
+            let s = &out.stats;
+            tracing::info!(
+                "redo done at {}: {} records, {} MB in {:.2} s ({:.1} MB/s), {} page images restored, {} transactions rolled back",
+                wal_end.end,
+                s.records,
+                s.bytes >> 20,
+                s.elapsed.as_secs_f64(),
+                s.bytes as f64 / 1e6 / s.elapsed.as_secs_f64().max(1e-6),
+                s.pages_restored_from_images,
+                s.rolled_back
+            );
+            report = Some(RecoveryReport {
+                replayed_bytes: s.bytes,
+                records: s.records,
+                elapsed: s.elapsed,
+                rolled_back: s.rolled_back,
+                images_restored: s.pages_restored_from_images,
+            });
+        }
+        let inner = Arc::new(Inner {
+            dir: dir.to_path_buf(),
+            settings,
+            control: Mutex::new(control),
+            pool,
+            txn,
+            rels: RwLock::new(HashMap::new()),
+            next_relfile: AtomicU32::new(next_relfile),
+            catalog_cache: RwLock::new(None),
+            catalog_version: AtomicU64::new(0),
+            checkpoint_lock: Mutex::new(()),
+            checkpoint_request: (Mutex::new(false), Condvar::new()),
+            checkpoint_stats: Mutex::new(CheckpointStats::default()),
+            last_checkpoint_at: Mutex::new(Instant::now()),
+            shutting_down: AtomicBool::new(false),
+            ddl_lock: Mutex::new(()),
+        });
+        let engine = Engine { inner: inner.clone(), background: Arc::new(Mutex::new(None)) };
+        if crashed {
+            engine.checkpoint(CheckpointReason::EndOfRecovery)?;
+        }
+        // Mark the directory in use: a crash from here on is detected at the next open.
+        {
+            let mut c = inner.control.lock();
+            let mut d = c.data().clone();
+            d.state = DbState::InProduction;
+            c.update(d)?;
+        }
+        let ckpt_inner = inner.clone();
+        let checkpointer = std::thread::Builder::new()
+            .name("walrus-checkpointer".into())
+            .spawn(move || checkpointer_loop(&ckpt_inner))
+            .map_err(|e| Error::io("start checkpointer thread", "", e))?;
+        *engine.background.lock() = Some(Background { page_writers, checkpointer: Some(checkpointer) });
+        // Refresh relation names for error messages.
+        if let Ok(view) = engine.catalog_view() {
+            for t in view.tables.values() {
+                inner.pool.set_relation_name(t.relfile, &t.name);
+                for i in &t.indexes {
+                    inner.pool.set_relation_name(i.relfile, &i.name);
+                }
+            }
+        }
+        Ok((engine, report))
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+    pub fn data_dir(&self) -> &Path {
+        &self.inner.dir
+    }
+    pub fn pool(&self) -> &BufferPool {
+        &self.inner.pool
+    }
+    pub fn wal(&self) -> &Wal {
+        &self.inner.pool.wal
+    }
+    pub fn txn_manager(&self) -> &TxnManager {
+        &self.inner.txn
+    }
+    pub fn checkpoint_stats(&self) -> CheckpointStats {
+        self.inner.checkpoint_stats.lock().clone()
+    }
+
+    pub fn begin(&self, isolation: Isolation) -> Transaction {
+        let proc = self.inner.txn.begin();
+        Transaction {
+            inner: self.inner.clone(),
+            proc,
+            xid: None,
+            cid: 0,
+            wrote: false,
+            isolation,
+            snapshot: None,
+            created: Vec::new(),
+            dropped: Vec::new(),
+            catalog_changed: false,
+            interrupt: None,
+            finished: false,
+        }
+    }
+
+    /// The committed catalog (cached until the next DDL commits).
+    pub fn catalog_view(&self) -> Result<Arc<CatalogView>> {
+        let mut t = self.begin(Isolation::ReadCommitted);
+        let v = t.catalog()?;
+        t.rollback()?;
+        Ok(v)
+    }
+
+    /// Runs a checkpoint now (explicit `CHECKPOINT`, shutdown, end of recovery).
+    pub fn checkpoint(&self, reason: CheckpointReason) -> Result<()> {
+        run_checkpoint(&self.inner, reason)
+    }
+
+    pub fn request_checkpoint(&self) {
+        let mut r = self.inner.checkpoint_request.0.lock();
+        *r = true;
+        self.inner.checkpoint_request.1.notify_all();
+    }
+
+    /// Clean shutdown: final checkpoint, control file marked shut down.
+    pub fn shutdown(&self) -> Result<()> {
+        if self.inner.shutting_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.request_checkpoint();
+        let bg = self.background.lock().take();
+        if let Some(mut bg) = bg {
+            if let Some(h) = bg.checkpointer.take() {
+                let _ = h.join();
+            }
+            run_checkpoint(&self.inner, CheckpointReason::Shutdown)?;
+            bg.page_writers.stop();
+        }
+        let mut c = self.inner.control.lock();
+        let mut d = c.data().clone();
+        d.state = DbState::ShutDown;
+        c.update(d)?;
+        Ok(())
+    }
+
+    /// VACUUM: prunes every page, removes index entries of dead rows, frees their line
+    /// pointers. Returns the number of dead row versions reclaimed.
+    pub fn vacuum(&self, table: &str) -> Result<usize> {
+        let view = self.catalog_view()?;
+        let def = view.table(table)?;
+        self.vacuum_relation(&def)
+    }
+
+    fn vacuum_relation(&self, def: &TableDef) -> Result<usize> {
+        let inner = &self.inner;
+        let rel = inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let nblocks = heap.nblocks()?;
+        let mut dead: Vec<Tid> = Vec::new();
+        for b in 0..nblocks {
+            dead.extend(heap.vacuum_collect(b)?);
+        }
+        if dead.is_empty() {
+            return Ok(0);
+        }
+        let set: HashSet<Tid> = dead.iter().copied().collect();
+        for idx in &def.indexes {
+            BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name).delete_tids(&set, Xid::INVALID)?;
+        }
+        let mut by_block: std::collections::BTreeMap<u32, Vec<u16>> = Default::default();
+        for t in &dead {
+            by_block.entry(t.block).or_default().push(t.offset);
+        }
+        for (b, offs) in by_block {
+            heap.vacuum_release(b, &offs)?;
+        }
+        Ok(dead.len())
+    }
+
+    pub fn vacuum_all(&self) -> Result<usize> {
+        let view = self.catalog_view()?;
+        let mut n = 0;
+        for t in view.tables.values() {
+            n += self.vacuum_relation(t)?;
+        }
+        Ok(n)
+    }
+
+    /// Reads every page of every relation from disk and verifies its checksum (an
+    /// offline-style check; works on a running engine after a checkpoint). Returns the
+    /// damaged pages as errors naming relation, block and both checksums.
+    pub fn verify_all_pages(&self) -> Result<Vec<Error>> {
+        let pool = &self.inner.pool;
+        let mut bad = Vec::new();
+        let mut buf = vec![0u8; PAGE_SIZE];
+        for relfile in pool.relfiles.list()? {
+            let n = pool.relfiles.nblocks(relfile)?;
+            for b in 0..n {
+                let id = walrus_base::PageId::new(relfile, b);
+                pool.relfiles.read_page(id, &mut buf)?;
+                match crate::storage::page::verify(&buf, id) {
+                    crate::storage::page::PageCheck::Valid | crate::storage::page::PageCheck::New => {}
+                    crate::storage::page::PageCheck::ChecksumMismatch { stored, computed } => bad.push(Error::ChecksumMismatch {
+                        page: id,
+                        relation: pool.relation_name(relfile),
+                        stored,
+                        computed,
+                    }),
+                    crate::storage::page::PageCheck::Misdirected { found } => bad.push(Error::Misdirected { expected: id, found }),
+                }
+            }
+        }
+        Ok(bad)
+    }
+}
+
+fn wal_config(s: &Settings) -> WalConfig {
+    WalConfig {
+        segment_size: s.wal_segment_size,
+        buffer_bytes: s.wal_buffers_bytes,
+        sync_method: s.wal_sync_method,
+        compress_images: s.wal_compression,
+    }
+}
+
+impl Inner {
+    fn rel(&self, relfile: RelFileId, fillfactor: u8) -> Arc<HeapRel> {
+        if let Some(r) = self.rels.read().get(&relfile) {
+            return r.clone();
+        }
+        self.rels.write().entry(relfile).or_insert_with(|| Arc::new(HeapRel::new(relfile, fillfactor))).clone()
+    }
+}
+
+fn checkpointer_loop(inner: &Arc<Inner>) {
+    loop {
+        let requested = {
+            let mut r = inner.checkpoint_request.0.lock();
+            if !*r {
+                inner.checkpoint_request.1.wait_for(&mut r, Duration::from_millis(100));
+            }
+            std::mem::take(&mut *r)
+        };
+        if inner.shutting_down.load(Ordering::Acquire) {
+            return;
+        }
+        let since = inner.last_checkpoint_at.lock().elapsed();
+        let wal = &inner.pool.wal;
+        let wal_since = wal.insert_lsn().distance_from(wal.redo_lsn());
+        let reason = if requested {
+            Some(CheckpointReason::Requested)
+        } else if wal_since >= inner.settings.max_wal_size_bytes / 2 {
+            Some(CheckpointReason::WalSize)
+        } else if since >= inner.settings.checkpoint_timeout && wal_since > 0 {
+            Some(CheckpointReason::Timed)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            if let Err(e) = run_checkpoint(inner, reason) {
+                tracing::error!("checkpoint failed: {e}");
+            }
+        }
+        if let Err(e) = wal.preallocate_next() {
+            tracing::warn!("could not preallocate a WAL segment: {e}");
+        }
+    }
+}
+
+fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<()> {
+    let _one = inner.checkpoint_lock.lock();
+    let started = Instant::now();
+    let pool = &inner.pool;
+    let wal = &pool.wal;
+    let redo = {
+        let _b = inner.txn.commit_barrier.write();
+        wal.set_redo_point()
+    };
+    let next_xid = inner.txn.next_xid().max(Xid(inner.txn.xid_reserved_upto()));
+    let next_relfile = inner.next_relfile.load(Ordering::Acquire);
+    let spread = matches!(reason, CheckpointReason::Timed);
+    let target = inner.settings.checkpoint_timeout.mul_f64(inner.settings.checkpoint_completion_target);
+    let dirty_at_start = pool.dirty_pages().max(1);
+    let mut written = 0usize;
+    loop {
+        let (n, more) = pool.flush_queue_head(redo, 32, Writer::Checkpointer)?;
+        written += n;
+        if !more {
+            break;
+        }
+        if spread && !inner.shutting_down.load(Ordering::Acquire) {
+            // Pace: stay no further ahead of schedule than the elapsed fraction allows.
+            let progress = written as f64 / dirty_at_start as f64;
+            let elapsed = started.elapsed().as_secs_f64() / target.as_secs_f64().max(0.001);
+            if progress > elapsed && !*inner.checkpoint_request.0.lock() {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    let synced = pool.relfiles.sync_pending()?;
+    inner.txn.clog.flush_all().map_err(|e| Error::io("flush commit-status log", inner.dir.join("clog").display(), e))?;
+    let info = xlog::CheckpointInfo { redo, next_xid, next_relfile };
+    let (start, end) = wal.insert(&xlog::checkpoint_record(&info), &[]);
+    wal.flush(end);
+    {
+        let mut c = inner.control.lock();
+        let mut d = c.data().clone();
+        d.checkpoint_lsn = start;
+        d.redo_lsn = redo;
+        d.next_xid = next_xid;
+        d.next_relfile = next_relfile;
+        c.update(d)?;
+    }
+    let keep_future = (inner.settings.max_wal_size_bytes / wal.segments.segment_size).max(2);
+    let (recycled, removed) = wal.segments.recycle_before(redo, wal.insert_lsn(), keep_future)?;
+    let ms = started.elapsed().as_millis() as u64;
+    *inner.last_checkpoint_at.lock() = Instant::now();
+    {
+        let mut s = inner.checkpoint_stats.lock();
+        s.count += 1;
+        s.last_pages_written = written as u64;
+        s.last_duration_ms = ms;
+        s.last_redo = redo;
+    }
+    tracing::info!(
+        "checkpoint complete ({reason:?}): wrote {written} buffers, synced {synced} files; WAL segments recycled {recycled}, removed {removed}; redo lsn {redo}; took {ms} ms"
+    );
+    Ok(())
+}
+
+/// Result of an update or delete through the engine.
+#[derive(Debug)]
+pub enum RowChange {
+    Done(Tid),
+    /// READ COMMITTED: the row was changed by a transaction that committed after our
+    /// snapshot; this is its newest version. Re-check the statement's condition on it and
+    /// call again with this tid.
+    Changed(Tid, Vec<Datum>),
+    /// The row was deleted concurrently (or no longer exists).
+    Gone,
+    /// Already changed by this transaction.
+    SelfModified,
+}
+
+/// A transaction. Dropping it without commit rolls it back.
+pub struct Transaction {
+    inner: Arc<Inner>,
+    proc: u64,
+    xid: Option<Xid>,
+    cid: u32,
+    wrote: bool,
+    isolation: Isolation,
+    snapshot: Option<Snapshot>,
+    created: Vec<RelFileId>,
+    dropped: Vec<RelFileId>,
+    catalog_changed: bool,
+    interrupt: Option<Arc<AtomicBool>>,
+    finished: bool,
+}
+
+impl Transaction {
+    pub fn xid(&self) -> Option<Xid> {
+        self.xid
+    }
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+    pub fn set_interrupt(&mut self, flag: Arc<AtomicBool>) {
+        self.interrupt = Some(flag);
+    }
+    fn check_interrupt(&self) -> Result<()> {
+        if self.interrupt.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) {
+            return Err(Error::Canceled);
+        }
+        Ok(())
+    }
+
+    /// Starts the next statement: later commands see this one's changes; READ COMMITTED
+    /// takes a new snapshot.
+    pub fn next_statement(&mut self) {
+        if self.wrote {
+            self.cid += 1;
+            self.wrote = false;
+        }
+        if self.isolation == Isolation::ReadCommitted {
+            self.snapshot = None;
+        }
+    }
+
+    fn snapshot(&mut self) -> Snapshot {
+        if self.snapshot.is_none() {
+            self.snapshot = Some(self.inner.txn.snapshot(self.proc));
+        }
+        self.snapshot.clone().expect("just set")
+    }
+
+    fn ensure_xid(&mut self) -> Xid {
+        if let Some(x) = self.xid {
+            return x;
+        }
+        let (xid, reservation) = self.inner.txn.assign_xid(self.proc);
+        if let Some(r) = reservation {
+            self.inner.pool.wal.insert(&xlog::next_xid_record(r.0), &[]);
+        }
+        self.xid = Some(xid);
+        xid
+    }
+
+    fn mark_write(&mut self) -> Xid {
+        self.wrote = true;
+        self.ensure_xid()
+    }
+
+    // ---- catalog ---------------------------------------------------------------------
+
+    pub fn catalog(&mut self) -> Result<Arc<CatalogView>> {
+        if !self.catalog_changed {
+            if let Some(v) = self.inner.catalog_cache.read().clone() {
+                return Ok(v);
+            }
+        }
+        let version = self.inner.catalog_version.load(Ordering::Acquire);
+        let snap = if self.catalog_changed { self.snapshot() } else { self.inner.txn.snapshot(self.proc) };
+        let viewer = Viewer { snapshot: &snap, own_xid: self.xid, cid: self.cid + 1 };
+        let rel = self.inner.rel(CATALOG_RELFILE, 100);
+        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
+        let mut rows = Vec::new();
+        for b in 0..heap.nblocks()? {
+            heap.scan_block(b, &viewer, &mut rows)?;
+        }
+        let entries = rows.iter().map(|(tid, r)| catalog::decode_entry(*tid, r)).collect::<Result<Vec<_>>>()?;
+        let view = Arc::new(CatalogView::build(entries));
+        if !self.catalog_changed && self.inner.catalog_version.load(Ordering::Acquire) == version {
+            *self.inner.catalog_cache.write() = Some(view.clone());
+        }
+        Ok(view)
+    }
+
+    pub fn table(&mut self, name: &str) -> Result<Arc<TableDef>> {
+        self.catalog()?.table(name)
+    }
+
+    fn new_relfile(&mut self) -> Result<RelFileId> {
+        let xid = self.mark_write();
+        let r = RelFileId(self.inner.next_relfile.fetch_add(1, Ordering::AcqRel));
+        let (_, end) = self.inner.pool.wal.insert(&xlog::storage_create_record(r, xid), &[]);
+        self.inner.pool.wal.flush(end);
+        self.inner.pool.relfiles.create(r)?;
+        self.created.push(r);
+        Ok(r)
+    }
+
+    fn catalog_insert(&mut self, row: &[u8]) -> Result<Tid> {
+        let xid = self.mark_write();
+        self.catalog_changed = true;
+        let rel = self.inner.rel(CATALOG_RELFILE, 100);
+        Heap::new(&self.inner.pool, &self.inner.txn, &rel).insert(xid, self.cid, row)
+    }
+
+    fn catalog_delete(&mut self, tid: Tid) -> Result<()> {
+        let xid = self.mark_write();
+        self.catalog_changed = true;
+        let rel = self.inner.rel(CATALOG_RELFILE, 100);
+        match Heap::new(&self.inner.pool, &self.inner.txn, &rel).delete(tid, xid, self.cid)? {
+            Modify::Done(_) | Modify::SelfModified => Ok(()),
+            _ => Err(Error::SerializationFailure),
+        }
+    }
+
+    pub fn create_table(&mut self, name: &str, columns: Vec<ColumnDef>, fillfactor: u8) -> Result<Arc<TableDef>> {
+        let inner = self.inner.clone();
+        let _ddl = inner.ddl_lock.lock();
+        if columns.len() > walrus_base::limits::COLUMNS_MAX {
+            return Err(Error::InvalidInput(format!("tables can have at most {} columns", walrus_base::limits::COLUMNS_MAX)));
+        }
+        let view = self.catalog()?;
+        if view.tables.contains_key(name) || view.index_names().any(|n| n == name) {
+            return Err(Error::DuplicateTable(name.to_string()));
+        }
+        let relfile = self.new_relfile()?;
+        let def = TableDef { name: name.to_string(), relfile, columns, fillfactor: fillfactor.clamp(10, 100), indexes: vec![] };
+        self.catalog_insert(&catalog::encode_table(&def))?;
+        self.inner.pool.set_relation_name(relfile, name);
+        self.table(name)
+    }
+
+    /// CREATE [UNIQUE] INDEX / ADD PRIMARY KEY: builds the tree in bulk from the rows
+    /// visible now (sorted), checking uniqueness.
+    pub fn create_index(&mut self, table: &str, name: &str, columns: &[usize], unique: bool, primary: bool) -> Result<()> {
+        let inner = self.inner.clone();
+        let _ddl = inner.ddl_lock.lock();
+        let view = self.catalog()?;
+        let def = view.table(table)?;
+        if view.tables.contains_key(name) || view.index_names().any(|n| n == name) {
+            return Err(Error::DuplicateTable(name.to_string()));
+        }
+        if primary && def.indexes.iter().any(|i| i.primary) {
+            return Err(Error::InvalidInput(format!("multiple primary keys for table \"{table}\" are not allowed")));
+        }
+        for &c in columns {
+            if c >= def.columns.len() {
+                return Err(Error::UndefinedColumn(format!("#{c}")));
+            }
+        }
+        let relfile = self.new_relfile()?;
+        let xid = self.mark_write();
+        BTree::create(&inner.pool, relfile, xid)?;
+        let idx = IndexDef { name: name.to_string(), relfile, table: table.to_string(), columns: columns.to_vec(), unique, primary };
+        // Every row version that may still be live (not dead to all) is indexed, like
+        // PostgreSQL's CREATE INDEX; primary key columns must not be NULL.
+        let mut entries: Vec<(Vec<u8>, Tid)> = Vec::new();
+        let rel = inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let snap = self.snapshot();
+        let viewer = Viewer { snapshot: &snap, own_xid: self.xid, cid: self.cid };
+        let types = def.types();
+        for b in 0..heap.nblocks()? {
+            let mut rows = Vec::new();
+            heap.scan_block(b, &viewer, &mut rows)?;
+            for (tid, row) in rows {
+                let values = datum::decode_row(&row, &types).map_err(|e| Error::InvalidInput(e.to_string()))?;
+                let keyvals: Vec<Datum> = columns.iter().map(|&c| values[c].clone()).collect();
+                if primary && keyvals.iter().any(|d| d.is_null()) {
+                    return Err(Error::InvalidInput(format!(
+                        "column \"{}\" of relation \"{table}\" contains null values",
+                        def.columns[columns[0]].name
+                    )));
+                }
+                let mut k = Vec::new();
+                encode_key(&keyvals, &mut k);
+                entries.push((k, tid));
+            }
+        }
+        entries.sort();
+        let tree = BTree::open(&inner.pool, relfile, unique, name);
+        tree.bulk_build(&entries, xid)?;
+        self.catalog_insert(&catalog::encode_index(&idx))?;
+        inner.pool.set_relation_name(relfile, name);
+        if primary {
+            // PRIMARY KEY implies NOT NULL on its columns.
+            let mut nd = (*def).clone();
+            for &c in columns {
+                nd.columns[c].not_null = true;
+            }
+            nd.indexes.clear();
+            if nd != (TableDef { indexes: vec![], ..(*def).clone() }) {
+                let tid = view.entry_tid(true, table).ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+                self.catalog_delete(tid)?;
+                self.catalog_insert(&catalog::encode_table(&nd))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn drop_table(&mut self, name: &str) -> Result<()> {
+        let inner = self.inner.clone();
+        let _ddl = inner.ddl_lock.lock();
+        let view = self.catalog()?;
+        let def = view.table(name)?;
+        for i in &def.indexes {
+            let tid = view.entry_tid(false, &i.name).ok_or_else(|| Error::UndefinedTable(i.name.clone()))?;
+            self.catalog_delete(tid)?;
+            self.dropped.push(i.relfile);
+        }
+        let tid = view.entry_tid(true, name).ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
+        self.catalog_delete(tid)?;
+        self.dropped.push(def.relfile);
+        Ok(())
+    }
+
+    /// TRUNCATE: the table and its indexes get new, empty relation files; the old ones
+    /// are unlinked when the transaction commits.
+    pub fn truncate(&mut self, name: &str) -> Result<()> {
+        let inner = self.inner.clone();
+        let _ddl = inner.ddl_lock.lock();
+        let view = self.catalog()?;
+        let def = view.table(name)?;
+        let tid = view.entry_tid(true, name).ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
+        let new_rel = self.new_relfile()?;
+        self.catalog_delete(tid)?;
+        let mut nd = (*def).clone();
+        nd.indexes.clear();
+        nd.relfile = new_rel;
+        self.catalog_insert(&catalog::encode_table(&nd))?;
+        self.dropped.push(def.relfile);
+        inner.pool.set_relation_name(new_rel, name);
+        for i in &def.indexes {
+            let itid = view.entry_tid(false, &i.name).ok_or_else(|| Error::UndefinedTable(i.name.clone()))?;
+            let r = self.new_relfile()?;
+            let xid = self.mark_write();
+            BTree::create(&inner.pool, r, xid)?;
+            self.catalog_delete(itid)?;
+            let ni = IndexDef { relfile: r, ..i.clone() };
+            self.catalog_insert(&catalog::encode_index(&ni))?;
+            self.dropped.push(i.relfile);
+            inner.pool.set_relation_name(r, &i.name);
+        }
+        Ok(())
+    }
+
+    // ---- rows ------------------------------------------------------------------------
+
+    fn check_row(def: &TableDef, values: &[Datum]) -> Result<()> {
+        if values.len() != def.columns.len() {
+            return Err(Error::InvalidInput(format!(
+                "table \"{}\" has {} columns, got {} values",
+                def.name,
+                def.columns.len(),
+                values.len()
+            )));
+        }
+        for (c, v) in def.columns.iter().zip(values) {
+            match v.type_id() {
+                None if c.not_null => {
+                    return Err(Error::InvalidInput(format!(
+                        "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                        c.name, def.name
+                    )))
+                }
+                Some(t) if t != c.ty => {
+                    return Err(Error::InvalidInput(format!(
+                        "column \"{}\" is of type {} but expression is of type {}",
+                        c.name,
+                        c.ty.name(),
+                        t.name()
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub fn insert(&mut self, def: &TableDef, values: &[Datum]) -> Result<Tid> {
+        self.check_interrupt()?;
+        Transaction::check_row(def, values)?;
+        let xid = self.mark_write();
+        let mut row = Vec::new();
+        encode_row(values, &mut row);
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let tid = Heap::new(&self.inner.pool, &self.inner.txn, &rel).insert(xid, self.cid, &row)?;
+        for idx in &def.indexes {
+            self.index_insert(def, idx, values, tid)?;
+        }
+        Ok(tid)
+    }
+
+    fn index_insert(&mut self, def: &TableDef, idx: &IndexDef, values: &[Datum], tid: Tid) -> Result<()> {
+        let keyvals: Vec<Datum> = idx.columns.iter().map(|&c| values[c].clone()).collect();
+        let mut key = Vec::new();
+        encode_key(&keyvals, &mut key);
+        let xid = self.xid.expect("writer has an xid");
+        let inner = self.inner.clone();
+        let rel = inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let tree = BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name);
+        // NULLs never conflict (SQL semantics).
+        let unique = idx.unique && !keyvals.iter().any(|d| d.is_null());
+        let mut check = |existing: Tid| -> UniqueCheck {
+            if !unique || existing == tid {
+                return UniqueCheck::NotLive;
+            }
+            chain_liveness(&heap, existing, xid)
+        };
+        let interrupt = self.interrupt.clone();
+        let txn = &inner.txn;
+        let mut wait = |holder: Xid| -> Result<()> { txn.wait_for(xid, holder, interrupt.as_deref()) };
+        tree.insert(&key, tid, xid, &mut check, &mut wait).map_err(|e| match e {
+            Error::UniqueViolation { index, .. } => {
+                let cols: Vec<&str> = idx.columns.iter().map(|&c| def.columns[c].name.as_str()).collect();
+                let vals: Vec<String> = keyvals.iter().map(datum_text).collect();
+                Error::UniqueViolation { index, detail: format!("Key ({})=({}) already exists.", cols.join(", "), vals.join(", ")) }
+            }
+            other => other,
+        })
+    }
+
+    fn viewer_parts(&mut self) -> (Snapshot, Option<Xid>, u32) {
+        (self.snapshot(), self.xid, self.cid)
+    }
+
+    /// Sequential scan: calls `f` for each visible row (page at a time); `f` returns
+    /// false to stop.
+    pub fn scan(&mut self, def: &TableDef, mut f: impl FnMut(Tid, Vec<Datum>) -> Result<bool>) -> Result<()> {
+        let (snap, own, cid) = self.viewer_parts();
+        let viewer = Viewer { snapshot: &snap, own_xid: own, cid };
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
+        let types = def.types();
+        let mut rows = Vec::new();
+        for b in 0..heap.nblocks()? {
+            self.check_interrupt()?;
+            rows.clear();
+            heap.scan_block(b, &viewer, &mut rows)?;
+            for (tid, row) in rows.drain(..) {
+                let values = datum::decode_row(&row, &types).map_err(|e| Error::InvalidInput(e.to_string()))?;
+                if !f(tid, values)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn scan_all(&mut self, def: &TableDef) -> Result<Vec<(Tid, Vec<Datum>)>> {
+        let mut out = Vec::new();
+        self.scan(def, |t, v| {
+            out.push((t, v));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Index scan over key values between `lo` and `hi` (on all key columns).
+    pub fn index_scan(&mut self, def: &TableDef, index: &IndexDef, lo: Bound<&[Datum]>, hi: Bound<&[Datum]>) -> Result<Vec<(Tid, Vec<Datum>)>> {
+        self.check_interrupt()?;
+        let enc = |b: Bound<&[Datum]>| -> Bound<Vec<u8>> {
+            match b {
+                Bound::Included(v) => {
+                    let mut k = Vec::new();
+                    encode_key(v, &mut k);
+                    Bound::Included(k)
+                }
+                Bound::Excluded(v) => {
+                    let mut k = Vec::new();
+                    encode_key(v, &mut k);
+                    Bound::Excluded(k)
+                }
+                Bound::Unbounded => Bound::Unbounded,
+            }
+        };
+        let (lo, hi) = (enc(lo), enc(hi));
+        let tree = BTree::open(&self.inner.pool, index.relfile, index.unique, &index.name);
+        let hits = tree.range(bound_ref(&lo), bound_ref(&hi))?;
+        let (snap, own, cid) = self.viewer_parts();
+        let viewer = Viewer { snapshot: &snap, own_xid: own, cid };
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
+        let types = def.types();
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        for (_, root) in hits {
+            if let Some((tid, row)) = heap.fetch_visible(root, &viewer)? {
+                if seen.insert(tid) {
+                    let values = datum::decode_row(&row, &types).map_err(|e| Error::InvalidInput(e.to_string()))?;
+                    out.push((tid, values));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Looks up rows by equality on all columns of `index`.
+    pub fn index_lookup(&mut self, def: &TableDef, index: &IndexDef, key: &[Datum]) -> Result<Vec<(Tid, Vec<Datum>)>> {
+        self.index_scan(def, index, Bound::Included(key), Bound::Included(key))
+    }
+
+    pub fn update(&mut self, def: &TableDef, tid: Tid, new_values: &[Datum]) -> Result<RowChange> {
+        Transaction::check_row(def, new_values)?;
+        let xid = self.mark_write();
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let inner = self.inner.clone();
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let mut row = Vec::new();
+        encode_row(new_values, &mut row);
+        loop {
+            self.check_interrupt()?;
+            // HOT is allowed when no indexed column changes.
+            let old = heap.read_version(tid)?;
+            let Some((_, old_row)) = old else { return Ok(RowChange::Gone) };
+            let old_values = datum::decode_row(&old_row, &def.types()).map_err(|e| Error::InvalidInput(e.to_string()))?;
+            let hot_ok = def.indexes.iter().all(|i| i.columns.iter().all(|&c| old_values[c] == new_values[c]));
+            let (m, hot) = heap.update(tid, xid, self.cid, &row, hot_ok)?;
+            match m {
+                Modify::Done(new_tid) => {
+                    if !hot {
+                        for idx in &def.indexes {
+                            self.index_insert(def, idx, new_values, new_tid)?;
+                        }
+                    }
+                    return Ok(RowChange::Done(new_tid));
+                }
+                other => {
+                    if let Some(r) = self.resolve_conflict(&heap, def, other)? {
+                        return Ok(r);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn delete(&mut self, def: &TableDef, tid: Tid) -> Result<RowChange> {
+        let xid = self.mark_write();
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let inner = self.inner.clone();
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        loop {
+            self.check_interrupt()?;
+            match heap.delete(tid, xid, self.cid)? {
+                Modify::Done(t) => return Ok(RowChange::Done(t)),
+                other => {
+                    if let Some(r) = self.resolve_conflict(&heap, def, other)? {
+                        return Ok(r);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles a row held or changed by another transaction: waits (then the caller
+    /// retries), or reports the newest version / serialization failure.
+    fn resolve_conflict(&mut self, heap: &Heap<'_>, def: &TableDef, m: Modify) -> Result<Option<RowChange>> {
+        let xid = self.xid.expect("writer");
+        match m {
+            Modify::Done(_) => unreachable!("handled by caller"),
+            Modify::SelfModified => Ok(Some(RowChange::SelfModified)),
+            Modify::WouldBlock(holder) => {
+                self.inner.txn.wait_for(xid, holder, self.interrupt.as_deref())?;
+                Ok(None)
+            }
+            Modify::Concurrent(next) => {
+                if self.isolation == Isolation::RepeatableRead {
+                    return Err(Error::SerializationFailure);
+                }
+                let Some(mut t) = next else { return Ok(Some(RowChange::Gone)) };
+                // Follow the update chain to the newest version.
+                for _ in 0..10_000 {
+                    let Some((h, row)) = heap.read_version(t)? else { return Ok(Some(RowChange::Gone)) };
+                    if !tuple_is_live_head(&h, &self.inner.txn) {
+                        if h.has(tuple::UPDATED) && self.inner.txn.status(h.xmax) == XidStatus::Committed {
+                            t = h.ctid;
+                            continue;
+                        }
+                        if self.inner.txn.status(h.xmax) == XidStatus::Committed {
+                            return Ok(Some(RowChange::Gone));
+                        }
+                    }
+                    let values = datum::decode_row(&row, &def.types()).map_err(|e| Error::InvalidInput(e.to_string()))?;
+                    return Ok(Some(RowChange::Changed(t, values)));
+                }
+                Ok(Some(RowChange::Gone))
+            }
+        }
+    }
+
+    // ---- end -------------------------------------------------------------------------
+
+    pub fn commit(mut self) -> Result<()> {
+        self.finished = true;
+        let inner = self.inner.clone();
+        let Some(xid) = self.xid else {
+            inner.txn.finish(self.proc, true);
+            return Ok(());
+        };
+        let wal = &inner.pool.wal;
+        {
+            let _barrier = inner.txn.commit_barrier.read();
+            let (_, end) = wal.insert(&xlog::xact_record(xid, true, &self.dropped), &[]);
+            if inner.settings.synchronous_commit || !self.dropped.is_empty() {
+                wal.flush(end);
+            }
+            inner.txn.clog.set_status(xid, XidStatus::Committed);
+        }
+        inner.txn.finish(self.proc, true);
+        for r in self.dropped.drain(..) {
+            inner.pool.discard_relation(r);
+            inner.pool.relfiles.unlink(r)?;
+            inner.rels.write().remove(&r);
+        }
+        if self.catalog_changed {
+            inner.catalog_version.fetch_add(1, Ordering::AcqRel);
+            *inner.catalog_cache.write() = None;
+        }
+        Ok(())
+    }
+
+    pub fn rollback(mut self) -> Result<()> {
+        self.abort_inner()
+    }
+
+    fn abort_inner(&mut self) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
+        let inner = self.inner.clone();
+        if let Some(xid) = self.xid {
+            let created = std::mem::take(&mut self.created);
+            inner.pool.wal.insert(&xlog::xact_record(xid, false, &created), &[]);
+            inner.txn.clog.set_status(xid, XidStatus::Aborted);
+            inner.txn.finish(self.proc, false);
+            for r in created {
+                inner.pool.discard_relation(r);
+                inner.pool.relfiles.unlink(r)?;
+                inner.rels.write().remove(&r);
+            }
+        } else {
+            inner.txn.finish(self.proc, false);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Err(e) = self.abort_inner() {
+                tracing::error!("rollback of an abandoned transaction failed: {e}");
+            }
+        }
+    }
+}
+
+/// Whether a version is the live head of its chain (not deleted/updated by a committed
+/// transaction).
+fn tuple_is_live_head(h: &TupleHeader, txn: &TxnManager) -> bool {
+    !h.xmax.is_valid() || h.has(tuple::XMAX_INVALID) || txn.status(h.xmax) != XidStatus::Committed
+}
+
+/// Unique check: does the HOT chain starting at `root` hold a version that is live or
+/// may become live (in progress)?
+fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> UniqueCheck {
+    let txn = heap.txn;
+    let mut t = root;
+    for _ in 0..1000 {
+        let Ok(Some((h, _))) = heap.read_version(t) else { return UniqueCheck::NotLive };
+        let xmin_ok = if h.xmin == me {
+            true
+        } else {
+            match txn.status(h.xmin) {
+                XidStatus::Committed => true,
+                XidStatus::Aborted => false,
+                _ => return UniqueCheck::WaitFor(h.xmin),
+            }
+        };
+        if xmin_ok {
+            let deleted = h.xmax.is_valid() && !h.has(tuple::XMAX_INVALID) && {
+                if h.xmax == me {
+                    true
+                } else {
+                    match txn.status(h.xmax) {
+                        XidStatus::Committed => true,
+                        XidStatus::Aborted => false,
+                        _ => return UniqueCheck::WaitFor(h.xmax),
+                    }
+                }
+            };
+            if !deleted {
+                return UniqueCheck::Live;
+            }
+        }
+        if h.has(tuple::HOT_UPDATED) && h.ctid.block == root.block {
+            t = h.ctid;
+        } else {
+            return UniqueCheck::NotLive;
+        }
+    }
+    UniqueCheck::NotLive
+}
+
+fn bound_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+pub fn datum_text(d: &Datum) -> String {
+    match d {
+        Datum::Null => "null".into(),
+        Datum::Bool(b) => if *b { "t".into() } else { "f".into() },
+        Datum::Int2(v) => v.to_string(),
+        Datum::Int4(v) => v.to_string(),
+        Datum::Int8(v) => v.to_string(),
+        Datum::Float8(v) => v.to_string(),
+        Datum::Numeric(s) | Datum::Text(s) => s.clone(),
+        Datum::Timestamp(v) | Datum::TimestampTz(v) => v.to_string(),
+        Datum::Date(v) => v.to_string(),
+    }
+}
+

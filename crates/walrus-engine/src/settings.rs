@@ -1,0 +1,292 @@
+//! Engine settings, spelled as PostgreSQL spells them, read from `walrus.toml` in the
+//! data directory. Sizes accept PostgreSQL units (`kB`, `MB`, `GB`, or a number of 8 KiB
+//! pages), durations `ms`, `s`, `min`, `h`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::wal::segment::SyncMethod;
+
+/// `page_protection`: how torn pages are repaired (DESIGN §4). Only the modes built so
+/// far are accepted; the others are refused with a clear message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageProtection {
+    Fpw,
+    None,
+}
+
+impl PageProtection {
+    pub fn name(self) -> &'static str {
+        match self {
+            PageProtection::Fpw => "fpw",
+            PageProtection::None => "none",
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub shared_buffers_pages: usize,
+    pub wal_buffers_bytes: usize,
+    pub wal_segment_size: u64,
+    pub max_wal_size_bytes: u64,
+    pub checkpoint_timeout: Duration,
+    pub checkpoint_completion_target: f64,
+    pub wal_sync_method: SyncMethod,
+    pub page_protection: PageProtection,
+    pub wal_compression: bool,
+    pub synchronous_commit: bool,
+    pub pagewriter_threads: usize,
+    pub bgwriter_delay: Duration,
+    pub clog_buffers: usize,
+    /// Everything else in the file (server settings such as `port`), kept for `SHOW`.
+    pub extra: Vec<(String, String)>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            shared_buffers_pages: 16384, // 128 MB
+            wal_buffers_bytes: 16 << 20,
+            wal_segment_size: 64 << 20,
+            max_wal_size_bytes: 1 << 30,
+            checkpoint_timeout: Duration::from_secs(300),
+            checkpoint_completion_target: 0.9,
+            wal_sync_method: SyncMethod::Fdatasync,
+            page_protection: PageProtection::Fpw,
+            wal_compression: false,
+            synchronous_commit: true,
+            pagewriter_threads: 1,
+            bgwriter_delay: Duration::from_millis(10),
+            clog_buffers: 32,
+            extra: Vec::new(),
+        }
+    }
+}
+
+pub const CONFIG_FILE: &str = "walrus.toml";
+
+/// The commented configuration file `walrus init` writes.
+pub fn default_config_text(segment_size: u64) -> String {
+    format!(
+        r#"# walrus configuration. Setting names follow PostgreSQL's where one exists.
+# Sizes: kB, MB, GB (or a plain number of 8 KiB pages); durations: ms, s, min, h.
+
+# Buffer pool size (PostgreSQL: shared_buffers).
+shared_buffers = "128MB"
+# WAL buffer (ring) size.
+wal_buffers = "16MB"
+# WAL segment size; fixed when the data directory is created ({seg} here).
+wal_segment_size = "{seg}"
+# A checkpoint starts when this much WAL was written since the last one (half of it).
+max_wal_size = "1GB"
+# ... or when this much time has passed.
+checkpoint_timeout = "5min"
+# Spread a timed checkpoint's writes over this fraction of checkpoint_timeout.
+checkpoint_completion_target = 0.9
+# fdatasync (default) | fsync | open_datasync | none (tests only: no durability)
+wal_sync_method = "fdatasync"
+# Torn-page protection: fpw (full-page images in WAL) | none (detect only)
+page_protection = "fpw"
+# Compress full-page images: off | lz4
+wal_compression = "off"
+# Wait for the WAL flush at commit.
+synchronous_commit = "on"
+# Page-writer threads and their sleep between rounds.
+pagewriter_threads = 1
+bgwriter_delay = "10ms"
+# Commit-status log pages kept in memory.
+clog_buffers = 32
+# Server settings.
+port = 5433
+listen_addresses = "127.0.0.1"
+"#,
+        seg = format_size(segment_size)
+    )
+}
+
+pub fn format_size(bytes: u64) -> String {
+    if bytes % (1 << 30) == 0 {
+        format!("{}GB", bytes >> 30)
+    } else if bytes % (1 << 20) == 0 {
+        format!("{}MB", bytes >> 20)
+    } else {
+        format!("{}kB", bytes >> 10)
+    }
+}
+
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult = match unit.trim() {
+        "" => 8192,
+        "B" => 1,
+        "kB" | "KB" | "k" => 1 << 10,
+        "MB" | "M" => 1 << 20,
+        "GB" | "G" => 1 << 30,
+        "TB" => 1 << 40,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    Some(match unit.trim() {
+        "" | "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "min" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        "us" => Duration::from_micros(n),
+        _ => return None,
+    })
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Some(true),
+        "off" | "false" | "no" | "0" => Some(false),
+        _ => None,
+    }
+}
+
+impl Settings {
+    /// Applies one `name = value` pair; unknown names are kept in `extra`.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
+        let bad = |what: &str| Error::InvalidInput(format!("invalid value for parameter \"{name}\": \"{value}\" ({what})"));
+        match name {
+            "shared_buffers" => {
+                let b = parse_size(value).ok_or_else(|| bad("expected a size"))?;
+                self.shared_buffers_pages = ((b / 8192) as usize).max(16);
+            }
+            "wal_buffers" => self.wal_buffers_bytes = parse_size(value).ok_or_else(|| bad("expected a size"))? as usize,
+            "wal_segment_size" => {
+                let b = parse_size(value).ok_or_else(|| bad("expected a size"))?;
+                if !b.is_power_of_two() || b < (1 << 20) || b > (1 << 30) {
+                    return Err(bad("must be a power of two between 1MB and 1GB"));
+                }
+                self.wal_segment_size = b;
+            }
+            "max_wal_size" => self.max_wal_size_bytes = parse_size(value).ok_or_else(|| bad("expected a size"))?,
+            "checkpoint_timeout" => {
+                self.checkpoint_timeout = parse_duration(value).ok_or_else(|| bad("expected a duration"))?
+            }
+            "checkpoint_completion_target" => {
+                let f: f64 = value.parse().map_err(|_| bad("expected a number"))?;
+                if !(0.0..=1.0).contains(&f) {
+                    return Err(bad("must be between 0 and 1"));
+                }
+                self.checkpoint_completion_target = f;
+            }
+            "wal_sync_method" => {
+                self.wal_sync_method = SyncMethod::parse(value)
+                    .ok_or_else(|| bad("expected fdatasync, fsync, open_datasync or none"))?
+            }
+            "fsync" => {
+                if !parse_bool(value).ok_or_else(|| bad("expected on or off"))? {
+                    self.wal_sync_method = SyncMethod::None;
+                }
+            }
+            "page_protection" => {
+                self.page_protection = match value {
+                    "fpw" => PageProtection::Fpw,
+                    "none" => PageProtection::None,
+                    "dwb" | "standby" | "atomic" => {
+                        return Err(Error::FeatureNotSupported(format!(
+                            "page_protection = {value} is not built yet; use fpw or none"
+                        )))
+                    }
+                    _ => return Err(bad("expected fpw or none")),
+                }
+            }
+            "full_page_writes" => {
+                self.page_protection = if parse_bool(value).ok_or_else(|| bad("expected on or off"))? {
+                    PageProtection::Fpw
+                } else {
+                    PageProtection::None
+                }
+            }
+            "wal_compression" => {
+                self.wal_compression = match value {
+                    "lz4" | "on" => true,
+                    "off" => false,
+                    _ => return Err(bad("expected off or lz4")),
+                }
+            }
+            "synchronous_commit" => self.synchronous_commit = parse_bool(value).ok_or_else(|| bad("expected on or off"))?,
+            "pagewriter_threads" => {
+                self.pagewriter_threads = value.parse::<usize>().ok().filter(|n| (1..=16).contains(n)).ok_or_else(|| bad("expected 1..16"))?
+            }
+            "bgwriter_delay" => self.bgwriter_delay = parse_duration(value).ok_or_else(|| bad("expected a duration"))?,
+            "clog_buffers" => {
+                self.clog_buffers = value.parse::<usize>().ok().filter(|n| (2..=1024).contains(n)).ok_or_else(|| bad("expected 2..1024"))?
+            }
+            _ => {
+                self.extra.retain(|(k, _)| k != name);
+                self.extra.push((name.to_string(), value.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `walrus.toml` from `dir` (missing file: defaults).
+    pub fn load(dir: &Path) -> Result<Settings> {
+        let path = dir.join(CONFIG_FILE);
+        let mut s = Settings::default();
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(s),
+            Err(e) => return Err(Error::io("read configuration file", path.display(), e)),
+        };
+        s.apply_toml(&text).map_err(|e| Error::InvalidInput(format!("configuration file {}: {e}", path.display())))?;
+        Ok(s)
+    }
+
+    pub fn apply_toml(&mut self, text: &str) -> Result<()> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| Error::InvalidInput(e.to_string()))?;
+        for (k, v) in table {
+            let value = match v {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => if b { "on".into() } else { "off".into() },
+                other => return Err(Error::InvalidInput(format!("parameter \"{k}\" has unsupported value {other}"))),
+            };
+            self.set(&k, &value)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_postgres_units() {
+        assert_eq!(parse_size("128MB"), Some(128 << 20));
+        assert_eq!(parse_size("16"), Some(16 * 8192));
+        assert_eq!(parse_size("12 parsecs"), None);
+        assert_eq!(parse_duration("5min"), Some(Duration::from_secs(300)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn default_file_parses_and_bad_values_are_clear() {
+        let mut s = Settings::default();
+        s.apply_toml(&default_config_text(16 << 20)).unwrap();
+        assert_eq!(s.shared_buffers_pages, 16384);
+        assert_eq!(s.wal_segment_size, 16 << 20);
+        let err = s.set("wal_sync_method", "sometimes").unwrap_err();
+        assert!(err.to_string().contains("wal_sync_method"), "{err}");
+        let err = s.apply_toml("shared_buffers = [1, 2]").unwrap_err();
+        assert!(err.to_string().contains("shared_buffers"), "{err}");
+        assert!(s.set("page_protection", "dwb").is_err());
+    }
+}

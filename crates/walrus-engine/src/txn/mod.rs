@@ -1,0 +1,235 @@
+#![doc = include_str!("README.md")]
+
+pub mod clog;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use walrus_base::Xid;
+
+use crate::error::{Error, Result};
+use clog::{Clog, XidStatus};
+
+/// Xids reserved per NEXT_XID WAL record: after a crash, allocation restarts above the
+/// last reserved block, so an xid is never handed out twice even if it left no record.
+pub const XID_LOG_BLOCK: u64 = 1024;
+
+/// An MVCC snapshot (PostgreSQL's): xids `>= xmax` and those in `xip` are invisible.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub xmin: Xid,
+    pub xmax: Xid,
+    /// Sorted xids running when the snapshot was taken.
+    pub xip: Vec<Xid>,
+}
+
+impl Snapshot {
+    /// Whether `xid`'s effects are invisible to this snapshot because it was still
+    /// running (or not yet started) when the snapshot was taken.
+    pub fn in_progress(&self, xid: Xid) -> bool {
+        if xid >= self.xmax {
+            return true;
+        }
+        if xid < self.xmin {
+            return false;
+        }
+        self.xip.binary_search(&xid).is_ok()
+    }
+}
+
+struct ProcEntry {
+    xid: Option<Xid>,
+    snapshot_xmin: Option<Xid>,
+}
+
+struct XidLock {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// Counters for the transaction manager (exported by the server later).
+#[derive(Default)]
+pub struct TxnStats {
+    pub commits: AtomicU64,
+    pub aborts: AtomicU64,
+    pub row_lock_waits: AtomicU64,
+    pub deadlocks: AtomicU64,
+}
+
+pub struct TxnManager {
+    next_xid: AtomicU64,
+    /// Xids below this are covered by a logged NEXT_XID reservation.
+    xid_reserved_upto: Mutex<u64>,
+    procs: Mutex<(u64, BTreeMap<u64, ProcEntry>)>,
+    xid_locks: Mutex<HashMap<Xid, Arc<XidLock>>>,
+    waits_for: Mutex<HashMap<Xid, Xid>>,
+    pub clog: Clog,
+    /// Held shared by a committer from inserting its commit record until its clog bits
+    /// are set; held exclusively by a checkpoint while it picks its redo LSN. So every
+    /// commit before the redo LSN is in the clog the checkpoint flushes (PostgreSQL's
+    /// DELAY_CHKPT_START).
+    pub commit_barrier: RwLock<()>,
+    pub stats: TxnStats,
+}
+
+/// What `assign_xid` needs the caller to log before the xid is used.
+pub struct XidReservation(pub u64);
+
+impl TxnManager {
+    pub fn new(clog: Clog, next_xid: Xid) -> TxnManager {
+        let next = next_xid.0.max(Xid::FIRST_NORMAL.0);
+        TxnManager {
+            next_xid: AtomicU64::new(next),
+            xid_reserved_upto: Mutex::new(next),
+            procs: Mutex::new((0, BTreeMap::new())),
+            xid_locks: Mutex::new(HashMap::new()),
+            waits_for: Mutex::new(HashMap::new()),
+            clog,
+            commit_barrier: RwLock::new(()),
+            stats: TxnStats::default(),
+        }
+    }
+
+    /// Xids below this may have been handed out (the logged reservation's end).
+    pub fn xid_reserved_upto(&self) -> u64 {
+        *self.xid_reserved_upto.lock()
+    }
+
+    pub fn next_xid(&self) -> Xid {
+        Xid(self.next_xid.load(Ordering::Acquire))
+    }
+
+    /// Registers a transaction (no xid yet; xids are assigned at the first write).
+    pub fn begin(&self) -> u64 {
+        let mut p = self.procs.lock();
+        p.0 += 1;
+        let id = p.0;
+        p.1.insert(id, ProcEntry { xid: None, snapshot_xmin: None });
+        id
+    }
+
+    /// Assigns an xid to transaction `proc`. If the xid crosses the reserved range, the
+    /// returned reservation must be WAL-logged (NEXT_XID) before the xid appears in WAL.
+    pub fn assign_xid(&self, proc: u64) -> (Xid, Option<XidReservation>) {
+        let mut p = self.procs.lock();
+        let xid = Xid(self.next_xid.fetch_add(1, Ordering::AcqRel));
+        let mut reservation = None;
+        {
+            let mut r = self.xid_reserved_upto.lock();
+            if xid.0 >= *r {
+                *r = xid.0 + XID_LOG_BLOCK;
+                reservation = Some(XidReservation(*r));
+            }
+        }
+        self.xid_locks.lock().insert(xid, Arc::new(XidLock { done: Mutex::new(false), cv: Condvar::new() }));
+        if let Some(e) = p.1.get_mut(&proc) {
+            e.xid = Some(xid);
+        }
+        (xid, reservation)
+    }
+
+    /// Takes a snapshot and registers its xmin for transaction `proc` (which keeps dead
+    /// rows it may still see from being pruned).
+    pub fn snapshot(&self, proc: u64) -> Snapshot {
+        let mut p = self.procs.lock();
+        let xmax = self.next_xid();
+        let mut xip: Vec<Xid> = p.1.values().filter_map(|e| e.xid).collect();
+        xip.sort_unstable();
+        let xmin = xip.first().copied().unwrap_or(xmax);
+        if let Some(e) = p.1.get_mut(&proc) {
+            e.snapshot_xmin = Some(xmin);
+        }
+        Snapshot { xmin, xmax, xip }
+    }
+
+    /// Oldest xid any running transaction or snapshot may still need: tuples deleted by
+    /// a committed xid below this are dead to everyone.
+    pub fn global_xmin(&self) -> Xid {
+        let p = self.procs.lock();
+        let mut m = self.next_xid();
+        for e in p.1.values() {
+            if let Some(x) = e.xid {
+                m = m.min(x);
+            }
+            if let Some(x) = e.snapshot_xmin {
+                m = m.min(x);
+            }
+        }
+        m
+    }
+
+    pub fn status(&self, xid: Xid) -> XidStatus {
+        self.clog.get_status(xid)
+    }
+
+    /// Ends transaction `proc` after its commit/abort is recorded (clog bits already set
+    /// by the caller for an assigned xid): removes it from the running set and wakes
+    /// every waiter on its xid.
+    pub fn finish(&self, proc: u64, committed: bool) {
+        let e = self.procs.lock().1.remove(&proc);
+        if let Some(xid) = e.and_then(|e| e.xid) {
+            if committed {
+                self.stats.commits.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.stats.aborts.fetch_add(1, Ordering::Relaxed);
+            }
+            if let Some(l) = self.xid_locks.lock().remove(&xid) {
+                *l.done.lock() = true;
+                l.cv.notify_all();
+            }
+        }
+    }
+
+    /// Waits until `holder` ends (row-lock wait). Detects deadlocks through the
+    /// waits-for graph; `interrupt` is polled so a cancel request ends the wait.
+    pub fn wait_for(&self, waiter: Xid, holder: Xid, interrupt: Option<&AtomicBool>) -> Result<()> {
+        let lock = match self.xid_locks.lock().get(&holder) {
+            Some(l) => l.clone(),
+            None => return Ok(()),
+        };
+        {
+            let mut wf = self.waits_for.lock();
+            let mut x = holder;
+            let mut steps = 0;
+            while let Some(&next) = wf.get(&x) {
+                if next == waiter {
+                    self.stats.deadlocks.fetch_add(1, Ordering::Relaxed);
+                    return Err(Error::Deadlock { waiter, holder });
+                }
+                x = next;
+                steps += 1;
+                if steps > 10_000 {
+                    break;
+                }
+            }
+            wf.insert(waiter, holder);
+        }
+        self.stats.row_lock_waits.fetch_add(1, Ordering::Relaxed);
+        let result = loop {
+            let mut done = lock.done.lock();
+            if *done {
+                break Ok(());
+            }
+            lock.cv.wait_for(&mut done, Duration::from_millis(50));
+            if *done {
+                break Ok(());
+            }
+            drop(done);
+            if interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
+                break Err(Error::Canceled);
+            }
+        };
+        self.waits_for.lock().remove(&waiter);
+        result
+    }
+
+    /// Recovery: the xid counter must pass every xid seen in WAL.
+    pub fn advance_next_xid(&self, at_least: Xid) {
+        self.next_xid.fetch_max(at_least.0, Ordering::AcqRel);
+        let mut r = self.xid_reserved_upto.lock();
+        *r = (*r).max(at_least.0);
+    }
+}

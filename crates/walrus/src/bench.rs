@@ -1,0 +1,250 @@
+//! `walrus bench micro`: engine micro-benchmarks, each reported next to the baseline it
+//! is judged against, measured in the same run (the machine is shared and noisy, so only
+//! ratios are meaningful).
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use walrus_base::{Lsn, PageId, Tid, Xid};
+use walrus_engine::access::btree::{BTree, UniqueCheck};
+use walrus_engine::access::datum::{encode_key, Datum, TypeId};
+use walrus_engine::catalog::ColumnDef;
+use walrus_engine::engine::Isolation;
+use walrus_engine::wal::record::{Rmgr, WalRecord};
+use walrus_engine::wal::segment::{Segments, SyncMethod};
+use walrus_engine::wal::{ImagePolicy, Wal, WalConfig};
+use walrus_engine::Engine;
+
+#[derive(clap::Subcommand)]
+pub enum BenchCommand {
+    /// Engine micro-benchmarks.
+    Micro {
+        /// Scratch directory (on the disk to measure); removed afterwards.
+        #[arg(long, default_value = "walrus-bench-tmp")]
+        dir: PathBuf,
+        /// Seconds per measurement.
+        #[arg(long, default_value_t = 3)]
+        seconds: u64,
+    },
+}
+
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Micro { dir, seconds } => {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir)?;
+            let r = micro(&dir, Duration::from_secs(seconds));
+            let _ = std::fs::remove_dir_all(&dir);
+            r
+        }
+    }
+}
+
+fn micro(dir: &Path, secs: Duration) -> anyhow::Result<()> {
+    println!("| measurement | value | baseline (same run) | ratio |");
+    println!("|---|---|---|---|");
+    let raw = raw_fdatasync_ops(dir, secs)?;
+    println!("| raw 8 KiB pwrite+fdatasync | {raw:.0} ops/s | — | — |");
+
+    let (c1, rss1) = commits_per_sec(&dir.join("gc1"), 1, secs)?;
+    let (c16, rss16) = commits_per_sec(&dir.join("gc16"), 16, secs)?;
+    println!("| group commit, 1 thread | {c1:.0} commits/s | raw fdatasync {raw:.0}/s | {:.2}× |", c1 / raw);
+    println!("| group commit, 16 threads | {c16:.0} commits/s | 1 thread {c1:.0}/s | {:.2}× |", c16 / c1);
+    println!("| group commit, 16 threads vs raw fdatasync | {c16:.0} commits/s | raw {raw:.0}/s | {:.2}× |", c16 / raw);
+
+    let gbps = wal_insert_rate(&dir.join("walins"), 2, secs)?;
+    println!("| WAL insert, 100-byte records, 2 threads, no sync | {gbps:.2} GB/s | target 1 GB/s | {:.2}× |", gbps);
+
+    let (hit_ns, lookup_ns) = buffer_and_btree(&dir.join("bt"), secs)?;
+    println!("| buffer-pool hit (pin + shared latch + unpin) | {hit_ns:.0} ns/op | — | — |");
+    println!("| B-tree point lookup, in cache (100k keys) | {lookup_ns:.0} ns/op | buffer hit {hit_ns:.0} ns | {:.1}× |", lookup_ns / hit_ns);
+
+    let (mb, secs_replay) = recovery_rate(&dir.join("rec"))?;
+    println!(
+        "| recovery replay | {:.1} MB/s ({mb:.1} MB in {secs_replay:.2} s) | — | — |",
+        mb / secs_replay.max(1e-9)
+    );
+    let shared = 16.0 * 1024.0 * 8192.0 / 1048576.0;
+    println!(
+        "| peak RSS during the commit runs, shared_buffers = 128 MB | {:.0} MB (1 thr) / {:.0} MB (16 thr) | shared_buffers {shared:.0} MB | +{:.0} MB |",
+        rss1, rss16, rss16.max(rss1) - shared
+    );
+    Ok(())
+}
+
+fn raw_fdatasync_ops(dir: &Path, secs: Duration) -> anyhow::Result<f64> {
+    let path = dir.join("raw");
+    let f = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path)?;
+    f.set_len(64 << 20)?;
+    f.sync_all()?;
+    let buf = vec![7u8; 8192];
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < secs {
+        f.write_all_at(&buf, (n % 4096) * 8192)?;
+        f.sync_data()?;
+        n += 1;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+fn rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .map(|kb| kb / 1024.0)
+        .unwrap_or(0.0)
+}
+
+fn commits_per_sec(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result<(f64, f64)> {
+    Engine::init(dir, Some(&walrus_engine::settings::default_config_text(16 << 20)))?;
+    let (engine, _) = Engine::open(dir)?;
+    let mut t = engine.begin(Isolation::ReadCommitted);
+    let def = t.create_table(
+        "t",
+        vec![ColumnDef { name: "id".into(), ty: TypeId::Int8, not_null: false }, ColumnDef { name: "v".into(), ty: TypeId::Text, not_null: false }],
+        100,
+    )?;
+    t.commit()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let count = Arc::new(AtomicU64::new(0));
+    let hs: Vec<_> = (0..threads)
+        .map(|i| {
+            let (engine, stop, count, def) = (engine.clone(), stop.clone(), count.clone(), def.clone());
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                let mut n = 0i64;
+                while !stop.load(Ordering::Relaxed) {
+                    let mut t = engine.begin(Isolation::ReadCommitted);
+                    t.insert(&def, &[Datum::Int8(i as i64 * 1_000_000_000 + n), Datum::Text("x".repeat(20))])?;
+                    t.commit()?;
+                    n += 1;
+                    count.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    std::thread::sleep(secs);
+    stop.store(true, Ordering::Relaxed);
+    for h in hs {
+        h.join().map_err(|_| anyhow::anyhow!("bench thread panicked"))??;
+    }
+    let rate = count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
+    let rss = rss_mb();
+    engine.shutdown()?;
+    Ok((rate, rss))
+}
+
+fn wal_insert_rate(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result<f64> {
+    std::fs::create_dir_all(dir)?;
+    let cfg = WalConfig { segment_size: 64 << 20, buffer_bytes: 64 << 20, sync_method: SyncMethod::None, compress_images: false };
+    let segs = Segments::new(dir, cfg.segment_size, SyncMethod::None)?;
+    let wal = Arc::new(Wal::open(segs, &cfg, Lsn::ZERO, Lsn::ZERO, Lsn::ZERO, ImagePolicy::Never));
+    // A record whose total size is 100 bytes (40-byte header + 60-byte body).
+    let rec = WalRecord::new(Rmgr::Heap, 1, Xid(5)).with_main(vec![0xAB; 60]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let hs: Vec<_> = (0..threads)
+        .map(|_| {
+            let (wal, stop, rec) = (wal.clone(), stop.clone(), rec.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..1000 {
+                        wal.insert(&rec, &[]);
+                    }
+                }
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    std::thread::sleep(secs);
+    stop.store(true, Ordering::Relaxed);
+    for h in hs {
+        h.join().map_err(|_| anyhow::anyhow!("bench thread panicked"))?;
+    }
+    let bytes = wal.stats.bytes.load(Ordering::Relaxed) as f64;
+    Ok(bytes / start.elapsed().as_secs_f64() / 1e9)
+}
+
+fn buffer_and_btree(dir: &Path, secs: Duration) -> anyhow::Result<(f64, f64)> {
+    Engine::init(dir, Some(&walrus_engine::settings::default_config_text(16 << 20)))?;
+    let (engine, _) = Engine::open(dir)?;
+    let pool = engine.pool();
+    let relfile = walrus_base::RelFileId(90_000);
+    pool.relfiles.create(relfile)?;
+    BTree::create(pool, relfile, Xid(3))?;
+    let tree = BTree::open(pool, relfile, true, "bench_pkey");
+    let n = 100_000u32;
+    let mut entries = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let mut k = Vec::new();
+        encode_key(&[Datum::Int4(i as i32)], &mut k);
+        entries.push((k, Tid::new(i / 100, (i % 100 + 1) as u16)));
+    }
+    tree.bulk_build(&entries, Xid(3))?;
+    // Buffer hit: the same resident page over and over.
+    let id = PageId::new(relfile, 1);
+    let start = Instant::now();
+    let mut ops = 0u64;
+    while start.elapsed() < secs / 2 {
+        for _ in 0..10_000 {
+            let p = pool.read_page(id)?;
+            let g = p.read();
+            std::hint::black_box(g[0]);
+        }
+        ops += 10_000;
+    }
+    let hit_ns = start.elapsed().as_nanos() as f64 / ops as f64;
+    let start = Instant::now();
+    let mut ops = 0u64;
+    let mut x = 1u32;
+    while start.elapsed() < secs / 2 {
+        for _ in 0..1000 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let i = (x >> 8) % n;
+            let mut k = Vec::new();
+            encode_key(&[Datum::Int4(i as i32)], &mut k);
+            let hits = tree.lookup(&k)?;
+            anyhow::ensure!(hits.len() == 1, "key {i} not found");
+        }
+        ops += 1000;
+    }
+    let lookup_ns = start.elapsed().as_nanos() as f64 / ops as f64;
+    let _ = (UniqueCheck::NotLive,);
+    engine.shutdown()?;
+    Ok((hit_ns, lookup_ns))
+}
+
+/// Generates WAL with a child workload (checkpoints effectively off), kills it with
+/// SIGKILL and times recovery.
+fn recovery_rate(dir: &Path) -> anyhow::Result<(f64, f64)> {
+    let cfg = walrus_engine::settings::default_config_text(16 << 20)
+        .replace("checkpoint_timeout = \"5min\"", "checkpoint_timeout = \"1h\"")
+        .replace("max_wal_size = \"1GB\"", "max_wal_size = \"8GB\"");
+    Engine::init(dir, Some(&cfg))?;
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args(["tpcb-run", "--data"])
+        .arg(dir)
+        .args(["--acks"])
+        .arg(dir.join("acks"))
+        .args(["--threads", "4", "--checkpoint-ms", "100000000", "--scale", "2", "--set", "synchronous_commit=off"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("start workload child")?;
+    std::thread::sleep(Duration::from_secs(8));
+    child.kill()?;
+    child.wait()?;
+    let (engine, report) = Engine::open(dir)?;
+    let r = report.context("expected crash recovery")?;
+    engine.shutdown()?;
+    Ok((r.replayed_bytes as f64 / 1e6, r.elapsed.as_secs_f64()))
+}
