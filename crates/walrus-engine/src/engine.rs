@@ -363,6 +363,20 @@ impl Engine {
         Ok(dead.len())
     }
 
+    /// Debugging aid: the raw header of the version at `tid` and its xids' status.
+    pub fn debug_version(&self, def: &TableDef, tid: Tid) -> String {
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
+        match heap.read_version(tid) {
+            Ok(Some((h, _))) => format!(
+                "{h:?} xmin:{:?} xmax:{:?}",
+                self.inner.txn.status(h.xmin),
+                if h.xmax.is_valid() { Some(self.inner.txn.status(h.xmax)) } else { None }
+            ),
+            other => format!("{other:?}"),
+        }
+    }
+
     pub fn vacuum_all(&self) -> Result<usize> {
         let view = self.catalog_view()?;
         let mut n = 0;
@@ -1072,8 +1086,11 @@ impl Transaction {
         let inner = self.inner.clone();
         if let Some(xid) = self.xid {
             let created = std::mem::take(&mut self.created);
-            inner.pool.wal.insert(&xlog::xact_record(xid, false, &created), &[]);
-            inner.txn.clog.set_status(xid, XidStatus::Aborted);
+            {
+                let _barrier = inner.txn.commit_barrier.read();
+                inner.pool.wal.insert(&xlog::xact_record(xid, false, &created), &[]);
+                inner.txn.clog.set_status(xid, XidStatus::Aborted);
+            }
             inner.txn.finish(self.proc, false);
             for r in created {
                 inner.pool.discard_relation(r);
@@ -1113,7 +1130,7 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> UniqueCheck {
         let xmin_ok = if h.xmin == me {
             true
         } else {
-            match txn.status(h.xmin) {
+            match txn.status_for_write(h.xmin) {
                 XidStatus::Committed => true,
                 XidStatus::Aborted => false,
                 _ => return UniqueCheck::WaitFor(h.xmin),
@@ -1124,7 +1141,7 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> UniqueCheck {
                 if h.xmax == me {
                     true
                 } else {
-                    match txn.status(h.xmax) {
+                    match txn.status_for_write(h.xmax) {
                         XidStatus::Committed => true,
                         XidStatus::Aborted => false,
                         _ => return UniqueCheck::WaitFor(h.xmax),

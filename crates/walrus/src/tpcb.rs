@@ -158,7 +158,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let acks = Arc::new(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(&a.acks)?));
     let stop = Arc::new(AtomicBool::new(false));
     let committed = Arc::new(AtomicU64::new(0));
-    let run_id: u64 = rand::thread_rng().gen_range(1..1u64 << 40);
+    let run_id: u64 = rand::thread_rng().gen_range(1..1u64 << 22);
     println!("READY");
     std::io::stdout().flush()?;
     let mut handles = Vec::new();
@@ -177,7 +177,8 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
                 let bid = rng.gen_range(1..=scale);
                 let delta = rng.gen_range(-5000..=5000);
                 seq += 1;
-                let tag = ((run_id * 64 + w as u64) << 20) + seq;
+                // Unique across runs and workers, and below i64::MAX: run | worker | sequence.
+                let tag = (run_id << 40) | ((w as u64) << 32) | seq;
                 let mut t = engine.begin(Isolation::ReadCommitted);
                 let result = (|| -> Result<(), Error> {
                     add_to(&mut t, &accounts, aid, 2, delta)?;
@@ -281,10 +282,20 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
     }
     let acks = std::fs::read_to_string(&a.acks).unwrap_or_default();
     let mut acked = 0;
-    for line in acks.lines() {
+    let lines: Vec<&str> = acks.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
         let mut it = line.split_whitespace();
-        let (Some(tag), Some(delta)) = (it.next(), it.next()) else { continue }; // a torn last line
-        let (Ok(tag), Ok(delta)) = (tag.parse::<i64>(), delta.parse::<i32>()) else { continue };
+        let parsed = match (it.next(), it.next()) {
+            (Some(tag), Some(delta)) => tag.parse::<i64>().ok().zip(delta.parse::<i32>().ok()),
+            _ => None,
+        };
+        let Some((tag, delta)) = parsed else {
+            // Only the very last line may be cut short by the kill.
+            if i + 1 == lines.len() {
+                continue;
+            }
+            bail!("acknowledgement file line {} is malformed: {line:?}", i + 1);
+        };
         acked += 1;
         match tags.get(&tag) {
             Some(&d) if d == delta => {}

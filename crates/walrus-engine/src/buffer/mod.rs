@@ -327,13 +327,13 @@ impl BufferPool {
         end
     }
 
-    fn mark_frame_dirty(&self, f: u32) {
+    fn mark_frame_dirty(&self, f: u32, redo_lsn: Option<Lsn>) {
         let fr = &self.frames[f as usize];
         if fr.flags.load(Ordering::Acquire) & FLAG_DIRTY != 0 {
             return;
         }
         let mut q = self.dirty_queue.lock();
-        let rec_lsn = self.wal.insert_lsn();
+        let rec_lsn = redo_lsn.unwrap_or_else(|| self.wal.insert_lsn());
         if let Some(last) = q.back() {
             assert!(last.rec_lsn <= rec_lsn, "dirty queue out of rec_lsn order");
         }
@@ -580,7 +580,12 @@ impl PageWrite<'_> {
     /// Marks the page dirty, stamping `rec_lsn` if it was clean. `log_change` does this;
     /// call it directly only for changes redo itself makes.
     pub fn mark_dirty(&mut self) {
-        self.pool.mark_frame_dirty(self.frame);
+        self.pool.mark_frame_dirty(self.frame, None);
+    }
+    /// Recovery: the page was changed by replaying the record starting at `lsn`; that
+    /// is its `rec_lsn` (redo runs in LSN order, so the dirty queue stays ordered).
+    pub fn mark_dirty_by_redo(&mut self, lsn: Lsn) {
+        self.pool.mark_frame_dirty(self.frame, Some(lsn));
     }
     pub fn set_lsn(&mut self, lsn: Lsn) {
         page::set_lsn(&mut self.guard.0, lsn);

@@ -192,7 +192,7 @@ fn apply(
                         fixed[..8].copy_from_slice(&0u64.to_le_bytes());
                         w.copy_from_slice(&fixed);
                         w.set_lsn(rec.end_lsn);
-                        w.mark_dirty();
+                        w.mark_dirty_by_redo(rec.lsn);
                         stats.pages_restored_from_images += 1;
                         applied = true;
                     }
@@ -208,7 +208,7 @@ fn apply(
                             return Err(bad_record(rec, "page LSN went backwards"));
                         }
                         w.set_lsn(rec.end_lsn);
-                        w.mark_dirty();
+                        w.mark_dirty_by_redo(rec.lsn);
                         applied = true;
                     }
                     BlockAction::ReadAndApplyIfNewer => {
@@ -220,7 +220,7 @@ fn apply(
                         }
                         redo_block(rec, i, &mut w, b.page, false)?;
                         w.set_lsn(rec.end_lsn);
-                        w.mark_dirty();
+                        w.mark_dirty_by_redo(rec.lsn);
                         applied = true;
                     }
                 }

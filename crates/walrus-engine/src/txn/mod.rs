@@ -161,8 +161,33 @@ impl TxnManager {
         m
     }
 
+    /// Status of `xid` for a writer deciding whether it must wait: an xid still in the
+    /// running set counts as in progress even if its clog bits are already set, so no
+    /// writer builds on a commit that snapshots taken right now would not yet see
+    /// (PostgreSQL checks the proc array before the clog for the same reason).
+    pub fn status_for_write(&self, xid: Xid) -> XidStatus {
+        if self.xid_locks.lock().contains_key(&xid) {
+            return XidStatus::InProgress;
+        }
+        self.status(xid)
+    }
+
+    /// Status of `xid`. An xid the clog still shows in progress but that is not running
+    /// (a crash, or a failure between its abort record and its clog update) is aborted:
+    /// running xids are registered before they can appear anywhere and stay registered
+    /// until their final status is in the clog.
     pub fn status(&self, xid: Xid) -> XidStatus {
-        self.clog.get_status(xid)
+        match self.clog.get_status(xid) {
+            XidStatus::InProgress if !self.xid_locks.lock().contains_key(&xid) => {
+                // It may have finished between the two reads: its clog bits are set
+                // before it leaves the running set, so a second read tells.
+                match self.clog.get_status(xid) {
+                    XidStatus::InProgress => XidStatus::Aborted,
+                    s => s,
+                }
+            }
+            s => s,
+        }
     }
 
     /// Ends transaction `proc` after its commit/abort is recorded (clog bits already set

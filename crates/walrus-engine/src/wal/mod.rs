@@ -271,8 +271,20 @@ impl Wal {
             self.stats.flush_piggybacks.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let limit = self.inserted_upto();
-        assert!(limit >= lsn, "flush({lsn}) requested beyond inserted WAL {limit}");
+        // Inserters below `lsn` may still be copying: wait for them (PostgreSQL's
+        // WaitXLogInsertionsToFinish). They hold no lock we hold, so this ends.
+        let mut limit = self.inserted_upto();
+        let mut spins = 0u32;
+        while limit < lsn {
+            assert!(self.insert_lsn() >= lsn, "flush({lsn}) requested beyond reserved WAL");
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            limit = self.inserted_upto();
+        }
         self.write_upto(limit);
         // Every write below `limit` finished inside write_upto above (writes are serialized
         // under write_state), so the touched set now names every segment to sync.

@@ -288,7 +288,7 @@ impl<'a> Heap<'a> {
         if h.xmax == xid {
             return Some(Modify::SelfModified);
         }
-        match self.txn.status(h.xmax) {
+        match self.txn.status_for_write(h.xmax) {
             crate::txn::clog::XidStatus::Aborted => None,
             crate::txn::clog::XidStatus::Committed => {
                 Some(Modify::Concurrent(h.has(tuple::UPDATED).then_some(h.ctid)))
