@@ -361,8 +361,9 @@ impl<'a> Heap<'a> {
             let (new_pin, fresh) = match target {
                 Some(b) => (self.pool.read_page(self.page_id(b))?, false),
                 None => {
+                    // Not published as `last_block` until the page is initialised and
+                    // logged below: a page others can see must exist in WAL.
                     let b = self.pool.relfiles.allocate_block(self.rel.relfile)?;
-                    *self.rel.last_block.lock() = Some(b);
                     (self.pool.new_page(self.page_id(b))?, true)
                 }
             };
@@ -374,15 +375,18 @@ impl<'a> Heap<'a> {
                 let o = old_pin.write();
                 (o, new_pin.write())
             };
-            if fresh {
-                init_heap_page(&mut nw, new_pin.id());
-            } else if page::free_space(&nw) < t.len() + 8 {
+            if !fresh && (page::is_new(&nw) || page::free_space(&nw) < t.len() + 8) {
                 continue;
             }
             let off = resolve_offset(&ow, tid.offset).ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
             let h = TupleHeader::read(page::item(&ow, off)).ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
             if let Some(m) = self.check_modifiable(&h, xid) {
+                // A fresh page stays all zeros (never logged, never published): a
+                // harmless hole that readers skip.
                 return Ok((m, false));
+            }
+            if fresh {
+                init_heap_page(&mut nw, new_pin.id());
             }
             let new_off = page::add_item(&mut nw, &t, Placement::Append { reuse_unused: true }).expect("checked");
             let d_old = old_side(off, xid, cid, Tid::new(nb, new_off), tuple::UPDATED);
@@ -391,6 +395,9 @@ impl<'a> Heap<'a> {
             rec.block(ow.id(), false, d_old);
             rec.block(nw.id(), fresh, new_side(new_off, &t));
             self.pool.log_change(&rec, &mut [&mut ow, &mut nw]);
+            if fresh {
+                *self.rel.last_block.lock() = Some(nb);
+            }
             return Ok((Modify::Done(Tid::new(nb, new_off)), false));
         }
     }
