@@ -14,7 +14,7 @@ pub mod limits;
 pub const PAGE_SIZE: usize = 8192;
 /// The sector size walrus assumes a device writes atomically (DESIGN §4: 4 KiB here).
 pub const SECTOR_SIZE: usize = 4096;
-const _: () = assert!(PAGE_SIZE % SECTOR_SIZE == 0);
+const _: () = assert!(PAGE_SIZE.is_multiple_of(SECTOR_SIZE));
 
 /// A byte position in the one endless write-ahead log.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
@@ -25,6 +25,7 @@ impl Lsn {
     pub const MAX: Lsn = Lsn(u64::MAX);
 
     /// The LSN `bytes` after this one; overflow is a broken invariant, not an input error.
+    #[allow(clippy::should_implement_trait)]
     pub fn add(self, bytes: u64) -> Lsn {
         Lsn(self.0.checked_add(bytes).expect("LSN overflow"))
     }
@@ -104,7 +105,10 @@ pub struct PageId {
 
 impl PageId {
     pub fn new(relfile: RelFileId, block: u32) -> PageId {
-        PageId { relfile, block: BlockNumber(block) }
+        PageId {
+            relfile,
+            block: BlockNumber(block),
+        }
     }
 }
 
@@ -122,7 +126,10 @@ pub struct Tid {
 }
 
 impl Tid {
-    pub const INVALID: Tid = Tid { block: u32::MAX, offset: 0 };
+    pub const INVALID: Tid = Tid {
+        block: u32::MAX,
+        offset: 0,
+    };
     pub fn new(block: u32, offset: u16) -> Tid {
         Tid { block, offset }
     }

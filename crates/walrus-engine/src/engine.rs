@@ -100,11 +100,15 @@ struct Background {
 impl Engine {
     /// Creates a fresh data directory (`walrus init`).
     pub fn init(dir: &Path, settings_text: Option<&str>) -> Result<()> {
-        let bad = |reason: String| Error::BadDataDirectory { dir: dir.display().to_string(), reason };
+        let bad = |reason: String| Error::BadDataDirectory {
+            dir: dir.display().to_string(),
+            reason,
+        };
         if dir.join("control").exists() {
             return Err(bad("it already contains a walrus data directory".into()));
         }
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir.display(), e))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io("create directory", dir.display(), e))?;
         let mut settings = Settings::default();
         let text = match settings_text {
             Some(t) => t.to_string(),
@@ -116,13 +120,28 @@ impl Engine {
         let segs = Segments::new(dir, settings.wal_segment_size, settings.wal_sync_method)?;
         let relfiles = crate::storage::relfile::RelFiles::open(dir)?;
         relfiles.create(CATALOG_RELFILE)?;
-        std::fs::create_dir_all(dir.join("clog")).map_err(|e| Error::io("create directory", dir.display(), e))?;
+        std::fs::create_dir_all(dir.join("clog"))
+            .map_err(|e| Error::io("create directory", dir.display(), e))?;
         // The first record of a new cluster: a checkpoint at LSN 0 whose redo is itself.
-        let wal = Wal::open(segs, &wal_config(&settings), Lsn::ZERO, Lsn::ZERO, Lsn::ZERO, ImagePolicy::Never);
-        let info = xlog::CheckpointInfo { redo: Lsn::ZERO, next_xid: Xid::FIRST_NORMAL, next_relfile: RelFileId::FIRST_USER.0 };
+        let wal = Wal::open(
+            segs,
+            &wal_config(&settings),
+            Lsn::ZERO,
+            Lsn::ZERO,
+            Lsn::ZERO,
+            ImagePolicy::Never,
+        );
+        let info = xlog::CheckpointInfo {
+            redo: Lsn::ZERO,
+            next_xid: Xid::FIRST_NORMAL,
+            next_relfile: RelFileId::FIRST_USER.0,
+        };
         let (start, end) = wal.insert(&xlog::checkpoint_record(&info), &[]);
         wal.flush(end);
-        let cluster_id = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1);
+        let cluster_id = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
         ControlFile::create(
             dir,
             ControlData {
@@ -148,11 +167,15 @@ impl Engine {
         Engine::open_with(dir, settings)
     }
 
-    pub fn open_with(dir: &Path, mut settings: Settings) -> Result<(Engine, Option<RecoveryReport>)> {
+    pub fn open_with(
+        dir: &Path,
+        mut settings: Settings,
+    ) -> Result<(Engine, Option<RecoveryReport>)> {
         if !dir.join("control").exists() {
             return Err(Error::BadDataDirectory {
                 dir: dir.display().to_string(),
-                reason: "no control file: not a walrus data directory (run `walrus init` first)".into(),
+                reason: "no control file: not a walrus data directory (run `walrus init` first)"
+                    .into(),
             });
         }
         let control = ControlFile::open(dir)?;
@@ -168,14 +191,29 @@ impl Engine {
             PageProtection::Fpw => ImagePolicy::FirstChangeAfterRedo,
             PageProtection::None => ImagePolicy::Never,
         };
-        let wal = Arc::new(Wal::open(segs, &wal_config(&settings), wal_end.end, wal_end.last_start, cd.redo_lsn, policy));
+        let wal = Arc::new(Wal::open(
+            segs,
+            &wal_config(&settings),
+            wal_end.end,
+            wal_end.last_start,
+            cd.redo_lsn,
+            policy,
+        ));
         let relfiles = Arc::new(crate::storage::relfile::RelFiles::open(dir)?);
-        let pool = Arc::new(BufferPool::new(settings.shared_buffers_pages, relfiles, wal.clone()));
+        let pool = Arc::new(BufferPool::new(
+            settings.shared_buffers_pages,
+            relfiles,
+            wal.clone(),
+        ));
         pool.set_relation_name(CATALOG_RELFILE, "walrus_catalog");
         let clog = Clog::open(&dir.join("clog"), settings.clog_buffers)
             .map_err(|e| Error::io("open commit-status log", dir.join("clog").display(), e))?;
         let txn = TxnManager::new(clog, cd.next_xid);
-        let page_writers = PageWriters::start(pool.clone(), settings.pagewriter_threads, settings.bgwriter_delay);
+        let page_writers = PageWriters::start(
+            pool.clone(),
+            settings.pagewriter_threads,
+            settings.bgwriter_delay,
+        );
         let mut report = None;
         let mut next_relfile = cd.next_relfile;
         if crashed {
@@ -184,7 +222,8 @@ impl Engine {
                 cd.redo_lsn,
                 wal_end.end.distance_from(cd.redo_lsn) >> 20
             );
-            let out = crate::recovery::replay(&wal.segments, &pool, &txn, cd.redo_lsn, wal_end.end)?;
+            let out =
+                crate::recovery::replay(&wal.segments, &pool, &txn, cd.redo_lsn, wal_end.end)?;
             txn.advance_next_xid(Xid(out.max_xid.0 + 1).max(out.next_xid_reserved));
             next_relfile = next_relfile.max(out.max_relfile + 1);
             let s = &out.stats;
@@ -223,7 +262,10 @@ impl Engine {
             shutting_down: AtomicBool::new(false),
             ddl_lock: Mutex::new(()),
         });
-        let engine = Engine { inner: inner.clone(), background: Arc::new(Mutex::new(None)) };
+        let engine = Engine {
+            inner: inner.clone(),
+            background: Arc::new(Mutex::new(None)),
+        };
         if crashed {
             engine.checkpoint(CheckpointReason::EndOfRecovery)?;
         }
@@ -239,7 +281,10 @@ impl Engine {
             .name("walrus-checkpointer".into())
             .spawn(move || checkpointer_loop(&ckpt_inner))
             .map_err(|e| Error::io("start checkpointer thread", "", e))?;
-        *engine.background.lock() = Some(Background { page_writers, checkpointer: Some(checkpointer) });
+        *engine.background.lock() = Some(Background {
+            page_writers,
+            checkpointer: Some(checkpointer),
+        });
         // Refresh relation names for error messages.
         if let Ok(view) = engine.catalog_view() {
             for t in view.tables.values() {
@@ -351,7 +396,8 @@ impl Engine {
         }
         let set: HashSet<Tid> = dead.iter().copied().collect();
         for idx in &def.indexes {
-            BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name).delete_tids(&set, Xid::INVALID)?;
+            BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name)
+                .delete_tids(&set, Xid::INVALID)?;
         }
         let mut by_block: std::collections::BTreeMap<u32, Vec<u16>> = Default::default();
         for t in &dead {
@@ -371,7 +417,11 @@ impl Engine {
             Ok(Some((h, _))) => format!(
                 "{h:?} xmin:{:?} xmax:{:?}",
                 self.inner.txn.status(h.xmin),
-                if h.xmax.is_valid() { Some(self.inner.txn.status(h.xmax)) } else { None }
+                if h.xmax.is_valid() {
+                    Some(self.inner.txn.status(h.xmax))
+                } else {
+                    None
+                }
             ),
             other => format!("{other:?}"),
         }
@@ -399,14 +449,21 @@ impl Engine {
                 let id = walrus_base::PageId::new(relfile, b);
                 pool.relfiles.read_page(id, &mut buf)?;
                 match crate::storage::page::verify(&buf, id) {
-                    crate::storage::page::PageCheck::Valid | crate::storage::page::PageCheck::New => {}
-                    crate::storage::page::PageCheck::ChecksumMismatch { stored, computed } => bad.push(Error::ChecksumMismatch {
-                        page: id,
-                        relation: pool.relation_name(relfile),
-                        stored,
-                        computed,
-                    }),
-                    crate::storage::page::PageCheck::Misdirected { found } => bad.push(Error::Misdirected { expected: id, found }),
+                    crate::storage::page::PageCheck::Valid
+                    | crate::storage::page::PageCheck::New => {}
+                    crate::storage::page::PageCheck::ChecksumMismatch { stored, computed } => bad
+                        .push(Error::ChecksumMismatch {
+                            page: id,
+                            relation: pool.relation_name(relfile),
+                            stored,
+                            computed,
+                        }),
+                    crate::storage::page::PageCheck::Misdirected { found } => {
+                        bad.push(Error::Misdirected {
+                            expected: id,
+                            found,
+                        })
+                    }
                 }
             }
         }
@@ -428,7 +485,11 @@ impl Inner {
         if let Some(r) = self.rels.read().get(&relfile) {
             return r.clone();
         }
-        self.rels.write().entry(relfile).or_insert_with(|| Arc::new(HeapRel::new(relfile, fillfactor))).clone()
+        self.rels
+            .write()
+            .entry(relfile)
+            .or_insert_with(|| Arc::new(HeapRel::new(relfile, fillfactor)))
+            .clone()
     }
 }
 
@@ -437,7 +498,10 @@ fn checkpointer_loop(inner: &Arc<Inner>) {
         let requested = {
             let mut r = inner.checkpoint_request.0.lock();
             if !*r {
-                inner.checkpoint_request.1.wait_for(&mut r, Duration::from_millis(100));
+                inner
+                    .checkpoint_request
+                    .1
+                    .wait_for(&mut r, Duration::from_millis(100));
             }
             std::mem::take(&mut *r)
         };
@@ -479,7 +543,10 @@ fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<()> {
     let next_xid = inner.txn.next_xid().max(Xid(inner.txn.xid_reserved_upto()));
     let next_relfile = inner.next_relfile.load(Ordering::Acquire);
     let spread = matches!(reason, CheckpointReason::Timed);
-    let target = inner.settings.checkpoint_timeout.mul_f64(inner.settings.checkpoint_completion_target);
+    let target = inner
+        .settings
+        .checkpoint_timeout
+        .mul_f64(inner.settings.checkpoint_completion_target);
     let dirty_at_start = pool.dirty_pages().max(1);
     let mut written = 0usize;
     loop {
@@ -498,8 +565,18 @@ fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<()> {
         }
     }
     let synced = pool.relfiles.sync_pending()?;
-    inner.txn.clog.flush_all().map_err(|e| Error::io("flush commit-status log", inner.dir.join("clog").display(), e))?;
-    let info = xlog::CheckpointInfo { redo, next_xid, next_relfile };
+    inner.txn.clog.flush_all().map_err(|e| {
+        Error::io(
+            "flush commit-status log",
+            inner.dir.join("clog").display(),
+            e,
+        )
+    })?;
+    let info = xlog::CheckpointInfo {
+        redo,
+        next_xid,
+        next_relfile,
+    };
     let (start, end) = wal.insert(&xlog::checkpoint_record(&info), &[]);
     wal.flush(end);
     {
@@ -512,7 +589,9 @@ fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<()> {
         c.update(d)?;
     }
     let keep_future = (inner.settings.max_wal_size_bytes / wal.segments.segment_size).max(2);
-    let (recycled, removed) = wal.segments.recycle_before(redo, wal.insert_lsn(), keep_future)?;
+    let (recycled, removed) = wal
+        .segments
+        .recycle_before(redo, wal.insert_lsn(), keep_future)?;
     let ms = started.elapsed().as_millis() as u64;
     *inner.last_checkpoint_at.lock() = Instant::now();
     {
@@ -569,7 +648,11 @@ impl Transaction {
         self.interrupt = Some(flag);
     }
     fn check_interrupt(&self) -> Result<()> {
-        if self.interrupt.as_ref().is_some_and(|f| f.load(Ordering::Relaxed)) {
+        if self
+            .interrupt
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+        {
             return Err(Error::Canceled);
         }
         Ok(())
@@ -620,15 +703,26 @@ impl Transaction {
             }
         }
         let version = self.inner.catalog_version.load(Ordering::Acquire);
-        let snap = if self.catalog_changed { self.snapshot() } else { self.inner.txn.snapshot(self.proc) };
-        let viewer = Viewer { snapshot: &snap, own_xid: self.xid, cid: self.cid + 1 };
+        let snap = if self.catalog_changed {
+            self.snapshot()
+        } else {
+            self.inner.txn.snapshot(self.proc)
+        };
+        let viewer = Viewer {
+            snapshot: &snap,
+            own_xid: self.xid,
+            cid: self.cid + 1,
+        };
         let rel = self.inner.rel(CATALOG_RELFILE, 100);
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
         let mut rows = Vec::new();
         for b in 0..heap.nblocks()? {
             heap.scan_block(b, &viewer, &mut rows)?;
         }
-        let entries = rows.iter().map(|(tid, r)| catalog::decode_entry(*tid, r)).collect::<Result<Vec<_>>>()?;
+        let entries = rows
+            .iter()
+            .map(|(tid, r)| catalog::decode_entry(*tid, r))
+            .collect::<Result<Vec<_>>>()?;
         let view = Arc::new(CatalogView::build(entries));
         if !self.catalog_changed && self.inner.catalog_version.load(Ordering::Acquire) == version {
             *self.inner.catalog_cache.write() = Some(view.clone());
@@ -643,7 +737,11 @@ impl Transaction {
     fn new_relfile(&mut self) -> Result<RelFileId> {
         let xid = self.mark_write();
         let r = RelFileId(self.inner.next_relfile.fetch_add(1, Ordering::AcqRel));
-        let (_, end) = self.inner.pool.wal.insert(&xlog::storage_create_record(r, xid), &[]);
+        let (_, end) = self
+            .inner
+            .pool
+            .wal
+            .insert(&xlog::storage_create_record(r, xid), &[]);
         self.inner.pool.wal.flush(end);
         self.inner.pool.relfiles.create(r)?;
         self.created.push(r);
@@ -667,18 +765,32 @@ impl Transaction {
         }
     }
 
-    pub fn create_table(&mut self, name: &str, columns: Vec<ColumnDef>, fillfactor: u8) -> Result<Arc<TableDef>> {
+    pub fn create_table(
+        &mut self,
+        name: &str,
+        columns: Vec<ColumnDef>,
+        fillfactor: u8,
+    ) -> Result<Arc<TableDef>> {
         let inner = self.inner.clone();
         let _ddl = inner.ddl_lock.lock();
         if columns.len() > walrus_base::limits::COLUMNS_MAX {
-            return Err(Error::InvalidInput(format!("tables can have at most {} columns", walrus_base::limits::COLUMNS_MAX)));
+            return Err(Error::InvalidInput(format!(
+                "tables can have at most {} columns",
+                walrus_base::limits::COLUMNS_MAX
+            )));
         }
         let view = self.catalog()?;
         if view.tables.contains_key(name) || view.index_names().any(|n| n == name) {
             return Err(Error::DuplicateTable(name.to_string()));
         }
         let relfile = self.new_relfile()?;
-        let def = TableDef { name: name.to_string(), relfile, columns, fillfactor: fillfactor.clamp(10, 100), indexes: vec![] };
+        let def = TableDef {
+            name: name.to_string(),
+            relfile,
+            columns,
+            fillfactor: fillfactor.clamp(10, 100),
+            indexes: vec![],
+        };
         self.catalog_insert(&catalog::encode_table(&def))?;
         self.inner.pool.set_relation_name(relfile, name);
         self.table(name)
@@ -686,7 +798,14 @@ impl Transaction {
 
     /// CREATE [UNIQUE] INDEX / ADD PRIMARY KEY: builds the tree in bulk from the rows
     /// visible now (sorted), checking uniqueness.
-    pub fn create_index(&mut self, table: &str, name: &str, columns: &[usize], unique: bool, primary: bool) -> Result<()> {
+    pub fn create_index(
+        &mut self,
+        table: &str,
+        name: &str,
+        columns: &[usize],
+        unique: bool,
+        primary: bool,
+    ) -> Result<()> {
         let inner = self.inner.clone();
         let _ddl = inner.ddl_lock.lock();
         let view = self.catalog()?;
@@ -695,7 +814,9 @@ impl Transaction {
             return Err(Error::DuplicateTable(name.to_string()));
         }
         if primary && def.indexes.iter().any(|i| i.primary) {
-            return Err(Error::InvalidInput(format!("multiple primary keys for table \"{table}\" are not allowed")));
+            return Err(Error::InvalidInput(format!(
+                "multiple primary keys for table \"{table}\" are not allowed"
+            )));
         }
         for &c in columns {
             if c >= def.columns.len() {
@@ -705,20 +826,32 @@ impl Transaction {
         let relfile = self.new_relfile()?;
         let xid = self.mark_write();
         BTree::create(&inner.pool, relfile, xid)?;
-        let idx = IndexDef { name: name.to_string(), relfile, table: table.to_string(), columns: columns.to_vec(), unique, primary };
+        let idx = IndexDef {
+            name: name.to_string(),
+            relfile,
+            table: table.to_string(),
+            columns: columns.to_vec(),
+            unique,
+            primary,
+        };
         // Every row version that may still be live (not dead to all) is indexed, like
         // PostgreSQL's CREATE INDEX; primary key columns must not be NULL.
         let mut entries: Vec<(Vec<u8>, Tid)> = Vec::new();
         let rel = inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&inner.pool, &inner.txn, &rel);
         let snap = self.snapshot();
-        let viewer = Viewer { snapshot: &snap, own_xid: self.xid, cid: self.cid };
+        let viewer = Viewer {
+            snapshot: &snap,
+            own_xid: self.xid,
+            cid: self.cid,
+        };
         let types = def.types();
         for b in 0..heap.nblocks()? {
             let mut rows = Vec::new();
             heap.scan_block(b, &viewer, &mut rows)?;
             for (tid, row) in rows {
-                let values = datum::decode_row(&row, &types).map_err(|e| Error::InvalidInput(e.to_string()))?;
+                let values = datum::decode_row(&row, &types)
+                    .map_err(|e| Error::InvalidInput(e.to_string()))?;
                 let keyvals: Vec<Datum> = columns.iter().map(|&c| values[c].clone()).collect();
                 if primary && keyvals.iter().any(|d| d.is_null()) {
                     return Err(Error::InvalidInput(format!(
@@ -743,8 +876,15 @@ impl Transaction {
                 nd.columns[c].not_null = true;
             }
             nd.indexes.clear();
-            if nd != (TableDef { indexes: vec![], ..(*def).clone() }) {
-                let tid = view.entry_tid(true, table).ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+            if nd
+                != (TableDef {
+                    indexes: vec![],
+                    ..(*def).clone()
+                })
+            {
+                let tid = view
+                    .entry_tid(true, table)
+                    .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
                 self.catalog_delete(tid)?;
                 self.catalog_insert(&catalog::encode_table(&nd))?;
             }
@@ -758,11 +898,15 @@ impl Transaction {
         let view = self.catalog()?;
         let def = view.table(name)?;
         for i in &def.indexes {
-            let tid = view.entry_tid(false, &i.name).ok_or_else(|| Error::UndefinedTable(i.name.clone()))?;
+            let tid = view
+                .entry_tid(false, &i.name)
+                .ok_or_else(|| Error::UndefinedTable(i.name.clone()))?;
             self.catalog_delete(tid)?;
             self.dropped.push(i.relfile);
         }
-        let tid = view.entry_tid(true, name).ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
+        let tid = view
+            .entry_tid(true, name)
+            .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
         self.catalog_delete(tid)?;
         self.dropped.push(def.relfile);
         Ok(())
@@ -775,7 +919,9 @@ impl Transaction {
         let _ddl = inner.ddl_lock.lock();
         let view = self.catalog()?;
         let def = view.table(name)?;
-        let tid = view.entry_tid(true, name).ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
+        let tid = view
+            .entry_tid(true, name)
+            .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
         let new_rel = self.new_relfile()?;
         self.catalog_delete(tid)?;
         let mut nd = (*def).clone();
@@ -785,12 +931,17 @@ impl Transaction {
         self.dropped.push(def.relfile);
         inner.pool.set_relation_name(new_rel, name);
         for i in &def.indexes {
-            let itid = view.entry_tid(false, &i.name).ok_or_else(|| Error::UndefinedTable(i.name.clone()))?;
+            let itid = view
+                .entry_tid(false, &i.name)
+                .ok_or_else(|| Error::UndefinedTable(i.name.clone()))?;
             let r = self.new_relfile()?;
             let xid = self.mark_write();
             BTree::create(&inner.pool, r, xid)?;
             self.catalog_delete(itid)?;
-            let ni = IndexDef { relfile: r, ..i.clone() };
+            let ni = IndexDef {
+                relfile: r,
+                ..i.clone()
+            };
             self.catalog_insert(&catalog::encode_index(&ni))?;
             self.dropped.push(i.relfile);
             inner.pool.set_relation_name(r, &i.name);
@@ -813,9 +964,9 @@ impl Transaction {
             match v.type_id() {
                 None if c.not_null => {
                     return Err(Error::InvalidInput(format!(
-                        "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
-                        c.name, def.name
-                    )))
+                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
+                    c.name, def.name
+                )))
                 }
                 Some(t) if t != c.ty => {
                     return Err(Error::InvalidInput(format!(
@@ -845,7 +996,13 @@ impl Transaction {
         Ok(tid)
     }
 
-    fn index_insert(&mut self, def: &TableDef, idx: &IndexDef, values: &[Datum], tid: Tid) -> Result<()> {
+    fn index_insert(
+        &mut self,
+        def: &TableDef,
+        idx: &IndexDef,
+        values: &[Datum],
+        tid: Tid,
+    ) -> Result<()> {
         let keyvals: Vec<Datum> = idx.columns.iter().map(|&c| values[c].clone()).collect();
         let mut key = Vec::new();
         encode_key(&keyvals, &mut key);
@@ -864,15 +1021,28 @@ impl Transaction {
         };
         let interrupt = self.interrupt.clone();
         let txn = &inner.txn;
-        let mut wait = |holder: Xid| -> Result<()> { txn.wait_for(xid, holder, interrupt.as_deref()) };
-        tree.insert(&key, tid, xid, &mut check, &mut wait).map_err(|e| match e {
-            Error::UniqueViolation { index, .. } => {
-                let cols: Vec<&str> = idx.columns.iter().map(|&c| def.columns[c].name.as_str()).collect();
-                let vals: Vec<String> = keyvals.iter().map(datum_text).collect();
-                Error::UniqueViolation { index, detail: format!("Key ({})=({}) already exists.", cols.join(", "), vals.join(", ")) }
-            }
-            other => other,
-        })
+        let mut wait =
+            |holder: Xid| -> Result<()> { txn.wait_for(xid, holder, interrupt.as_deref()) };
+        tree.insert(&key, tid, xid, &mut check, &mut wait)
+            .map_err(|e| match e {
+                Error::UniqueViolation { index, .. } => {
+                    let cols: Vec<&str> = idx
+                        .columns
+                        .iter()
+                        .map(|&c| def.columns[c].name.as_str())
+                        .collect();
+                    let vals: Vec<String> = keyvals.iter().map(datum_text).collect();
+                    Error::UniqueViolation {
+                        index,
+                        detail: format!(
+                            "Key ({})=({}) already exists.",
+                            cols.join(", "),
+                            vals.join(", ")
+                        ),
+                    }
+                }
+                other => other,
+            })
     }
 
     fn viewer_parts(&mut self) -> (Snapshot, Option<Xid>, u32) {
@@ -881,9 +1051,17 @@ impl Transaction {
 
     /// Sequential scan: calls `f` for each visible row (page at a time); `f` returns
     /// false to stop.
-    pub fn scan(&mut self, def: &TableDef, mut f: impl FnMut(Tid, Vec<Datum>) -> Result<bool>) -> Result<()> {
+    pub fn scan(
+        &mut self,
+        def: &TableDef,
+        mut f: impl FnMut(Tid, Vec<Datum>) -> Result<bool>,
+    ) -> Result<()> {
         let (snap, own, cid) = self.viewer_parts();
-        let viewer = Viewer { snapshot: &snap, own_xid: own, cid };
+        let viewer = Viewer {
+            snapshot: &snap,
+            own_xid: own,
+            cid,
+        };
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
         let types = def.types();
@@ -893,7 +1071,8 @@ impl Transaction {
             rows.clear();
             heap.scan_block(b, &viewer, &mut rows)?;
             for (tid, row) in rows.drain(..) {
-                let values = datum::decode_row(&row, &types).map_err(|e| Error::InvalidInput(e.to_string()))?;
+                let values = datum::decode_row(&row, &types)
+                    .map_err(|e| Error::InvalidInput(e.to_string()))?;
                 if !f(tid, values)? {
                     return Ok(());
                 }
@@ -912,7 +1091,13 @@ impl Transaction {
     }
 
     /// Index scan over key values between `lo` and `hi` (on all key columns).
-    pub fn index_scan(&mut self, def: &TableDef, index: &IndexDef, lo: Bound<&[Datum]>, hi: Bound<&[Datum]>) -> Result<Vec<(Tid, Vec<Datum>)>> {
+    pub fn index_scan(
+        &mut self,
+        def: &TableDef,
+        index: &IndexDef,
+        lo: Bound<&[Datum]>,
+        hi: Bound<&[Datum]>,
+    ) -> Result<Vec<(Tid, Vec<Datum>)>> {
         self.check_interrupt()?;
         let enc = |b: Bound<&[Datum]>| -> Bound<Vec<u8>> {
             match b {
@@ -933,7 +1118,11 @@ impl Transaction {
         let tree = BTree::open(&self.inner.pool, index.relfile, index.unique, &index.name);
         let hits = tree.range(bound_ref(&lo), bound_ref(&hi))?;
         let (snap, own, cid) = self.viewer_parts();
-        let viewer = Viewer { snapshot: &snap, own_xid: own, cid };
+        let viewer = Viewer {
+            snapshot: &snap,
+            own_xid: own,
+            cid,
+        };
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
         let types = def.types();
@@ -942,7 +1131,8 @@ impl Transaction {
         for (_, root) in hits {
             if let Some((tid, row)) = heap.fetch_visible(root, &viewer)? {
                 if seen.insert(tid) {
-                    let values = datum::decode_row(&row, &types).map_err(|e| Error::InvalidInput(e.to_string()))?;
+                    let values = datum::decode_row(&row, &types)
+                        .map_err(|e| Error::InvalidInput(e.to_string()))?;
                     out.push((tid, values));
                 }
             }
@@ -951,7 +1141,12 @@ impl Transaction {
     }
 
     /// Looks up rows by equality on all columns of `index`.
-    pub fn index_lookup(&mut self, def: &TableDef, index: &IndexDef, key: &[Datum]) -> Result<Vec<(Tid, Vec<Datum>)>> {
+    pub fn index_lookup(
+        &mut self,
+        def: &TableDef,
+        index: &IndexDef,
+        key: &[Datum],
+    ) -> Result<Vec<(Tid, Vec<Datum>)>> {
         self.index_scan(def, index, Bound::Included(key), Bound::Included(key))
     }
 
@@ -967,9 +1162,15 @@ impl Transaction {
             self.check_interrupt()?;
             // HOT is allowed when no indexed column changes.
             let old = heap.read_version(tid)?;
-            let Some((_, old_row)) = old else { return Ok(RowChange::Gone) };
-            let old_values = datum::decode_row(&old_row, &def.types()).map_err(|e| Error::InvalidInput(e.to_string()))?;
-            let hot_ok = def.indexes.iter().all(|i| i.columns.iter().all(|&c| old_values[c] == new_values[c]));
+            let Some((_, old_row)) = old else {
+                return Ok(RowChange::Gone);
+            };
+            let old_values = datum::decode_row(&old_row, &def.types())
+                .map_err(|e| Error::InvalidInput(e.to_string()))?;
+            let hot_ok = def
+                .indexes
+                .iter()
+                .all(|i| i.columns.iter().all(|&c| old_values[c] == new_values[c]));
             let (m, hot) = heap.update(tid, xid, self.cid, &row, hot_ok)?;
             match m {
                 Modify::Done(new_tid) => {
@@ -1009,25 +1210,38 @@ impl Transaction {
 
     /// Handles a row held or changed by another transaction: waits (then the caller
     /// retries), or reports the newest version / serialization failure.
-    fn resolve_conflict(&mut self, heap: &Heap<'_>, def: &TableDef, m: Modify) -> Result<Option<RowChange>> {
+    fn resolve_conflict(
+        &mut self,
+        heap: &Heap<'_>,
+        def: &TableDef,
+        m: Modify,
+    ) -> Result<Option<RowChange>> {
         let xid = self.xid.expect("writer");
         match m {
             Modify::Done(_) => unreachable!("handled by caller"),
             Modify::SelfModified => Ok(Some(RowChange::SelfModified)),
             Modify::WouldBlock(holder) => {
-                self.inner.txn.wait_for(xid, holder, self.interrupt.as_deref())?;
+                self.inner
+                    .txn
+                    .wait_for(xid, holder, self.interrupt.as_deref())?;
                 Ok(None)
             }
             Modify::Concurrent(next) => {
                 if self.isolation == Isolation::RepeatableRead {
                     return Err(Error::SerializationFailure);
                 }
-                let Some(mut t) = next else { return Ok(Some(RowChange::Gone)) };
+                let Some(mut t) = next else {
+                    return Ok(Some(RowChange::Gone));
+                };
                 // Follow the update chain to the newest version.
                 for _ in 0..10_000 {
-                    let Some((h, row)) = heap.read_version(t)? else { return Ok(Some(RowChange::Gone)) };
+                    let Some((h, row)) = heap.read_version(t)? else {
+                        return Ok(Some(RowChange::Gone));
+                    };
                     if !tuple_is_live_head(&h, &self.inner.txn) {
-                        if h.has(tuple::UPDATED) && self.inner.txn.status(h.xmax) == XidStatus::Committed {
+                        if h.has(tuple::UPDATED)
+                            && self.inner.txn.status(h.xmax) == XidStatus::Committed
+                        {
                             t = h.ctid;
                             continue;
                         }
@@ -1035,7 +1249,8 @@ impl Transaction {
                             return Ok(Some(RowChange::Gone));
                         }
                     }
-                    let values = datum::decode_row(&row, &def.types()).map_err(|e| Error::InvalidInput(e.to_string()))?;
+                    let values = datum::decode_row(&row, &def.types())
+                        .map_err(|e| Error::InvalidInput(e.to_string()))?;
                     return Ok(Some(RowChange::Changed(t, values)));
                 }
                 Ok(Some(RowChange::Gone))
@@ -1088,7 +1303,10 @@ impl Transaction {
             let created = std::mem::take(&mut self.created);
             {
                 let _barrier = inner.txn.commit_barrier.read();
-                inner.pool.wal.insert(&xlog::xact_record(xid, false, &created), &[]);
+                inner
+                    .pool
+                    .wal
+                    .insert(&xlog::xact_record(xid, false, &created), &[]);
                 inner.txn.clog.set_status(xid, XidStatus::Aborted);
             }
             inner.txn.finish(self.proc, false);
@@ -1126,7 +1344,9 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> UniqueCheck {
     let txn = heap.txn;
     let mut t = root;
     for _ in 0..1000 {
-        let Ok(Some((h, _))) = heap.read_version(t) else { return UniqueCheck::NotLive };
+        let Ok(Some((h, _))) = heap.read_version(t) else {
+            return UniqueCheck::NotLive;
+        };
         let xmin_ok = if h.xmin == me {
             true
         } else {
@@ -1172,7 +1392,13 @@ fn bound_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
 pub fn datum_text(d: &Datum) -> String {
     match d {
         Datum::Null => "null".into(),
-        Datum::Bool(b) => if *b { "t".into() } else { "f".into() },
+        Datum::Bool(b) => {
+            if *b {
+                "t".into()
+            } else {
+                "f".into()
+            }
+        }
         Datum::Int2(v) => v.to_string(),
         Datum::Int4(v) => v.to_string(),
         Datum::Int8(v) => v.to_string(),
@@ -1182,4 +1408,3 @@ pub fn datum_text(d: &Datum) -> String {
         Datum::Date(v) => v.to_string(),
     }
 }
-

@@ -7,13 +7,22 @@ use walrus_base::{Lsn, PageId, Xid};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("could not {what} \"{path}\": {source}")]
-    Io { what: &'static str, path: String, source: std::io::Error },
+    Io {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
 
     #[error(
         "invalid page in block {} of relation {} ({relation}): checksum stored {stored:08X}, computed {computed:08X}",
         page.block, page.relfile
     )]
-    ChecksumMismatch { page: PageId, relation: String, stored: u32, computed: u32 },
+    ChecksumMismatch {
+        page: PageId,
+        relation: String,
+        stored: u32,
+        computed: u32,
+    },
 
     #[error("misdirected page: expected {expected}, found {found}")]
     Misdirected { expected: PageId, found: PageId },
@@ -25,7 +34,11 @@ pub enum Error {
     BadWal(String),
 
     #[error("could not decode {what} at {at}: {reason}")]
-    Decode { what: &'static str, at: String, reason: String },
+    Decode {
+        what: &'static str,
+        at: String,
+        reason: String,
+    },
 
     #[error("duplicate key value violates unique constraint \"{index}\"")]
     UniqueViolation { index: String, detail: String },
@@ -33,7 +46,9 @@ pub enum Error {
     #[error("could not serialize access due to concurrent update")]
     SerializationFailure,
 
-    #[error("deadlock detected: transaction {waiter} waits for {holder}, which waits for {waiter}")]
+    #[error(
+        "deadlock detected: transaction {waiter} waits for {holder}, which waits for {waiter}"
+    )]
     Deadlock { waiter: Xid, holder: Xid },
 
     #[error("canceling statement due to user request")]
@@ -63,7 +78,11 @@ pub enum Error {
 
 impl Error {
     pub fn io(what: &'static str, path: impl std::fmt::Display, source: std::io::Error) -> Error {
-        Error::Io { what, path: path.to_string(), source }
+        Error::Io {
+            what,
+            path: path.to_string(),
+            source,
+        }
     }
 
     /// PostgreSQL SQLSTATE for this error, so the server layer never spells one itself.

@@ -47,13 +47,18 @@ pub fn verify_data_directory(dir: &std::path::Path) -> Result<Vec<Error>> {
             relfiles.read_page(id, &mut buf)?;
             match storage::page::verify(&buf, id) {
                 storage::page::PageCheck::Valid | storage::page::PageCheck::New => {}
-                storage::page::PageCheck::ChecksumMismatch { stored, computed } => bad.push(Error::ChecksumMismatch {
-                    page: id,
-                    relation: format!("relfile {relfile}"),
-                    stored,
-                    computed,
+                storage::page::PageCheck::ChecksumMismatch { stored, computed } => {
+                    bad.push(Error::ChecksumMismatch {
+                        page: id,
+                        relation: format!("relfile {relfile}"),
+                        stored,
+                        computed,
+                    })
+                }
+                storage::page::PageCheck::Misdirected { found } => bad.push(Error::Misdirected {
+                    expected: id,
+                    found,
                 }),
-                storage::page::PageCheck::Misdirected { found } => bad.push(Error::Misdirected { expected: id, found }),
             }
         }
     }

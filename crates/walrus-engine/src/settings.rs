@@ -107,9 +107,9 @@ listen_addresses = "127.0.0.1"
 }
 
 pub fn format_size(bytes: u64) -> String {
-    if bytes % (1 << 30) == 0 {
+    if bytes.is_multiple_of(1 << 30) {
         format!("{}GB", bytes >> 30)
-    } else if bytes % (1 << 20) == 0 {
+    } else if bytes.is_multiple_of(1 << 20) {
         format!("{}MB", bytes >> 20)
     } else {
         format!("{}kB", bytes >> 10)
@@ -159,23 +159,33 @@ fn parse_bool(s: &str) -> Option<bool> {
 impl Settings {
     /// Applies one `name = value` pair; unknown names are kept in `extra`.
     pub fn set(&mut self, name: &str, value: &str) -> Result<()> {
-        let bad = |what: &str| Error::InvalidInput(format!("invalid value for parameter \"{name}\": \"{value}\" ({what})"));
+        let bad = |what: &str| {
+            Error::InvalidInput(format!(
+                "invalid value for parameter \"{name}\": \"{value}\" ({what})"
+            ))
+        };
         match name {
             "shared_buffers" => {
                 let b = parse_size(value).ok_or_else(|| bad("expected a size"))?;
                 self.shared_buffers_pages = ((b / 8192) as usize).max(16);
             }
-            "wal_buffers" => self.wal_buffers_bytes = parse_size(value).ok_or_else(|| bad("expected a size"))? as usize,
+            "wal_buffers" => {
+                self.wal_buffers_bytes =
+                    parse_size(value).ok_or_else(|| bad("expected a size"))? as usize
+            }
             "wal_segment_size" => {
                 let b = parse_size(value).ok_or_else(|| bad("expected a size"))?;
-                if !b.is_power_of_two() || b < (1 << 20) || b > (1 << 30) {
+                if !b.is_power_of_two() || !((1 << 20)..=(1 << 30)).contains(&b) {
                     return Err(bad("must be a power of two between 1MB and 1GB"));
                 }
                 self.wal_segment_size = b;
             }
-            "max_wal_size" => self.max_wal_size_bytes = parse_size(value).ok_or_else(|| bad("expected a size"))?,
+            "max_wal_size" => {
+                self.max_wal_size_bytes = parse_size(value).ok_or_else(|| bad("expected a size"))?
+            }
             "checkpoint_timeout" => {
-                self.checkpoint_timeout = parse_duration(value).ok_or_else(|| bad("expected a duration"))?
+                self.checkpoint_timeout =
+                    parse_duration(value).ok_or_else(|| bad("expected a duration"))?
             }
             "checkpoint_completion_target" => {
                 let f: f64 = value.parse().map_err(|_| bad("expected a number"))?;
@@ -206,11 +216,12 @@ impl Settings {
                 }
             }
             "full_page_writes" => {
-                self.page_protection = if parse_bool(value).ok_or_else(|| bad("expected on or off"))? {
-                    PageProtection::Fpw
-                } else {
-                    PageProtection::None
-                }
+                self.page_protection =
+                    if parse_bool(value).ok_or_else(|| bad("expected on or off"))? {
+                        PageProtection::Fpw
+                    } else {
+                        PageProtection::None
+                    }
             }
             "wal_compression" => {
                 self.wal_compression = match value {
@@ -219,13 +230,27 @@ impl Settings {
                     _ => return Err(bad("expected off or lz4")),
                 }
             }
-            "synchronous_commit" => self.synchronous_commit = parse_bool(value).ok_or_else(|| bad("expected on or off"))?,
-            "pagewriter_threads" => {
-                self.pagewriter_threads = value.parse::<usize>().ok().filter(|n| (1..=16).contains(n)).ok_or_else(|| bad("expected 1..16"))?
+            "synchronous_commit" => {
+                self.synchronous_commit =
+                    parse_bool(value).ok_or_else(|| bad("expected on or off"))?
             }
-            "bgwriter_delay" => self.bgwriter_delay = parse_duration(value).ok_or_else(|| bad("expected a duration"))?,
+            "pagewriter_threads" => {
+                self.pagewriter_threads = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=16).contains(n))
+                    .ok_or_else(|| bad("expected 1..16"))?
+            }
+            "bgwriter_delay" => {
+                self.bgwriter_delay =
+                    parse_duration(value).ok_or_else(|| bad("expected a duration"))?
+            }
             "clog_buffers" => {
-                self.clog_buffers = value.parse::<usize>().ok().filter(|n| (2..=1024).contains(n)).ok_or_else(|| bad("expected 2..1024"))?
+                self.clog_buffers = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (2..=1024).contains(n))
+                    .ok_or_else(|| bad("expected 2..1024"))?
             }
             _ => {
                 self.extra.retain(|(k, _)| k != name);
@@ -244,19 +269,33 @@ impl Settings {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(s),
             Err(e) => return Err(Error::io("read configuration file", path.display(), e)),
         };
-        s.apply_toml(&text).map_err(|e| Error::InvalidInput(format!("configuration file {}: {e}", path.display())))?;
+        s.apply_toml(&text).map_err(|e| {
+            Error::InvalidInput(format!("configuration file {}: {e}", path.display()))
+        })?;
         Ok(s)
     }
 
     pub fn apply_toml(&mut self, text: &str) -> Result<()> {
-        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| Error::InvalidInput(e.to_string()))?;
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| Error::InvalidInput(e.to_string()))?;
         for (k, v) in table {
             let value = match v {
                 toml::Value::String(s) => s,
                 toml::Value::Integer(i) => i.to_string(),
                 toml::Value::Float(f) => f.to_string(),
-                toml::Value::Boolean(b) => if b { "on".into() } else { "off".into() },
-                other => return Err(Error::InvalidInput(format!("parameter \"{k}\" has unsupported value {other}"))),
+                toml::Value::Boolean(b) => {
+                    if b {
+                        "on".into()
+                    } else {
+                        "off".into()
+                    }
+                }
+                other => {
+                    return Err(Error::InvalidInput(format!(
+                        "parameter \"{k}\" has unsupported value {other}"
+                    )))
+                }
             };
             self.set(&k, &value)?;
         }

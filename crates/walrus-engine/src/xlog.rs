@@ -39,7 +39,9 @@ pub fn checkpoint_record(c: &CheckpointInfo) -> WalRecord {
 pub fn decode_xlog(rec: &DecodedRecord) -> Option<XlogRecord> {
     let m = &rec.main;
     match rec.info {
-        XLOG_NEXT_XID => Some(XlogRecord::NextXid(Xid(u64::from_le_bytes(m.get(0..8)?.try_into().ok()?)))),
+        XLOG_NEXT_XID => Some(XlogRecord::NextXid(Xid(u64::from_le_bytes(
+            m.get(0..8)?.try_into().ok()?,
+        )))),
         XLOG_CHECKPOINT => Some(XlogRecord::Checkpoint(CheckpointInfo {
             redo: Lsn(u64::from_le_bytes(m.get(0..8)?.try_into().ok()?)),
             next_xid: Xid(u64::from_le_bytes(m.get(8..16)?.try_into().ok()?)),
@@ -62,7 +64,12 @@ pub fn xact_record(xid: Xid, committed: bool, unlink: &[RelFileId]) -> WalRecord
     for r in unlink {
         m.extend_from_slice(&r.0.to_le_bytes());
     }
-    WalRecord::new(Rmgr::Xact, if committed { XACT_COMMIT } else { XACT_ABORT }, xid).with_main(m)
+    WalRecord::new(
+        Rmgr::Xact,
+        if committed { XACT_COMMIT } else { XACT_ABORT },
+        xid,
+    )
+    .with_main(m)
 }
 
 pub fn decode_xact(rec: &DecodedRecord) -> Option<XactRecord> {
@@ -75,7 +82,9 @@ pub fn decode_xact(rec: &DecodedRecord) -> Option<XactRecord> {
     let mut unlink = Vec::with_capacity(n.min(1024));
     for i in 0..n {
         let at = 4 + i * 4;
-        unlink.push(RelFileId(u32::from_le_bytes(rec.main.get(at..at + 4)?.try_into().ok()?)));
+        unlink.push(RelFileId(u32::from_le_bytes(
+            rec.main.get(at..at + 4)?.try_into().ok()?,
+        )));
     }
     Some(XactRecord { committed, unlink })
 }
@@ -86,5 +95,7 @@ pub fn storage_create_record(relfile: RelFileId, xid: Xid) -> WalRecord {
 
 pub fn decode_storage(rec: &DecodedRecord) -> Option<RelFileId> {
     (rec.info == STORAGE_CREATE).then_some(())?;
-    Some(RelFileId(u32::from_le_bytes(rec.main.get(0..4)?.try_into().ok()?)))
+    Some(RelFileId(u32::from_le_bytes(
+        rec.main.get(0..4)?.try_into().ok()?,
+    )))
 }

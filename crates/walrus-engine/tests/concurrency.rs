@@ -12,7 +12,10 @@ use walrus_engine::Engine;
 fn engine(dir: &std::path::Path, extra: &str) -> Engine {
     let cfg = walrus_engine::settings::default_config_text(1 << 20)
         .replace("shared_buffers = \"128MB\"", "shared_buffers = \"1MB\"")
-        .replace("wal_sync_method = \"fdatasync\"", "wal_sync_method = \"none\"")
+        .replace(
+            "wal_sync_method = \"fdatasync\"",
+            "wal_sync_method = \"none\"",
+        )
         + extra;
     Engine::init(dir, Some(&cfg)).unwrap();
     Engine::open(dir).unwrap().0
@@ -24,8 +27,16 @@ fn hot_row_increments_are_never_lost() {
     let e = engine(dir.path(), "");
     let mut t = e.begin(Isolation::ReadCommitted);
     let cols = vec![
-        ColumnDef { name: "id".into(), ty: TypeId::Int4, not_null: true },
-        ColumnDef { name: "n".into(), ty: TypeId::Int8, not_null: true },
+        ColumnDef {
+            name: "id".into(),
+            ty: TypeId::Int4,
+            not_null: true,
+        },
+        ColumnDef {
+            name: "n".into(),
+            ty: TypeId::Int8,
+            not_null: true,
+        },
     ];
     t.create_table("counters", cols, 100).unwrap();
     let def = t.table("counters").unwrap();
@@ -33,7 +44,8 @@ fn hot_row_increments_are_never_lost() {
         t.insert(&def, &[Datum::Int4(id), Datum::Int8(0)]).unwrap();
     }
     t.next_statement();
-    t.create_index("counters", "counters_pkey", &[0], true, true).unwrap();
+    t.create_index("counters", "counters_pkey", &[0], true, true)
+        .unwrap();
     t.commit().unwrap();
     let def = e.catalog_view().unwrap().table("counters").unwrap();
 
@@ -43,7 +55,9 @@ fn hot_row_increments_are_never_lost() {
         let (e, stop) = (e.clone(), stop.clone());
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                if std::env::var("NOCKPT").is_err() { e.checkpoint(CheckpointReason::Requested).unwrap(); }
+                if std::env::var("NOCKPT").is_err() {
+                    e.checkpoint(CheckpointReason::Requested).unwrap();
+                }
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
         })
@@ -55,7 +69,9 @@ fn hot_row_increments_are_never_lost() {
                 for i in 0..800 {
                     let id = if i % 2 == 0 { 0 } else { (i + w) % 4 };
                     let mut t = e.begin(Isolation::ReadCommitted);
-                    let rows = t.index_lookup(&def, &def.indexes[0], &[Datum::Int4(id)]).unwrap();
+                    let rows = t
+                        .index_lookup(&def, &def.indexes[0], &[Datum::Int4(id)])
+                        .unwrap();
                     if rows.len() != 1 {
                         for (tid, v) in &rows {
                             eprintln!("DUP {tid} {v:?} {:?}", e.debug_version(&def, *tid));
@@ -64,7 +80,9 @@ fn hot_row_increments_are_never_lost() {
                     assert_eq!(rows.len(), 1, "row {id} must be visible exactly once");
                     let (mut tid, mut vals) = rows.into_iter().next().unwrap();
                     loop {
-                        let Datum::Int8(n) = vals[1] else { panic!("bad value") };
+                        let Datum::Int8(n) = vals[1] else {
+                            panic!("bad value")
+                        };
                         vals[1] = Datum::Int8(n + 1);
                         match t.update(&def, tid, &vals).unwrap() {
                             RowChange::Done(_) => break,
@@ -89,7 +107,10 @@ fn hot_row_increments_are_never_lost() {
     let mut t = e.begin(Isolation::ReadCommitted);
     let rows = t.scan_all(&def).unwrap();
     assert_eq!(rows.len(), 4, "one visible version per row: {rows:?}");
-    let total: i64 = rows.iter().map(|(_, v)| if let Datum::Int8(n) = v[1] { n } else { 0 }).sum();
+    let total: i64 = rows
+        .iter()
+        .map(|(_, v)| if let Datum::Int8(n) = v[1] { n } else { 0 })
+        .sum();
     assert_eq!(total as u64, done.load(Ordering::Relaxed));
     t.commit().unwrap();
     e.shutdown().unwrap();

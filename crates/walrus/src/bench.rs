@@ -54,8 +54,14 @@ fn micro(dir: &Path, secs: Duration) -> anyhow::Result<()> {
 
     let (c1, rss1) = commits_per_sec(&dir.join("gc1"), 1, secs)?;
     let (c16, rss16) = commits_per_sec(&dir.join("gc16"), 16, secs)?;
-    println!("| group commit, 1 thread | {c1:.0} commits/s | raw fdatasync {raw:.0}/s | {:.2}× |", c1 / raw);
-    println!("| group commit, 16 threads | {c16:.0} commits/s | 1 thread {c1:.0}/s | {:.2}× |", c16 / c1);
+    println!(
+        "| group commit, 1 thread | {c1:.0} commits/s | raw fdatasync {raw:.0}/s | {:.2}× |",
+        c1 / raw
+    );
+    println!(
+        "| group commit, 16 threads | {c16:.0} commits/s | 1 thread {c1:.0}/s | {:.2}× |",
+        c16 / c1
+    );
     println!("| group commit, 16 threads vs raw fdatasync | {c16:.0} commits/s | raw {raw:.0}/s | {:.2}× |", c16 / raw);
 
     let gbps = wal_insert_rate(&dir.join("walins"), 2, secs)?;
@@ -80,7 +86,12 @@ fn micro(dir: &Path, secs: Duration) -> anyhow::Result<()> {
 
 fn raw_fdatasync_ops(dir: &Path, secs: Duration) -> anyhow::Result<f64> {
     let path = dir.join("raw");
-    let f = OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&path)?;
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .read(true)
+        .write(true)
+        .open(&path)?;
     f.set_len(64 << 20)?;
     f.sync_all()?;
     let buf = vec![7u8; 8192];
@@ -97,19 +108,41 @@ fn raw_fdatasync_ops(dir: &Path, secs: Duration) -> anyhow::Result<f64> {
 fn rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
-        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .map(|l| l.to_string())
+        })
+        .and_then(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<f64>().ok())
+        })
         .map(|kb| kb / 1024.0)
         .unwrap_or(0.0)
 }
 
 fn commits_per_sec(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result<(f64, f64)> {
-    Engine::init(dir, Some(&walrus_engine::settings::default_config_text(16 << 20)))?;
+    Engine::init(
+        dir,
+        Some(&walrus_engine::settings::default_config_text(16 << 20)),
+    )?;
     let (engine, _) = Engine::open(dir)?;
     let mut t = engine.begin(Isolation::ReadCommitted);
     let def = t.create_table(
         "t",
-        vec![ColumnDef { name: "id".into(), ty: TypeId::Int8, not_null: false }, ColumnDef { name: "v".into(), ty: TypeId::Text, not_null: false }],
+        vec![
+            ColumnDef {
+                name: "id".into(),
+                ty: TypeId::Int8,
+                not_null: false,
+            },
+            ColumnDef {
+                name: "v".into(),
+                ty: TypeId::Text,
+                not_null: false,
+            },
+        ],
         100,
     )?;
     t.commit()?;
@@ -117,12 +150,19 @@ fn commits_per_sec(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result
     let count = Arc::new(AtomicU64::new(0));
     let hs: Vec<_> = (0..threads)
         .map(|i| {
-            let (engine, stop, count, def) = (engine.clone(), stop.clone(), count.clone(), def.clone());
+            let (engine, stop, count, def) =
+                (engine.clone(), stop.clone(), count.clone(), def.clone());
             std::thread::spawn(move || -> anyhow::Result<()> {
                 let mut n = 0i64;
                 while !stop.load(Ordering::Relaxed) {
                     let mut t = engine.begin(Isolation::ReadCommitted);
-                    t.insert(&def, &[Datum::Int8(i as i64 * 1_000_000_000 + n), Datum::Text("x".repeat(20))])?;
+                    t.insert(
+                        &def,
+                        &[
+                            Datum::Int8(i as i64 * 1_000_000_000 + n),
+                            Datum::Text("x".repeat(20)),
+                        ],
+                    )?;
                     t.commit()?;
                     n += 1;
                     count.fetch_add(1, Ordering::Relaxed);
@@ -135,7 +175,8 @@ fn commits_per_sec(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result
     std::thread::sleep(secs);
     stop.store(true, Ordering::Relaxed);
     for h in hs {
-        h.join().map_err(|_| anyhow::anyhow!("bench thread panicked"))??;
+        h.join()
+            .map_err(|_| anyhow::anyhow!("bench thread panicked"))??;
     }
     let rate = count.load(Ordering::Relaxed) as f64 / start.elapsed().as_secs_f64();
     let rss = rss_mb();
@@ -145,9 +186,21 @@ fn commits_per_sec(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result
 
 fn wal_insert_rate(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result<f64> {
     std::fs::create_dir_all(dir)?;
-    let cfg = WalConfig { segment_size: 64 << 20, buffer_bytes: 64 << 20, sync_method: SyncMethod::None, compress_images: false };
+    let cfg = WalConfig {
+        segment_size: 64 << 20,
+        buffer_bytes: 64 << 20,
+        sync_method: SyncMethod::None,
+        compress_images: false,
+    };
     let segs = Segments::new(dir, cfg.segment_size, SyncMethod::None)?;
-    let wal = Arc::new(Wal::open(segs, &cfg, Lsn::ZERO, Lsn::ZERO, Lsn::ZERO, ImagePolicy::Never));
+    let wal = Arc::new(Wal::open(
+        segs,
+        &cfg,
+        Lsn::ZERO,
+        Lsn::ZERO,
+        Lsn::ZERO,
+        ImagePolicy::Never,
+    ));
     // A record whose total size is 100 bytes (40-byte header + 60-byte body).
     let rec = WalRecord::new(Rmgr::Heap, 1, Xid(5)).with_main(vec![0xAB; 60]);
     let stop = Arc::new(AtomicBool::new(false));
@@ -167,14 +220,18 @@ fn wal_insert_rate(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result
     std::thread::sleep(secs);
     stop.store(true, Ordering::Relaxed);
     for h in hs {
-        h.join().map_err(|_| anyhow::anyhow!("bench thread panicked"))?;
+        h.join()
+            .map_err(|_| anyhow::anyhow!("bench thread panicked"))?;
     }
     let bytes = wal.stats.bytes.load(Ordering::Relaxed) as f64;
     Ok(bytes / start.elapsed().as_secs_f64() / 1e9)
 }
 
 fn buffer_and_btree(dir: &Path, secs: Duration) -> anyhow::Result<(f64, f64)> {
-    Engine::init(dir, Some(&walrus_engine::settings::default_config_text(16 << 20)))?;
+    Engine::init(
+        dir,
+        Some(&walrus_engine::settings::default_config_text(16 << 20)),
+    )?;
     let (engine, _) = Engine::open(dir)?;
     let pool = engine.pool();
     let relfile = walrus_base::RelFileId(90_000);
@@ -226,7 +283,10 @@ fn buffer_and_btree(dir: &Path, secs: Duration) -> anyhow::Result<(f64, f64)> {
 /// SIGKILL and times recovery.
 fn recovery_rate(dir: &Path) -> anyhow::Result<(f64, f64)> {
     let cfg = walrus_engine::settings::default_config_text(16 << 20)
-        .replace("checkpoint_timeout = \"5min\"", "checkpoint_timeout = \"1h\"")
+        .replace(
+            "checkpoint_timeout = \"5min\"",
+            "checkpoint_timeout = \"1h\"",
+        )
         .replace("max_wal_size = \"1GB\"", "max_wal_size = \"8GB\"");
     Engine::init(dir, Some(&cfg))?;
     let exe = std::env::current_exe()?;
@@ -235,7 +295,16 @@ fn recovery_rate(dir: &Path) -> anyhow::Result<(f64, f64)> {
         .arg(dir)
         .args(["--acks"])
         .arg(dir.join("acks"))
-        .args(["--threads", "4", "--checkpoint-ms", "100000000", "--scale", "2", "--set", "synchronous_commit=off"])
+        .args([
+            "--threads",
+            "4",
+            "--checkpoint-ms",
+            "100000000",
+            "--scale",
+            "2",
+            "--set",
+            "synchronous_commit=off",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

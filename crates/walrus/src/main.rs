@@ -11,7 +11,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "walrus", version, about = "walrus: a PostgreSQL-compatible OLTP database built around its write path")]
+#[command(
+    name = "walrus",
+    version,
+    about = "walrus: a PostgreSQL-compatible OLTP database built around its write path"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -26,6 +30,16 @@ enum Command {
         /// WAL segment size (fixed at init), e.g. 16MB.
         #[arg(long)]
         wal_segment_size: Option<String>,
+    },
+    /// Run walrus: open the data directory (creating it if missing, recovering it if it
+    /// crashed), run a TPC-B-like load through the engine, and shut down cleanly.
+    Demo {
+        #[arg(long, default_value = "walrus-data")]
+        data: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        #[arg(long, default_value_t = 8)]
+        threads: usize,
     },
     /// Open a data directory (running crash recovery if needed), report, and shut down cleanly.
     Recover {
@@ -54,12 +68,23 @@ enum Command {
 
 fn main() {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("WALRUS_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WALRUS_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Init { dir, wal_segment_size } => init(&dir, wal_segment_size),
+        Command::Init {
+            dir,
+            wal_segment_size,
+        } => init(&dir, wal_segment_size),
+        Command::Demo {
+            data,
+            seconds,
+            threads,
+        } => tpcb::demo(&data, seconds, threads),
         Command::Recover { dir } => recover(&dir),
         Command::Verify { dir } => verify(&dir),
         Command::Bench { which } => bench::run(which),
@@ -75,7 +100,8 @@ fn main() {
 fn init(dir: &std::path::Path, seg: Option<String>) -> anyhow::Result<()> {
     let mut text = walrus_engine::settings::default_config_text(64 << 20);
     if let Some(s) = seg {
-        let bytes = walrus_engine::settings::parse_size(&s).ok_or_else(|| anyhow::anyhow!("invalid --wal-segment-size \"{s}\""))?;
+        let bytes = walrus_engine::settings::parse_size(&s)
+            .ok_or_else(|| anyhow::anyhow!("invalid --wal-segment-size \"{s}\""))?;
         text = walrus_engine::settings::default_config_text(bytes);
     }
     walrus_engine::Engine::init(dir, Some(&text))?;

@@ -59,10 +59,14 @@ pub struct CheckArgs {
 }
 
 fn col(name: &str, ty: TypeId) -> ColumnDef {
-    ColumnDef { name: name.into(), ty, not_null: false }
+    ColumnDef {
+        name: name.into(),
+        ty,
+        not_null: false,
+    }
 }
 
-fn open(data: &PathBuf, set: &[String]) -> anyhow::Result<Engine> {
+fn open(data: &std::path::Path, set: &[String]) -> anyhow::Result<Engine> {
     let mut settings = walrus_engine::settings::Settings::load(data)?;
     for s in set {
         let (k, v) = s.split_once('=').context("--set takes name=value")?;
@@ -89,11 +93,28 @@ fn ensure_schema(engine: &Engine, scale: u32) -> anyhow::Result<()> {
     let mut t = engine.begin(Isolation::ReadCommitted);
     let accounts = t.create_table(
         "accounts",
-        vec![col("aid", TypeId::Int4), col("bid", TypeId::Int4), col("abalance", TypeId::Int4), col("filler", TypeId::Text)],
+        vec![
+            col("aid", TypeId::Int4),
+            col("bid", TypeId::Int4),
+            col("abalance", TypeId::Int4),
+            col("filler", TypeId::Text),
+        ],
         90,
     )?;
-    t.create_table("tellers", vec![col("tid", TypeId::Int4), col("bid", TypeId::Int4), col("tbalance", TypeId::Int4)], 50)?;
-    t.create_table("branches", vec![col("bid", TypeId::Int4), col("bbalance", TypeId::Int4)], 50)?;
+    t.create_table(
+        "tellers",
+        vec![
+            col("tid", TypeId::Int4),
+            col("bid", TypeId::Int4),
+            col("tbalance", TypeId::Int4),
+        ],
+        50,
+    )?;
+    t.create_table(
+        "branches",
+        vec![col("bid", TypeId::Int4), col("bbalance", TypeId::Int4)],
+        50,
+    )?;
     t.create_table(
         "history",
         vec![
@@ -109,11 +130,26 @@ fn ensure_schema(engine: &Engine, scale: u32) -> anyhow::Result<()> {
     t.next_statement();
     let filler = " ".repeat(84);
     for aid in 1..=(1000 * scale) as i32 {
-        t.insert(&accounts, &[Datum::Int4(aid), Datum::Int4((aid - 1) / 1000 + 1), Datum::Int4(0), Datum::Text(filler.clone())])?;
+        t.insert(
+            &accounts,
+            &[
+                Datum::Int4(aid),
+                Datum::Int4((aid - 1) / 1000 + 1),
+                Datum::Int4(0),
+                Datum::Text(filler.clone()),
+            ],
+        )?;
     }
     let tellers = t.table("tellers")?;
     for tid in 1..=(10 * scale) as i32 {
-        t.insert(&tellers, &[Datum::Int4(tid), Datum::Int4((tid - 1) / 10 + 1), Datum::Int4(0)])?;
+        t.insert(
+            &tellers,
+            &[
+                Datum::Int4(tid),
+                Datum::Int4((tid - 1) / 10 + 1),
+                Datum::Int4(0),
+            ],
+        )?;
     }
     let branches = t.table("branches")?;
     for bid in 1..=scale as i32 {
@@ -130,14 +166,25 @@ fn ensure_schema(engine: &Engine, scale: u32) -> anyhow::Result<()> {
 
 /// Adds `delta` to integer column `col` of the row with primary key `key`, following
 /// concurrent updates (READ COMMITTED).
-fn add_to(t: &mut walrus_engine::engine::Transaction, def: &TableDef, key: i32, col: usize, delta: i32) -> Result<i32, Error> {
+fn add_to(
+    t: &mut walrus_engine::engine::Transaction,
+    def: &TableDef,
+    key: i32,
+    col: usize,
+    delta: i32,
+) -> Result<i32, Error> {
     let pk = &def.indexes[0];
     let rows = t.index_lookup(def, pk, &[Datum::Int4(key)])?;
     let Some((mut tid, mut values)) = rows.into_iter().next() else {
-        return Err(Error::InvalidInput(format!("{} row {key} not found", def.name)));
+        return Err(Error::InvalidInput(format!(
+            "{} row {key} not found",
+            def.name
+        )));
     };
     loop {
-        let Datum::Int4(old) = values[col] else { return Err(Error::InvalidInput("bad balance".into())) };
+        let Datum::Int4(old) = values[col] else {
+            return Err(Error::InvalidInput("bad balance".into()));
+        };
         values[col] = Datum::Int4(old + delta);
         match t.update(def, tid, &values)? {
             RowChange::Done(_) => return Ok(old + delta),
@@ -146,16 +193,48 @@ fn add_to(t: &mut walrus_engine::engine::Transaction, def: &TableDef, key: i32, 
                 values = v;
             }
             RowChange::Gone | RowChange::SelfModified => {
-                return Err(Error::InvalidInput(format!("{} row {key} vanished", def.name)))
+                return Err(Error::InvalidInput(format!(
+                    "{} row {key} vanished",
+                    def.name
+                )))
             }
         }
     }
 }
 
+/// `walrus demo`: create the directory if needed and run the load for `seconds`.
+pub fn demo(data: &std::path::Path, seconds: u64, threads: usize) -> anyhow::Result<()> {
+    if !data.join("control").exists() {
+        Engine::init(data, None)?;
+        println!("created walrus data directory {}", data.display());
+    }
+    let started = Instant::now();
+    run(RunArgs {
+        data: data.to_path_buf(),
+        scale: 1,
+        threads,
+        seconds,
+        checkpoint_ms: 30_000,
+        acks: data.join("demo-acks"),
+        set: Vec::new(),
+    })?;
+    println!(
+        "ran {:.1} s against {}",
+        started.elapsed().as_secs_f64(),
+        data.display()
+    );
+    Ok(())
+}
+
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let engine = open(&a.data, &a.set)?;
     ensure_schema(&engine, a.scale)?;
-    let acks = Arc::new(Mutex::new(std::fs::OpenOptions::new().create(true).append(true).open(&a.acks)?));
+    let acks = Arc::new(Mutex::new(
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&a.acks)?,
+    ));
     let stop = Arc::new(AtomicBool::new(false));
     let committed = Arc::new(AtomicU64::new(0));
     let run_id: u64 = rand::thread_rng().gen_range(1..1u64 << 22);
@@ -163,13 +242,22 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
     let mut handles = Vec::new();
     for w in 0..a.threads {
-        let (engine, acks, stop, committed) = (engine.clone(), acks.clone(), stop.clone(), committed.clone());
+        let (engine, acks, stop, committed) = (
+            engine.clone(),
+            acks.clone(),
+            stop.clone(),
+            committed.clone(),
+        );
         let scale = a.scale as i32;
         handles.push(std::thread::spawn(move || -> anyhow::Result<()> {
             let mut rng = rand::thread_rng();
             let view = engine.catalog_view()?;
-            let (accounts, tellers, branches, history) =
-                (view.table("accounts")?, view.table("tellers")?, view.table("branches")?, view.table("history")?);
+            let (accounts, tellers, branches, history) = (
+                view.table("accounts")?,
+                view.table("tellers")?,
+                view.table("branches")?,
+                view.table("history")?,
+            );
             let mut seq = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let aid = rng.gen_range(1..=1000 * scale);
@@ -191,7 +279,14 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
                     t.next_statement();
                     t.insert(
                         &history,
-                        &[Datum::Int4(tid), Datum::Int4(bid), Datum::Int4(aid), Datum::Int4(delta), Datum::Timestamp(0), Datum::Int8(tag as i64)],
+                        &[
+                            Datum::Int4(tid),
+                            Datum::Int4(bid),
+                            Datum::Int4(aid),
+                            Datum::Int4(delta),
+                            Datum::Timestamp(0),
+                            Datum::Int8(tag as i64),
+                        ],
                     )?;
                     Ok(())
                 })();
@@ -228,11 +323,19 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         h.join().map_err(|_| anyhow::anyhow!("worker panicked"))??;
     }
     engine.shutdown()?;
-    println!("committed {}", committed.load(Ordering::Relaxed));
+    let n = committed.load(Ordering::Relaxed);
+    println!(
+        "committed {n} ({:.0} tps)",
+        n as f64 / started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
-fn sum_col(t: &mut walrus_engine::engine::Transaction, def: &TableDef, col: usize) -> anyhow::Result<i64> {
+fn sum_col(
+    t: &mut walrus_engine::engine::Transaction,
+    def: &TableDef,
+    col: usize,
+) -> anyhow::Result<i64> {
     let mut s = 0i64;
     t.scan(def, |_, v| {
         if let Datum::Int4(x) = v[col] {
@@ -250,14 +353,21 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
         // Killed before the schema committed: nothing can have been acknowledged.
         let acks = std::fs::read_to_string(&a.acks).unwrap_or_default();
         if !acks.trim().is_empty() {
-            bail!("tables are missing but {} commits were acknowledged", acks.lines().count());
+            bail!(
+                "tables are missing but {} commits were acknowledged",
+                acks.lines().count()
+            );
         }
         println!("OK (no schema yet)");
         std::process::exit(0);
     }
     let mut t = engine.begin(Isolation::RepeatableRead);
-    let (accounts, tellers, branches, history) =
-        (view.table("accounts")?, view.table("tellers")?, view.table("branches")?, view.table("history")?);
+    let (accounts, tellers, branches, history) = (
+        view.table("accounts")?,
+        view.table("tellers")?,
+        view.table("branches")?,
+        view.table("history")?,
+    );
     let sa = sum_col(&mut t, &accounts, 2)?;
     let st = sum_col(&mut t, &tellers, 2)?;
     let sb = sum_col(&mut t, &branches, 1)?;
@@ -273,7 +383,10 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
     // Every account must still be reachable through the primary key.
     let naccounts = t.scan_all(&accounts)?.len();
     let probe = naccounts as i32 / 2 + 1;
-    if t.index_lookup(&accounts, &accounts.indexes[0], &[Datum::Int4(probe)])?.len() != 1 {
+    if t.index_lookup(&accounts, &accounts.indexes[0], &[Datum::Int4(probe)])?
+        .len()
+        != 1
+    {
         bail!("account {probe} not found through the primary key index");
     }
     t.commit()?;
@@ -308,7 +421,10 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
     if let Some(d) = damaged.first() {
         bail!("damaged page after recovery: {d}");
     }
-    println!("OK sum={sa} history_rows={} acknowledged={acked}", tags.len());
+    println!(
+        "OK sum={sa} history_rows={} acknowledged={acked}",
+        tags.len()
+    );
     // Exit without a clean shutdown on purpose: the next run recovers again.
     std::process::exit(0);
 }

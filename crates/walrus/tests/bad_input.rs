@@ -25,7 +25,11 @@ fn loaded() -> Cluster {
 }
 
 fn recover(c: &Cluster) -> std::process::Output {
-    walrus().arg("recover").arg(&c.data).output().expect("run recover")
+    walrus()
+        .arg("recover")
+        .arg(&c.data)
+        .output()
+        .expect("run recover")
 }
 
 #[test]
@@ -37,19 +41,31 @@ fn corrupted_control_file_is_refused_clearly() {
     bytes[600] ^= 0xFF;
     std::fs::write(&path, &bytes).unwrap();
     let out = recover(&c);
-    assert!(out.status.success(), "one good copy is enough: {}", text(&out));
+    assert!(
+        out.status.success(),
+        "one good copy is enough: {}",
+        text(&out)
+    );
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[100] ^= 0xFF;
     bytes[600] ^= 0xFF;
     std::fs::write(&path, &bytes).unwrap();
     let out = recover(&c);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
-    assert!(text(&out).contains("neither copy has a valid checksum"), "{}", text(&out));
+    assert!(
+        text(&out).contains("neither copy has a valid checksum"),
+        "{}",
+        text(&out)
+    );
     assert!(!text(&out).contains("panicked"));
 }
 
 fn wal_segments(c: &Cluster) -> Vec<std::path::PathBuf> {
-    let mut v: Vec<_> = std::fs::read_dir(c.data.join("wal")).unwrap().flatten().map(|e| e.path()).collect();
+    let mut v: Vec<_> = std::fs::read_dir(c.data.join("wal"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     v.sort();
     v
 }
@@ -89,7 +105,11 @@ fn flipped_bit_in_a_data_page_is_reported_with_relation_and_block() {
         .max_by_key(|e| e.metadata().map(|m| m.len()).unwrap_or(0))
         .unwrap()
         .path();
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(&biggest).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&biggest)
+        .unwrap();
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, 8192 + 3000).unwrap();
     b[0] ^= 0x04;
@@ -101,20 +121,33 @@ fn flipped_bit_in_a_data_page_is_reported_with_relation_and_block() {
     assert!(t.contains("checksum stored"), "{t}");
     // Reading the table reports the same page instead of returning wrong data.
     let chk = c.check();
-    assert!(!chk.status.success(), "a damaged page must not be read silently");
+    assert!(
+        !chk.status.success(),
+        "a damaged page must not be read silently"
+    );
     let t = text(&chk);
-    assert!(t.contains("invalid page in block 1") && !t.contains("panicked"), "{t}");
+    assert!(
+        t.contains("invalid page in block 1") && !t.contains("panicked"),
+        "{t}"
+    );
 }
 
 #[test]
 fn bad_configuration_value_is_a_clear_error() {
     let c = Cluster::new(&[]);
     let cfg = c.data.join("walrus.toml");
-    let t = std::fs::read_to_string(&cfg).unwrap().replace("wal_sync_method = \"fdatasync\"", "wal_sync_method = \"often\"");
+    let t = std::fs::read_to_string(&cfg).unwrap().replace(
+        "wal_sync_method = \"fdatasync\"",
+        "wal_sync_method = \"often\"",
+    );
     std::fs::write(&cfg, t).unwrap();
     let out = recover(&c);
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out).contains("invalid value for parameter \"wal_sync_method\""), "{}", text(&out));
+    assert!(
+        text(&out).contains("invalid value for parameter \"wal_sync_method\""),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -122,5 +155,9 @@ fn opening_a_non_data_directory_is_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let out = walrus().arg("recover").arg(tmp.path()).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(text(&out).contains("not a walrus data directory"), "{}", text(&out));
+    assert!(
+        text(&out).contains("not a walrus data directory"),
+        "{}",
+        text(&out)
+    );
 }

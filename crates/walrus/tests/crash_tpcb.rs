@@ -18,7 +18,10 @@ use std::time::Duration;
 use common::{text, Cluster, Rng};
 
 fn cycles() -> u64 {
-    std::env::var("WALRUS_CRASH_CYCLES").ok().and_then(|v| v.parse().ok()).unwrap_or(20)
+    std::env::var("WALRUS_CRASH_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20)
 }
 
 fn crash_cycles(sets: &[&str]) {
@@ -30,9 +33,16 @@ fn crash_cycles(sets: &[&str]) {
         child.kill().expect("SIGKILL the workload");
         let out = child.wait_with_output().expect("reap");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!stderr.contains("panicked"), "cycle {cycle}: the workload panicked:\n{stderr}");
+        assert!(
+            !stderr.contains("panicked"),
+            "cycle {cycle}: the workload panicked:\n{stderr}"
+        );
         let chk = c.check();
-        assert!(chk.status.success(), "cycle {cycle}: check failed:\n{}", text(&chk));
+        assert!(
+            chk.status.success(),
+            "cycle {cycle}: check failed:\n{}",
+            text(&chk)
+        );
         assert!(text(&chk).contains("OK"), "cycle {cycle}: {}", text(&chk));
     }
 }
@@ -49,5 +59,9 @@ fn crash_tpcb_none_with_fsync() {
 
 #[test]
 fn crash_tpcb_fpw_lz4_open_datasync() {
-    crash_cycles(&["page_protection=fpw", "wal_compression=lz4", "wal_sync_method=open_datasync"]);
+    crash_cycles(&[
+        "page_protection=fpw",
+        "wal_compression=lz4",
+        "wal_sync_method=open_datasync",
+    ]);
 }

@@ -20,9 +20,15 @@ fn tear_once(c: &Cluster, rng: &mut Rng) {
     let mut child = c.start_workload(4, &[("WALRUS_FAULT_TEAR_WRITE", n.to_string())]);
     let status = wait_exit(&mut child, Duration::from_secs(120));
     let out = child.wait_with_output().expect("reap");
-    assert!(!status.success(), "the child should have died at the torn write");
+    assert!(
+        !status.success(),
+        "the child should have died at the torn write"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("tore a page write"), "the child died for another reason:\n{err}");
+    assert!(
+        err.contains("tore a page write"),
+        "the child died for another reason:\n{err}"
+    );
 }
 
 #[test]
@@ -32,12 +38,23 @@ fn torn_write_fpw_is_repaired_by_recovery() {
     for round in 0..3 {
         tear_once(&c, &mut rng);
         let v = c.verify();
-        assert!(!v.status.success(), "round {round}: verify should see the torn page before recovery");
+        assert!(
+            !v.status.success(),
+            "round {round}: verify should see the torn page before recovery"
+        );
         assert!(text(&v).contains("invalid page in block"), "{}", text(&v));
         let chk = c.check();
-        assert!(chk.status.success(), "round {round}: recovery must repair the torn page:\n{}", text(&chk));
+        assert!(
+            chk.status.success(),
+            "round {round}: recovery must repair the torn page:\n{}",
+            text(&chk)
+        );
         let v = c.verify();
-        assert!(v.status.success(), "round {round}: after recovery every page verifies:\n{}", text(&v));
+        assert!(
+            v.status.success(),
+            "round {round}: after recovery every page verifies:\n{}",
+            text(&v)
+        );
     }
 }
 
@@ -51,13 +68,19 @@ fn torn_write_none_is_detected_and_reported() {
     assert!(!v.status.success(), "verify must fail on the torn page");
     assert!(report.contains("invalid page in block"), "{report}");
     assert!(report.contains("of relation"), "{report}");
-    assert!(report.contains("checksum stored") && report.contains("computed"), "{report}");
+    assert!(
+        report.contains("checksum stored") && report.contains("computed"),
+        "{report}"
+    );
     // Recovery either stops with the same kind of report or — when redo re-created the
     // page from scratch — succeeds; it must never panic or pass damage through silently.
     let chk = c.check();
     let t = text(&chk);
     assert!(!t.contains("panicked"), "{t}");
     if !chk.status.success() {
-        assert!(t.contains("invalid page in block") && t.contains("checksum stored"), "unclear failure:\n{t}");
+        assert!(
+            t.contains("invalid page in block") && t.contains("checksum stored"),
+            "unclear failure:\n{t}"
+        );
     }
 }

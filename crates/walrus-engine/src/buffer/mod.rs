@@ -114,7 +114,9 @@ impl BufferPool {
             .collect();
         BufferPool {
             frames,
-            table: (0..PAGE_TABLE_PARTITIONS).map(|_| Mutex::new(HashMap::new())).collect(),
+            table: (0..PAGE_TABLE_PARTITIONS)
+                .map(|_| Mutex::new(HashMap::new()))
+                .collect(),
             clock: AtomicUsize::new(0),
             dirty_queue: Mutex::new(VecDeque::new()),
             dirty_count: AtomicUsize::new(0),
@@ -138,11 +140,16 @@ impl BufferPool {
         self.names.write().insert(relfile, name.to_string());
     }
     pub fn relation_name(&self, relfile: RelFileId) -> String {
-        self.names.read().get(&relfile).cloned().unwrap_or_else(|| format!("relfile {relfile}"))
+        self.names
+            .read()
+            .get(&relfile)
+            .cloned()
+            .unwrap_or_else(|| format!("relfile {relfile}"))
     }
 
     fn partition(&self, id: PageId) -> &Mutex<HashMap<PageId, u32>> {
-        let h = (id.relfile.0 as usize).wrapping_mul(0x9E37_79B9) ^ (id.block.0 as usize).wrapping_mul(0x85EB_CA6B);
+        let h = (id.relfile.0 as usize).wrapping_mul(0x9E37_79B9)
+            ^ (id.block.0 as usize).wrapping_mul(0x85EB_CA6B);
         &self.table[h % self.table.len()]
     }
 
@@ -177,7 +184,11 @@ impl BufferPool {
                     };
                     if ok {
                         self.stats.hits.fetch_add(1, Ordering::Relaxed);
-                        return Ok(PinnedPage { pool: self, frame: f, id });
+                        return Ok(PinnedPage {
+                            pool: self,
+                            frame: f,
+                            id,
+                        });
                     }
                     let prev = fr.pin.fetch_sub(1, Ordering::AcqRel);
                     assert!(prev > 0, "unbalanced pin");
@@ -210,7 +221,11 @@ impl BufferPool {
                 Ok(()) => {
                     fr.flags.store(FLAG_VALID, Ordering::Release);
                     drop(g);
-                    return Ok(PinnedPage { pool: self, frame: victim, id });
+                    return Ok(PinnedPage {
+                        pool: self,
+                        frame: victim,
+                        id,
+                    });
                 }
                 Err(e) => {
                     let mut part = self.partition(id).lock();
@@ -237,7 +252,10 @@ impl BufferPool {
                 stored,
                 computed,
             }),
-            PageCheck::Misdirected { found } => Err(Error::Misdirected { expected: id, found }),
+            PageCheck::Misdirected { found } => Err(Error::Misdirected {
+                expected: id,
+                found,
+            }),
         }
     }
 
@@ -268,16 +286,25 @@ impl BufferPool {
                     return Ok(f);
                 }
             }
-            if dirty_seen == 0 && self.frames.iter().all(|f| f.pin.load(Ordering::Acquire) != 0) {
+            if dirty_seen == 0
+                && self
+                    .frames
+                    .iter()
+                    .all(|f| f.pin.load(Ordering::Acquire) != 0)
+            {
                 return Err(Error::InvalidInput("no unpinned buffers available".into()));
             }
             waits += 1;
-            self.stats.backend_clean_waits.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .backend_clean_waits
+                .fetch_add(1, Ordering::Relaxed);
             self.wake_writers();
             let mut g = self.clean_wait.0.lock();
             self.clean_wait.1.wait_for(&mut g, Duration::from_millis(5));
             if waits > 2000 {
-                return Err(Error::InvalidInput("no clean buffers became available".into()));
+                return Err(Error::InvalidInput(
+                    "no clean buffers became available".into(),
+                ));
             }
         }
     }
@@ -286,14 +313,24 @@ impl BufferPool {
         let fr = &self.frames[f as usize];
         let old = fr.page.load(Ordering::Acquire);
         if old == NO_PAGE {
-            return fr.pin.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).ok().map(|_| f);
+            return fr
+                .pin
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .ok()
+                .map(|_| f);
         }
         let id = unpack(old);
         let mut part = self.partition(id).lock();
-        if fr.page.load(Ordering::Acquire) != old || fr.flags.load(Ordering::Acquire) & FLAG_DIRTY != 0 {
+        if fr.page.load(Ordering::Acquire) != old
+            || fr.flags.load(Ordering::Acquire) & FLAG_DIRTY != 0
+        {
             return None;
         }
-        if fr.pin.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        if fr
+            .pin
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             return None;
         }
         if part.get(&id) == Some(&f) {
@@ -318,7 +355,11 @@ impl BufferPool {
         }
         let slices: Vec<&[u8]> = pages.iter().map(|p| p.bytes()).collect();
         for (b, p) in rec.blocks.iter().zip(pages.iter()) {
-            assert_eq!(b.page, p.page_id(), "record block order must match the pages passed");
+            assert_eq!(
+                b.page,
+                p.page_id(),
+                "record block order must match the pages passed"
+            );
         }
         let (_, end) = self.wal.insert(rec, &slices);
         for p in pages.iter_mut() {
@@ -339,7 +380,11 @@ impl BufferPool {
         }
         fr.rec_lsn.store(rec_lsn.0, Ordering::Release);
         fr.flags.fetch_or(FLAG_DIRTY, Ordering::AcqRel);
-        q.push_back(DirtyEntry { rec_lsn, frame: f, page: fr.page.load(Ordering::Acquire) });
+        q.push_back(DirtyEntry {
+            rec_lsn,
+            frame: f,
+            page: fr.page.load(Ordering::Acquire),
+        });
         self.dirty_count.fetch_add(1, Ordering::Relaxed);
         if q.len() > self.frames.len() * 4 {
             // Drop entries whose frame was written (or reused) since: keeps the queue bounded.
@@ -379,7 +424,8 @@ impl BufferPool {
         }
         let g = fr.latch.read();
         if fr.page.load(Ordering::Acquire) != expect
-            || fr.flags.load(Ordering::Acquire) & (FLAG_DIRTY | FLAG_VALID) != (FLAG_DIRTY | FLAG_VALID)
+            || fr.flags.load(Ordering::Acquire) & (FLAG_DIRTY | FLAG_VALID)
+                != (FLAG_DIRTY | FLAG_VALID)
         {
             return Ok(false);
         }
@@ -390,7 +436,10 @@ impl BufferPool {
         // WAL before data: the page may only reach disk once the WAL describing its
         // latest change is durable.
         self.wal.flush(lsn);
-        assert!(self.wal.flushed_lsn() >= lsn, "WAL before data violated for {id}");
+        assert!(
+            self.wal.flushed_lsn() >= lsn,
+            "WAL before data violated for {id}"
+        );
         assert!(
             fr.rec_lsn.load(Ordering::Acquire) <= lsn.0 || lsn == Lsn::ZERO,
             "rec_lsn after page LSN for {id}"
@@ -403,8 +452,14 @@ impl BufferPool {
         drop(g);
         self.stats.pages_written.fetch_add(1, Ordering::Relaxed);
         match who {
-            Writer::PageWriter => self.stats.writes_by_page_writer.fetch_add(1, Ordering::Relaxed),
-            Writer::Checkpointer => self.stats.writes_by_checkpoint.fetch_add(1, Ordering::Relaxed),
+            Writer::PageWriter => self
+                .stats
+                .writes_by_page_writer
+                .fetch_add(1, Ordering::Relaxed),
+            Writer::Checkpointer => self
+                .stats
+                .writes_by_checkpoint
+                .fetch_add(1, Ordering::Relaxed),
         };
         self.clean_wait.1.notify_all();
         Ok(true)
@@ -413,7 +468,12 @@ impl BufferPool {
     /// Writes dirty pages from the head of the dirty queue whose `rec_lsn` is below
     /// `upto`, at most `max_pages` of them. Returns (pages written, whether pages below
     /// `upto` remain).
-    pub fn flush_queue_head(&self, upto: Lsn, max_pages: usize, who: Writer) -> Result<(usize, bool)> {
+    pub fn flush_queue_head(
+        &self,
+        upto: Lsn,
+        max_pages: usize,
+        who: Writer,
+    ) -> Result<(usize, bool)> {
         let batch: Vec<DirtyEntry> = {
             let mut q = self.dirty_queue.lock();
             let mut b = Vec::new();
@@ -505,7 +565,10 @@ impl BufferPool {
 
     /// Frames currently pinned (for the pins-balanced check in tests and at shutdown).
     pub fn pinned_frames(&self) -> usize {
-        self.frames.iter().filter(|f| f.pin.load(Ordering::Acquire) != 0).count()
+        self.frames
+            .iter()
+            .filter(|f| f.pin.load(Ordering::Acquire) != 0)
+            .count()
     }
 }
 
@@ -522,22 +585,36 @@ impl<'a> PinnedPage<'a> {
         self.id
     }
     pub fn read(&self) -> PageRead<'_> {
-        PageRead { guard: self.pool.frames[self.frame as usize].latch.read() }
+        PageRead {
+            guard: self.pool.frames[self.frame as usize].latch.read(),
+        }
     }
     pub fn write(&self) -> PageWrite<'_> {
-        PageWrite { pool: self.pool, frame: self.frame, id: self.id, guard: self.pool.frames[self.frame as usize].latch.write() }
+        PageWrite {
+            pool: self.pool,
+            frame: self.frame,
+            id: self.id,
+            guard: self.pool.frames[self.frame as usize].latch.write(),
+        }
     }
     pub fn try_write(&self) -> Option<PageWrite<'_>> {
         self.pool.frames[self.frame as usize]
             .latch
             .try_write()
-            .map(|guard| PageWrite { pool: self.pool, frame: self.frame, id: self.id, guard })
+            .map(|guard| PageWrite {
+                pool: self.pool,
+                frame: self.frame,
+                id: self.id,
+                guard,
+            })
     }
 }
 
 impl Drop for PinnedPage<'_> {
     fn drop(&mut self) {
-        let prev = self.pool.frames[self.frame as usize].pin.fetch_sub(1, Ordering::AcqRel);
+        let prev = self.pool.frames[self.frame as usize]
+            .pin
+            .fetch_sub(1, Ordering::AcqRel);
         assert!(prev > 0, "unbalanced pin");
     }
 }

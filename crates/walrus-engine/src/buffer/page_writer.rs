@@ -30,7 +30,11 @@ impl PageWriters {
                     .expect("spawn page writer")
             })
             .collect();
-        PageWriters { stop, threads, pool }
+        PageWriters {
+            stop,
+            threads,
+            pool,
+        }
     }
 
     pub fn stop(&mut self) {

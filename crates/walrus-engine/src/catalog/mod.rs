@@ -112,7 +112,11 @@ pub fn encode_index(i: &IndexDef) -> Vec<u8> {
 }
 
 fn bad(reason: impl Into<String>) -> Error {
-    Error::Decode { what: "catalog row", at: "catalog".into(), reason: reason.into() }
+    Error::Decode {
+        what: "catalog row",
+        at: "catalog".into(),
+        reason: reason.into(),
+    }
 }
 
 pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
@@ -139,12 +143,26 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                 if parts.len() != 3 {
                     return Err(bad("bad column spec"));
                 }
-                let ty = parts[1].parse::<u8>().ok().and_then(TypeId::from_u8).ok_or_else(|| bad("bad type"))?;
-                columns.push(ColumnDef { name: parts[0].to_string(), ty, not_null: parts[2] == "1" });
+                let ty = parts[1]
+                    .parse::<u8>()
+                    .ok()
+                    .and_then(TypeId::from_u8)
+                    .ok_or_else(|| bad("bad type"))?;
+                columns.push(ColumnDef {
+                    name: parts[0].to_string(),
+                    ty,
+                    not_null: parts[2] == "1",
+                });
             }
             Ok(CatalogEntry::Table {
                 tid,
-                def: TableDef { name, relfile, columns, fillfactor: int(&v[7])? as u8, indexes: Vec::new() },
+                def: TableDef {
+                    name,
+                    relfile,
+                    columns,
+                    fillfactor: int(&v[7])? as u8,
+                    indexes: Vec::new(),
+                },
             })
         }
         KIND_INDEX => {
@@ -156,7 +174,14 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                 .collect::<Result<Vec<_>>>()?;
             Ok(CatalogEntry::Index {
                 tid,
-                def: IndexDef { name, relfile, table: text(&v[3])?, columns, unique: boolean(&v[5]), primary: boolean(&v[6]) },
+                def: IndexDef {
+                    name,
+                    relfile,
+                    table: text(&v[3])?,
+                    columns,
+                    unique: boolean(&v[5]),
+                    primary: boolean(&v[6]),
+                },
             })
         }
         _ => Err(bad(format!("unknown catalog row kind {kind}"))),
@@ -188,15 +213,23 @@ impl CatalogView {
         for t in tables.values_mut() {
             t.indexes.sort_by(|a, b| a.name.cmp(&b.name));
         }
-        CatalogView { tables: tables.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(), entries }
+        CatalogView {
+            tables: tables.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
+            entries,
+        }
     }
 
     pub fn table(&self, name: &str) -> Result<Arc<TableDef>> {
-        self.tables.get(name).cloned().ok_or_else(|| Error::UndefinedTable(name.to_string()))
+        self.tables
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::UndefinedTable(name.to_string()))
     }
 
     pub fn index_names(&self) -> impl Iterator<Item = &str> {
-        self.tables.values().flat_map(|t| t.indexes.iter().map(|i| i.name.as_str()))
+        self.tables
+            .values()
+            .flat_map(|t| t.indexes.iter().map(|i| i.name.as_str()))
     }
 
     pub fn entry_tid(&self, kind_table: bool, name: &str) -> Option<Tid> {
@@ -218,8 +251,16 @@ mod tests {
             name: "pgbench_accounts".into(),
             relfile: RelFileId(16390),
             columns: vec![
-                ColumnDef { name: "aid".into(), ty: TypeId::Int4, not_null: true },
-                ColumnDef { name: "filler".into(), ty: TypeId::Text, not_null: false },
+                ColumnDef {
+                    name: "aid".into(),
+                    ty: TypeId::Int4,
+                    not_null: true,
+                },
+                ColumnDef {
+                    name: "filler".into(),
+                    ty: TypeId::Text,
+                    not_null: false,
+                },
             ],
             fillfactor: 100,
             indexes: vec![],

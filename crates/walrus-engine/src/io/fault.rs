@@ -36,7 +36,9 @@ mod imp {
             return false;
         }
         let mut old = vec![0u8; PAGE_SIZE - SECTOR_SIZE];
-        let n = file.read_at(&mut old, offset + SECTOR_SIZE as u64).unwrap_or(0);
+        let n = file
+            .read_at(&mut old, offset + SECTOR_SIZE as u64)
+            .unwrap_or(0);
         if n < old.len() || old[..] == buf[SECTOR_SIZE..] || old.iter().all(|&b| b == 0) {
             // Only tear a write that replaces a real older version of the page's second
             // half: then the torn page is certainly inconsistent.

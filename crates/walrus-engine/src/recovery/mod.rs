@@ -72,7 +72,12 @@ pub fn find_end(segs: &Segments, redo: Lsn, checkpoint: Lsn) -> Result<WalEnd> {
     for s in segs.segno(redo)..=segs.segno(end) {
         segs.sync(s);
     }
-    Ok(WalEnd { end, last_start: r.last_record_start().unwrap_or(Lsn::ZERO), records, reason: r.end.clone() })
+    Ok(WalEnd {
+        end,
+        last_start: r.last_record_start().unwrap_or(Lsn::ZERO),
+        records,
+        reason: r.end.clone(),
+    })
 }
 
 #[derive(Debug, Default)]
@@ -96,11 +101,22 @@ pub struct RedoOutcome {
 
 /// Second pass: replays every record from `redo` to `end`, then marks transactions that
 /// never finished as aborted.
-pub fn replay(segs: &Segments, pool: &BufferPool, txn: &TxnManager, redo: Lsn, end: Lsn) -> Result<RedoOutcome> {
+pub fn replay(
+    segs: &Segments,
+    pool: &BufferPool,
+    txn: &TxnManager,
+    redo: Lsn,
+    end: Lsn,
+) -> Result<RedoOutcome> {
     let started = Instant::now();
     let mut stats = RedoStats::default();
     let mut in_progress: BTreeSet<Xid> = BTreeSet::new();
-    let mut out = RedoOutcome { stats: RedoStats::default(), max_xid: Xid::INVALID, next_xid_reserved: Xid::INVALID, max_relfile: 0 };
+    let mut out = RedoOutcome {
+        stats: RedoStats::default(),
+        max_xid: Xid::INVALID,
+        next_xid_reserved: Xid::INVALID,
+        max_relfile: 0,
+    };
     let total = end.distance_from(redo).max(1);
     let mut last_report = Instant::now();
     let mut r = WalReader::new(segs, redo);
@@ -124,7 +140,10 @@ pub fn replay(segs: &Segments, pool: &BufferPool, txn: &TxnManager, redo: Lsn, e
             let eta = (total - done.min(total)) as f64 / rate.max(1.0);
             tracing::info!(
                 "redo in progress: {} of {} MB replayed ({:.1} MB/s), ETA {:.0} s",
-                done >> 20, total >> 20, rate / 1e6, eta
+                done >> 20,
+                total >> 20,
+                rate / 1e6,
+                eta
             );
         }
     }
@@ -149,7 +168,9 @@ fn apply(
 ) -> Result<()> {
     match rec.rmgr {
         Rmgr::Xlog => match xlog::decode_xlog(rec) {
-            Some(xlog::XlogRecord::NextXid(x)) => out.next_xid_reserved = out.next_xid_reserved.max(x),
+            Some(xlog::XlogRecord::NextXid(x)) => {
+                out.next_xid_reserved = out.next_xid_reserved.max(x)
+            }
             Some(xlog::XlogRecord::Checkpoint(c)) => {
                 out.next_xid_reserved = out.next_xid_reserved.max(c.next_xid);
                 out.max_relfile = out.max_relfile.max(c.next_relfile.saturating_sub(1));
@@ -157,8 +178,13 @@ fn apply(
             None => return Err(bad_record(rec, "undecodable xlog record")),
         },
         Rmgr::Xact => {
-            let x = xlog::decode_xact(rec).ok_or_else(|| bad_record(rec, "undecodable xact record"))?;
-            let status = if x.committed { XidStatus::Committed } else { XidStatus::Aborted };
+            let x =
+                xlog::decode_xact(rec).ok_or_else(|| bad_record(rec, "undecodable xact record"))?;
+            let status = if x.committed {
+                XidStatus::Committed
+            } else {
+                XidStatus::Aborted
+            };
             if txn.clog.get_status(rec.xid) == XidStatus::InProgress {
                 txn.clog.set_status(rec.xid, status);
             }
@@ -169,7 +195,8 @@ fn apply(
             }
         }
         Rmgr::Storage => {
-            let relfile = xlog::decode_storage(rec).ok_or_else(|| bad_record(rec, "undecodable storage record"))?;
+            let relfile = xlog::decode_storage(rec)
+                .ok_or_else(|| bad_record(rec, "undecodable storage record"))?;
             pool.relfiles.create(relfile)?;
             out.max_relfile = out.max_relfile.max(relfile.0);
         }
@@ -244,7 +271,11 @@ fn redo_block(rec: &DecodedRecord, i: usize, p: &mut [u8], id: PageId, init: boo
 }
 
 fn bad_record(rec: &DecodedRecord, why: &str) -> Error {
-    Error::Decode { what: "WAL record", at: rec.lsn.to_string(), reason: why.to_string() }
+    Error::Decode {
+        what: "WAL record",
+        at: rec.lsn.to_string(),
+        reason: why.to_string(),
+    }
 }
 
 /// Relfiles mentioned in WAL before they were created get created by redo; the catalog

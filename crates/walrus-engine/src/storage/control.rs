@@ -114,7 +114,11 @@ impl ControlFile {
             .create_new(true)
             .open(&path)
             .map_err(|e| Error::io("create control file", path.display(), e))?;
-        let mut cf = ControlFile { path, file, current: data };
+        let mut cf = ControlFile {
+            path,
+            file,
+            current: data,
+        };
         // Write both copies so a fresh directory never has a garbage second copy.
         cf.write_copy(0)?;
         cf.write_copy(1)?;
@@ -123,16 +127,29 @@ impl ControlFile {
 
     pub fn open(dir: &Path) -> Result<ControlFile> {
         let path = dir.join(FILE_NAME);
-        let bad = |reason: String| Error::BadDataDirectory { dir: dir.display().to_string(), reason };
+        let bad = |reason: String| Error::BadDataDirectory {
+            dir: dir.display().to_string(),
+            reason,
+        };
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
             .map_err(|e| bad(format!("cannot open control file {}: {e}", path.display())))?;
         let mut buf = vec![0u8; COPY_SIZE * 2];
-        let n = file.read_at(&mut buf, 0).map_err(|e| Error::io("read control file", path.display(), e))?;
-        let a = if n >= COPY_SIZE { ControlData::decode(&buf[..COPY_SIZE]) } else { None };
-        let b = if n >= 2 * COPY_SIZE { ControlData::decode(&buf[COPY_SIZE..]) } else { None };
+        let n = file
+            .read_at(&mut buf, 0)
+            .map_err(|e| Error::io("read control file", path.display(), e))?;
+        let a = if n >= COPY_SIZE {
+            ControlData::decode(&buf[..COPY_SIZE])
+        } else {
+            None
+        };
+        let b = if n >= 2 * COPY_SIZE {
+            ControlData::decode(&buf[COPY_SIZE..])
+        } else {
+            None
+        };
         let current = match (a, b) {
             (Some(a), Some(b)) => {
                 if a.seq >= b.seq {
@@ -162,7 +179,11 @@ impl ControlFile {
                 current.page_size, PAGE_SIZE
             )));
         }
-        Ok(ControlFile { path, file, current })
+        Ok(ControlFile {
+            path,
+            file,
+            current,
+        })
     }
 
     pub fn data(&self) -> &ControlData {
@@ -238,7 +259,11 @@ mod tests {
         bytes[50] ^= 0xFF;
         std::fs::write(&path, &bytes).unwrap();
         let err = ControlFile::open(dir.path()).err().expect("must fail");
-        assert!(err.to_string().contains("neither copy has a valid checksum"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("neither copy has a valid checksum"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -69,8 +69,13 @@ pub enum PageCheck {
     Valid,
     /// All zeros: a block allocated but never written (legal after a crash).
     New,
-    ChecksumMismatch { stored: u32, computed: u32 },
-    Misdirected { found: PageId },
+    ChecksumMismatch {
+        stored: u32,
+        computed: u32,
+    },
+    Misdirected {
+        found: PageId,
+    },
 }
 
 /// A page-sized, 4 KiB-aligned buffer (aligned so `O_DIRECT` can use it).
@@ -122,7 +127,12 @@ pub fn lsn(p: &[u8]) -> Lsn {
 /// Sets the page LSN. It never moves backwards: a page reflects a prefix of the WAL.
 pub fn set_lsn(p: &mut [u8], lsn: Lsn) {
     let old = rd64(p, 0);
-    assert!(lsn.0 >= old, "page LSN moving backwards: {} -> {}", Lsn(old), lsn);
+    assert!(
+        lsn.0 >= old,
+        "page LSN moving backwards: {} -> {}",
+        Lsn(old),
+        lsn
+    );
     wr64(p, 0, lsn.0);
 }
 
@@ -163,7 +173,7 @@ pub fn is_new(p: &[u8]) -> bool {
 
 /// Formats an empty page. The LSN is kept (a re-initialised page must not go back in time).
 pub fn init(p: &mut [u8], id: PageId, kind: PageKind, special_size: usize) {
-    assert!(special_size <= PAGE_SIZE - HEADER_SIZE && special_size % 8 == 0);
+    assert!(special_size <= PAGE_SIZE - HEADER_SIZE && special_size.is_multiple_of(8));
     let keep_lsn = rd64(p, 0);
     p.fill(0);
     wr64(p, 0, keep_lsn);
@@ -225,7 +235,10 @@ pub fn verify(p: &[u8], id: PageId) -> PageCheck {
     {
         // The CRC matched, so this is a page walrus itself wrote wrongly: report it the
         // same way as damage rather than trusting the header.
-        return PageCheck::ChecksumMismatch { stored, computed: !stored };
+        return PageCheck::ChecksumMismatch {
+            stored,
+            computed: !stored,
+        };
     }
     PageCheck::Valid
 }
@@ -251,7 +264,11 @@ pub fn line_pointer(p: &[u8], n: u16) -> LinePointer {
         2 => LpState::Redirect,
         _ => LpState::Dead,
     };
-    LinePointer { state, off: raw_off & 0x3FFF, len }
+    LinePointer {
+        state,
+        off: raw_off & 0x3FFF,
+        len,
+    }
 }
 
 pub fn set_line_pointer(p: &mut [u8], n: u16, lp: LinePointer) {
@@ -320,11 +337,19 @@ pub fn add_item(p: &mut [u8], data: &[u8], how: Placement) -> Option<u16> {
             }
         }
         Placement::Insert(n) => {
-            assert!(n >= 1 && n <= count + 1, "insert position {n} outside 1..={}", count + 1);
+            assert!(
+                n >= 1 && n <= count + 1,
+                "insert position {n} outside 1..={}",
+                count + 1
+            );
             (n, true)
         }
         Placement::Exactly(n) => {
-            assert!(n >= 1 && n <= count + 1, "exact position {n} outside 1..={}", count + 1);
+            assert!(
+                n >= 1 && n <= count + 1,
+                "exact position {n} outside 1..={}",
+                count + 1
+            );
             if n <= count {
                 assert_eq!(line_pointer(p, n).state, LpState::Unused, "slot {n} in use");
                 (n, false)
@@ -352,7 +377,11 @@ pub fn add_item(p: &mut [u8], data: &[u8], how: Placement) -> Option<u16> {
     set_line_pointer(
         p,
         n,
-        LinePointer { state: LpState::Normal, off: new_upper as u16, len: data.len() as u16 },
+        LinePointer {
+            state: LpState::Normal,
+            off: new_upper as u16,
+            len: data.len() as u16,
+        },
     );
     Some(n)
 }
@@ -390,7 +419,11 @@ pub fn compact(p: &mut [u8]) {
         set_line_pointer(
             p,
             n,
-            LinePointer { state: LpState::Normal, off: top as u16, len: data.len() as u16 },
+            LinePointer {
+                state: LpState::Normal,
+                off: top as u16,
+                len: data.len() as u16,
+            },
         );
     }
     wr16(p, 24, top as u16);
@@ -436,7 +469,14 @@ mod tests {
     #[test]
     fn checksum_detects_flip_and_misdirection() {
         let mut p = fresh();
-        add_item(&mut p[..], b"hello", Placement::Append { reuse_unused: false }).unwrap();
+        add_item(
+            &mut p[..],
+            b"hello",
+            Placement::Append {
+                reuse_unused: false,
+            },
+        )
+        .unwrap();
         let id = PageId::new(RelFileId(7), 3);
         seal(&mut p[..], id);
         assert_eq!(verify(&p[..], id), PageCheck::Valid);
@@ -446,15 +486,30 @@ mod tests {
             PageCheck::ChecksumMismatch { .. }
         ));
         p[5000] ^= 0x10;
-        assert!(matches!(verify(&p[..], id), PageCheck::ChecksumMismatch { .. }));
+        assert!(matches!(
+            verify(&p[..], id),
+            PageCheck::ChecksumMismatch { .. }
+        ));
         assert_eq!(verify(&[0u8; PAGE_SIZE], id), PageCheck::New);
     }
 
     #[test]
     fn items_insert_shift_and_compact_keep_offsets() {
         let mut p = fresh();
-        let a = add_item(&mut p[..], b"aaaa", Placement::Append { reuse_unused: false });
-        let c = add_item(&mut p[..], b"cccc", Placement::Append { reuse_unused: false });
+        let a = add_item(
+            &mut p[..],
+            b"aaaa",
+            Placement::Append {
+                reuse_unused: false,
+            },
+        );
+        let c = add_item(
+            &mut p[..],
+            b"cccc",
+            Placement::Append {
+                reuse_unused: false,
+            },
+        );
         assert_eq!((a, c), (Some(1), Some(2)));
         add_item(&mut p[..], b"bb", Placement::Insert(2)).unwrap();
         assert_eq!(item(&p[..], 1), b"aaaa");
@@ -464,7 +519,11 @@ mod tests {
         set_line_pointer(
             &mut p[..],
             2,
-            LinePointer { state: LpState::Dead, off: 0, len: 0 },
+            LinePointer {
+                state: LpState::Dead,
+                off: 0,
+                len: 0,
+            },
         );
         let before = free_space(&p[..]);
         compact(&mut p[..]);
@@ -476,8 +535,14 @@ mod tests {
     fn page_fills_up_and_refuses() {
         let mut p = fresh();
         let mut n = 0;
-        while add_item(&mut p[..], &[1u8; 100], Placement::Append { reuse_unused: false })
-            .is_some()
+        while add_item(
+            &mut p[..],
+            &[1u8; 100],
+            Placement::Append {
+                reuse_unused: false,
+            },
+        )
+        .is_some()
         {
             n += 1;
         }

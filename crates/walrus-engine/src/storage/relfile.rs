@@ -42,8 +42,13 @@ pub struct RelFiles {
 impl RelFiles {
     pub fn open(data_dir: &Path) -> Result<RelFiles> {
         let dir = data_dir.join("base");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", dir.display(), e))?;
-        Ok(RelFiles { dir, files: RwLock::new(HashMap::new()), sync_pending: Mutex::new(HashSet::new()) })
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io("create directory", dir.display(), e))?;
+        Ok(RelFiles {
+            dir,
+            files: RwLock::new(HashMap::new()),
+            sync_pending: Mutex::new(HashSet::new()),
+        })
     }
 
     pub fn path(&self, relfile: RelFileId) -> PathBuf {
@@ -66,7 +71,10 @@ impl RelFiles {
             .truncate(false)
             .open(&path)
             .map_err(|e| Error::io("open file", path.display(), e))?;
-        let len = file.metadata().map_err(|e| Error::io("stat file", path.display(), e))?.len();
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io("stat file", path.display(), e))?
+            .len();
         let blocks = (len / PAGE_SIZE as u64) as u32;
         let rf = Arc::new(RelFile {
             file,
@@ -164,7 +172,8 @@ impl RelFiles {
     /// All relation files present on disk (for offline verification tools).
     pub fn list(&self) -> Result<Vec<RelFileId>> {
         let mut out = Vec::new();
-        let rd = std::fs::read_dir(&self.dir).map_err(|e| Error::io("read directory", self.dir.display(), e))?;
+        let rd = std::fs::read_dir(&self.dir)
+            .map_err(|e| Error::io("read directory", self.dir.display(), e))?;
         for ent in rd.flatten() {
             if let Some(id) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
                 out.push(RelFileId(id));
@@ -178,5 +187,6 @@ impl RelFiles {
 /// fsync a directory so a created or renamed file's entry is durable.
 pub fn sync_dir(dir: &Path) -> Result<()> {
     let f = File::open(dir).map_err(|e| Error::io("open directory", dir.display(), e))?;
-    f.sync_all().map_err(|e| Error::io("fsync directory", dir.display(), e))
+    f.sync_all()
+        .map_err(|e| Error::io("fsync directory", dir.display(), e))
 }

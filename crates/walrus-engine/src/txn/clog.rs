@@ -141,7 +141,8 @@ impl Clog {
             if s.page.load(SeqCst) == page {
                 s.pins.fetch_add(1, SeqCst);
                 if s.page.load(SeqCst) == page {
-                    s.last_used.store(self.counters.clock.fetch_add(1, SeqCst), SeqCst);
+                    s.last_used
+                        .store(self.counters.clock.fetch_add(1, SeqCst), SeqCst);
                     return Some(s);
                 }
                 s.pins.fetch_sub(1, SeqCst);
@@ -190,8 +191,14 @@ impl Clog {
 
     /// Records the final status of `xid`.
     pub fn set_status(&self, xid: Xid, status: XidStatus) {
-        assert!(status != XidStatus::InProgress, "cannot set an xid back to in progress");
-        assert!(xid.0 >= Xid::FIRST_NORMAL.0, "status of a special xid is fixed");
+        assert!(
+            status != XidStatus::InProgress,
+            "cannot set an xid back to in progress"
+        );
+        assert!(
+            xid.0 >= Xid::FIRST_NORMAL.0,
+            "status of a special xid is fixed"
+        );
         let (page, word, shift) = Clog::locate(xid);
         if let Some(s) = self.pin(page) {
             self.set_on(s, word, shift, status, xid);
@@ -206,7 +213,11 @@ impl Clog {
         let done = Arc::new((Mutex::new(false), Condvar::new()));
         let lead = {
             let mut p = self.pending.lock();
-            p.0.push(Pending { xid, status, done: done.clone() });
+            p.0.push(Pending {
+                xid,
+                status,
+                done: done.clone(),
+            });
             if p.1 {
                 false
             } else {
@@ -232,8 +243,12 @@ impl Clog {
                 std::mem::take(&mut p.0)
             };
             self.counters.group_updates.fetch_add(1, SeqCst);
-            self.counters.group_members.fetch_add(batch.len() as u64, SeqCst);
-            self.counters.max_group_size.fetch_max(batch.len() as u64, SeqCst);
+            self.counters
+                .group_members
+                .fetch_add(batch.len() as u64, SeqCst);
+            self.counters
+                .max_group_size
+                .fetch_max(batch.len() as u64, SeqCst);
             for u in &batch {
                 let (page, word, shift) = Clog::locate(u.xid);
                 loop {
@@ -259,7 +274,12 @@ impl Clog {
     }
 
     fn open_seg(&self, seg: u64) -> std::io::Result<File> {
-        OpenOptions::new().read(true).write(true).create(true).truncate(false).open(self.seg_path(seg))
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.seg_path(seg))
     }
 
     fn write_slot(&self, s: &Slot, page: u64) -> std::io::Result<()> {
@@ -268,7 +288,8 @@ impl Clog {
             buf[i * 8..i * 8 + 8].copy_from_slice(&w.load(SeqCst).to_le_bytes());
         }
         let seg = page / PAGES_PER_SEGMENT;
-        self.open_seg(seg)?.write_all_at(&buf, (page % PAGES_PER_SEGMENT) * PAGE_SIZE as u64)?;
+        self.open_seg(seg)?
+            .write_all_at(&buf, (page % PAGES_PER_SEGMENT) * PAGE_SIZE as u64)?;
         self.touched.lock().insert(seg);
         Ok(())
     }
@@ -283,7 +304,13 @@ impl Clog {
             .slots
             .iter()
             .filter(|s| s.pins.load(SeqCst) == 0)
-            .min_by_key(|s| if s.page.load(SeqCst) == NO_PAGE { 0 } else { s.last_used.load(SeqCst) + 1 })
+            .min_by_key(|s| {
+                if s.page.load(SeqCst) == NO_PAGE {
+                    0
+                } else {
+                    s.last_used.load(SeqCst) + 1
+                }
+            })
             .unwrap_or(&self.slots[0]);
         let old = victim.page.swap(REPLACING, SeqCst);
         while victim.pins.load(SeqCst) != 0 {
@@ -311,10 +338,15 @@ impl Clog {
             }
         }
         for (i, w) in victim.words.iter().enumerate() {
-            w.store(u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().expect("8 bytes")), SeqCst);
+            w.store(
+                u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().expect("8 bytes")),
+                SeqCst,
+            );
         }
         victim.dirty.store(false, SeqCst);
-        victim.last_used.store(self.counters.clock.fetch_add(1, SeqCst), SeqCst);
+        victim
+            .last_used
+            .store(self.counters.clock.fetch_add(1, SeqCst), SeqCst);
         victim.page.store(page, SeqCst);
         Ok(())
     }
@@ -367,7 +399,14 @@ mod tests {
             for p in 0..6u64 {
                 for k in 0..50u64 {
                     let x = Xid(p * XIDS_PER_PAGE + k * 7 + 3);
-                    c.set_status(x, if k % 3 == 0 { XidStatus::Aborted } else { XidStatus::Committed });
+                    c.set_status(
+                        x,
+                        if k % 3 == 0 {
+                            XidStatus::Aborted
+                        } else {
+                            XidStatus::Committed
+                        },
+                    );
                 }
             }
             c.flush_all().unwrap();
@@ -376,10 +415,17 @@ mod tests {
         for p in 0..6u64 {
             for k in 0..50u64 {
                 let x = Xid(p * XIDS_PER_PAGE + k * 7 + 3);
-                let want = if k % 3 == 0 { XidStatus::Aborted } else { XidStatus::Committed };
+                let want = if k % 3 == 0 {
+                    XidStatus::Aborted
+                } else {
+                    XidStatus::Committed
+                };
                 assert_eq!(c.get_status(x), want, "xid {x}");
             }
-            assert_eq!(c.get_status(Xid(p * XIDS_PER_PAGE + 5)), XidStatus::InProgress);
+            assert_eq!(
+                c.get_status(Xid(p * XIDS_PER_PAGE + 5)),
+                XidStatus::InProgress
+            );
         }
         assert_eq!(c.get_status(Xid::BOOTSTRAP), XidStatus::Committed);
     }
@@ -406,7 +452,10 @@ mod tests {
         for t in 0..8u64 {
             for i in (0..20_000u64).step_by(97) {
                 let page = (i * 8 + t) % 50;
-                assert_eq!(c.get_status(Xid(page * XIDS_PER_PAGE + 3 + t * 20_000 + i)), XidStatus::Committed);
+                assert_eq!(
+                    c.get_status(Xid(page * XIDS_PER_PAGE + 3 + t * 20_000 + i)),
+                    XidStatus::Committed
+                );
             }
         }
         let s = c.stats();

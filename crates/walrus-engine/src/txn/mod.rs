@@ -107,7 +107,13 @@ impl TxnManager {
         let mut p = self.procs.lock();
         p.0 += 1;
         let id = p.0;
-        p.1.insert(id, ProcEntry { xid: None, snapshot_xmin: None });
+        p.1.insert(
+            id,
+            ProcEntry {
+                xid: None,
+                snapshot_xmin: None,
+            },
+        );
         id
     }
 
@@ -124,7 +130,13 @@ impl TxnManager {
                 reservation = Some(XidReservation(*r));
             }
         }
-        self.xid_locks.lock().insert(xid, Arc::new(XidLock { done: Mutex::new(false), cv: Condvar::new() }));
+        self.xid_locks.lock().insert(
+            xid,
+            Arc::new(XidLock {
+                done: Mutex::new(false),
+                cv: Condvar::new(),
+            }),
+        );
         if let Some(e) = p.1.get_mut(&proc) {
             e.xid = Some(xid);
         }

@@ -24,8 +24,10 @@ unsafe impl Sync for WalBuffer {}
 
 impl WalBuffer {
     pub fn new(capacity: usize) -> WalBuffer {
-        assert!(capacity > 0 && capacity % 8 == 0);
-        WalBuffer { bytes: (0..capacity).map(|_| UnsafeCell::new(0)).collect() }
+        assert!(capacity > 0 && capacity.is_multiple_of(8));
+        WalBuffer {
+            bytes: (0..capacity).map(|_| UnsafeCell::new(0)).collect(),
+        }
     }
 
     pub fn capacity(&self) -> u64 {

@@ -87,15 +87,31 @@ pub struct Wal {
 impl Wal {
     /// Opens the log for appending at `end` (the end of valid WAL found by recovery, or
     /// the start of a fresh log), `last_start` being the start of the last valid record.
-    pub fn open(segments: Segments, cfg: &WalConfig, end: Lsn, last_start: Lsn, redo: Lsn, policy: ImagePolicy) -> Wal {
+    pub fn open(
+        segments: Segments,
+        cfg: &WalConfig,
+        end: Lsn,
+        last_start: Lsn,
+        redo: Lsn,
+        policy: ImagePolicy,
+    ) -> Wal {
         let cap = cfg.buffer_bytes.max(WAL_BUFFER_BYTES_MIN);
         let end = Lsn(record::padded_len(end.0 as usize));
         Wal {
             segments,
             ring: WalBuffer::new(cap),
-            reserve: Mutex::new(Reserve { pos: end, last_start, redo }),
+            reserve: Mutex::new(Reserve {
+                pos: end,
+                last_start,
+                redo,
+            }),
             slots: (0..WAL_INSERT_SLOTS)
-                .map(|_| CachePadded::new(InsertSlot { owner: Mutex::new(()), in_progress: AtomicU64::new(SLOT_IDLE) }))
+                .map(|_| {
+                    CachePadded::new(InsertSlot {
+                        owner: Mutex::new(()),
+                        in_progress: AtomicU64::new(SLOT_IDLE),
+                    })
+                })
                 .collect(),
             redo_lsn: AtomicU64::new(redo.0),
             written: CachePadded::new(AtomicU64::new(end.0)),
@@ -137,7 +153,11 @@ impl Wal {
     /// the protection policy requires one. Returns `(start, end)`: the caller sets each
     /// page's LSN to `end` and must hold the page latches until then.
     pub fn insert(&self, rec: &WalRecord, pages: &[&[u8]]) -> (Lsn, Lsn) {
-        assert_eq!(pages.len(), rec.blocks.len(), "one page per block reference");
+        assert_eq!(
+            pages.len(),
+            rec.blocks.len(),
+            "one page per block reference"
+        );
         let mut buf = Vec::with_capacity(256);
         loop {
             let redo = self.redo_lsn();
@@ -169,7 +189,9 @@ impl Wal {
                 let prev = r.last_start;
                 r.pos = start.add(len);
                 r.last_start = start;
-                self.slots[slot.1].in_progress.store(start.0, Ordering::Release);
+                self.slots[slot.1]
+                    .in_progress
+                    .store(start.0, Ordering::Release);
                 (start, prev)
             };
             let real_len = u32::from_le_bytes(buf[0..4].try_into().expect("4")) as usize;
@@ -178,7 +200,9 @@ impl Wal {
             // SAFETY: [start, start+len) was reserved above for this call alone, and
             // wait_for_space made sure its previous ring contents are written out.
             unsafe { self.ring.copy_in(start, &buf) };
-            self.slots[slot.1].in_progress.store(SLOT_IDLE, Ordering::Release);
+            self.slots[slot.1]
+                .in_progress
+                .store(SLOT_IDLE, Ordering::Release);
             drop(slot);
 
             let nimg = images.iter().flatten().count() as u64;
@@ -215,7 +239,9 @@ impl Wal {
             self.write_upto(Lsn(need));
             if self.written.load(Ordering::Acquire) < need {
                 let mut g = self.space.0.lock();
-                self.space.1.wait_for(&mut g, std::time::Duration::from_micros(200));
+                self.space
+                    .1
+                    .wait_for(&mut g, std::time::Duration::from_micros(200));
             }
         }
     }
@@ -276,7 +302,10 @@ impl Wal {
         let mut limit = self.inserted_upto();
         let mut spins = 0u32;
         while limit < lsn {
-            assert!(self.insert_lsn() >= lsn, "flush({lsn}) requested beyond reserved WAL");
+            assert!(
+                self.insert_lsn() >= lsn,
+                "flush({lsn}) requested beyond reserved WAL"
+            );
             spins += 1;
             if spins < 64 {
                 std::hint::spin_loop();
@@ -288,7 +317,9 @@ impl Wal {
         self.write_upto(limit);
         // Every write below `limit` finished inside write_upto above (writes are serialized
         // under write_state), so the touched set now names every segment to sync.
-        let segs: Vec<u64> = std::mem::take(&mut *self.write_state.lock()).into_iter().collect();
+        let segs: Vec<u64> = std::mem::take(&mut *self.write_state.lock())
+            .into_iter()
+            .collect();
         for s in segs {
             self.segments.sync(s);
         }
@@ -317,7 +348,8 @@ impl Wal {
     /// Switches the image policy (used when the protection mode changes at startup).
     pub fn set_image_policy(&self, p: ImagePolicy) {
         *self.policy.lock() = p;
-        self.policy_fast.store(p == ImagePolicy::FirstChangeAfterRedo, Ordering::Release);
+        self.policy_fast
+            .store(p == ImagePolicy::FirstChangeAfterRedo, Ordering::Release);
     }
 
     /// Makes sure the segment after the current one exists, so the writer rarely has to

@@ -30,7 +30,13 @@ pub struct WalReader<'a> {
 
 impl<'a> WalReader<'a> {
     pub fn new(segs: &'a Segments, start: Lsn) -> WalReader<'a> {
-        WalReader { segs, pos: start, last: None, end: EndReason::NotYet, buf: Vec::new() }
+        WalReader {
+            segs,
+            pos: start,
+            last: None,
+            end: EndReason::NotYet,
+            buf: Vec::new(),
+        }
     }
 
     /// Position of the next record to read (after the end: the end of valid WAL).

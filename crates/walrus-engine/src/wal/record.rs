@@ -71,7 +71,13 @@ pub struct WalRecord {
 
 impl WalRecord {
     pub fn new(rmgr: Rmgr, info: u8, xid: Xid) -> WalRecord {
-        WalRecord { rmgr, info, xid, blocks: Vec::new(), main: Vec::new() }
+        WalRecord {
+            rmgr,
+            info,
+            xid,
+            blocks: Vec::new(),
+            main: Vec::new(),
+        }
     }
 
     /// Adds a page reference; returns its index (the order redo sees them in).
@@ -100,29 +106,43 @@ pub struct PageImage {
 impl PageImage {
     pub fn capture(p: &[u8], compress: bool) -> PageImage {
         let (lower, upper) = (page::lower(p), page::upper(p));
-        let (hole_off, hole_len) =
-            if !page::is_new(p) && lower >= page::HEADER_SIZE && upper >= lower && upper <= PAGE_SIZE {
-                (lower, upper - lower)
-            } else {
-                (0, 0)
-            };
+        let (hole_off, hole_len) = if !page::is_new(p)
+            && lower >= page::HEADER_SIZE
+            && upper >= lower
+            && upper <= PAGE_SIZE
+        {
+            (lower, upper - lower)
+        } else {
+            (0, 0)
+        };
         let mut raw = Vec::with_capacity(PAGE_SIZE - hole_len);
         raw.extend_from_slice(&p[..hole_off]);
         raw.extend_from_slice(&p[hole_off + hole_len..]);
         if compress {
             let c = lz4_flex::block::compress(&raw);
             if c.len() < raw.len() {
-                return PageImage { bytes: c, compressed: true, hole_off: hole_off as u16, hole_len: hole_len as u16 };
+                return PageImage {
+                    bytes: c,
+                    compressed: true,
+                    hole_off: hole_off as u16,
+                    hole_len: hole_len as u16,
+                };
             }
         }
-        PageImage { bytes: raw, compressed: false, hole_off: hole_off as u16, hole_len: hole_len as u16 }
+        PageImage {
+            bytes: raw,
+            compressed: false,
+            hole_off: hole_off as u16,
+            hole_len: hole_len as u16,
+        }
     }
 
     /// Rebuilds the page into `out` (8 KiB).
     pub fn restore(&self, out: &mut [u8]) -> Result<(), String> {
         let raw_len = PAGE_SIZE - self.hole_len as usize;
         let raw = if self.compressed {
-            lz4_flex::block::decompress(&self.bytes, raw_len).map_err(|e| format!("bad lz4 image: {e}"))?
+            lz4_flex::block::decompress(&self.bytes, raw_len)
+                .map_err(|e| format!("bad lz4 image: {e}"))?
         } else {
             self.bytes.clone()
         };
@@ -177,7 +197,11 @@ pub fn encode(rec: &WalRecord, images: &[Option<PageImage>], out: &mut Vec<u8>) 
         out.extend_from_slice(&b.data);
     }
     out.extend_from_slice(&rec.main);
-    assert!(out.len() <= WAL_RECORD_BYTES_MAX, "WAL record of {} bytes exceeds the limit", out.len());
+    assert!(
+        out.len() <= WAL_RECORD_BYTES_MAX,
+        "WAL record of {} bytes exceeds the limit",
+        out.len()
+    );
     let len = out.len() as u32;
     out[0..4].copy_from_slice(&len.to_le_bytes());
 }
@@ -226,7 +250,9 @@ pub struct DecodedRecord {
 /// Length field of a header, if the header is plausible.
 pub fn header_len(h: &[u8]) -> Option<usize> {
     let len = u32::from_le_bytes(h[0..4].try_into().ok()?) as usize;
-    (HEADER_SIZE..=WAL_RECORD_BYTES_MAX).contains(&len).then_some(len)
+    (HEADER_SIZE..=WAL_RECORD_BYTES_MAX)
+        .contains(&len)
+        .then_some(len)
 }
 
 /// Decodes a complete record read at `at`. `Err` means "not a valid record here" (the
@@ -255,7 +281,9 @@ pub fn decode(buf: &[u8], at: Lsn) -> Result<DecodedRecord, String> {
     let mut pos = HEADER_SIZE;
     let mut blocks = Vec::with_capacity(nblocks);
     for _ in 0..nblocks {
-        let h = buf.get(pos..pos + BLOCK_HEADER_SIZE).ok_or("truncated block header")?;
+        let h = buf
+            .get(pos..pos + BLOCK_HEADER_SIZE)
+            .ok_or("truncated block header")?;
         let u16at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
         let relfile = u32::from_le_bytes(h[0..4].try_into().expect("4"));
         let block = u32::from_le_bytes(h[4..8].try_into().expect("4"));
@@ -265,20 +293,39 @@ pub fn decode(buf: &[u8], at: Lsn) -> Result<DecodedRecord, String> {
         let (hole_off, hole_len) = (u16at(14), u16at(16));
         pos += BLOCK_HEADER_SIZE;
         let image = if flags & BLOCK_HAS_IMAGE != 0 {
-            let bytes = buf.get(pos..pos + image_len).ok_or("truncated image")?.to_vec();
+            let bytes = buf
+                .get(pos..pos + image_len)
+                .ok_or("truncated image")?
+                .to_vec();
             pos += image_len;
             if hole_off as usize + hole_len as usize > PAGE_SIZE {
                 return Err("bad image hole".into());
             }
-            Some(PageImage { bytes, compressed: flags & BLOCK_IMAGE_LZ4 != 0, hole_off, hole_len })
+            Some(PageImage {
+                bytes,
+                compressed: flags & BLOCK_IMAGE_LZ4 != 0,
+                hole_off,
+                hole_len,
+            })
         } else {
             None
         };
-        let data = buf.get(pos..pos + data_len).ok_or("truncated block data")?.to_vec();
+        let data = buf
+            .get(pos..pos + data_len)
+            .ok_or("truncated block data")?
+            .to_vec();
         pos += data_len;
-        blocks.push(DecodedBlock { page: PageId::new(RelFileId(relfile), block), flags, image, data });
+        blocks.push(DecodedBlock {
+            page: PageId::new(RelFileId(relfile), block),
+            flags,
+            image,
+            data,
+        });
     }
-    let main = buf.get(pos..pos + main_len).ok_or("truncated main data")?.to_vec();
+    let main = buf
+        .get(pos..pos + main_len)
+        .ok_or("truncated main data")?
+        .to_vec();
     if pos + main_len != len {
         return Err("length mismatch".into());
     }
@@ -353,7 +400,14 @@ mod tests {
         let id = PageId::new(RelFileId(3), 1);
         let mut p = vec![0u8; PAGE_SIZE];
         page::init(&mut p, id, page::PageKind::Heap, 0);
-        page::add_item(&mut p, &[7u8; 300], page::Placement::Append { reuse_unused: false }).unwrap();
+        page::add_item(
+            &mut p,
+            &[7u8; 300],
+            page::Placement::Append {
+                reuse_unused: false,
+            },
+        )
+        .unwrap();
         for compress in [false, true] {
             let img = PageImage::capture(&p, compress);
             assert!(img.bytes.len() < 1000, "hole removed: {}", img.bytes.len());

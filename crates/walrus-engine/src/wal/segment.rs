@@ -57,8 +57,14 @@ impl Segments {
     pub fn new(data_dir: &Path, segment_size: u64, method: SyncMethod) -> Result<Segments> {
         assert!(segment_size >= 1 << 16 && segment_size.is_power_of_two());
         let dir = data_dir.join("wal");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", dir.display(), e))?;
-        Ok(Segments { dir, segment_size, method, open: Mutex::new(HashMap::new()) })
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::io("create directory", dir.display(), e))?;
+        Ok(Segments {
+            dir,
+            segment_size,
+            method,
+            open: Mutex::new(HashMap::new()),
+        })
     }
 
     pub fn path(&self, segno: u64) -> PathBuf {
@@ -72,9 +78,14 @@ impl Segments {
     /// Segment numbers present on disk, ascending.
     pub fn list(&self) -> Result<Vec<u64>> {
         let mut v = Vec::new();
-        let rd = std::fs::read_dir(&self.dir).map_err(|e| Error::io("read directory", self.dir.display(), e))?;
+        let rd = std::fs::read_dir(&self.dir)
+            .map_err(|e| Error::io("read directory", self.dir.display(), e))?;
         for ent in rd.flatten() {
-            if let Some(n) = ent.file_name().to_str().and_then(|s| u64::from_str_radix(s, 16).ok()) {
+            if let Some(n) = ent
+                .file_name()
+                .to_str()
+                .and_then(|s| u64::from_str_radix(s, 16).ok())
+            {
                 v.push(n);
             }
         }
@@ -94,7 +105,10 @@ impl Segments {
         }
         match oo.open(&path) {
             Ok(f) => {
-                let len = f.metadata().map_err(|e| Error::io("stat", path.display(), e))?.len();
+                let len = f
+                    .metadata()
+                    .map_err(|e| Error::io("stat", path.display(), e))?
+                    .len();
                 if len != self.segment_size {
                     return Err(Error::BadWal(format!(
                         "segment {} has {len} bytes, expected {}",
@@ -118,18 +132,21 @@ impl Segments {
         }
         let path = self.path(segno);
         let tmp = self.dir.join(format!("{segno:016X}.tmp"));
-        let f = File::create(&tmp).map_err(|e| Error::io("create WAL segment", tmp.display(), e))?;
+        let f =
+            File::create(&tmp).map_err(|e| Error::io("create WAL segment", tmp.display(), e))?;
         let zeros = vec![0u8; 1 << 20];
         let mut off = 0;
         while off < self.segment_size {
             let n = zeros.len().min((self.segment_size - off) as usize);
-            f.write_all_at(&zeros[..n], off).map_err(|e| Error::io("zero-fill WAL segment", tmp.display(), e))?;
+            f.write_all_at(&zeros[..n], off)
+                .map_err(|e| Error::io("zero-fill WAL segment", tmp.display(), e))?;
             off += n as u64;
         }
         if let Err(e) = f.sync_all() {
             crate::fatal_io("fsync new WAL segment", &e);
         }
-        std::fs::rename(&tmp, &path).map_err(|e| Error::io("rename WAL segment", path.display(), e))?;
+        std::fs::rename(&tmp, &path)
+            .map_err(|e| Error::io("rename WAL segment", path.display(), e))?;
         sync_dir(&self.dir)?;
         Ok(self.open_existing(segno)?.expect("segment just created"))
     }
@@ -173,7 +190,9 @@ impl Segments {
             let segno = self.segno(lsn);
             let off = lsn.0 % self.segment_size;
             let n = (buf.len() - done).min((self.segment_size - off) as usize);
-            let Some(f) = self.open_existing(segno)? else { break };
+            let Some(f) = self.open_existing(segno)? else {
+                break;
+            };
             f.read_exact_at(&mut buf[done..done + n], off)
                 .map_err(|e| Error::io("read WAL segment", self.path(segno).display(), e))?;
             done += n;
@@ -189,7 +208,12 @@ impl Segments {
     /// Recycles segments wholly before `keep_from` by renaming them to future segment
     /// numbers (at most `future_max` kept ahead); removes the rest. Returns (recycled,
     /// removed).
-    pub fn recycle_before(&self, keep_from: Lsn, current: Lsn, future_max: u64) -> Result<(usize, usize)> {
+    pub fn recycle_before(
+        &self,
+        keep_from: Lsn,
+        current: Lsn,
+        future_max: u64,
+    ) -> Result<(usize, usize)> {
         let keep_segno = self.segno(keep_from);
         let all = self.list()?;
         let mut next_future = all.last().copied().unwrap_or(0).max(self.segno(current)) + 1;
@@ -200,11 +224,13 @@ impl Segments {
             let from = self.path(segno);
             if next_future <= future_limit {
                 let to = self.path(next_future);
-                std::fs::rename(&from, &to).map_err(|e| Error::io("recycle WAL segment", from.display(), e))?;
+                std::fs::rename(&from, &to)
+                    .map_err(|e| Error::io("recycle WAL segment", from.display(), e))?;
                 next_future += 1;
                 recycled += 1;
             } else {
-                std::fs::remove_file(&from).map_err(|e| Error::io("remove WAL segment", from.display(), e))?;
+                std::fs::remove_file(&from)
+                    .map_err(|e| Error::io("remove WAL segment", from.display(), e))?;
                 removed += 1;
             }
         }

@@ -25,17 +25,36 @@ impl Cluster {
     pub fn new(sets: &[&str]) -> Cluster {
         let tmp = tempfile::tempdir().expect("tempdir");
         let data = tmp.path().join("data");
-        let out = walrus().arg("init").arg(&data).args(["--wal-segment-size", "1MB"]).output().expect("run walrus init");
-        assert!(out.status.success(), "init failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = walrus()
+            .arg("init")
+            .arg(&data)
+            .args(["--wal-segment-size", "1MB"])
+            .output()
+            .expect("run walrus init");
+        assert!(
+            out.status.success(),
+            "init failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let cfg = data.join("walrus.toml");
-        let text = std::fs::read_to_string(&cfg).expect("config").replace("shared_buffers = \"128MB\"", "shared_buffers = \"2MB\"");
+        let text = std::fs::read_to_string(&cfg)
+            .expect("config")
+            .replace("shared_buffers = \"128MB\"", "shared_buffers = \"2MB\"");
         std::fs::write(&cfg, text).expect("write config");
         let acks = tmp.path().join("acks");
-        Cluster { data, acks, sets: sets.iter().map(|s| s.to_string()).collect(), _tmp: tmp }
+        Cluster {
+            data,
+            acks,
+            sets: sets.iter().map(|s| s.to_string()).collect(),
+            _tmp: tmp,
+        }
     }
 
     fn set_args(&self) -> Vec<String> {
-        self.sets.iter().flat_map(|s| ["--set".to_string(), s.clone()]).collect()
+        self.sets
+            .iter()
+            .flat_map(|s| ["--set".to_string(), s.clone()])
+            .collect()
     }
 
     /// Starts the workload child and waits until it reports READY (schema loaded).
@@ -66,7 +85,10 @@ impl Cluster {
         if rx.recv_timeout(Duration::from_secs(60)).is_err() {
             let _ = child.kill();
             let out = child.wait_with_output().expect("wait");
-            panic!("workload never became ready: {}", String::from_utf8_lossy(&out.stderr));
+            panic!(
+                "workload never became ready: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         child
     }
@@ -84,12 +106,20 @@ impl Cluster {
     }
 
     pub fn verify(&self) -> Output {
-        walrus().arg("verify").arg(&self.data).output().expect("run verify")
+        walrus()
+            .arg("verify")
+            .arg(&self.data)
+            .output()
+            .expect("run verify")
     }
 }
 
 pub fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// Waits for a child to exit by itself within `limit`; kills it and fails otherwise.
@@ -112,9 +142,16 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus
 pub struct Rng(u64);
 impl Rng {
     pub fn from_env() -> Rng {
-        let seed = std::env::var("WALRUS_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(1) | 1
-        });
+        let seed = std::env::var("WALRUS_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+                    | 1
+            });
         eprintln!("WALRUS_TEST_SEED={seed}");
         Rng(seed)
     }

@@ -67,7 +67,10 @@ fn high_key(p: &[u8]) -> Option<&[u8]> {
 }
 fn meta_root(p: &[u8]) -> (u32, u16) {
     let s = page::special(p);
-    (u32::from_le_bytes([s[0], s[1], s[2], s[3]]), u16::from_le_bytes([s[4], s[5]]))
+    (
+        u32::from_le_bytes([s[0], s[1], s[2], s[3]]),
+        u16::from_le_bytes([s[4], s[5]]),
+    )
 }
 fn init_meta(p: &mut [u8], id: PageId, root: u32, lvl: u16) {
     page::init(p, id, PageKind::BtreeMeta, META_SPECIAL);
@@ -126,7 +129,10 @@ impl<'a> BTree<'a> {
         let meta_block = pool.relfiles.allocate_block(relfile)?;
         let root_block = pool.relfiles.allocate_block(relfile)?;
         assert_eq!(meta_block, META_BLOCK, "a new index starts at block 0");
-        let (mid, rid) = (PageId::new(relfile, meta_block), PageId::new(relfile, root_block));
+        let (mid, rid) = (
+            PageId::new(relfile, meta_block),
+            PageId::new(relfile, root_block),
+        );
         let mp = pool.new_page(mid)?;
         let rp = pool.new_page(rid)?;
         let mut mw = mp.write();
@@ -141,7 +147,12 @@ impl<'a> BTree<'a> {
     }
 
     pub fn open(pool: &'a BufferPool, relfile: RelFileId, unique: bool, name: &str) -> BTree<'a> {
-        BTree { pool, relfile, unique, name: name.to_string() }
+        BTree {
+            pool,
+            relfile,
+            unique,
+            name: name.to_string(),
+        }
     }
 
     fn pid(&self, block: u32) -> PageId {
@@ -152,7 +163,11 @@ impl<'a> BTree<'a> {
         let m = self.pool.read_page(self.pid(META_BLOCK))?;
         let r = m.read();
         if page::kind(&r) != Some(PageKind::BtreeMeta) {
-            return Err(Error::Decode { what: "btree metapage", at: self.name.clone(), reason: "not a metapage".into() });
+            return Err(Error::Decode {
+                what: "btree metapage",
+                at: self.name.clone(),
+                reason: "not a metapage".into(),
+            });
         }
         Ok(meta_root(&r))
     }
@@ -162,7 +177,10 @@ impl<'a> BTree<'a> {
     fn descend(&self, key: &[u8], target_level: u16) -> Result<u32> {
         let (mut block, root_level) = self.root()?;
         if target_level > root_level {
-            return Err(Error::InvalidInput(format!("btree {} has no level {target_level}", self.name)));
+            return Err(Error::InvalidInput(format!(
+                "btree {} has no level {target_level}",
+                self.name
+            )));
         }
         loop {
             let pin = self.pool.read_page(self.pid(block))?;
@@ -181,7 +199,11 @@ impl<'a> BTree<'a> {
 
     /// Exclusively latches the page at `level` covering `key`, starting at `block` and
     /// moving right (latching right before releasing left).
-    fn latch_covering<'p>(&self, mut pin: crate::buffer::PinnedPage<'p>, key: &[u8]) -> Result<(crate::buffer::PinnedPage<'p>, u32)>
+    fn latch_covering<'p>(
+        &self,
+        mut pin: crate::buffer::PinnedPage<'p>,
+        key: &[u8],
+    ) -> Result<(crate::buffer::PinnedPage<'p>, u32)>
     where
         'a: 'p,
     {
@@ -226,7 +248,10 @@ impl<'a> BTree<'a> {
                 match self.unique_check(key, check)? {
                     UniqueCheck::NotLive => {}
                     UniqueCheck::Live => {
-                        return Err(Error::UniqueViolation { index: self.name.clone(), detail: "Key already exists.".into() })
+                        return Err(Error::UniqueViolation {
+                            index: self.name.clone(),
+                            detail: "Key already exists.".into(),
+                        })
                     }
                     UniqueCheck::WaitFor(x) => {
                         wait(x)?;
@@ -241,7 +266,11 @@ impl<'a> BTree<'a> {
     /// Passes every entry whose key equals `key` to `check` (stopping at the first
     /// conflict). A racing insert of the same key is caught because the inserter's heap
     /// tuple exists (in progress) before its index entry: the later inserter sees it.
-    fn unique_check(&self, key: &[u8], check: &mut dyn FnMut(Tid) -> UniqueCheck) -> Result<UniqueCheck> {
+    fn unique_check(
+        &self,
+        key: &[u8],
+        check: &mut dyn FnMut(Tid) -> UniqueCheck,
+    ) -> Result<UniqueCheck> {
         let mut block = self.descend(key, 0)?;
         loop {
             let pin = self.pool.read_page(self.pid(block))?;
@@ -254,7 +283,9 @@ impl<'a> BTree<'a> {
             let mut off = page::lower_bound(&r, first, |it| item_key(it, 0).cmp(key));
             while off <= page::item_count(&r) {
                 let it = page::item(&r, off);
-                let Some((k, t)) = split_tid_suffix(it) else { break };
+                let Some((k, t)) = split_tid_suffix(it) else {
+                    break;
+                };
                 if k != key {
                     return Ok(UniqueCheck::NotLive);
                 }
@@ -266,7 +297,9 @@ impl<'a> BTree<'a> {
             }
             // Equal keys may continue on the right sibling.
             match high_key(&r) {
-                Some(h) if split_tid_suffix(h).map(|(k, _)| k == key).unwrap_or(false) => block = right_link(&r),
+                Some(h) if split_tid_suffix(h).map(|(k, _)| k == key).unwrap_or(false) => {
+                    block = right_link(&r)
+                }
                 _ => return Ok(UniqueCheck::NotLive),
             }
         }
@@ -300,12 +333,20 @@ impl<'a> BTree<'a> {
 
     /// Splits the latched page, inserting `item` at `pos`, then adds the downlink for the
     /// new right page one level up (or grows a new root).
-    fn split_and_insert(&self, mut w: PageWrite<'_>, item: &[u8], pos: u16, xid: Xid) -> Result<()> {
+    fn split_and_insert(
+        &self,
+        mut w: PageWrite<'_>,
+        item: &[u8],
+        pos: u16,
+        xid: Xid,
+    ) -> Result<()> {
         let lvl = level(&w);
         let old_right = right_link(&w);
         let old_high = high_key(&w).map(|h| h.to_vec());
         let first = first_data(&w);
-        let mut items: Vec<Vec<u8>> = (first..=page::item_count(&w)).map(|o| page::item(&w, o).to_vec()).collect();
+        let mut items: Vec<Vec<u8>> = (first..=page::item_count(&w))
+            .map(|o| page::item(&w, o).to_vec())
+            .collect();
         items.insert((pos - first) as usize, item.to_vec());
         // Split point: half the bytes, at least one item each side.
         let total: usize = items.iter().map(|i| i.len() + 12).sum();
@@ -326,20 +367,52 @@ impl<'a> BTree<'a> {
         let mut rw = rpin.write();
         init_node(&mut rw, rid, lvl, old_right);
         if let Some(h) = &old_high {
-            page::add_item(&mut rw, h, Placement::Append { reuse_unused: false }).expect("empty page");
+            page::add_item(
+                &mut rw,
+                h,
+                Placement::Append {
+                    reuse_unused: false,
+                },
+            )
+            .expect("empty page");
         }
         for it in &right_items {
-            page::add_item(&mut rw, it, Placement::Append { reuse_unused: false }).ok_or_else(|| split_overflow(&self.name))?;
+            page::add_item(
+                &mut rw,
+                it,
+                Placement::Append {
+                    reuse_unused: false,
+                },
+            )
+            .ok_or_else(|| split_overflow(&self.name))?;
         }
         let lid = w.id();
         let keep_lsn = page::lsn(&w);
         init_node(&mut w, lid, lvl, new_block);
         debug_assert_eq!(page::lsn(&w), keep_lsn);
         // The left page's high key is the separator (for leaves a full key + tid).
-        let high = if lvl == 0 { right_items[0].clone() } else { downlink(&sep, 0) };
-        page::add_item(&mut w, &high, Placement::Append { reuse_unused: false }).expect("empty page");
+        let high = if lvl == 0 {
+            right_items[0].clone()
+        } else {
+            downlink(&sep, 0)
+        };
+        page::add_item(
+            &mut w,
+            &high,
+            Placement::Append {
+                reuse_unused: false,
+            },
+        )
+        .expect("empty page");
         for it in &items {
-            page::add_item(&mut w, it, Placement::Append { reuse_unused: false }).ok_or_else(|| split_overflow(&self.name))?;
+            page::add_item(
+                &mut w,
+                it,
+                Placement::Append {
+                    reuse_unused: false,
+                },
+            )
+            .ok_or_else(|| split_overflow(&self.name))?;
         }
         let mut rec = WalRecord::new(Rmgr::Btree, INFO_SPLIT, xid);
         rec.block(lid, true, page_bytes(&w));
@@ -357,8 +430,22 @@ impl<'a> BTree<'a> {
             let mut mw = mpin.write();
             let mut nw = npin.write();
             init_node(&mut nw, nid, root_level + 1, NO_BLOCK);
-            page::add_item(&mut nw, &downlink(&[], lid.block.0), Placement::Append { reuse_unused: false }).expect("room");
-            page::add_item(&mut nw, &downlink(&sep, new_block), Placement::Append { reuse_unused: false }).expect("room");
+            page::add_item(
+                &mut nw,
+                &downlink(&[], lid.block.0),
+                Placement::Append {
+                    reuse_unused: false,
+                },
+            )
+            .expect("room");
+            page::add_item(
+                &mut nw,
+                &downlink(&sep, new_block),
+                Placement::Append {
+                    reuse_unused: false,
+                },
+            )
+            .expect("room");
             let meta_id = mw.id();
             let keep = page::lsn(&mw);
             init_meta(&mut mw, meta_id, nb, root_level + 1);
@@ -392,7 +479,9 @@ impl<'a> BTree<'a> {
             while off <= page::item_count(&r) {
                 let it = page::item(&r, off);
                 off += 1;
-                let Some((k, t)) = split_tid_suffix(it) else { continue };
+                let Some((k, t)) = split_tid_suffix(it) else {
+                    continue;
+                };
                 let after_lo = match lo {
                     Bound::Included(l) => k >= l,
                     Bound::Excluded(l) => k > l,
@@ -419,7 +508,11 @@ impl<'a> BTree<'a> {
     }
 
     pub fn lookup(&self, key: &[u8]) -> Result<Vec<Tid>> {
-        Ok(self.range(Bound::Included(key), Bound::Included(key))?.into_iter().map(|(_, t)| t).collect())
+        Ok(self
+            .range(Bound::Included(key), Bound::Included(key))?
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect())
     }
 
     /// Vacuum: removes every leaf entry whose tid is in `dead`.
@@ -432,7 +525,9 @@ impl<'a> BTree<'a> {
             let first = first_data(&w);
             let offs: Vec<u16> = (first..=page::item_count(&w))
                 .rev()
-                .filter(|&o| split_tid_suffix(page::item(&w, o)).is_some_and(|(_, t)| dead.contains(&t)))
+                .filter(|&o| {
+                    split_tid_suffix(page::item(&w, o)).is_some_and(|(_, t)| dead.contains(&t))
+                })
                 .collect();
             if !offs.is_empty() {
                 for &o in &offs {
@@ -457,10 +552,16 @@ impl<'a> BTree<'a> {
         let mut items: Vec<Vec<u8>> = Vec::with_capacity(sorted.len());
         for (i, (k, t)) in sorted.iter().enumerate() {
             if k.len() > BTREE_KEY_BYTES_MAX {
-                return Err(Error::InvalidInput(format!("index row size {} exceeds btree maximum", k.len())));
+                return Err(Error::InvalidInput(format!(
+                    "index row size {} exceeds btree maximum",
+                    k.len()
+                )));
             }
             if self.unique && i > 0 && sorted[i - 1].0 == *k {
-                return Err(Error::UniqueViolation { index: self.name.clone(), detail: "Key already exists.".into() });
+                return Err(Error::UniqueViolation {
+                    index: self.name.clone(),
+                    detail: "Key already exists.".into(),
+                });
             }
             let mut it = k.clone();
             encode_tid_suffix(*t, &mut it);
@@ -472,8 +573,9 @@ impl<'a> BTree<'a> {
         let mut lvl = 0u16;
         loop {
             let groups = group_items(&items);
-            let blocks: Vec<u32> =
-                (0..groups.len()).map(|_| self.pool.relfiles.allocate_block(self.relfile)).collect::<Result<_>>()?;
+            let blocks: Vec<u32> = (0..groups.len())
+                .map(|_| self.pool.relfiles.allocate_block(self.relfile))
+                .collect::<Result<_>>()?;
             let mut uplinks = Vec::with_capacity(groups.len());
             for (g, range) in groups.iter().enumerate() {
                 let id = self.pid(blocks[g]);
@@ -483,13 +585,35 @@ impl<'a> BTree<'a> {
                 init_node(&mut w, id, lvl, right);
                 if let Some(next) = groups.get(g + 1) {
                     let first_next = &items[next.start];
-                    let hk = if lvl == 0 { first_next.clone() } else { downlink(item_key(first_next, lvl), 0) };
-                    page::add_item(&mut w, &hk, Placement::Append { reuse_unused: false }).expect("room");
+                    let hk = if lvl == 0 {
+                        first_next.clone()
+                    } else {
+                        downlink(item_key(first_next, lvl), 0)
+                    };
+                    page::add_item(
+                        &mut w,
+                        &hk,
+                        Placement::Append {
+                            reuse_unused: false,
+                        },
+                    )
+                    .expect("room");
                 }
                 for (j, it) in items[range.clone()].iter().enumerate() {
                     // The leftmost internal page starts with minus infinity.
-                    let it = if lvl > 0 && g == 0 && j == 0 { downlink(&[], child_of(it)) } else { it.clone() };
-                    page::add_item(&mut w, &it, Placement::Append { reuse_unused: false }).expect("grouped to fit");
+                    let it = if lvl > 0 && g == 0 && j == 0 {
+                        downlink(&[], child_of(it))
+                    } else {
+                        it.clone()
+                    };
+                    page::add_item(
+                        &mut w,
+                        &it,
+                        Placement::Append {
+                            reuse_unused: false,
+                        },
+                    )
+                    .expect("grouped to fit");
                 }
                 let mut rec = WalRecord::new(Rmgr::Btree, INFO_PAGE_IMAGE, xid);
                 rec.block(id, true, page_bytes(&w));
@@ -518,7 +642,9 @@ impl<'a> BTree<'a> {
 }
 
 fn split_overflow(name: &str) -> Error {
-    Error::InvalidInput(format!("btree split of index \"{name}\" could not place an item"))
+    Error::InvalidInput(format!(
+        "btree split of index \"{name}\" could not place an item"
+    ))
 }
 
 /// Groups items into pages filled to about 90% (always at least one item a page).
@@ -542,7 +668,14 @@ fn group_items(items: &[Vec<u8>]) -> Vec<std::ops::Range<usize>> {
 }
 
 /// Page-level redo for one block of a B-tree record. Never panics on bad data.
-pub fn redo_block(info: u8, block_index: usize, data: &[u8], _main: &[u8], p: &mut [u8], id: PageId) -> std::result::Result<(), String> {
+pub fn redo_block(
+    info: u8,
+    block_index: usize,
+    data: &[u8],
+    _main: &[u8],
+    p: &mut [u8],
+    id: PageId,
+) -> std::result::Result<(), String> {
     match info {
         INFO_SPLIT | INFO_NEW_ROOT | INFO_PAGE_IMAGE => {
             if data.len() != PAGE_SIZE {
@@ -556,7 +689,11 @@ pub fn redo_block(info: u8, block_index: usize, data: &[u8], _main: &[u8], p: &m
             // Keep the LSN monotonic; recovery stamps the record's LSN next.
             p[..8].copy_from_slice(&lsn_now.0.to_le_bytes());
             if page::page_id(p) != id {
-                return Err(format!("btree image for {} claims {}", id, page::page_id(p)));
+                return Err(format!(
+                    "btree image for {} claims {}",
+                    id,
+                    page::page_id(p)
+                ));
             }
             Ok(())
         }
@@ -568,10 +705,12 @@ pub fn redo_block(info: u8, block_index: usize, data: &[u8], _main: &[u8], p: &m
             if pos == 0 || pos > page::item_count(p) + 1 {
                 return Err(format!("btree insert position {pos} out of range"));
             }
-            page::add_item(p, &data[2..], Placement::Insert(pos)).map(|_| ()).ok_or_else(|| "no room for btree redo insert".into())
+            page::add_item(p, &data[2..], Placement::Insert(pos))
+                .map(|_| ())
+                .ok_or_else(|| "no room for btree redo insert".into())
         }
         INFO_DELETE => {
-            if page::kind(p) != Some(PageKind::BtreeNode) || data.len() % 2 != 0 {
+            if page::kind(p) != Some(PageKind::BtreeNode) || !data.len().is_multiple_of(2) {
                 return Err("bad btree delete".into());
             }
             for c in data.chunks(2) {

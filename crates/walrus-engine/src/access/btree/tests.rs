@@ -20,9 +20,21 @@ use crate::wal::{ImagePolicy, Wal, WalConfig};
 const REL: RelFileId = RelFileId(20000);
 
 fn pool(dir: &std::path::Path, frames: usize) -> Arc<BufferPool> {
-    let cfg = WalConfig { segment_size: 1 << 20, buffer_bytes: 1 << 20, sync_method: SyncMethod::None, compress_images: false };
+    let cfg = WalConfig {
+        segment_size: 1 << 20,
+        buffer_bytes: 1 << 20,
+        sync_method: SyncMethod::None,
+        compress_images: false,
+    };
     let segs = Segments::new(dir, cfg.segment_size, SyncMethod::None).unwrap();
-    let wal = Arc::new(Wal::open(segs, &cfg, Lsn::ZERO, Lsn::ZERO, Lsn::ZERO, ImagePolicy::Never));
+    let wal = Arc::new(Wal::open(
+        segs,
+        &cfg,
+        Lsn::ZERO,
+        Lsn::ZERO,
+        Lsn::ZERO,
+        ImagePolicy::Never,
+    ));
     let relfiles = Arc::new(RelFiles::open(dir).unwrap());
     relfiles.create(REL).unwrap();
     Arc::new(BufferPool::new(frames, relfiles, wal))
@@ -54,20 +66,37 @@ fn btree_matches_model_with_eviction() {
     let mut model: BTreeMap<(Vec<u8>, Tid), ()> = BTreeMap::new();
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     for i in 0..30_000u32 {
-        let key = if i % 3 == 0 { wide(i as u64) } else { wide(rng.gen_range(0..5_000)) };
+        let key = if i % 3 == 0 {
+            wide(i as u64)
+        } else {
+            wide(rng.gen_range(0..5_000))
+        };
         let tid = Tid::new(i / 50, (i % 50 + 1) as u16);
-        t.insert(&key, tid, Xid(3), &mut no_check, &mut no_wait).unwrap();
+        t.insert(&key, tid, Xid(3), &mut no_check, &mut no_wait)
+            .unwrap();
         model.insert((key, tid), ());
     }
     assert!(t.root_level().unwrap() >= 2, "tree grew past two levels");
     for probe in [0u64, 1, 17, 2500, 4999, 29_997, 99_999] {
-        let want: Vec<Tid> = model.range((wide(probe), Tid::new(0, 0))..=(wide(probe), Tid::new(u32::MAX, u16::MAX))).map(|((_, t), _)| *t).collect();
+        let want: Vec<Tid> = model
+            .range((wide(probe), Tid::new(0, 0))..=(wide(probe), Tid::new(u32::MAX, u16::MAX)))
+            .map(|((_, t), _)| *t)
+            .collect();
         assert_eq!(t.lookup(&wide(probe)).unwrap(), want, "lookup {probe}");
     }
-    let got = t.range(Bound::Included(&wide(100)), Bound::Excluded(&wide(900))).unwrap();
-    let want: Vec<(Vec<u8>, Tid)> = model.keys().filter(|(kk, _)| *kk >= wide(100) && *kk < wide(900)).cloned().collect();
+    let got = t
+        .range(Bound::Included(&wide(100)), Bound::Excluded(&wide(900)))
+        .unwrap();
+    let want: Vec<(Vec<u8>, Tid)> = model
+        .keys()
+        .filter(|(kk, _)| *kk >= wide(100) && *kk < wide(900))
+        .cloned()
+        .collect();
     assert_eq!(got, want);
-    assert_eq!(t.range(Bound::Unbounded, Bound::Unbounded).unwrap().len(), model.len());
+    assert_eq!(
+        t.range(Bound::Unbounded, Bound::Unbounded).unwrap().len(),
+        model.len()
+    );
     writers.stop();
 }
 
@@ -77,8 +106,17 @@ fn btree_unique_checks_call_back() {
     let pool = pool(dir.path(), 256);
     BTree::create(&pool, REL, Xid(3)).unwrap();
     let t = BTree::open(&pool, REL, true, "u_idx");
-    t.insert(&k(5), Tid::new(0, 1), Xid(3), &mut no_check, &mut no_wait).unwrap();
-    let err = t.insert(&k(5), Tid::new(0, 2), Xid(3), &mut |_| UniqueCheck::Live, &mut no_wait).unwrap_err();
+    t.insert(&k(5), Tid::new(0, 1), Xid(3), &mut no_check, &mut no_wait)
+        .unwrap();
+    let err = t
+        .insert(
+            &k(5),
+            Tid::new(0, 2),
+            Xid(3),
+            &mut |_| UniqueCheck::Live,
+            &mut no_wait,
+        )
+        .unwrap_err();
     assert!(matches!(err, Error::UniqueViolation { .. }), "{err}");
     let mut waited = Vec::new();
     let mut first = true;
@@ -101,7 +139,10 @@ fn btree_unique_checks_call_back() {
     )
     .unwrap();
     assert_eq!(waited, vec![Xid(9)]);
-    assert_eq!(t.lookup(&k(5)).unwrap(), vec![Tid::new(0, 1), Tid::new(0, 3)]);
+    assert_eq!(
+        t.lookup(&k(5)).unwrap(),
+        vec![Tid::new(0, 1), Tid::new(0, 3)]
+    );
 }
 
 #[test]
@@ -116,11 +157,23 @@ fn btree_concurrent_inserts_and_reads() {
                 let t = BTree::open(&pool, REL, true, "c_idx");
                 for i in 0..5000u64 {
                     let v = i * 4 + th;
-                    t.insert(&k(v), Tid::new(v as u32, 1), Xid(3), &mut no_check, &mut no_wait).unwrap();
+                    t.insert(
+                        &k(v),
+                        Tid::new(v as u32, 1),
+                        Xid(3),
+                        &mut no_check,
+                        &mut no_wait,
+                    )
+                    .unwrap();
                     if i % 500 == 0 {
                         // Everything this thread inserted so far must be findable.
                         for j in (0..=i).step_by(97) {
-                            assert_eq!(t.lookup(&k(j * 4 + th)).unwrap().len(), 1, "lost {}", j * 4 + th);
+                            assert_eq!(
+                                t.lookup(&k(j * 4 + th)).unwrap().len(),
+                                1,
+                                "lost {}",
+                                j * 4 + th
+                            );
                         }
                     }
                 }
@@ -142,9 +195,14 @@ fn btree_delete_tids_and_bulk_build() {
     let pool = pool(dir.path(), 1024);
     BTree::create(&pool, REL, Xid(3)).unwrap();
     let t = BTree::open(&pool, REL, true, "b_idx");
-    let entries: Vec<(Vec<u8>, Tid)> = (0..100_000u64).map(|v| (k(v), Tid::new(v as u32 / 100, (v % 100 + 1) as u16))).collect();
+    let entries: Vec<(Vec<u8>, Tid)> = (0..100_000u64)
+        .map(|v| (k(v), Tid::new(v as u32 / 100, (v % 100 + 1) as u16)))
+        .collect();
     t.bulk_build(&entries, Xid(3)).unwrap();
-    assert_eq!(t.range(Bound::Unbounded, Bound::Unbounded).unwrap(), entries);
+    assert_eq!(
+        t.range(Bound::Unbounded, Bound::Unbounded).unwrap(),
+        entries
+    );
     assert_eq!(t.lookup(&k(77_777)).unwrap(), vec![entries[77_777].1]);
     let dead: HashSet<Tid> = entries.iter().step_by(3).map(|(_, t)| *t).collect();
     assert_eq!(t.delete_tids(&dead, Xid(3)).unwrap(), dead.len());
@@ -153,14 +211,24 @@ fn btree_delete_tids_and_bulk_build() {
     assert!(left.iter().all(|(_, t)| !dead.contains(t)));
     // Inserts still work after bulk build (splits of bulk-built pages).
     for v in 0..2000u64 {
-        t.insert(&k(v * 3), Tid::new(5000, 1 + (v % 100) as u16), Xid(3), &mut no_check, &mut no_wait).unwrap();
+        t.insert(
+            &k(v * 3),
+            Tid::new(5000, 1 + (v % 100) as u16),
+            Xid(3),
+            &mut no_check,
+            &mut no_wait,
+        )
+        .unwrap();
     }
 
     let r2 = RelFileId(20001);
     pool.relfiles.create(r2).unwrap();
     BTree::create(&pool, r2, Xid(3)).unwrap();
     let dup = vec![(k(1), Tid::new(0, 1)), (k(1), Tid::new(0, 2))];
-    assert!(matches!(BTree::open(&pool, r2, true, "d").bulk_build(&dup, Xid(3)), Err(Error::UniqueViolation { .. })));
+    assert!(matches!(
+        BTree::open(&pool, r2, true, "d").bulk_build(&dup, Xid(3)),
+        Err(Error::UniqueViolation { .. })
+    ));
 }
 
 #[test]
@@ -171,7 +239,14 @@ fn btree_redo_rebuilds_the_same_pages() {
     let t = BTree::open(&pool, REL, false, "r_idx");
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
     for i in 0..8000u32 {
-        t.insert(&k(rng.gen_range(0..3000)), Tid::new(i, 1), Xid(3), &mut no_check, &mut no_wait).unwrap();
+        t.insert(
+            &k(rng.gen_range(0..3000)),
+            Tid::new(i, 1),
+            Xid(3),
+            &mut no_check,
+            &mut no_wait,
+        )
+        .unwrap();
     }
     let dead: HashSet<Tid> = (0..8000).step_by(5).map(|i| Tid::new(i, 1)).collect();
     t.delete_tids(&dead, Xid(3)).unwrap();
@@ -180,7 +255,9 @@ fn btree_redo_rebuilds_the_same_pages() {
     let mut r = WalReader::new(&pool.wal.segments, Lsn::ZERO);
     while let Some(rec) = r.next_record().unwrap() {
         for (i, b) in rec.blocks.iter().enumerate() {
-            let p = pages.entry(b.page.block.0).or_insert_with(|| vec![0u8; PAGE_SIZE]);
+            let p = pages
+                .entry(b.page.block.0)
+                .or_insert_with(|| vec![0u8; PAGE_SIZE]);
             if page::lsn(p) < rec.end_lsn {
                 redo_block(rec.info, i, &b.data, &rec.main, p, b.page).unwrap();
                 page::set_lsn(p, rec.end_lsn);
@@ -191,9 +268,17 @@ fn btree_redo_rebuilds_the_same_pages() {
     for (block, redone) in &pages {
         let live = pool.read_page(PageId::new(REL, *block)).unwrap();
         let g = live.read();
-        assert_eq!(page::item_count(&g), page::item_count(redone), "block {block}");
+        assert_eq!(
+            page::item_count(&g),
+            page::item_count(redone),
+            "block {block}"
+        );
         for o in 1..=page::item_count(redone) {
-            assert_eq!(page::item(&g, o), page::item(redone, o), "block {block} item {o}");
+            assert_eq!(
+                page::item(&g, o),
+                page::item(redone, o),
+                "block {block} item {o}"
+            );
         }
     }
 }
@@ -209,6 +294,13 @@ fn btree_redo_never_panics_on_garbage() {
         }
         let n = rng.gen_range(0..40);
         let data: Vec<u8> = (0..n).map(|_| rng.gen()).collect();
-        let _ = redo_block(rng.gen_range(0..7), rng.gen_range(0..3), &data, &[], &mut p, id);
+        let _ = redo_block(
+            rng.gen_range(0..7),
+            rng.gen_range(0..3),
+            &data,
+            &[],
+            &mut p,
+            id,
+        );
     }
 }

@@ -33,7 +33,12 @@ pub struct HeapRel {
 
 impl HeapRel {
     pub fn new(relfile: RelFileId, fillfactor: u8) -> HeapRel {
-        HeapRel { relfile, fillfactor: fillfactor.clamp(10, 100), last_block: Mutex::new(None), fsm: Mutex::new(BTreeSet::new()) }
+        HeapRel {
+            relfile,
+            fillfactor: fillfactor.clamp(10, 100),
+            last_block: Mutex::new(None),
+            fsm: Mutex::new(BTreeSet::new()),
+        }
     }
 }
 
@@ -86,14 +91,18 @@ fn apply_old_side(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
     let off = u16::from_le_bytes([d[0], d[1]]);
     let xmax = Xid(u64::from_le_bytes(d[2..10].try_into().map_err(|_| "xmax")?));
     let cmax = u32::from_le_bytes(d[10..14].try_into().map_err(|_| "cmax")?);
-    let ctid = Tid::new(u32::from_le_bytes(d[14..18].try_into().map_err(|_| "ctid")?), u16::from_le_bytes([d[18], d[19]]));
+    let ctid = Tid::new(
+        u32::from_le_bytes(d[14..18].try_into().map_err(|_| "ctid")?),
+        u16::from_le_bytes([d[18], d[19]]),
+    );
     let set = u16::from_le_bytes([d[20], d[21]]);
     let t = normal_item_mut(p, off)?;
     let mut h = TupleHeader::read(t).ok_or("short tuple")?;
     h.xmax = xmax;
     h.cmax = cmax;
     h.ctid = ctid;
-    h.infomask &= !(tuple::XMAX_COMMITTED | tuple::XMAX_INVALID | tuple::UPDATED | tuple::HOT_UPDATED);
+    h.infomask &=
+        !(tuple::XMAX_COMMITTED | tuple::XMAX_INVALID | tuple::UPDATED | tuple::HOT_UPDATED);
     h.infomask |= set;
     h.write(t);
     Ok(())
@@ -105,7 +114,10 @@ fn apply_new_side(p: &mut [u8], d: &[u8]) -> std::result::Result<u16, String> {
     }
     let off = u16::from_le_bytes([d[0], d[1]]);
     if off == 0 || off > page::item_count(p) + 1 {
-        return Err(format!("heap insert at offset {off} beyond {} items", page::item_count(p)));
+        return Err(format!(
+            "heap insert at offset {off} beyond {} items",
+            page::item_count(p)
+        ));
     }
     if off <= page::item_count(p) && page::line_pointer(p, off).state != LpState::Unused {
         return Err(format!("heap insert at offset {off}, which is in use"));
@@ -118,7 +130,8 @@ fn apply_new_side(p: &mut [u8], d: &[u8]) -> std::result::Result<u16, String> {
 }
 
 fn normal_item_mut(p: &mut [u8], off: u16) -> std::result::Result<&mut [u8], String> {
-    if off == 0 || off > page::item_count(p) || page::line_pointer(p, off).state != LpState::Normal {
+    if off == 0 || off > page::item_count(p) || page::line_pointer(p, off).state != LpState::Normal
+    {
         return Err(format!("no tuple at offset {off}"));
     }
     Ok(page::item_mut(p, off))
@@ -150,14 +163,22 @@ impl<'a> Heap<'a> {
     pub fn insert(&self, xid: Xid, cid: u32, row: &[u8]) -> Result<Tid> {
         let t = tuple::build(&TupleHeader::new(xid, cid, 0), row);
         if t.len() > HEAP_TUPLE_BYTES_MAX {
-            return Err(Error::RowTooBig { size: t.len(), max: HEAP_TUPLE_BYTES_MAX });
+            return Err(Error::RowTooBig {
+                size: t.len(),
+                max: HEAP_TUPLE_BYTES_MAX,
+            });
         }
         self.insert_tuple(xid, &t, None)
     }
 
     /// Finds a page with room for `len` bytes (+ fillfactor reserve), other than
     /// `avoid`; returns it latched, and whether it is new (needs WILL_INIT).
-    fn place(&self, len: usize, avoid: Option<u32>, body: impl FnOnce(&mut PageWrite<'_>, bool) -> Result<Tid>) -> Result<Tid> {
+    fn place(
+        &self,
+        len: usize,
+        avoid: Option<u32>,
+        body: impl FnOnce(&mut PageWrite<'_>, bool) -> Result<Tid>,
+    ) -> Result<Tid> {
         let need = len + 8 + self.reserve_bytes();
         let mut candidates: Vec<u32> = Vec::new();
         if let Some(b) = *self.rel.last_block.lock() {
@@ -191,7 +212,8 @@ impl<'a> Heap<'a> {
 
     fn insert_tuple(&self, xid: Xid, t: &[u8], avoid: Option<u32>) -> Result<Tid> {
         self.place(t.len(), avoid, |w, fresh| {
-            let off = page::add_item(w, t, Placement::Append { reuse_unused: true }).expect("space was checked");
+            let off = page::add_item(w, t, Placement::Append { reuse_unused: true })
+                .expect("space was checked");
             let id = w.id();
             let mut rec = WalRecord::new(Rmgr::Heap, INFO_INSERT, xid);
             rec.block(id, fresh, new_side(off, t));
@@ -201,7 +223,12 @@ impl<'a> Heap<'a> {
     }
 
     /// Copies out every tuple version on `block` visible to `v`.
-    pub fn scan_block(&self, block: u32, v: &Viewer<'_>, out: &mut Vec<(Tid, Vec<u8>)>) -> Result<()> {
+    pub fn scan_block(
+        &self,
+        block: u32,
+        v: &Viewer<'_>,
+        out: &mut Vec<(Tid, Vec<u8>)>,
+    ) -> Result<()> {
         let pin = self.pool.read_page(self.page_id(block))?;
         let r = pin.read();
         if page::is_new(&r) {
@@ -212,7 +239,9 @@ impl<'a> Heap<'a> {
                 continue;
             }
             let t = page::item(&r, off);
-            let Some(h) = TupleHeader::read(t) else { continue };
+            let Some(h) = TupleHeader::read(t) else {
+                continue;
+            };
             if tuple::visible(&h, v, self.txn) {
                 out.push((Tid::new(block, off), t[TUPLE_HEADER_SIZE..].to_vec()));
             }
@@ -246,9 +275,14 @@ impl<'a> Heap<'a> {
                 _ => return Ok(None),
             }
             let t = page::item(&r, off);
-            let Some(h) = TupleHeader::read(t) else { return Ok(None) };
+            let Some(h) = TupleHeader::read(t) else {
+                return Ok(None);
+            };
             if tuple::visible(&h, v, self.txn) {
-                return Ok(Some((Tid::new(root.block, off), t[TUPLE_HEADER_SIZE..].to_vec())));
+                return Ok(Some((
+                    Tid::new(root.block, off),
+                    t[TUPLE_HEADER_SIZE..].to_vec(),
+                )));
             }
             if h.has(tuple::HOT_UPDATED) && h.ctid.block == root.block {
                 off = h.ctid.offset;
@@ -301,8 +335,10 @@ impl<'a> Heap<'a> {
     pub fn delete(&self, tid: Tid, xid: Xid, cid: u32) -> Result<Modify> {
         let pin = self.pool.read_page(self.page_id(tid.block))?;
         let mut w = pin.write();
-        let off = resolve_offset(&w, tid.offset).ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
-        let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
+        let off = resolve_offset(&w, tid.offset)
+            .ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
+        let h = TupleHeader::read(page::item(&w, off))
+            .ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
         if let Some(m) = self.check_modifiable(&h, xid) {
             return Ok(m);
         }
@@ -316,18 +352,30 @@ impl<'a> Heap<'a> {
 
     /// Updates the version at `tid` to `row`. `hot_ok` = no indexed column changed, so
     /// the new version may be heap-only on the same page (HOT).
-    pub fn update(&self, tid: Tid, xid: Xid, cid: u32, row: &[u8], hot_ok: bool) -> Result<(Modify, bool)> {
+    pub fn update(
+        &self,
+        tid: Tid,
+        xid: Xid,
+        cid: u32,
+        row: &[u8],
+        hot_ok: bool,
+    ) -> Result<(Modify, bool)> {
         let mut newh = TupleHeader::new(xid, cid, 0);
         let probe = tuple::build(&newh, row);
         if probe.len() > HEAP_TUPLE_BYTES_MAX {
-            return Err(Error::RowTooBig { size: probe.len(), max: HEAP_TUPLE_BYTES_MAX });
+            return Err(Error::RowTooBig {
+                size: probe.len(),
+                max: HEAP_TUPLE_BYTES_MAX,
+            });
         }
         // First try the same page.
         {
             let pin = self.pool.read_page(self.page_id(tid.block))?;
             let mut w = pin.write();
-            let off = resolve_offset(&w, tid.offset).ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
-            let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
+            let off = resolve_offset(&w, tid.offset)
+                .ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
+            let h = TupleHeader::read(page::item(&w, off))
+                .ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
             if let Some(m) = self.check_modifiable(&h, xid) {
                 return Ok((m, false));
             }
@@ -342,7 +390,8 @@ impl<'a> Heap<'a> {
                     newh.infomask |= tuple::HEAP_ONLY;
                 }
                 let t = tuple::build(&newh, row);
-                let new_off = page::add_item(&mut w, &t, Placement::Append { reuse_unused: true }).expect("checked");
+                let new_off = page::add_item(&mut w, &t, Placement::Append { reuse_unused: true })
+                    .expect("checked");
                 let set = tuple::UPDATED | if hot_ok { tuple::HOT_UPDATED } else { 0 };
                 let mut d = old_side(off, xid, cid, Tid::new(tid.block, new_off), set);
                 apply_old_side(&mut w, &d).map_err(Error::InvalidInput)?;
@@ -378,8 +427,10 @@ impl<'a> Heap<'a> {
             if !fresh && (page::is_new(&nw) || page::free_space(&nw) < t.len() + 8) {
                 continue;
             }
-            let off = resolve_offset(&ow, tid.offset).ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
-            let h = TupleHeader::read(page::item(&ow, off)).ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
+            let off = resolve_offset(&ow, tid.offset)
+                .ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
+            let h = TupleHeader::read(page::item(&ow, off))
+                .ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
             if let Some(m) = self.check_modifiable(&h, xid) {
                 // A fresh page stays all zeros (never logged, never published): a
                 // harmless hole that readers skip.
@@ -388,7 +439,8 @@ impl<'a> Heap<'a> {
             if fresh {
                 init_heap_page(&mut nw, new_pin.id());
             }
-            let new_off = page::add_item(&mut nw, &t, Placement::Append { reuse_unused: true }).expect("checked");
+            let new_off = page::add_item(&mut nw, &t, Placement::Append { reuse_unused: true })
+                .expect("checked");
             let d_old = old_side(off, xid, cid, Tid::new(nb, new_off), tuple::UPDATED);
             apply_old_side(&mut ow, &d_old).map_err(Error::InvalidInput)?;
             let mut rec = WalRecord::new(Rmgr::Heap, INFO_UPDATE_TWO_PAGES, xid);
@@ -490,7 +542,10 @@ fn resolve_offset(p: &[u8], off: u16) -> Option<u16> {
         LpState::Normal => Some(off),
         LpState::Redirect => {
             let t = lp.off;
-            (t >= 1 && t <= page::item_count(p) && page::line_pointer(p, t).state == LpState::Normal).then_some(t)
+            (t >= 1
+                && t <= page::item_count(p)
+                && page::line_pointer(p, t).state == LpState::Normal)
+                .then_some(t)
         }
         _ => None,
     }
@@ -513,7 +568,12 @@ impl PrunePlan {
     }
     fn encode(&self) -> Vec<u8> {
         let mut d = Vec::new();
-        for n in [self.redirects.len(), self.dead.len(), self.unused.len(), self.hints.len()] {
+        for n in [
+            self.redirects.len(),
+            self.dead.len(),
+            self.unused.len(),
+            self.hints.len(),
+        ] {
             d.extend_from_slice(&(n as u16).to_le_bytes());
         }
         for (a, b) in &self.redirects {
@@ -538,7 +598,9 @@ fn plan_prune(p: &[u8], horizon: Xid, txn: &TxnManager) -> PrunePlan {
     let mut plan = PrunePlan::default();
     let mut in_chain = vec![false; n as usize + 1];
     let header = |off: u16| -> Option<TupleHeader> {
-        (page::line_pointer(p, off).state == LpState::Normal).then(|| TupleHeader::read(page::item(p, off))).flatten()
+        (page::line_pointer(p, off).state == LpState::Normal)
+            .then(|| TupleHeader::read(page::item(p, off)))
+            .flatten()
     };
     for root in 1..=n {
         let lp = page::line_pointer(p, root);
@@ -568,8 +630,11 @@ fn plan_prune(p: &[u8], horizon: Xid, txn: &TxnManager) -> PrunePlan {
             }
         }
         let first_live = members.iter().position(|&(_, dead)| !dead);
-        let heap_only_members: Vec<u16> =
-            members.iter().map(|&(o, _)| o).filter(|&o| o != root).collect();
+        let heap_only_members: Vec<u16> = members
+            .iter()
+            .map(|&(o, _)| o)
+            .filter(|&o| o != root)
+            .collect();
         match first_live {
             None => {
                 // Whole chain dead: root becomes dead (indexes point at it), the rest go.
@@ -588,38 +653,77 @@ fn plan_prune(p: &[u8], horizon: Xid, txn: &TxnManager) -> PrunePlan {
                     if lp.state != LpState::Redirect || lp.off != live_off {
                         plan.redirects.push((root, live_off));
                     }
-                    plan.unused.extend(dead_before.into_iter().filter(|&o| o != root));
+                    plan.unused
+                        .extend(dead_before.into_iter().filter(|&o| o != root));
                 }
             }
         }
     }
     // Dead versions never reached from a root (orphaned heap-only tuples) are handled
     // when their chain's root is; leave anything else untouched.
-    plan.hints.retain(|(o, _)| !plan.unused.contains(o) && !plan.dead.contains(o));
+    plan.hints
+        .retain(|(o, _)| !plan.unused.contains(o) && !plan.dead.contains(o));
     plan
 }
 
 fn apply_prune(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
     let rd = |i: usize| -> std::result::Result<u16, String> {
-        d.get(i..i + 2).map(|b| u16::from_le_bytes([b[0], b[1]])).ok_or_else(|| "short prune record".to_string())
+        d.get(i..i + 2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .ok_or_else(|| "short prune record".to_string())
     };
-    let (nr, nd, nu, nh) = (rd(0)? as usize, rd(2)? as usize, rd(4)? as usize, rd(6)? as usize);
+    let (nr, nd, nu, nh) = (
+        rd(0)? as usize,
+        rd(2)? as usize,
+        rd(4)? as usize,
+        rd(6)? as usize,
+    );
     let count = page::item_count(p);
-    let check = |o: u16| if o >= 1 && o <= count { Ok(o) } else { Err(format!("prune offset {o} out of range")) };
+    let check = |o: u16| {
+        if o >= 1 && o <= count {
+            Ok(o)
+        } else {
+            Err(format!("prune offset {o} out of range"))
+        }
+    };
     let mut at = 8;
     for _ in 0..nr {
         let (a, b) = (check(rd(at)?)?, check(rd(at + 2)?)?);
-        page::set_line_pointer(p, a, LinePointer { state: LpState::Redirect, off: b, len: 0 });
+        page::set_line_pointer(
+            p,
+            a,
+            LinePointer {
+                state: LpState::Redirect,
+                off: b,
+                len: 0,
+            },
+        );
         at += 4;
     }
     for _ in 0..nd {
         let o = check(rd(at)?)?;
-        page::set_line_pointer(p, o, LinePointer { state: LpState::Dead, off: 0, len: 0 });
+        page::set_line_pointer(
+            p,
+            o,
+            LinePointer {
+                state: LpState::Dead,
+                off: 0,
+                len: 0,
+            },
+        );
         at += 2;
     }
     for _ in 0..nu {
         let o = check(rd(at)?)?;
-        page::set_line_pointer(p, o, LinePointer { state: LpState::Unused, off: 0, len: 0 });
+        page::set_line_pointer(
+            p,
+            o,
+            LinePointer {
+                state: LpState::Unused,
+                off: 0,
+                len: 0,
+            },
+        );
         at += 2;
     }
     for _ in 0..nh {
@@ -648,7 +752,15 @@ fn apply_vacuum(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
             return Err(format!("vacuum offset {o} out of range"));
         }
         if page::line_pointer(p, o).state == LpState::Dead {
-            page::set_line_pointer(p, o, LinePointer { state: LpState::Unused, off: 0, len: 0 });
+            page::set_line_pointer(
+                p,
+                o,
+                LinePointer {
+                    state: LpState::Unused,
+                    off: 0,
+                    len: 0,
+                },
+            );
         }
     }
     page::compact(p);
@@ -656,7 +768,14 @@ fn apply_vacuum(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
 }
 
 /// Page-level redo for one block of a heap record (pure: no pool access).
-pub fn redo_block(info: u8, block_index: usize, data: &[u8], page_bytes: &mut [u8], id: PageId, will_init: bool) -> std::result::Result<(), String> {
+pub fn redo_block(
+    info: u8,
+    block_index: usize,
+    data: &[u8],
+    page_bytes: &mut [u8],
+    id: PageId,
+    will_init: bool,
+) -> std::result::Result<(), String> {
     if will_init {
         init_heap_page(page_bytes, id);
     } else if page::is_new(page_bytes) {
@@ -675,6 +794,8 @@ pub fn redo_block(info: u8, block_index: usize, data: &[u8], page_bytes: &mut [u
         (INFO_UPDATE_TWO_PAGES, 1) => apply_new_side(page_bytes, data).map(|_| ()),
         (INFO_PRUNE, 0) => apply_prune(page_bytes, data),
         (INFO_VACUUM, 0) => apply_vacuum(page_bytes, data),
-        _ => Err(format!("unknown heap record info {info} block {block_index}")),
+        _ => Err(format!(
+            "unknown heap record info {info} block {block_index}"
+        )),
     }
 }

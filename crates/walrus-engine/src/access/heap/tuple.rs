@@ -40,7 +40,14 @@ pub struct TupleHeader {
 
 impl TupleHeader {
     pub fn new(xmin: Xid, cmin: u32, infomask: u16) -> TupleHeader {
-        TupleHeader { xmin, xmax: Xid::INVALID, cmin, cmax: 0, ctid: Tid::INVALID, infomask: infomask | XMAX_INVALID }
+        TupleHeader {
+            xmin,
+            xmax: Xid::INVALID,
+            cmin,
+            cmax: 0,
+            ctid: Tid::INVALID,
+            infomask: infomask | XMAX_INVALID,
+        }
     }
 
     pub fn read(b: &[u8]) -> Option<TupleHeader> {
@@ -92,7 +99,12 @@ pub struct Viewer<'a> {
     pub cid: u32,
 }
 
-fn xid_committed(txn: &TxnManager, xid: Xid, hinted_committed: bool, hinted_invalid: bool) -> Option<bool> {
+fn xid_committed(
+    txn: &TxnManager,
+    xid: Xid,
+    hinted_committed: bool,
+    hinted_invalid: bool,
+) -> Option<bool> {
     if hinted_committed {
         return Some(true);
     }
@@ -145,7 +157,10 @@ pub fn dead_to_all(h: &TupleHeader, horizon: Xid, txn: &TxnManager) -> bool {
     if !h.xmax.is_valid() || h.has(XMAX_INVALID) {
         return false;
     }
-    matches!(xid_committed(txn, h.xmax, h.has(XMAX_COMMITTED), false), Some(true)) && h.xmax < horizon
+    matches!(
+        xid_committed(txn, h.xmax, h.has(XMAX_COMMITTED), false),
+        Some(true)
+    ) && h.xmax < horizon
 }
 
 /// Sets hint bits from the clog; returns whether anything changed.
