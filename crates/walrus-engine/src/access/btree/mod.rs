@@ -549,6 +549,10 @@ impl<'a> BTree<'a> {
 
     /// Builds the tree bottom-up from entries sorted by (key, tid) into an empty tree.
     pub fn bulk_build(&self, sorted: &[(Vec<u8>, Tid)], xid: Xid) -> Result<()> {
+        if sorted.is_empty() {
+            // The empty root leaf `create` made is already the right tree.
+            return Ok(());
+        }
         let mut items: Vec<Vec<u8>> = Vec::with_capacity(sorted.len());
         for (i, (k, t)) in sorted.iter().enumerate() {
             if k.len() > BTREE_KEY_BYTES_MAX {

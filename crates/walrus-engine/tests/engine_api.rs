@@ -1,0 +1,310 @@
+//! The engine's transactional behaviour through its public API: MVCC visibility under
+//! READ COMMITTED and REPEATABLE READ, row-lock waits and deadlock detection, unique
+//! indexes, HOT updates, vacuum, DDL (transactional), and reopening after shutdown.
+
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::catalog::{ColumnDef, TableDef};
+use walrus_engine::engine::{Isolation, RowChange};
+use walrus_engine::{Engine, Error};
+
+fn engine(dir: &std::path::Path) -> Engine {
+    let cfg = walrus_engine::settings::default_config_text(1 << 20)
+        .replace("shared_buffers = \"128MB\"", "shared_buffers = \"4MB\"")
+        .replace(
+            "wal_sync_method = \"fdatasync\"",
+            "wal_sync_method = \"none\"",
+        );
+    Engine::init(dir, Some(&cfg)).unwrap();
+    Engine::open(dir).unwrap().0
+}
+
+fn table(e: &Engine) -> Arc<TableDef> {
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let cols = vec![
+        ColumnDef {
+            name: "id".into(),
+            ty: TypeId::Int4,
+            not_null: true,
+        },
+        ColumnDef {
+            name: "v".into(),
+            ty: TypeId::Text,
+            not_null: false,
+        },
+    ];
+    t.create_table("t", cols, 100).unwrap();
+    t.create_index("t", "t_pkey", &[0], true, true).unwrap();
+    t.commit().unwrap();
+    e.catalog_view().unwrap().table("t").unwrap()
+}
+
+fn row(id: i32, v: &str) -> Vec<Datum> {
+    vec![Datum::Int4(id), Datum::Text(v.into())]
+}
+
+fn get(
+    t: &mut walrus_engine::engine::Transaction,
+    def: &TableDef,
+    id: i32,
+) -> Option<(walrus_base::Tid, Vec<Datum>)> {
+    let mut rows = t
+        .index_lookup(def, &def.indexes[0], &[Datum::Int4(id)])
+        .unwrap();
+    assert!(rows.len() <= 1, "at most one visible version: {rows:?}");
+    rows.pop()
+}
+
+#[test]
+fn read_committed_and_repeatable_read_visibility() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    let mut w = e.begin(Isolation::ReadCommitted);
+    w.insert(&def, &row(1, "a")).unwrap();
+    let mut rc = e.begin(Isolation::ReadCommitted);
+    let mut rr = e.begin(Isolation::RepeatableRead);
+    assert!(
+        get(&mut rc, &def, 1).is_none(),
+        "uncommitted insert invisible"
+    );
+    assert!(get(&mut rr, &def, 1).is_none());
+    w.commit().unwrap();
+    rc.next_statement();
+    rr.next_statement();
+    assert_eq!(
+        get(&mut rc, &def, 1).unwrap().1,
+        row(1, "a"),
+        "RC sees the commit at its next statement"
+    );
+    assert!(get(&mut rr, &def, 1).is_none(), "RR keeps its snapshot");
+    // Own changes are visible to later commands only.
+    let mut me = e.begin(Isolation::ReadCommitted);
+    me.insert(&def, &row(2, "b")).unwrap();
+    me.next_statement();
+    assert!(get(&mut me, &def, 2).is_some());
+    me.rollback().unwrap();
+    let mut after = e.begin(Isolation::ReadCommitted);
+    assert!(
+        get(&mut after, &def, 2).is_none(),
+        "rolled-back insert is gone"
+    );
+    e.shutdown().unwrap();
+}
+
+#[test]
+fn unique_violation_and_waiting_for_an_uncommitted_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    let mut a = e.begin(Isolation::ReadCommitted);
+    a.insert(&def, &row(7, "x")).unwrap();
+    a.commit().unwrap();
+    let mut b = e.begin(Isolation::ReadCommitted);
+    let err = b.insert(&def, &row(7, "y")).unwrap_err();
+    assert_eq!(err.sqlstate(), "23505");
+    assert!(
+        matches!(&err, Error::UniqueViolation { detail, .. } if detail == "Key (id)=(7) already exists."),
+        "{err:?}"
+    );
+    b.rollback().unwrap();
+    // A second inserter of the same key waits for the first; when it aborts, it succeeds.
+    let mut first = e.begin(Isolation::ReadCommitted);
+    first.insert(&def, &row(8, "first")).unwrap();
+    let (e2, def2) = (e.clone(), def.clone());
+    let second = std::thread::spawn(move || {
+        let mut s = e2.begin(Isolation::ReadCommitted);
+        s.insert(&def2, &row(8, "second"))
+            .map(|_| s.commit().unwrap())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!second.is_finished(), "the second inserter must wait");
+    first.rollback().unwrap();
+    second.join().unwrap().unwrap();
+    let mut r = e.begin(Isolation::ReadCommitted);
+    assert_eq!(get(&mut r, &def, 8).unwrap().1, row(8, "second"));
+    e.shutdown().unwrap();
+}
+
+#[test]
+fn updaters_wait_then_follow_the_new_version_or_fail_in_repeatable_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(1, "v0")).unwrap();
+    t.commit().unwrap();
+    let mut rr = e.begin(Isolation::RepeatableRead);
+    let (rr_tid, _) = get(&mut rr, &def, 1).unwrap();
+    let mut a = e.begin(Isolation::ReadCommitted);
+    let (tid, _) = get(&mut a, &def, 1).unwrap();
+    assert!(matches!(
+        a.update(&def, tid, &row(1, "v1")).unwrap(),
+        RowChange::Done(_)
+    ));
+    let (e2, def2) = (e.clone(), def.clone());
+    let b = std::thread::spawn(move || {
+        let mut b = e2.begin(Isolation::ReadCommitted);
+        let (tid, _) = get(&mut b, &def2, 1).unwrap();
+        let r = b.update(&def2, tid, &row(1, "v2-from-b")).unwrap();
+        let newest = match r {
+            RowChange::Changed(t, v) => {
+                assert_eq!(v, row(1, "v1"), "B re-reads the version A committed");
+                b.update(&def2, t, &row(1, "v2")).unwrap();
+                true
+            }
+            other => panic!("expected the newer version, got {other:?}"),
+        };
+        b.commit().unwrap();
+        newest
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!b.is_finished(), "B waits for A's row lock");
+    a.commit().unwrap();
+    assert!(b.join().unwrap());
+    let err = rr.update(&def, rr_tid, &row(1, "rr")).unwrap_err();
+    assert_eq!(err.sqlstate(), "40001");
+    let mut r = e.begin(Isolation::ReadCommitted);
+    assert_eq!(get(&mut r, &def, 1).unwrap().1, row(1, "v2"));
+    e.shutdown().unwrap();
+}
+
+#[test]
+fn deadlocks_are_detected() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(1, "a")).unwrap();
+    t.insert(&def, &row(2, "b")).unwrap();
+    t.commit().unwrap();
+    let mut a = e.begin(Isolation::ReadCommitted);
+    let (t1, _) = get(&mut a, &def, 1).unwrap();
+    a.update(&def, t1, &row(1, "a1")).unwrap();
+    let (e2, def2) = (e.clone(), def.clone());
+    let b = std::thread::spawn(move || {
+        let mut b = e2.begin(Isolation::ReadCommitted);
+        let (t2, _) = get(&mut b, &def2, 2).unwrap();
+        b.update(&def2, t2, &row(2, "b1")).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let (t1, _) = get(&mut b, &def2, 1).unwrap();
+        let r = b.update(&def2, t1, &row(1, "b")); // waits for A
+        drop(b);
+        r.map(|_| ())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let (t2, _) = get(&mut a, &def, 2).unwrap();
+    let ra = a.update(&def, t2, &row(2, "a")); // waits for B: one of the two must fail
+    let rb = b.join().unwrap();
+    let codes: Vec<&str> = [ra.as_ref().err(), rb.as_ref().err()]
+        .into_iter()
+        .flatten()
+        .map(|e| e.sqlstate())
+        .collect();
+    assert!(
+        codes.contains(&"40P01"),
+        "one side reports a deadlock: {ra:?} / {rb:?}"
+    );
+    drop(a);
+    e.shutdown().unwrap();
+}
+
+#[test]
+fn hot_updates_vacuum_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let e = engine(dir.path());
+        let def = table(&e);
+        let mut t = e.begin(Isolation::ReadCommitted);
+        for i in 0..200 {
+            t.insert(&def, &row(i, "x")).unwrap();
+        }
+        t.commit().unwrap();
+        // Many HOT updates of non-indexed columns, then deletes.
+        for round in 0..20 {
+            let mut t = e.begin(Isolation::ReadCommitted);
+            for i in 0..200 {
+                let (tid, _) = get(&mut t, &def, i).unwrap();
+                t.update(&def, tid, &row(i, &format!("r{round}"))).unwrap();
+            }
+            t.commit().unwrap();
+        }
+        let mut t = e.begin(Isolation::ReadCommitted);
+        for i in 0..100 {
+            let (tid, _) = get(&mut t, &def, i).unwrap();
+            assert!(matches!(t.delete(&def, tid).unwrap(), RowChange::Done(_)));
+        }
+        t.commit().unwrap();
+        let reclaimed = e.vacuum("t").unwrap();
+        assert!(reclaimed >= 100, "vacuum reclaimed {reclaimed}");
+        let mut t = e.begin(Isolation::ReadCommitted);
+        let all = t
+            .index_scan(&def, &def.indexes[0], Bound::Unbounded, Bound::Unbounded)
+            .unwrap();
+        assert_eq!(all.len(), 100);
+        assert!(all.iter().all(|(_, v)| v[1] == Datum::Text("r19".into())));
+        t.commit().unwrap();
+        e.shutdown().unwrap();
+    }
+    let (e, report) = Engine::open(dir.path()).unwrap();
+    assert!(report.is_none(), "clean shutdown needs no recovery");
+    let def = e.catalog_view().unwrap().table("t").unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    assert_eq!(t.scan_all(&def).unwrap().len(), 100);
+    assert_eq!(get(&mut t, &def, 150).unwrap().1, row(150, "r19"));
+    assert!(get(&mut t, &def, 50).is_none());
+    t.commit().unwrap();
+    e.shutdown().unwrap();
+}
+
+#[test]
+fn ddl_is_transactional() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(1, "a")).unwrap();
+    t.commit().unwrap();
+    // A rolled-back DROP leaves the table; a committed TRUNCATE empties it.
+    let mut d = e.begin(Isolation::ReadCommitted);
+    d.drop_table("t").unwrap();
+    d.rollback().unwrap();
+    let def = e.catalog_view().unwrap().table("t").unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.truncate("t").unwrap();
+    t.commit().unwrap();
+    let def2 = e.catalog_view().unwrap().table("t").unwrap();
+    assert_ne!(def.relfile, def2.relfile, "truncate switched to a new file");
+    assert!(
+        !e.pool().relfiles.path(def.relfile).exists(),
+        "the old file is gone after commit"
+    );
+    let mut t = e.begin(Isolation::ReadCommitted);
+    assert!(t.scan_all(&def2).unwrap().is_empty());
+    t.insert(&def2, &row(1, "again")).unwrap();
+    t.commit().unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.drop_table("t").unwrap();
+    t.commit().unwrap();
+    assert!(matches!(
+        e.catalog_view().unwrap().table("t"),
+        Err(Error::UndefinedTable(_))
+    ));
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let err = t.create_table(
+        "x",
+        vec![ColumnDef {
+            name: "a".into(),
+            ty: TypeId::Int4,
+            not_null: false,
+        }],
+        100,
+    );
+    assert!(err.is_ok());
+    let dup = t.create_table("x", vec![], 100).unwrap_err();
+    assert_eq!(dup.sqlstate(), "42P07");
+    e.shutdown().unwrap();
+}
