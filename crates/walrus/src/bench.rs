@@ -31,27 +31,53 @@ pub enum BenchCommand {
         /// Seconds per measurement.
         #[arg(long, default_value_t = 3)]
         seconds: u64,
+        /// Run only measurements whose name contains this (raw, commit, walinsert,
+        /// buffer, recovery).
+        #[arg(long)]
+        only: Option<String>,
     },
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
-        BenchCommand::Micro { dir, seconds } => {
+        BenchCommand::Micro { dir, seconds, only } => {
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir)?;
-            let r = micro(&dir, Duration::from_secs(seconds));
+            let r = micro(&dir, Duration::from_secs(seconds), only.as_deref());
             let _ = std::fs::remove_dir_all(&dir);
             r
         }
     }
 }
 
-fn micro(dir: &Path, secs: Duration) -> anyhow::Result<()> {
+fn micro(dir: &Path, secs: Duration, only: Option<&str>) -> anyhow::Result<()> {
+    let want = |name: &str| only.is_none_or(|o| name.contains(o));
     println!("| measurement | value | baseline (same run) | ratio |");
     println!("|---|---|---|---|");
     let raw = raw_fdatasync_ops(dir, secs)?;
     println!("| raw 8 KiB pwrite+fdatasync | {raw:.0} ops/s | — | — |");
-
+    if want("walinsert") {
+        let gbps = wal_insert_rate(&dir.join("walins"), 2, secs)?;
+        println!("| WAL insert, 100-byte records, 2 threads, no sync | {gbps:.2} GB/s | target 1 GB/s | {gbps:.2}× |");
+    }
+    if want("buffer") {
+        let (hit_ns, lookup_ns) = buffer_and_btree(&dir.join("bt"), secs)?;
+        println!("| buffer-pool hit (pin + shared latch + unpin) | {hit_ns:.0} ns/op | — | — |");
+        println!(
+            "| B-tree point lookup, in cache (100k keys) | {lookup_ns:.0} ns/op | buffer hit {hit_ns:.0} ns | {:.1}× |",
+            lookup_ns / hit_ns
+        );
+    }
+    if want("recovery") {
+        let (mb, secs_replay) = recovery_rate(&dir.join("rec"))?;
+        println!(
+            "| recovery replay | {:.1} MB/s ({mb:.1} MB in {secs_replay:.2} s) | — | — |",
+            mb / secs_replay.max(1e-9)
+        );
+    }
+    if !want("commit") {
+        return Ok(());
+    }
     let (c1, rss1) = commits_per_sec(&dir.join("gc1"), 1, secs)?;
     let (c16, rss16) = commits_per_sec(&dir.join("gc16"), 16, secs)?;
     println!(
@@ -64,18 +90,6 @@ fn micro(dir: &Path, secs: Duration) -> anyhow::Result<()> {
     );
     println!("| group commit, 16 threads vs raw fdatasync | {c16:.0} commits/s | raw {raw:.0}/s | {:.2}× |", c16 / raw);
 
-    let gbps = wal_insert_rate(&dir.join("walins"), 2, secs)?;
-    println!("| WAL insert, 100-byte records, 2 threads, no sync | {gbps:.2} GB/s | target 1 GB/s | {:.2}× |", gbps);
-
-    let (hit_ns, lookup_ns) = buffer_and_btree(&dir.join("bt"), secs)?;
-    println!("| buffer-pool hit (pin + shared latch + unpin) | {hit_ns:.0} ns/op | — | — |");
-    println!("| B-tree point lookup, in cache (100k keys) | {lookup_ns:.0} ns/op | buffer hit {hit_ns:.0} ns | {:.1}× |", lookup_ns / hit_ns);
-
-    let (mb, secs_replay) = recovery_rate(&dir.join("rec"))?;
-    println!(
-        "| recovery replay | {:.1} MB/s ({mb:.1} MB in {secs_replay:.2} s) | — | — |",
-        mb / secs_replay.max(1e-9)
-    );
     let shared = 16.0 * 1024.0 * 8192.0 / 1048576.0;
     println!(
         "| peak RSS during the commit runs, shared_buffers = 128 MB | {:.0} MB (1 thr) / {:.0} MB (16 thr) | shared_buffers {shared:.0} MB | +{:.0} MB |",
@@ -223,7 +237,7 @@ fn wal_insert_rate(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result
         h.join()
             .map_err(|_| anyhow::anyhow!("bench thread panicked"))?;
     }
-    let bytes = wal.stats.bytes.load(Ordering::Relaxed) as f64;
+    let bytes = wal.bytes_inserted() as f64;
     Ok(bytes / start.elapsed().as_secs_f64() / 1e9)
 }
 

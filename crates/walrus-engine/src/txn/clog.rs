@@ -26,7 +26,7 @@ use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
@@ -62,7 +62,10 @@ struct Slot {
     page: AtomicU64,
     pins: AtomicU32,
     dirty: AtomicBool,
-    last_used: AtomicU64,
+    /// Clock reference bit for replacement (set on use, cleared by the sweep).
+    referenced: AtomicBool,
+    /// Replacement sequence: odd while the slot's contents are being replaced.
+    seq: AtomicU64,
     words: Box<[AtomicU64]>,
 }
 
@@ -92,7 +95,13 @@ struct Counters {
     group_members: AtomicU64,
     max_group_size: AtomicU64,
     fast_path_sets: AtomicU64,
-    clock: AtomicU64,
+}
+
+/// Marks a slot recently used without writing its cache line when already marked.
+fn touch(s: &Slot) {
+    if !s.referenced.load(Relaxed) {
+        s.referenced.store(true, Relaxed);
+    }
 }
 
 pub struct Clog {
@@ -104,6 +113,8 @@ pub struct Clog {
     counters: Counters,
     /// Segments written since the last `flush_all`.
     touched: Mutex<HashSet<u64>>,
+    /// Clock hand for slot replacement (used under `pool_lock` only).
+    hand: std::sync::atomic::AtomicUsize,
 }
 
 impl Clog {
@@ -114,7 +125,8 @@ impl Clog {
                 page: AtomicU64::new(NO_PAGE),
                 pins: AtomicU32::new(0),
                 dirty: AtomicBool::new(false),
-                last_used: AtomicU64::new(0),
+                referenced: AtomicBool::new(false),
+                seq: AtomicU64::new(0),
                 words: (0..WORDS).map(|_| AtomicU64::new(0)).collect(),
             })
             .collect();
@@ -125,6 +137,7 @@ impl Clog {
             pending: Mutex::new((Vec::new(), false)),
             counters: Counters::default(),
             touched: Mutex::new(HashSet::new()),
+            hand: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -135,17 +148,35 @@ impl Clog {
         (page, (within / 32) as usize, ((within % 32) * 2) as u32)
     }
 
-    /// Pins the slot holding `page`, if resident.
+    /// Pins the slot holding `page`, if resident (for sets: a pinned slot cannot be
+    /// replaced, so a `fetch_or` on it is never lost).
     fn pin(&self, page: u64) -> Option<&Slot> {
         for s in self.slots.iter() {
             if s.page.load(SeqCst) == page {
                 s.pins.fetch_add(1, SeqCst);
                 if s.page.load(SeqCst) == page {
-                    s.last_used
-                        .store(self.counters.clock.fetch_add(1, SeqCst), SeqCst);
+                    touch(s);
                     return Some(s);
                 }
                 s.pins.fetch_sub(1, SeqCst);
+            }
+        }
+        None
+    }
+
+    /// Reads a status word without pinning (a seqlock): the slot's replacement sequence
+    /// is odd while its contents change, so an even, unchanged sequence around the read
+    /// with the right page number proves the word belonged to `page`. No shared cache
+    /// line is written on this path.
+    fn read_word(&self, page: u64, word: usize) -> Option<u64> {
+        for s in self.slots.iter() {
+            let before = s.seq.load(SeqCst);
+            if before.is_multiple_of(2) && s.page.load(SeqCst) == page {
+                let v = s.words[word].load(SeqCst);
+                if s.seq.load(SeqCst) == before {
+                    touch(s);
+                    return Some(v);
+                }
             }
         }
         None
@@ -158,9 +189,7 @@ impl Clog {
         }
         let (page, word, shift) = Clog::locate(xid);
         loop {
-            if let Some(s) = self.pin(page) {
-                let v = s.words[word].load(SeqCst);
-                s.pins.fetch_sub(1, SeqCst);
+            if let Some(v) = self.read_word(page, word) {
                 return XidStatus::from_bits(v >> shift);
             }
             let _g = self.lock_pool();
@@ -299,20 +328,29 @@ impl Clog {
         if self.slots.iter().any(|s| s.page.load(SeqCst) == page) {
             return Ok(());
         }
-        // Victim: an empty slot, else the least recently used unpinned one.
-        let victim = self
-            .slots
-            .iter()
-            .filter(|s| s.pins.load(SeqCst) == 0)
-            .min_by_key(|s| {
-                if s.page.load(SeqCst) == NO_PAGE {
-                    0
-                } else {
-                    s.last_used.load(SeqCst) + 1
+        // Victim: an empty slot, else clock sweep over reference bits (unpinned only).
+        let victim = match self.slots.iter().find(|s| s.page.load(SeqCst) == NO_PAGE) {
+            Some(s) => s,
+            None => {
+                let n = self.slots.len();
+                let mut pick = None;
+                for _ in 0..3 * n {
+                    let i = self.hand.fetch_add(1, Relaxed) % n;
+                    let s = &self.slots[i];
+                    if s.pins.load(SeqCst) != 0 {
+                        continue;
+                    }
+                    if s.referenced.swap(false, Relaxed) {
+                        continue;
+                    }
+                    pick = Some(s);
+                    break;
                 }
-            })
-            .unwrap_or(&self.slots[0]);
+                pick.unwrap_or(&self.slots[self.hand.fetch_add(1, Relaxed) % n])
+            }
+        };
         let old = victim.page.swap(REPLACING, SeqCst);
+        victim.seq.fetch_add(1, SeqCst); // odd: contents changing
         while victim.pins.load(SeqCst) != 0 {
             std::hint::spin_loop();
         }
@@ -344,10 +382,9 @@ impl Clog {
             );
         }
         victim.dirty.store(false, SeqCst);
-        victim
-            .last_used
-            .store(self.counters.clock.fetch_add(1, SeqCst), SeqCst);
+        victim.referenced.store(true, Relaxed);
         victim.page.store(page, SeqCst);
+        victim.seq.fetch_add(1, SeqCst); // even again: contents stable
         Ok(())
     }
 
