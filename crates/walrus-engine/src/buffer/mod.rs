@@ -89,6 +89,7 @@ pub struct BufferPool {
     table: Vec<Mutex<PageTable>>,
     clock: AtomicUsize,
     dirty_queue: Mutex<VecDeque<DirtyEntry>>,
+    queue_flusher: Mutex<()>,
     dirty_count: AtomicUsize,
     pub relfiles: Arc<RelFiles>,
     pub wal: Arc<Wal>,
@@ -140,6 +141,7 @@ impl BufferPool {
                 .collect(),
             clock: AtomicUsize::new(0),
             dirty_queue: Mutex::new(VecDeque::new()),
+            queue_flusher: Mutex::new(()),
             dirty_count: AtomicUsize::new(0),
             relfiles,
             wal,
@@ -447,7 +449,16 @@ impl BufferPool {
         if fr.page.load(Ordering::Acquire) != expect {
             return Ok(false);
         }
-        let g = fr.latch.read();
+        // Page writers never block on a latch: a backend holding a page exclusively may
+        // itself be waiting for them to produce a clean frame. They skip the page and
+        // come back. The checkpointer waits (nobody waits for it while holding a latch).
+        let g = match who {
+            Writer::PageWriter => match fr.latch.try_read() {
+                Some(g) => g,
+                None => return Ok(false),
+            },
+            Writer::Checkpointer => fr.latch.read(),
+        };
         if fr.page.load(Ordering::Acquire) != expect
             || fr.flags.load(Ordering::Acquire) & (FLAG_DIRTY | FLAG_VALID)
                 != (FLAG_DIRTY | FLAG_VALID)
@@ -499,6 +510,18 @@ impl BufferPool {
         max_pages: usize,
         who: Writer,
     ) -> Result<(usize, bool)> {
+        // One queue flusher at a time: entries leave the queue while being written, and a
+        // checkpoint must not conclude "nothing older than the redo LSN is left" while
+        // another flusher still holds such an entry in flight.
+        // A page writer does not wait for a checkpoint in progress (which may itself wait
+        // for a latch whose holder waits for the page writer's clean frames).
+        let _one = match who {
+            Writer::Checkpointer => self.queue_flusher.lock(),
+            Writer::PageWriter => match self.queue_flusher.try_lock() {
+                Some(g) => g,
+                None => return Ok((0, false)),
+            },
+        };
         let batch: Vec<DirtyEntry> = {
             let mut q = self.dirty_queue.lock();
             let mut b = Vec::new();
@@ -516,10 +539,17 @@ impl BufferPool {
             b
         };
         let mut written = 0;
+        let mut skipped = Vec::new();
         for (i, e) in batch.iter().enumerate() {
             match self.write_frame(e.frame, e.page, who) {
                 Ok(true) => written += 1,
-                Ok(false) => {}
+                Ok(false) => {
+                    // Latched by someone (page writers do not wait): still dirty, so it
+                    // must stay in the queue for the checkpoint that relies on it.
+                    if self.entry_live(e) {
+                        skipped.push(*e);
+                    }
+                }
                 Err(err) => {
                     // Keep the unwritten entries so the pages are not forgotten.
                     let mut q = self.dirty_queue.lock();
@@ -530,7 +560,16 @@ impl BufferPool {
                 }
             }
         }
-        let more = matches!(self.dirty_queue.lock().front(), Some(e) if e.rec_lsn < upto);
+        let mut q = self.dirty_queue.lock();
+        for e in skipped.iter().rev() {
+            q.push_front(*e);
+        }
+        let more = matches!(q.front(), Some(e) if e.rec_lsn < upto);
+        if !skipped.is_empty() && written == 0 {
+            // Only latched pages left at the head: let their holders finish.
+            drop(q);
+            std::thread::sleep(Duration::from_micros(200));
+        }
         Ok((written, more))
     }
 
