@@ -1115,9 +1115,12 @@ impl Transaction {
             }
         };
         let (lo, hi) = (enc(lo), enc(hi));
+        // The snapshot must be taken before the index is read: an entry inserted after the
+        // read by a transaction that commits before a later snapshot would be missed,
+        // while its predecessor already looks deleted.
+        let (snap, own, cid) = self.viewer_parts();
         let tree = BTree::open(&self.inner.pool, index.relfile, index.unique, &index.name);
         let hits = tree.range(bound_ref(&lo), bound_ref(&hi))?;
-        let (snap, own, cid) = self.viewer_parts();
         let viewer = Viewer {
             snapshot: &snap,
             own_xid: own,
@@ -1138,6 +1141,63 @@ impl Transaction {
             }
         }
         Ok(out)
+    }
+
+    /// Diagnostics for a lookup that found nothing: the index entries for `key` and the
+    /// raw versions they lead to.
+    pub fn explain_missing(&mut self, def: &TableDef, index: &IndexDef, key: &[Datum]) -> String {
+        let mut k = Vec::new();
+        encode_key(key, &mut k);
+        let tree = BTree::open(&self.inner.pool, index.relfile, index.unique, &index.name);
+        let hits = match tree.lookup(&k) {
+            Ok(h) => h,
+            Err(e) => return format!("index lookup failed: {e}"),
+        };
+        let snap = self.snapshot();
+        let inner = self.inner.clone();
+        let rel = inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let mut out = format!(
+            "snapshot {:?} own {:?}; {} index entries:",
+            snap,
+            self.xid,
+            hits.len()
+        );
+        for t in hits.iter().rev().take(4) {
+            out.push_str(&format!(" [root {t}:"));
+            let mut cur = *t;
+            for _ in 0..50 {
+                match heap.read_version(cur) {
+                    Ok(Some((h, _))) => {
+                        let xs = |x: Xid| {
+                            if x.is_valid() {
+                                format!("{}:{:?}", x.0, self.inner.txn.status(x))
+                            } else {
+                                "-".into()
+                            }
+                        };
+                        out.push_str(&format!(
+                            " {cur} xmin {} xmax {} mask {:#x} ->{}",
+                            xs(h.xmin),
+                            xs(h.xmax),
+                            h.infomask,
+                            h.ctid
+                        ));
+                        if h.has(tuple::HOT_UPDATED) && h.ctid.block == cur.block {
+                            cur = h.ctid;
+                        } else {
+                            break;
+                        }
+                    }
+                    other => {
+                        out.push_str(&format!(" {cur} {other:?}"));
+                        break;
+                    }
+                }
+            }
+            out.push(']');
+        }
+        out
     }
 
     /// Looks up rows by equality on all columns of `index`.
@@ -1240,12 +1300,12 @@ impl Transaction {
                     };
                     if !tuple_is_live_head(&h, &self.inner.txn) {
                         if h.has(tuple::UPDATED)
-                            && self.inner.txn.status(h.xmax) == XidStatus::Committed
+                            && self.inner.txn.status_for_write(h.xmax) == XidStatus::Committed
                         {
                             t = h.ctid;
                             continue;
                         }
-                        if self.inner.txn.status(h.xmax) == XidStatus::Committed {
+                        if self.inner.txn.status_for_write(h.xmax) == XidStatus::Committed {
                             return Ok(Some(RowChange::Gone));
                         }
                     }
@@ -1335,7 +1395,12 @@ impl Drop for Transaction {
 /// Whether a version is the live head of its chain (not deleted/updated by a committed
 /// transaction).
 fn tuple_is_live_head(h: &TupleHeader, txn: &TxnManager) -> bool {
-    !h.xmax.is_valid() || h.has(tuple::XMAX_INVALID) || txn.status(h.xmax) != XidStatus::Committed
+    // A writer's view: an xmax whose transaction is still in the running set counts as
+    // not committed yet, so the caller tries this version and waits for that transaction
+    // instead of building on a commit snapshots do not see yet.
+    !h.xmax.is_valid()
+        || h.has(tuple::XMAX_INVALID)
+        || txn.status_for_write(h.xmax) != XidStatus::Committed
 }
 
 /// Unique check: does the HOT chain starting at `root` hold a version that is live or

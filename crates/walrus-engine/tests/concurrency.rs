@@ -37,11 +37,26 @@ fn hot_row_increments_are_never_lost() {
             ty: TypeId::Int8,
             not_null: true,
         },
+        ColumnDef {
+            name: "pad".into(),
+            ty: TypeId::Text,
+            not_null: false,
+        },
     ];
     t.create_table("counters", cols, 100).unwrap();
     let def = t.table("counters").unwrap();
     for id in 0..4 {
-        t.insert(&def, &[Datum::Int4(id), Datum::Int8(0)]).unwrap();
+        // Wide rows: pages fill quickly, so many updates are not HOT and add index
+        // entries while other threads look the rows up.
+        t.insert(
+            &def,
+            &[
+                Datum::Int4(id),
+                Datum::Int8(0),
+                Datum::Text("p".repeat(700)),
+            ],
+        )
+        .unwrap();
     }
     t.next_statement();
     t.create_index("counters", "counters_pkey", &[0], true, true)
@@ -73,6 +88,10 @@ fn hot_row_increments_are_never_lost() {
                         .index_lookup(&def, &def.indexes[0], &[Datum::Int4(id)])
                         .unwrap();
                     if rows.len() != 1 {
+                        eprintln!(
+                            "EXPLAIN {}",
+                            t.explain_missing(&def, &def.indexes[0], &[Datum::Int4(id)])
+                        );
                         for (tid, v) in &rows {
                             eprintln!("DUP {tid} {v:?} {:?}", e.debug_version(&def, *tid));
                         }

@@ -92,7 +92,7 @@ fn micro(dir: &Path, secs: Duration, only: Option<&str>) -> anyhow::Result<()> {
 
     let shared = 16.0 * 1024.0 * 8192.0 / 1048576.0;
     println!(
-        "| peak RSS during the commit runs, shared_buffers = 128 MB | {:.0} MB (1 thr) / {:.0} MB (16 thr) | shared_buffers {shared:.0} MB | +{:.0} MB |",
+        "| resident memory during the commit runs, shared_buffers = 128 MB | {:.0} MB (1 thr) / {:.0} MB (16 thr) | shared_buffers {shared:.0} MB | +{:.0} MB |",
         rss1, rss16, rss16.max(rss1) - shared
     );
     Ok(())
@@ -124,7 +124,7 @@ fn rss_mb() -> f64 {
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with("VmRSS:"))
                 .map(|l| l.to_string())
         })
         .and_then(|l| {
@@ -204,9 +204,21 @@ fn commits_per_sec(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result
 fn wal_insert_rate(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result<f64> {
     std::fs::create_dir_all(dir)?;
     let ring = 1usize << 29;
-    let cfg = WalConfig { segment_size: 64 << 20, buffer_bytes: ring, sync_method: SyncMethod::None, compress_images: false };
+    let cfg = WalConfig {
+        segment_size: 64 << 20,
+        buffer_bytes: ring,
+        sync_method: SyncMethod::None,
+        compress_images: false,
+    };
     let segs = Segments::new(dir, cfg.segment_size, SyncMethod::None)?;
-    let wal = Arc::new(Wal::open(segs, &cfg, Lsn::ZERO, Lsn::ZERO, Lsn::ZERO, ImagePolicy::Never));
+    let wal = Arc::new(Wal::open(
+        segs,
+        &cfg,
+        Lsn::ZERO,
+        Lsn::ZERO,
+        Lsn::ZERO,
+        ImagePolicy::Never,
+    ));
     // A record whose total size is 100 bytes (40-byte header + 60-byte body).
     let rec = WalRecord::new(Rmgr::Heap, 1, Xid(5)).with_main(vec![0xAB; 60]);
     let stop = Arc::new(AtomicBool::new(false));
@@ -232,7 +244,8 @@ fn wal_insert_rate(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result
     }
     stop.store(true, Ordering::Relaxed);
     for h in hs {
-        h.join().map_err(|_| anyhow::anyhow!("bench thread panicked"))?;
+        h.join()
+            .map_err(|_| anyhow::anyhow!("bench thread panicked"))?;
     }
     let bytes = wal.bytes_inserted() as f64;
     Ok(bytes / start.elapsed().as_secs_f64() / 1e9)
@@ -317,7 +330,7 @@ fn recovery_rate(dir: &Path) -> anyhow::Result<(f64, f64)> {
             "synchronous_commit=off",
         ])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("child.log"))?)
         .spawn()
         .context("start workload child")?;
     std::thread::sleep(Duration::from_secs(8));
@@ -325,6 +338,10 @@ fn recovery_rate(dir: &Path) -> anyhow::Result<(f64, f64)> {
     child.wait()?;
     let (engine, report) = Engine::open(dir)?;
     let r = report.context("expected crash recovery")?;
+    if r.replayed_bytes < 1 << 20 {
+        let log = std::fs::read_to_string(dir.join("child.log")).unwrap_or_default();
+        eprintln!("recovery bench: the workload child wrote little WAL; its log:\n{log}");
+    }
     engine.shutdown()?;
     Ok((r.replayed_bytes as f64 / 1e6, r.elapsed.as_secs_f64()))
 }

@@ -176,8 +176,9 @@ fn add_to(
     let pk = &def.indexes[0];
     let rows = t.index_lookup(def, pk, &[Datum::Int4(key)])?;
     let Some((mut tid, mut values)) = rows.into_iter().next() else {
+        let why = t.explain_missing(def, pk, &[Datum::Int4(key)]);
         return Err(Error::InvalidInput(format!(
-            "{} row {key} not found",
+            "{} row {key} not found ({why})",
             def.name
         )));
     };

@@ -37,6 +37,10 @@ fn crash_cycles(sets: &[&str]) {
             !stderr.contains("panicked"),
             "cycle {cycle}: the workload panicked:\n{stderr}"
         );
+        assert!(
+            !stderr.contains("walrus: error"),
+            "cycle {cycle}: the workload failed before the kill:\n{stderr}"
+        );
         let chk = c.check();
         assert!(
             chk.status.success(),

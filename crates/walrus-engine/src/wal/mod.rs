@@ -219,8 +219,10 @@ impl Wal {
             let s = &self.slots[slot];
             s.in_progress.store(SLOT_IDLE, Ordering::Release);
             // Only the slot's owner (we hold `owner`) writes these: no locked RMW needed.
-            s.records.store(s.records.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            s.bytes.store(s.bytes.load(Ordering::Relaxed) + len, Ordering::Relaxed);
+            s.records
+                .store(s.records.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            s.bytes
+                .store(s.bytes.load(Ordering::Relaxed) + len, Ordering::Relaxed);
             drop(slot_guard);
 
             if !images.is_empty() {
