@@ -229,15 +229,15 @@ fn decode_value(b: &[u8], at: &mut usize, ty: TypeId) -> Result<Datum, DatumErro
     })
 }
 
-/// Decodes a row stored for a table whose columns have `types`. Rows stored with fewer
-/// columns (columns added later) read the missing ones as NULL.
-pub fn decode_row(bytes: &[u8], types: &[TypeId]) -> Result<Vec<Datum>, DatumError> {
+/// Parses a row's column count and null bitmap; returns them and the offset of the first
+/// value.
+fn row_header<'a>(
+    bytes: &'a [u8],
+    types: &[TypeId],
+) -> Result<(usize, &'a [u8], usize), DatumError> {
     let mut at = 0;
-    let n = u16::from_le_bytes(
-        take(bytes, &mut at, 2)?
-            .try_into()
-            .map_err(|_| DatumError::Truncated)?,
-    ) as usize;
+    let count = take(bytes, &mut at, 2)?;
+    let n = u16::from_le_bytes([count[0], count[1]]) as usize;
     if n > types.len() {
         return Err(DatumError::ColumnCount {
             found: n,
@@ -245,6 +245,13 @@ pub fn decode_row(bytes: &[u8], types: &[TypeId]) -> Result<Vec<Datum>, DatumErr
         });
     }
     let bitmap = take(bytes, &mut at, n.div_ceil(8))?;
+    Ok((n, bitmap, at))
+}
+
+/// Decodes a row stored for a table whose columns have `types`. Rows stored with fewer
+/// columns (columns added later) read the missing ones as NULL.
+pub fn decode_row(bytes: &[u8], types: &[TypeId]) -> Result<Vec<Datum>, DatumError> {
+    let (n, bitmap, mut at) = row_header(bytes, types)?;
     let mut out = Vec::with_capacity(types.len());
     for (i, ty) in types.iter().enumerate() {
         if i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0 {
@@ -261,19 +268,7 @@ pub fn decode_row(bytes: &[u8], types: &[TypeId]) -> Result<Vec<Datum>, DatumErr
 
 /// Decodes only column `index`, skipping the ones before it.
 pub fn decode_column(bytes: &[u8], types: &[TypeId], index: usize) -> Result<Datum, DatumError> {
-    let mut at = 0;
-    let n = u16::from_le_bytes(
-        take(bytes, &mut at, 2)?
-            .try_into()
-            .map_err(|_| DatumError::Truncated)?,
-    ) as usize;
-    if n > types.len() {
-        return Err(DatumError::ColumnCount {
-            found: n,
-            expected: types.len(),
-        });
-    }
-    let bitmap = take(bytes, &mut at, n.div_ceil(8))?;
+    let (n, bitmap, mut at) = row_header(bytes, types)?;
     let is_null = |i: usize| i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0;
     for (i, ty) in types.iter().enumerate().take(index) {
         if is_null(i) {

@@ -284,6 +284,23 @@ pub fn set_line_pointer(p: &mut [u8], n: u16, lp: LinePointer) {
     wr16(p, at + 2, lp.len);
 }
 
+/// Marks line pointer `n` redirected (to `target`), dead or unused, dropping its item.
+pub fn set_lp_state(p: &mut [u8], n: u16, state: LpState, target: u16) {
+    assert!(
+        state != LpState::Normal,
+        "a normal line pointer needs an item"
+    );
+    set_line_pointer(
+        p,
+        n,
+        LinePointer {
+            state,
+            off: target,
+            len: 0,
+        },
+    );
+}
+
 /// The bytes of a normal item.
 pub fn item(p: &[u8], n: u16) -> &[u8] {
     let lp = line_pointer(p, n);

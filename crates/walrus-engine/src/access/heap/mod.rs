@@ -10,7 +10,7 @@ use walrus_base::{PageId, RelFileId, Tid, Xid, PAGE_SIZE};
 
 use crate::buffer::{BufferPool, PageWrite};
 use crate::error::{Error, Result};
-use crate::storage::page::{self, LinePointer, LpState, PageKind, Placement};
+use crate::storage::page::{self, LpState, PageKind, Placement};
 use crate::txn::TxnManager;
 use crate::wal::record::{Rmgr, WalRecord};
 use tuple::{TupleHeader, Viewer, TUPLE_HEADER_SIZE};
@@ -689,41 +689,17 @@ fn apply_prune(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
     let mut at = 8;
     for _ in 0..nr {
         let (a, b) = (check(rd(at)?)?, check(rd(at + 2)?)?);
-        page::set_line_pointer(
-            p,
-            a,
-            LinePointer {
-                state: LpState::Redirect,
-                off: b,
-                len: 0,
-            },
-        );
+        page::set_lp_state(p, a, LpState::Redirect, b);
         at += 4;
     }
     for _ in 0..nd {
         let o = check(rd(at)?)?;
-        page::set_line_pointer(
-            p,
-            o,
-            LinePointer {
-                state: LpState::Dead,
-                off: 0,
-                len: 0,
-            },
-        );
+        page::set_lp_state(p, o, LpState::Dead, 0);
         at += 2;
     }
     for _ in 0..nu {
         let o = check(rd(at)?)?;
-        page::set_line_pointer(
-            p,
-            o,
-            LinePointer {
-                state: LpState::Unused,
-                off: 0,
-                len: 0,
-            },
-        );
+        page::set_lp_state(p, o, LpState::Unused, 0);
         at += 2;
     }
     for _ in 0..nh {
@@ -752,15 +728,7 @@ fn apply_vacuum(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
             return Err(format!("vacuum offset {o} out of range"));
         }
         if page::line_pointer(p, o).state == LpState::Dead {
-            page::set_line_pointer(
-                p,
-                o,
-                LinePointer {
-                    state: LpState::Unused,
-                    off: 0,
-                    len: 0,
-                },
-            );
+            page::set_lp_state(p, o, LpState::Unused, 0);
         }
     }
     page::compact(p);
