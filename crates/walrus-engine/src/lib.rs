@@ -65,6 +65,21 @@ pub fn verify_data_directory(dir: &std::path::Path) -> Result<Vec<Error>> {
     Ok(bad)
 }
 
+/// A small number that differs between threads (assigned on first use): spreads threads
+/// over WAL insertion slots and heap insertion targets.
+pub fn thread_hint() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static HINT: Cell<usize> = const { Cell::new(usize::MAX) });
+    HINT.with(|h| {
+        if h.get() == usize::MAX {
+            h.set(NEXT.fetch_add(1, Ordering::Relaxed));
+        }
+        h.get()
+    })
+}
+
 /// A failed `fsync`/`fdatasync` (or a WAL write) leaves the on-disk state unknown; the
 /// kernel may have dropped the dirty pages. Like PostgreSQL with `data_sync_retry = off`
 /// walrus never retries: it stops at once and lets crash recovery replay the WAL.

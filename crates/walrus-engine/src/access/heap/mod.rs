@@ -26,17 +26,26 @@ pub const INFO_VACUUM: u8 = 6;
 pub struct HeapRel {
     pub relfile: RelFileId,
     pub fillfactor: u8,
-    last_block: Mutex<Option<u32>>,
+    /// Insertion target per thread group (PostgreSQL keeps one per backend,
+    /// `rd_targblock`): concurrent inserters mostly work on different pages instead of
+    /// queueing on one page latch.
+    last_block: Vec<Mutex<Option<u32>>>,
     /// Blocks known to have at least a fifth of a page free (filled by prune/vacuum).
     fsm: Mutex<BTreeSet<u32>>,
 }
 
+const INSERT_TARGETS: usize = 4;
+
 impl HeapRel {
+    fn target(&self) -> &Mutex<Option<u32>> {
+        &self.last_block[crate::thread_hint() % self.last_block.len()]
+    }
+
     pub fn new(relfile: RelFileId, fillfactor: u8) -> HeapRel {
         HeapRel {
             relfile,
             fillfactor: fillfactor.clamp(10, 100),
-            last_block: Mutex::new(None),
+            last_block: (0..INSERT_TARGETS).map(|_| Mutex::new(None)).collect(),
             fsm: Mutex::new(BTreeSet::new()),
         }
     }
@@ -181,7 +190,7 @@ impl<'a> Heap<'a> {
     ) -> Result<Tid> {
         let need = len + 8 + self.reserve_bytes();
         let mut candidates: Vec<u32> = Vec::new();
-        if let Some(b) = *self.rel.last_block.lock() {
+        if let Some(b) = *self.rel.target().lock() {
             candidates.push(b);
         }
         candidates.extend(self.rel.fsm.lock().iter().rev().take(4).copied());
@@ -206,7 +215,7 @@ impl<'a> Heap<'a> {
         let pin = self.pool.new_page(self.page_id(block))?;
         let mut w = pin.write();
         init_heap_page(&mut w, self.page_id(block));
-        *self.rel.last_block.lock() = Some(block);
+        *self.rel.target().lock() = Some(block);
         body(&mut w, true)
     }
 
@@ -448,7 +457,7 @@ impl<'a> Heap<'a> {
             rec.block(nw.id(), fresh, new_side(new_off, &t));
             self.pool.log_change(&rec, &mut [&mut ow, &mut nw]);
             if fresh {
-                *self.rel.last_block.lock() = Some(nb);
+                *self.rel.target().lock() = Some(nb);
             }
             return Ok((Modify::Done(Tid::new(nb, new_off)), false));
         }
@@ -457,7 +466,7 @@ impl<'a> Heap<'a> {
     fn find_block_with_room(&self, len: usize, avoid: u32) -> Result<Option<u32>> {
         let need = len + 8 + self.reserve_bytes();
         let mut candidates: Vec<u32> = Vec::new();
-        if let Some(b) = *self.rel.last_block.lock() {
+        if let Some(b) = *self.rel.target().lock() {
             candidates.push(b);
         }
         candidates.extend(self.rel.fsm.lock().iter().rev().take(4).copied());
