@@ -230,12 +230,17 @@ pub fn demo(data: &std::path::Path, seconds: u64, threads: usize) -> anyhow::Res
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     let engine = open(&a.data, &a.set)?;
     ensure_schema(&engine, a.scale)?;
-    let acks = Arc::new(Mutex::new(
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&a.acks)?,
-    ));
+    let mut acks_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .read(true)
+        .open(&a.acks)?;
+    // A file written by an older run must end with a newline before we append.
+    let existing = std::fs::read(&a.acks)?;
+    if existing.last().is_some_and(|&b| b != b'\n') {
+        acks_file.write_all(b"\n")?;
+    }
+    let acks = Arc::new(Mutex::new(acks_file));
     let stop = Arc::new(AtomicBool::new(false));
     let committed = Arc::new(AtomicU64::new(0));
     let run_id: u64 = rand::thread_rng().gen_range(1..1u64 << 22);
@@ -295,8 +300,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
                     Ok(()) => {
                         t.commit()?;
                         committed.fetch_add(1, Ordering::Relaxed);
+                        // One write(2) per line: a kill cannot leave half a line.
+                        let line = format!("{tag} {delta}\n");
                         let mut f = acks.lock().expect("acks lock");
-                        writeln!(f, "{tag} {delta}")?;
+                        f.write_all(line.as_bytes())?;
                     }
                     Err(e) if e.is_retryable() => {
                         t.rollback()?;
