@@ -963,13 +963,13 @@ impl Transaction {
         for (c, v) in def.columns.iter().zip(values) {
             match v.type_id() {
                 None if c.not_null => {
-                    return Err(Error::InvalidInput(format!(
-                    "null value in column \"{}\" of relation \"{}\" violates not-null constraint",
-                    c.name, def.name
-                )))
+                    return Err(Error::NotNullViolation {
+                        column: c.name.clone(),
+                        table: def.name.clone(),
+                    })
                 }
                 Some(t) if t != c.ty => {
-                    return Err(Error::InvalidInput(format!(
+                    return Err(Error::DatatypeMismatch(format!(
                         "column \"{}\" is of type {} but expression is of type {}",
                         c.name,
                         c.ty.name(),

@@ -63,6 +63,14 @@ pub enum Error {
     #[error("column \"{0}\" does not exist")]
     UndefinedColumn(String),
 
+    #[error(
+        "null value in column \"{column}\" of relation \"{table}\" violates not-null constraint"
+    )]
+    NotNullViolation { column: String, table: String },
+
+    #[error("{0}")]
+    DatatypeMismatch(String),
+
     #[error("{0}")]
     InvalidInput(String),
 
@@ -98,6 +106,8 @@ impl Error {
             Error::UndefinedTable(_) => "42P01",
             Error::DuplicateTable(_) => "42P07",
             Error::UndefinedColumn(_) => "42703",
+            Error::NotNullViolation { .. } => "23502",
+            Error::DatatypeMismatch(_) => "42804",
             Error::InvalidInput(_) => "22023",
             Error::FeatureNotSupported(_) => "0A000",
             Error::RowTooBig { .. } => "54000",

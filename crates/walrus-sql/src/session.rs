@@ -1,0 +1,1522 @@
+//! Statement execution for one session (see the crate docs).
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use sqlparser::ast::{
+    self, AlterTableOperation, ColumnOption, Expr, ObjectType, SelectItem, SetExpr, Statement,
+    TableConstraint, TableFactor,
+};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
+use walrus_base::Tid;
+use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::catalog::{ColumnDef, TableDef};
+use walrus_engine::engine::{CheckpointReason, Isolation, RowChange, Transaction};
+use walrus_engine::Engine;
+
+use crate::error::{SqlError, SqlResult};
+use crate::expr::{coerce, eval, function_args, function_name, type_from_sql, Scope};
+use crate::utility::{self, Utility};
+use crate::value::{parse_text, unix_micros_to_pg};
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub name: String,
+    pub ty: TypeId,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct QueryResult {
+    /// Command tag: `SELECT 1`, `INSERT 0 1`, `UPDATE 3`, `BEGIN`, ...
+    pub tag: String,
+    /// Empty for statements that return no rows.
+    pub columns: Vec<Column>,
+    pub rows: Vec<Vec<Datum>>,
+}
+
+impl QueryResult {
+    fn tag(t: impl Into<String>) -> QueryResult {
+        QueryResult {
+            tag: t.into(),
+            ..Default::default()
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Done(QueryResult),
+    /// `COPY ... FROM STDIN`: the caller collects the data and calls [`Session::copy_in`].
+    CopyIn {
+        table: String,
+        columns: Vec<String>,
+    },
+}
+
+pub struct Session {
+    engine: Engine,
+    txn: Option<Transaction>,
+    in_block: bool,
+    failed: bool,
+    block_isolation: Option<Isolation>,
+    settings: BTreeMap<String, String>,
+    now: i64,
+    interrupt: Arc<AtomicBool>,
+}
+
+fn now_micros() -> i64 {
+    let us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as i64)
+        .unwrap_or(0);
+    unix_micros_to_pg(us)
+}
+
+fn ident(i: &ast::Ident) -> String {
+    if i.quote_style.is_some() {
+        i.value.clone()
+    } else {
+        i.value.to_ascii_lowercase()
+    }
+}
+
+fn object_name(n: &ast::ObjectName) -> String {
+    n.0.last()
+        .and_then(|p| p.as_ident())
+        .map(ident)
+        .unwrap_or_default()
+}
+
+fn first_words(sql: &str, n: usize) -> Vec<String> {
+    sql.split(|c: char| c.is_whitespace() || c == ';')
+        .filter(|w| !w.is_empty())
+        .take(n)
+        .map(|w| w.to_ascii_lowercase())
+        .collect()
+}
+
+fn default_settings() -> BTreeMap<String, String> {
+    [
+        ("server_version", crate::SERVER_VERSION),
+        ("server_version_num", "150018"),
+        ("server_encoding", "UTF8"),
+        ("client_encoding", "UTF8"),
+        ("datestyle", "ISO, MDY"),
+        ("timezone", "Etc/UTC"),
+        ("integer_datetimes", "on"),
+        ("standard_conforming_strings", "on"),
+        ("transaction_isolation", "read committed"),
+        ("default_transaction_isolation", "read committed"),
+        ("max_identifier_length", "63"),
+        ("search_path", "\"$user\", public"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+impl Session {
+    pub fn new(engine: Engine) -> Session {
+        let mut settings = default_settings();
+        let s = engine.settings();
+        settings.insert(
+            "shared_buffers".into(),
+            format!("{}kB", s.shared_buffers_pages * 8),
+        );
+        settings.insert("wal_sync_method".into(), s.wal_sync_method.name().into());
+        settings.insert(
+            "full_page_writes".into(),
+            if s.page_protection.name() == "fpw" {
+                "on"
+            } else {
+                "off"
+            }
+            .into(),
+        );
+        settings.insert("page_protection".into(), s.page_protection.name().into());
+        settings.insert(
+            "synchronous_commit".into(),
+            if s.synchronous_commit { "on" } else { "off" }.into(),
+        );
+        settings.insert(
+            "checkpoint_timeout".into(),
+            format!("{}s", s.checkpoint_timeout.as_secs()),
+        );
+        settings.insert(
+            "max_wal_size".into(),
+            format!("{}MB", s.max_wal_size_bytes >> 20),
+        );
+        Session {
+            engine,
+            txn: None,
+            in_block: false,
+            failed: false,
+            block_isolation: None,
+            settings,
+            now: now_micros(),
+            interrupt: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The cancel flag: set it from another thread to interrupt the running statement.
+    pub fn interrupt_flag(&self) -> Arc<AtomicBool> {
+        self.interrupt.clone()
+    }
+
+    /// PostgreSQL's ReadyForQuery status: `I` idle, `T` in a block, `E` failed block.
+    pub fn transaction_status(&self) -> u8 {
+        match (self.in_block, self.failed) {
+            (false, _) => b'I',
+            (true, false) => b'T',
+            (true, true) => b'E',
+        }
+    }
+
+    pub fn setting(&self, name: &str) -> Option<String> {
+        self.settings.get(&name.to_ascii_lowercase()).cloned()
+    }
+
+    /// Executes a query string (possibly several statements); one result per statement.
+    /// Execution stops at the first error, as PostgreSQL's simple query protocol does.
+    pub fn execute(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        let mut out = Vec::new();
+        let stmts = match self.parse(sql) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail_statement();
+                return vec![Err(e)];
+            }
+        };
+        for st in stmts {
+            let r = self.run(st, params);
+            let failed = r.is_err();
+            out.push(r);
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+
+    fn parse(&self, sql: &str) -> SqlResult<Vec<Parsed>> {
+        let w = first_words(sql, 3);
+        let Some(first) = w.first() else {
+            return Ok(Vec::new());
+        };
+        match first.as_str() {
+            "begin" | "start" => return Ok(vec![Parsed::Begin(isolation_of(sql))]),
+            "commit" | "end" => return Ok(vec![Parsed::Commit]),
+            "rollback" | "abort" => return Ok(vec![Parsed::Rollback]),
+            "set" | "show" | "reset" => {
+                return Ok(vec![Parsed::Setting(
+                    sql.trim().trim_end_matches(';').to_string(),
+                )])
+            }
+            _ => {}
+        }
+        if let Some(u) = utility::parse(sql)? {
+            return Ok(vec![Parsed::Utility(u)]);
+        }
+        let stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+            .map_err(|e| SqlError::syntax(syntax_message(&e.to_string())))?;
+        Ok(stmts
+            .into_iter()
+            .map(|s| Parsed::Sql(Box::new(s)))
+            .collect())
+    }
+
+    fn fail_statement(&mut self) {
+        if self.in_block {
+            self.failed = true;
+        } else if let Some(t) = self.txn.take() {
+            let _ = t.rollback();
+        }
+    }
+
+    fn run(&mut self, st: Parsed, params: &[Datum]) -> SqlResult<Outcome> {
+        if self.failed && !matches!(st, Parsed::Commit | Parsed::Rollback) {
+            return Err(SqlError::new(
+                "25P02",
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        match st {
+            Parsed::Begin(iso) => {
+                if !self.in_block {
+                    self.in_block = true;
+                    self.block_isolation = iso;
+                    self.now = now_micros();
+                }
+                return Ok(Outcome::Done(QueryResult::tag("BEGIN")));
+            }
+            Parsed::Commit => {
+                let tag = if self.failed { "ROLLBACK" } else { "COMMIT" };
+                let r = self.end_block(!self.failed);
+                return r.map(|_| Outcome::Done(QueryResult::tag(tag)));
+            }
+            Parsed::Rollback => {
+                return self
+                    .end_block(false)
+                    .map(|_| Outcome::Done(QueryResult::tag("ROLLBACK")));
+            }
+            Parsed::Setting(s) => return self.setting_statement(&s).map(Outcome::Done),
+            _ => {}
+        }
+        if !self.in_block {
+            self.now = now_micros();
+        }
+        let result = match st {
+            Parsed::Utility(u) => self.utility(u),
+            Parsed::Sql(s) => self.statement(&s, params),
+            _ => unreachable!("handled above"),
+        };
+        match result {
+            Ok(out) => {
+                if !self.in_block && !matches!(out, Outcome::CopyIn { .. }) {
+                    if let Some(t) = self.txn.take() {
+                        t.commit()?;
+                    }
+                }
+                Ok(out)
+            }
+            Err(e) => {
+                self.fail_statement();
+                Err(e)
+            }
+        }
+    }
+
+    fn end_block(&mut self, commit: bool) -> SqlResult<()> {
+        self.in_block = false;
+        self.failed = false;
+        self.block_isolation = None;
+        match self.txn.take() {
+            Some(t) if commit => t.commit().map_err(SqlError::from),
+            Some(t) => t.rollback().map_err(SqlError::from),
+            None => Ok(()),
+        }
+    }
+
+    fn txn(&mut self) -> &mut Transaction {
+        if self.txn.is_none() {
+            let iso = self.block_isolation.unwrap_or_else(|| {
+                match self
+                    .settings
+                    .get("default_transaction_isolation")
+                    .map(String::as_str)
+                {
+                    Some("repeatable read") | Some("serializable") => Isolation::RepeatableRead,
+                    _ => Isolation::ReadCommitted,
+                }
+            });
+            let mut t = self.engine.begin(iso);
+            t.set_interrupt(self.interrupt.clone());
+            self.txn = Some(t);
+        }
+        let t = self.txn.as_mut().expect("just created");
+        t
+    }
+
+    fn setting_statement(&mut self, s: &str) -> SqlResult<QueryResult> {
+        let lower = s.to_ascii_lowercase();
+        let words: Vec<&str> = lower.split_whitespace().collect();
+        match words.first().copied() {
+            Some("show") => {
+                let name = words.get(1).copied().unwrap_or("").trim_matches('"');
+                if name == "all" {
+                    let rows = self
+                        .settings
+                        .iter()
+                        .map(|(k, v)| vec![Datum::Text(k.clone()), Datum::Text(v.clone())])
+                        .collect();
+                    return Ok(QueryResult {
+                        tag: "SHOW".into(),
+                        columns: vec![
+                            Column {
+                                name: "name".into(),
+                                ty: TypeId::Text,
+                            },
+                            Column {
+                                name: "setting".into(),
+                                ty: TypeId::Text,
+                            },
+                        ],
+                        rows,
+                    });
+                }
+                let name = if name == "transaction" {
+                    "transaction_isolation"
+                } else {
+                    name
+                };
+                let v = self.setting(name).ok_or_else(|| {
+                    SqlError::new(
+                        "42704",
+                        format!("unrecognized configuration parameter \"{name}\""),
+                    )
+                })?;
+                Ok(QueryResult {
+                    tag: "SHOW".into(),
+                    columns: vec![Column {
+                        name: name.into(),
+                        ty: TypeId::Text,
+                    }],
+                    rows: vec![vec![Datum::Text(v)]],
+                })
+            }
+            Some("reset") => {
+                let name = words.get(1).copied().unwrap_or("");
+                let defaults = default_settings();
+                if name == "all" {
+                    self.settings.extend(defaults);
+                } else if let Some(v) = defaults.get(name) {
+                    self.settings.insert(name.to_string(), v.clone());
+                }
+                Ok(QueryResult::tag("RESET"))
+            }
+            _ => {
+                // SET [SESSION|LOCAL] name {=|TO} value | SET TRANSACTION ISOLATION LEVEL ...
+                let mut rest: Vec<&str> = s.split_whitespace().skip(1).collect();
+                if matches!(
+                    rest.first().map(|w| w.to_ascii_lowercase()).as_deref(),
+                    Some("session") | Some("local")
+                ) {
+                    rest.remove(0);
+                }
+                let text = rest.join(" ");
+                if text.to_ascii_lowercase().starts_with("transaction")
+                    || text
+                        .to_ascii_lowercase()
+                        .starts_with("session characteristics")
+                {
+                    if let Some(iso) = isolation_of(&text) {
+                        self.block_isolation = Some(iso);
+                    }
+                    return Ok(QueryResult::tag("SET"));
+                }
+                let (name, value) = match text.split_once('=') {
+                    Some((n, v)) => (n.trim().to_string(), v.trim().to_string()),
+                    None => {
+                        let mut it = text.splitn(3, ' ');
+                        let n = it.next().unwrap_or("").to_string();
+                        let to = it.next().unwrap_or("");
+                        if !to.eq_ignore_ascii_case("to") {
+                            return Err(SqlError::syntax(format!(
+                                "syntax error at or near \"{to}\""
+                            )));
+                        }
+                        (n, it.next().unwrap_or("").trim().to_string())
+                    }
+                };
+                if name.is_empty() || value.is_empty() {
+                    return Err(SqlError::syntax("syntax error at end of input"));
+                }
+                let value = value.trim_matches('\'').to_string();
+                self.settings.insert(name.to_ascii_lowercase(), value);
+                Ok(QueryResult::tag("SET"))
+            }
+        }
+    }
+
+    fn utility(&mut self, u: Utility) -> SqlResult<Outcome> {
+        match u {
+            Utility::Checkpoint => {
+                self.engine.checkpoint(CheckpointReason::Requested)?;
+                Ok(Outcome::Done(QueryResult::tag("CHECKPOINT")))
+            }
+            Utility::Analyze => Ok(Outcome::Done(QueryResult::tag("ANALYZE"))),
+            Utility::Vacuum { tables } => {
+                if self.in_block {
+                    return Err(SqlError::new(
+                        "25001",
+                        "VACUUM cannot run inside a transaction block",
+                    ));
+                }
+                if tables.is_empty() {
+                    self.engine.vacuum_all()?;
+                } else {
+                    for t in tables {
+                        self.engine.vacuum(&t)?;
+                    }
+                }
+                Ok(Outcome::Done(QueryResult::tag("VACUUM")))
+            }
+            Utility::CopyFrom { table, columns } => {
+                let def = self.txn().table(&table)?;
+                for c in &columns {
+                    if def.column_index(c).is_none() {
+                        return Err(SqlError::new(
+                            "42703",
+                            format!("column \"{c}\" of relation \"{table}\" does not exist"),
+                        ));
+                    }
+                }
+                Ok(Outcome::CopyIn { table, columns })
+            }
+        }
+    }
+
+    /// Loads COPY text-format data into `table` (the rows between CopyIn and CopyDone;
+    /// a final `\.` line is accepted, as pgbench sends one).
+    pub fn copy_in(
+        &mut self,
+        table: &str,
+        columns: &[String],
+        data: &str,
+    ) -> SqlResult<QueryResult> {
+        let r = self.copy_rows(table, columns, data);
+        match r {
+            Ok(n) => {
+                if !self.in_block {
+                    if let Some(t) = self.txn.take() {
+                        t.commit()?;
+                    }
+                }
+                Ok(QueryResult::tag(format!("COPY {n}")))
+            }
+            Err(e) => {
+                self.fail_statement();
+                Err(e)
+            }
+        }
+    }
+
+    fn copy_rows(&mut self, table: &str, columns: &[String], data: &str) -> SqlResult<u64> {
+        let t = self.txn();
+        t.next_statement();
+        let def = t.table(table)?;
+        let targets: Vec<usize> = if columns.is_empty() {
+            (0..def.columns.len()).collect()
+        } else {
+            columns
+                .iter()
+                .map(|c| def.column_index(c).unwrap_or(usize::MAX))
+                .collect()
+        };
+        let mut n = 0u64;
+        for (lineno, line) in data.split('\n').enumerate() {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            if line == "\\." {
+                break;
+            }
+            if line.is_empty() {
+                continue;
+            }
+            let fields = utility::copy_fields(line);
+            if fields.len() != targets.len() {
+                return Err(SqlError::new(
+                    "22P04",
+                    format!(
+                        "{} data for column list on line {}",
+                        if fields.len() < targets.len() {
+                            "missing"
+                        } else {
+                            "extra"
+                        },
+                        lineno + 1
+                    ),
+                ));
+            }
+            let mut row = vec![Datum::Null; def.columns.len()];
+            for (f, &ci) in fields.into_iter().zip(&targets) {
+                if let Some(text) = f {
+                    let col = &def.columns[ci];
+                    row[ci] = parse_text(col.ty, &text).map_err(|e| {
+                        SqlError::new(
+                            e.sqlstate,
+                            format!("{} (COPY {table}, line {})", e.message, lineno + 1),
+                        )
+                    })?;
+                }
+            }
+            t.insert(&def, &row)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn statement(&mut self, st: &Statement, params: &[Datum]) -> SqlResult<Outcome> {
+        self.txn().next_statement();
+        let r = match st {
+            Statement::Query(q) => self.select(q, params)?,
+            Statement::Insert(ins) => self.insert(ins, params)?,
+            Statement::Update(u) => self.update(u, params)?,
+            Statement::Delete(d) => self.delete(d, params)?,
+            Statement::CreateTable(ct) => self.create_table(ct)?,
+            Statement::CreateIndex(ci) => {
+                let table = object_name(&ci.table_name);
+                let name = ci
+                    .name
+                    .as_ref()
+                    .map(object_name)
+                    .unwrap_or_else(|| format!("{table}_idx"));
+                let cols: Vec<String> = ci
+                    .columns
+                    .iter()
+                    .map(|c| c.column.expr.to_string().to_ascii_lowercase())
+                    .collect();
+                self.create_index(&table, &name, &cols, ci.unique, false)?;
+                QueryResult::tag("CREATE INDEX")
+            }
+            Statement::Drop {
+                object_type: ObjectType::Table,
+                if_exists,
+                names,
+                ..
+            } => {
+                for n in names {
+                    let name = object_name(n);
+                    match self.txn().drop_table(&name) {
+                        Err(walrus_engine::Error::UndefinedTable(_)) if *if_exists => {}
+                        other => other?,
+                    }
+                }
+                QueryResult::tag("DROP TABLE")
+            }
+            Statement::Truncate(tr) => {
+                for t in &tr.table_names {
+                    let name = object_name(&t.name);
+                    self.txn().truncate(&name)?;
+                }
+                QueryResult::tag("TRUNCATE TABLE")
+            }
+            Statement::AlterTable(at) => {
+                let table = object_name(&at.name);
+                for op in &at.operations {
+                    match op {
+                        AlterTableOperation::AddConstraint { constraint, .. } => {
+                            self.add_constraint(&table, constraint)?
+                        }
+                        other => {
+                            return Err(SqlError::unsupported(format!(
+                                "ALTER TABLE {other} is not supported"
+                            )))
+                        }
+                    }
+                }
+                QueryResult::tag("ALTER TABLE")
+            }
+            other => {
+                let text = other.to_string();
+                let word = text
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_uppercase();
+                return Err(SqlError::unsupported(format!(
+                    "{word} is not supported by walrus"
+                )));
+            }
+        };
+        Ok(Outcome::Done(r))
+    }
+
+    fn add_constraint(&mut self, table: &str, c: &TableConstraint) -> SqlResult<()> {
+        match c {
+            TableConstraint::PrimaryKey(pk) => {
+                let cols: Vec<String> = pk
+                    .columns
+                    .iter()
+                    .map(|c| c.column.expr.to_string().to_ascii_lowercase())
+                    .collect();
+                let name = pk
+                    .name
+                    .as_ref()
+                    .map(ident)
+                    .unwrap_or_else(|| format!("{table}_pkey"));
+                self.create_index(table, &name, &cols, true, true)
+            }
+            TableConstraint::Unique(u) => {
+                let cols: Vec<String> = u
+                    .columns
+                    .iter()
+                    .map(|c| c.column.expr.to_string().to_ascii_lowercase())
+                    .collect();
+                let name = u
+                    .name
+                    .as_ref()
+                    .map(ident)
+                    .unwrap_or_else(|| format!("{table}_{}_key", cols.join("_")));
+                self.create_index(table, &name, &cols, true, false)
+            }
+            other => Err(SqlError::unsupported(format!(
+                "constraint {other} is not supported"
+            ))),
+        }
+    }
+
+    fn create_index(
+        &mut self,
+        table: &str,
+        name: &str,
+        cols: &[String],
+        unique: bool,
+        primary: bool,
+    ) -> SqlResult<()> {
+        let t = self.txn();
+        let def = t.table(table)?;
+        let mut positions = Vec::new();
+        for c in cols {
+            positions.push(
+                def.column_index(c).ok_or_else(|| {
+                    SqlError::new("42703", format!("column \"{c}\" does not exist"))
+                })?,
+            );
+        }
+        t.create_index(table, name, &positions, unique, primary)?;
+        Ok(())
+    }
+
+    fn create_table(&mut self, ct: &ast::CreateTable) -> SqlResult<QueryResult> {
+        let name = object_name(&ct.name);
+        let mut columns = Vec::new();
+        let mut pk: Option<Vec<String>> = None;
+        for c in &ct.columns {
+            let cname = ident(&c.name);
+            let ty = type_from_sql(&c.data_type)?;
+            let mut not_null = false;
+            for o in &c.options {
+                match &o.option {
+                    ColumnOption::NotNull => not_null = true,
+                    ColumnOption::Null => {}
+                    ColumnOption::PrimaryKey(_) => {
+                        not_null = true;
+                        pk = Some(vec![cname.clone()]);
+                    }
+                    other => {
+                        return Err(SqlError::unsupported(format!(
+                            "column option {other} is not supported"
+                        )))
+                    }
+                }
+            }
+            if columns.iter().any(|x: &ColumnDef| x.name == cname) {
+                return Err(SqlError::new(
+                    "42701",
+                    format!("column \"{cname}\" specified more than once"),
+                ));
+            }
+            columns.push(ColumnDef {
+                name: cname,
+                ty,
+                not_null,
+            });
+        }
+        let mut fillfactor = 100u8;
+        let opts = ct.table_options.to_string().to_ascii_lowercase();
+        if let Some(i) = opts.find("fillfactor") {
+            let digits: String = opts[i..]
+                .chars()
+                .skip_while(|c| !c.is_ascii_digit())
+                .take_while(|c| c.is_ascii_digit())
+                .collect();
+            let f: u32 = digits
+                .parse()
+                .map_err(|_| SqlError::syntax("invalid fillfactor"))?;
+            if !(10..=100).contains(&f) {
+                return Err(SqlError::new(
+                    "22023",
+                    format!("value {f} out of bounds for option \"fillfactor\""),
+                ));
+            }
+            fillfactor = f as u8;
+        }
+        let t = self.txn();
+        match t.create_table(&name, columns, fillfactor) {
+            Err(walrus_engine::Error::DuplicateTable(_)) if ct.if_not_exists => {
+                return Ok(QueryResult::tag("CREATE TABLE"))
+            }
+            other => {
+                other?;
+            }
+        }
+        for c in &ct.constraints {
+            if let TableConstraint::PrimaryKey(p) = c {
+                pk = Some(
+                    p.columns
+                        .iter()
+                        .map(|c| c.column.expr.to_string().to_ascii_lowercase())
+                        .collect(),
+                );
+            } else {
+                self.add_constraint(&name, c)?;
+            }
+        }
+        if let Some(cols) = pk {
+            self.create_index(&name, &format!("{name}_pkey"), &cols, true, true)?;
+        }
+        Ok(QueryResult::tag("CREATE TABLE"))
+    }
+
+    fn insert(&mut self, ins: &ast::Insert, params: &[Datum]) -> SqlResult<QueryResult> {
+        let table = match &ins.table {
+            ast::TableObject::TableName(n) => object_name(n),
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "INSERT into {other} is not supported"
+                )))
+            }
+        };
+        if ins.returning.is_some() {
+            return Err(SqlError::unsupported(
+                "INSERT ... RETURNING is not supported yet",
+            ));
+        }
+        let def = self.txn().table(&table)?;
+        let targets: Vec<usize> = if ins.columns.is_empty() {
+            (0..def.columns.len()).collect()
+        } else {
+            ins.columns
+                .iter()
+                .map(|c| {
+                    let n = object_name(c);
+                    def.column_index(&n).ok_or_else(|| {
+                        SqlError::new(
+                            "42703",
+                            format!("column \"{n}\" of relation \"{table}\" does not exist"),
+                        )
+                    })
+                })
+                .collect::<SqlResult<_>>()?
+        };
+        let source = ins
+            .source
+            .as_ref()
+            .ok_or_else(|| SqlError::unsupported("INSERT without VALUES is not supported"))?;
+        let SetExpr::Values(values) = source.body.as_ref() else {
+            return Err(SqlError::unsupported(
+                "INSERT ... SELECT is not supported yet",
+            ));
+        };
+        let (now, settings) = (self.now, self.settings.clone());
+        let get = move |n: &str| settings.get(n).cloned();
+        let mut n = 0;
+        for row_exprs in &values.rows {
+            if row_exprs.len() > targets.len() {
+                return Err(SqlError::syntax(
+                    "INSERT has more expressions than target columns",
+                ));
+            }
+            let scope = Scope {
+                columns: &[],
+                row: None,
+                params,
+                now,
+                setting: &get,
+            };
+            let mut row = vec![Datum::Null; def.columns.len()];
+            for (e, &ci) in row_exprs.iter().zip(&targets) {
+                row[ci] = coerce(eval(e, &scope)?, def.columns[ci].ty)?;
+            }
+            self.txn().insert(&def, &row)?;
+            n += 1;
+        }
+        Ok(QueryResult::tag(format!("INSERT 0 {n}")))
+    }
+
+    /// Rows of `def` matching `filter`, through a unique index when the filter pins all
+    /// its columns with equalities to constants, else a sequential scan.
+    fn matching_rows(
+        &mut self,
+        def: &TableDef,
+        filter: Option<&Expr>,
+        params: &[Datum],
+    ) -> SqlResult<Vec<(Tid, Vec<Datum>)>> {
+        let (now, settings) = (self.now, self.settings.clone());
+        let get = move |n: &str| settings.get(n).cloned();
+        let mut eqs: Vec<(usize, Datum)> = Vec::new();
+        if let Some(f) = filter {
+            collect_equalities(f, def, params, now, &get, &mut eqs);
+        }
+        let index = def
+            .indexes
+            .iter()
+            .filter(|i| i.unique)
+            .find(|i| i.columns.iter().all(|c| eqs.iter().any(|(ec, _)| ec == c)));
+        let t = self.txn();
+        let candidates = match index {
+            Some(idx) => {
+                let mut key = Vec::new();
+                for c in &idx.columns {
+                    let v = eqs
+                        .iter()
+                        .find(|(ec, _)| ec == c)
+                        .map(|(_, v)| v.clone())
+                        .unwrap_or(Datum::Null);
+                    key.push(match coerce(v, def.columns[*c].ty) {
+                        Ok(k) => k,
+                        // A constant that does not fit the column type matches nothing.
+                        Err(_) => return Ok(Vec::new()),
+                    });
+                }
+                t.index_scan(def, idx, Bound::Included(&key), Bound::Included(&key))?
+            }
+            None => t.scan_all(def)?,
+        };
+        let mut out = Vec::with_capacity(candidates.len());
+        for (tid, row) in candidates {
+            if row_matches(filter, def, &row, params, now, &get)? {
+                out.push((tid, row));
+            }
+        }
+        Ok(out)
+    }
+
+    fn single_table(
+        &mut self,
+        from: &[ast::TableWithJoins],
+    ) -> SqlResult<Option<std::sync::Arc<TableDef>>> {
+        match from {
+            [] => Ok(None),
+            [t] if t.joins.is_empty() => match &t.relation {
+                TableFactor::Table { name, .. } => {
+                    let n = object_name(name);
+                    Ok(Some(self.txn().table(&n)?))
+                }
+                other => Err(SqlError::unsupported(format!(
+                    "FROM {other} is not supported yet"
+                ))),
+            },
+            _ => Err(SqlError::unsupported("joins are not supported yet")),
+        }
+    }
+
+    fn select(&mut self, q: &ast::Query, params: &[Datum]) -> SqlResult<QueryResult> {
+        let SetExpr::Select(sel) = q.body.as_ref() else {
+            return Err(SqlError::unsupported("only plain SELECT is supported"));
+        };
+        let def = self.single_table(&sel.from)?;
+        let (now, settings) = (self.now, self.settings.clone());
+        let get = move |n: &str| settings.get(n).cloned();
+        let empty: Vec<ColumnDef> = Vec::new();
+        let cols: &[ColumnDef] = def.as_ref().map(|d| d.columns.as_slice()).unwrap_or(&empty);
+        let rows: Vec<Vec<Datum>> = match &def {
+            Some(d) => self
+                .matching_rows(d, sel.selection.as_ref(), params)?
+                .into_iter()
+                .map(|(_, r)| r)
+                .collect(),
+            None => {
+                let scope = Scope {
+                    columns: &[],
+                    row: None,
+                    params,
+                    now,
+                    setting: &get,
+                };
+                let keep = match &sel.selection {
+                    Some(f) => matches!(eval(f, &scope)?, Datum::Bool(true)),
+                    None => true,
+                };
+                if keep {
+                    vec![Vec::new()]
+                } else {
+                    Vec::new()
+                }
+            }
+        };
+        // Output columns.
+        let mut items: Vec<(String, Expr)> = Vec::new();
+        for it in &sel.projection {
+            match it {
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
+                    for c in cols {
+                        items.push((c.name.clone(), Expr::Identifier(ast::Ident::new(&c.name))));
+                    }
+                }
+                SelectItem::UnnamedExpr(e) => items.push((output_name(e), e.clone())),
+                SelectItem::ExprWithAlias { expr, alias } => {
+                    items.push((ident(alias), expr.clone()))
+                }
+                #[allow(unreachable_patterns)]
+                other => {
+                    return Err(SqlError::unsupported(format!(
+                        "select item {other} is not supported"
+                    )))
+                }
+            }
+        }
+        // Bind: every column reference must exist, even when no row is produced.
+        for (_, e) in &items {
+            check_columns(e, cols)?;
+        }
+        if let Some(f) = &sel.selection {
+            check_columns(f, cols)?;
+        }
+        let aggregate = items.iter().any(|(_, e)| is_aggregate(e));
+        let mut out_rows: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::new(); // (output, source)
+        if aggregate {
+            if !matches!(sel.group_by, ast::GroupByExpr::Expressions(ref g, _) if g.is_empty()) {
+                return Err(SqlError::unsupported("GROUP BY is not supported yet"));
+            }
+            let mut out = Vec::new();
+            for (_, e) in &items {
+                out.push(aggregate_value(e, cols, &rows, params, now, &get)?);
+            }
+            out_rows.push((out, Vec::new()));
+        } else {
+            for r in &rows {
+                let scope = Scope {
+                    columns: cols,
+                    row: Some(r),
+                    params,
+                    now,
+                    setting: &get,
+                };
+                let out = items
+                    .iter()
+                    .map(|(_, e)| eval(e, &scope))
+                    .collect::<SqlResult<Vec<_>>>()?;
+                out_rows.push((out, r.clone()));
+            }
+        }
+        // ORDER BY
+        if let Some(ob) = &q.order_by {
+            if let ast::OrderByKind::Expressions(exprs) = &ob.kind {
+                let mut keyed: Vec<(Vec<Datum>, OutRow)> = Vec::new();
+                for (out, src) in out_rows {
+                    let mut keys = Vec::new();
+                    for o in exprs {
+                        let by_alias = match &o.expr {
+                            Expr::Identifier(id) => items
+                                .iter()
+                                .position(|(n, _)| *n == ident(id))
+                                .map(|i| out[i].clone()),
+                            Expr::Value(v) => match &v.value {
+                                ast::Value::Number(n, _) => n
+                                    .parse::<usize>()
+                                    .ok()
+                                    .and_then(|i| out.get(i.wrapping_sub(1)).cloned()),
+                                _ => None,
+                            },
+                            _ => None,
+                        };
+                        let k = match by_alias {
+                            Some(k) => k,
+                            None => eval(
+                                &o.expr,
+                                &Scope {
+                                    columns: cols,
+                                    row: Some(&src),
+                                    params,
+                                    now,
+                                    setting: &get,
+                                },
+                            )?,
+                        };
+                        keys.push(k);
+                    }
+                    keyed.push((keys, (out, src)));
+                }
+                let desc: Vec<bool> = exprs
+                    .iter()
+                    .map(|o| matches!(o.options.sort, Some(ast::OrderBySort::Desc)))
+                    .collect();
+                keyed.sort_by(|a, b| {
+                    for (i, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
+                        let o = walrus_engine::access::datum::compare_datums(x, y);
+                        let o = if desc[i] { o.reverse() } else { o };
+                        if o.is_ne() {
+                            return o;
+                        }
+                    }
+                    std::cmp::Ordering::Equal
+                });
+                out_rows = keyed.into_iter().map(|(_, r)| r).collect();
+            }
+        }
+        // LIMIT / OFFSET
+        if let Some(ast::LimitClause::LimitOffset { limit, offset, .. }) = &q.limit_clause {
+            let scope = Scope {
+                columns: &[],
+                row: None,
+                params,
+                now,
+                setting: &get,
+            };
+            let skip = match offset {
+                Some(o) => as_count(eval(&o.value, &scope)?)?,
+                None => 0,
+            };
+            let take = match limit {
+                Some(l) => as_count(eval(l, &scope)?)?,
+                None => usize::MAX,
+            };
+            out_rows = out_rows.into_iter().skip(skip).take(take).collect();
+        }
+        let rows: Vec<Vec<Datum>> = out_rows.into_iter().map(|(o, _)| o).collect();
+        let columns = items
+            .iter()
+            .enumerate()
+            .map(|(i, (n, e))| Column {
+                name: n.clone(),
+                ty: static_type(e, cols)
+                    .or_else(|| rows.iter().find_map(|r| r[i].type_id()))
+                    .unwrap_or(TypeId::Text),
+            })
+            .collect();
+        Ok(QueryResult {
+            tag: format!("SELECT {}", rows.len()),
+            columns,
+            rows,
+        })
+    }
+
+    fn update(&mut self, u: &ast::Update, params: &[Datum]) -> SqlResult<QueryResult> {
+        let def = self
+            .single_table(std::slice::from_ref(&u.table))?
+            .ok_or_else(|| SqlError::syntax("UPDATE needs a table"))?;
+        let mut sets: Vec<(usize, Expr)> = Vec::new();
+        for a in &u.assignments {
+            let name = match &a.target {
+                ast::AssignmentTarget::ColumnName(n) => object_name(n),
+                other => {
+                    return Err(SqlError::unsupported(format!(
+                        "assignment to {other} is not supported"
+                    )))
+                }
+            };
+            let i = def.column_index(&name).ok_or_else(|| {
+                SqlError::new(
+                    "42703",
+                    format!(
+                        "column \"{name}\" of relation \"{}\" does not exist",
+                        def.name
+                    ),
+                )
+            })?;
+            sets.push((i, a.value.clone()));
+        }
+        let rows = self.matching_rows(&def, u.selection.as_ref(), params)?;
+        let (now, settings) = (self.now, self.settings.clone());
+        let get = move |n: &str| settings.get(n).cloned();
+        let mut n = 0;
+        for (mut tid, mut old) in rows {
+            loop {
+                let scope = Scope {
+                    columns: &def.columns,
+                    row: Some(&old),
+                    params,
+                    now,
+                    setting: &get,
+                };
+                let mut new = old.clone();
+                for (i, e) in &sets {
+                    new[*i] = coerce(eval(e, &scope)?, def.columns[*i].ty)?;
+                }
+                match self.txn().update(&def, tid, &new)? {
+                    RowChange::Done(_) => {
+                        n += 1;
+                        break;
+                    }
+                    RowChange::Changed(t2, v2) => {
+                        // READ COMMITTED: re-check the condition on the newest version.
+                        if !row_matches(u.selection.as_ref(), &def, &v2, params, now, &get)? {
+                            break;
+                        }
+                        tid = t2;
+                        old = v2;
+                    }
+                    RowChange::Gone | RowChange::SelfModified => break,
+                }
+            }
+        }
+        Ok(QueryResult::tag(format!("UPDATE {n}")))
+    }
+
+    fn delete(&mut self, d: &ast::Delete, params: &[Datum]) -> SqlResult<QueryResult> {
+        let from = match &d.from {
+            ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => f.clone(),
+        };
+        let def = self
+            .single_table(&from)?
+            .ok_or_else(|| SqlError::syntax("DELETE needs a table"))?;
+        let rows = self.matching_rows(&def, d.selection.as_ref(), params)?;
+        let (now, settings) = (self.now, self.settings.clone());
+        let get = move |n: &str| settings.get(n).cloned();
+        let mut n = 0;
+        for (mut tid, _) in rows {
+            loop {
+                match self.txn().delete(&def, tid)? {
+                    RowChange::Done(_) => {
+                        n += 1;
+                        break;
+                    }
+                    RowChange::Changed(t2, v2) => {
+                        if !row_matches(d.selection.as_ref(), &def, &v2, params, now, &get)? {
+                            break;
+                        }
+                        tid = t2;
+                    }
+                    RowChange::Gone | RowChange::SelfModified => break,
+                }
+            }
+        }
+        Ok(QueryResult::tag(format!("DELETE {n}")))
+    }
+}
+
+/// An output row and the source row it came from (ORDER BY may use either).
+type OutRow = (Vec<Datum>, Vec<Datum>);
+
+enum Parsed {
+    Begin(Option<Isolation>),
+    Commit,
+    Rollback,
+    Setting(String),
+    Utility(Utility),
+    Sql(Box<Statement>),
+}
+
+fn isolation_of(sql: &str) -> Option<Isolation> {
+    let l = sql.to_ascii_lowercase();
+    if l.contains("repeatable read") || l.contains("serializable") {
+        Some(Isolation::RepeatableRead)
+    } else if l.contains("read committed") || l.contains("read uncommitted") {
+        Some(Isolation::ReadCommitted)
+    } else {
+        None
+    }
+}
+
+fn syntax_message(e: &str) -> String {
+    // sqlparser: "sql parser error: Expected: ..., found: X at Line: 1, Column: 5"
+    let e = e.trim_start_matches("sql parser error: ");
+    match e.split_once("found: ") {
+        Some((_, rest)) => {
+            let tok = rest.split(" at Line").next().unwrap_or(rest).trim();
+            if tok == "EOF" {
+                "syntax error at end of input".to_string()
+            } else {
+                format!("syntax error at or near \"{tok}\"")
+            }
+        }
+        None => format!("syntax error: {e}"),
+    }
+}
+
+fn as_count(d: Datum) -> SqlResult<usize> {
+    match d {
+        Datum::Int2(v) if v >= 0 => Ok(v as usize),
+        Datum::Int4(v) if v >= 0 => Ok(v as usize),
+        Datum::Int8(v) if v >= 0 => Ok(v as usize),
+        Datum::Null => Ok(usize::MAX),
+        _ => Err(SqlError::new("2201W", "LIMIT must not be negative")),
+    }
+}
+
+fn row_matches(
+    filter: Option<&Expr>,
+    def: &TableDef,
+    row: &[Datum],
+    params: &[Datum],
+    now: i64,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> SqlResult<bool> {
+    match filter {
+        None => Ok(true),
+        Some(f) => {
+            let scope = Scope {
+                columns: &def.columns,
+                row: Some(row),
+                params,
+                now,
+                setting: get,
+            };
+            Ok(matches!(eval(f, &scope)?, Datum::Bool(true)))
+        }
+    }
+}
+
+/// Collects `column = constant` conjuncts of a WHERE clause.
+fn collect_equalities(
+    e: &Expr,
+    def: &TableDef,
+    params: &[Datum],
+    now: i64,
+    get: &dyn Fn(&str) -> Option<String>,
+    out: &mut Vec<(usize, Datum)>,
+) {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::And,
+            right,
+        } => {
+            collect_equalities(left, def, params, now, get, out);
+            collect_equalities(right, def, params, now, get, out);
+        }
+        Expr::Nested(inner) => collect_equalities(inner, def, params, now, get, out),
+        Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::Eq,
+            right,
+        } => {
+            let col_of = |x: &Expr| match x {
+                Expr::Identifier(i) => def.column_index(&ident(i)),
+                Expr::CompoundIdentifier(ids) => {
+                    ids.last().and_then(|i| def.column_index(&ident(i)))
+                }
+                _ => None,
+            };
+            let scope = Scope {
+                columns: &[],
+                row: None,
+                params,
+                now,
+                setting: get,
+            };
+            if let Some(c) = col_of(left) {
+                if let Ok(v) = eval(right, &scope) {
+                    out.push((c, v));
+                }
+            } else if let Some(c) = col_of(right) {
+                if let Ok(v) = eval(left, &scope) {
+                    out.push((c, v));
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+fn check_columns(e: &Expr, cols: &[ColumnDef]) -> SqlResult<()> {
+    use std::ops::ControlFlow;
+    let r = ast::visit_expressions(e, |x| {
+        let name = match x {
+            Expr::Identifier(i) => Some(ident(i)),
+            Expr::CompoundIdentifier(ids) => ids.last().map(ident),
+            _ => None,
+        };
+        match name {
+            Some(n) if !cols.iter().any(|c| c.name == n) => ControlFlow::Break(n),
+            _ => ControlFlow::Continue(()),
+        }
+    });
+    match r {
+        ControlFlow::Break(n) => Err(SqlError::new(
+            "42703",
+            format!("column \"{n}\" does not exist"),
+        )),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+fn is_aggregate(e: &Expr) -> bool {
+    match e {
+        Expr::Function(f) => matches!(
+            function_name(f).as_str(),
+            "count" | "sum" | "min" | "max" | "avg"
+        ),
+        Expr::Nested(i) => is_aggregate(i),
+        Expr::Cast { expr, .. } => is_aggregate(expr),
+        _ => false,
+    }
+}
+
+fn aggregate_value(
+    e: &Expr,
+    cols: &[ColumnDef],
+    rows: &[Vec<Datum>],
+    params: &[Datum],
+    now: i64,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> SqlResult<Datum> {
+    let f = match e {
+        Expr::Function(f) => f,
+        Expr::Nested(i) => return aggregate_value(i, cols, rows, params, now, get),
+        Expr::Cast {
+            expr, data_type, ..
+        } => {
+            return coerce(
+                aggregate_value(expr, cols, rows, params, now, get)?,
+                type_from_sql(data_type)?,
+            )
+        }
+        _ => {
+            return Err(SqlError::new(
+                "42803",
+                "column must appear in the GROUP BY clause or be used in an aggregate function",
+            ))
+        }
+    };
+    let name = function_name(f);
+    let star = matches!(&f.args, ast::FunctionArguments::List(l) if l.args.iter().any(|a| matches!(a, ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard))));
+    let args = function_args(f);
+    let mut vals = Vec::new();
+    if !star {
+        let arg = args
+            .first()
+            .ok_or_else(|| SqlError::new("42883", format!("function {name}() does not exist")))?;
+        for r in rows {
+            let v = eval(
+                arg,
+                &Scope {
+                    columns: cols,
+                    row: Some(r),
+                    params,
+                    now,
+                    setting: get,
+                },
+            )?;
+            if !v.is_null() {
+                vals.push(v);
+            }
+        }
+    }
+    Ok(match name.as_str() {
+        "count" => Datum::Int8(if star { rows.len() } else { vals.len() } as i64),
+        "min" => vals
+            .into_iter()
+            .min_by(walrus_engine::access::datum::compare_datums)
+            .unwrap_or(Datum::Null),
+        "max" => vals
+            .into_iter()
+            .max_by(walrus_engine::access::datum::compare_datums)
+            .unwrap_or(Datum::Null),
+        "sum" | "avg" => {
+            if vals.is_empty() {
+                return Ok(Datum::Null);
+            }
+            let ints: Option<Vec<i64>> = vals
+                .iter()
+                .map(|v| match v {
+                    Datum::Int2(x) => Some(*x as i64),
+                    Datum::Int4(x) => Some(*x as i64),
+                    Datum::Int8(x) => Some(*x),
+                    _ => None,
+                })
+                .collect();
+            match ints {
+                Some(is) => {
+                    let total: i128 = is.iter().map(|&x| x as i128).sum();
+                    if name == "sum" {
+                        if matches!(vals[0], Datum::Int8(_)) {
+                            Datum::Numeric(total.to_string())
+                        } else {
+                            Datum::Int8(
+                                i64::try_from(total)
+                                    .map_err(|_| SqlError::new("22003", "bigint out of range"))?,
+                            )
+                        }
+                    } else {
+                        Datum::Numeric(
+                            format!("{:.16}", total as f64 / is.len() as f64)
+                                .trim_end_matches('0')
+                                .trim_end_matches('.')
+                                .to_string(),
+                        )
+                    }
+                }
+                None => {
+                    let fs: Vec<f64> = vals
+                        .iter()
+                        .filter_map(|v| match v {
+                            Datum::Float8(x) => Some(*x),
+                            Datum::Numeric(s) => s.parse().ok(),
+                            _ => None,
+                        })
+                        .collect();
+                    if fs.len() != vals.len() {
+                        return Err(SqlError::new(
+                            "42883",
+                            format!("function {name} does not exist for this type"),
+                        ));
+                    }
+                    let total: f64 = fs.iter().sum();
+                    Datum::Float8(if name == "sum" {
+                        total
+                    } else {
+                        total / fs.len() as f64
+                    })
+                }
+            }
+        }
+        _ => unreachable!("checked by is_aggregate"),
+    })
+}
+
+fn output_name(e: &Expr) -> String {
+    match e {
+        Expr::Identifier(i) => ident(i),
+        Expr::CompoundIdentifier(ids) => ids.last().map(ident).unwrap_or_default(),
+        Expr::Function(f) => function_name(f),
+        Expr::Cast {
+            expr, data_type, ..
+        } => match expr.as_ref() {
+            Expr::Identifier(_) | Expr::Function(_) => output_name(expr),
+            _ => data_type
+                .to_string()
+                .to_ascii_lowercase()
+                .split('(')
+                .next()
+                .unwrap_or("?column?")
+                .to_string(),
+        },
+        Expr::Nested(i) => output_name(i),
+        _ => "?column?".to_string(),
+    }
+}
+
+/// The result type of an expression when it can be known without rows.
+fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
+    match e {
+        Expr::Identifier(i) => cols.iter().find(|c| c.name == ident(i)).map(|c| c.ty),
+        Expr::CompoundIdentifier(ids) => ids
+            .last()
+            .and_then(|i| cols.iter().find(|c| c.name == ident(i)).map(|c| c.ty)),
+        Expr::Cast { data_type, .. } => type_from_sql(data_type).ok(),
+        Expr::Nested(i) => static_type(i, cols),
+        Expr::Function(f) => match function_name(f).as_str() {
+            "count" => Some(TypeId::Int8),
+            "avg" => Some(TypeId::Numeric),
+            "now" | "current_timestamp" => Some(TypeId::TimestampTz),
+            "min" | "max" => function_args(f).first().and_then(|a| static_type(a, cols)),
+            "sum" => function_args(f)
+                .first()
+                .and_then(|a| static_type(a, cols))
+                .map(|t| match t {
+                    TypeId::Int2 | TypeId::Int4 => TypeId::Int8,
+                    TypeId::Int8 => TypeId::Numeric,
+                    other => other,
+                }),
+            "current_setting" | "version" | "repeat" | "lower" | "upper" => Some(TypeId::Text),
+            _ => None,
+        },
+        Expr::Value(v) => match &v.value {
+            ast::Value::Number(n, _) => Some(if n.parse::<i32>().is_ok() {
+                TypeId::Int4
+            } else if n.parse::<i64>().is_ok() {
+                TypeId::Int8
+            } else {
+                TypeId::Numeric
+            }),
+            ast::Value::SingleQuotedString(_) => Some(TypeId::Text),
+            ast::Value::Boolean(_) => Some(TypeId::Bool),
+            _ => None,
+        },
+        Expr::BinaryOp { op, left, right } => match op {
+            ast::BinaryOperator::Eq
+            | ast::BinaryOperator::NotEq
+            | ast::BinaryOperator::Lt
+            | ast::BinaryOperator::LtEq
+            | ast::BinaryOperator::Gt
+            | ast::BinaryOperator::GtEq
+            | ast::BinaryOperator::And
+            | ast::BinaryOperator::Or => Some(TypeId::Bool),
+            ast::BinaryOperator::StringConcat => Some(TypeId::Text),
+            _ => {
+                let (l, r) = (static_type(left, cols)?, static_type(right, cols)?);
+                Some(if l == TypeId::Int8 || r == TypeId::Int8 {
+                    TypeId::Int8
+                } else {
+                    l
+                })
+            }
+        },
+        _ => None,
+    }
+}

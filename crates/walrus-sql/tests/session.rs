@@ -1,0 +1,273 @@
+//! SQL sessions against a real engine: pgbench's initialization statements verbatim
+//! (DEPENDENCIES/pgbench-sql.txt), the TPC-B transaction with parameters, transaction
+//! blocks, and a table of bad statements with their PostgreSQL SQLSTATEs.
+
+use walrus_engine::access::datum::Datum;
+use walrus_engine::Engine;
+use walrus_sql::{Outcome, QueryResult, Session};
+
+fn engine(dir: &std::path::Path) -> Engine {
+    let cfg = walrus_engine::settings::default_config_text(1 << 20)
+        .replace("shared_buffers = \"128MB\"", "shared_buffers = \"8MB\"")
+        .replace(
+            "wal_sync_method = \"fdatasync\"",
+            "wal_sync_method = \"none\"",
+        );
+    Engine::init(dir, Some(&cfg)).unwrap();
+    Engine::open(dir).unwrap().0
+}
+
+fn ok(s: &mut Session, sql: &str) -> QueryResult {
+    let mut r = s.execute(sql, &[]);
+    assert_eq!(r.len(), 1, "{sql}");
+    match r.pop().unwrap() {
+        Ok(Outcome::Done(q)) => q,
+        other => panic!("{sql}: {other:?}"),
+    }
+}
+
+fn err(s: &mut Session, sql: &str) -> &'static str {
+    match s.execute(sql, &[]).pop().unwrap() {
+        Err(e) => e.sqlstate,
+        Ok(o) => panic!("{sql} should fail, got {o:?}"),
+    }
+}
+
+fn scalar(s: &mut Session, sql: &str) -> Datum {
+    let q = ok(s, sql);
+    assert_eq!(q.rows.len(), 1, "{sql}: {q:?}");
+    q.rows[0][0].clone()
+}
+
+#[test]
+fn pgbench_init_and_tpcb_transactions() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = Session::new(e.clone());
+    ok(
+        &mut s,
+        "drop table if exists pgbench_accounts, pgbench_branches, pgbench_history, pgbench_tellers",
+    );
+    ok(&mut s, "create table pgbench_history(tid int,bid int,aid    int,delta int,mtime timestamp,filler char(22))");
+    ok(&mut s, "create table pgbench_tellers(tid int not null,bid int,tbalance int,filler char(84)) with (fillfactor=100)");
+    ok(&mut s, "create table pgbench_accounts(aid    int not null,bid int,abalance int,filler char(84)) with (fillfactor=100)");
+    ok(&mut s, "create table pgbench_branches(bid int not null,bbalance int,filler char(88)) with (fillfactor=100)");
+    assert_eq!(ok(&mut s, "begin").tag, "BEGIN");
+    assert_eq!(s.transaction_status(), b'T');
+    ok(
+        &mut s,
+        "truncate table pgbench_accounts, pgbench_branches, pgbench_history, pgbench_tellers",
+    );
+    ok(
+        &mut s,
+        "insert into pgbench_branches(bid,bbalance) values(1,0)",
+    );
+    for t in 1..=10 {
+        ok(
+            &mut s,
+            &format!("insert into pgbench_tellers(tid,bid,tbalance) values ({t},1,0)"),
+        );
+    }
+    match s
+        .execute("copy pgbench_accounts from stdin with (freeze on)", &[])
+        .pop()
+        .unwrap()
+    {
+        Ok(Outcome::CopyIn { table, columns }) => {
+            let mut data = String::new();
+            for aid in 1..=1000 {
+                data.push_str(&format!("{aid}\t1\t0\t{}\n", " ".repeat(84)));
+            }
+            data.push_str("\\.\n");
+            assert_eq!(s.copy_in(&table, &columns, &data).unwrap().tag, "COPY 1000");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(ok(&mut s, "commit").tag, "COMMIT");
+    assert_eq!(s.transaction_status(), b'I');
+    for t in [
+        "pgbench_branches",
+        "pgbench_tellers",
+        "pgbench_accounts",
+        "pgbench_history",
+    ] {
+        assert_eq!(ok(&mut s, &format!("vacuum analyze {t}")).tag, "VACUUM");
+    }
+    ok(&mut s, "alter table pgbench_branches add primary key (bid)");
+    ok(&mut s, "alter table pgbench_tellers add primary key (tid)");
+    ok(&mut s, "alter table pgbench_accounts add primary key (aid)");
+    assert_eq!(
+        scalar(&mut s, "select count(*) from pgbench_accounts"),
+        Datum::Int8(1000)
+    );
+
+    // The tpcb-like script, as pgbench -M prepared sends it (parameters bound).
+    let mut total = 0i64;
+    for i in 0..50i32 {
+        let (aid, tid, delta) = (
+            Datum::Int4(i * 17 % 1000 + 1),
+            Datum::Int4(i % 10 + 1),
+            Datum::Int4(i * 31 % 5001 - 2500),
+        );
+        total += (i * 31 % 5001 - 2500) as i64;
+        ok(&mut s, "BEGIN;");
+        let p = [delta.clone(), aid.clone()];
+        assert!(
+            matches!(s.execute("UPDATE pgbench_accounts SET abalance = abalance + $1 WHERE aid = $2;", &p).pop(), Some(Ok(Outcome::Done(QueryResult { ref tag, .. }))) if tag == "UPDATE 1")
+        );
+        let r = s
+            .execute(
+                "SELECT abalance FROM pgbench_accounts WHERE aid = $1;",
+                std::slice::from_ref(&aid),
+            )
+            .pop()
+            .unwrap()
+            .unwrap();
+        assert!(matches!(r, Outcome::Done(ref q) if q.rows.len() == 1));
+        s.execute(
+            "UPDATE pgbench_tellers SET tbalance = tbalance + $1 WHERE tid = $2;",
+            &[delta.clone(), tid.clone()],
+        )
+        .pop()
+        .unwrap()
+        .unwrap();
+        s.execute(
+            "UPDATE pgbench_branches SET bbalance = bbalance + $1 WHERE bid = $2;",
+            &[delta.clone(), Datum::Int4(1)],
+        )
+        .pop()
+        .unwrap()
+        .unwrap();
+        s.execute(
+            "INSERT INTO pgbench_history (tid, bid, aid, delta, mtime) VALUES ($1, $2, $3, $4, CURRENT_TIMESTAMP);",
+            &[tid, Datum::Int4(1), aid, delta],
+        )
+        .pop()
+        .unwrap()
+        .unwrap();
+        ok(&mut s, "END;");
+    }
+    let sums: Vec<Datum> = [
+        "select sum(abalance) from pgbench_accounts",
+        "select sum(tbalance) from pgbench_tellers",
+        "select sum(bbalance) from pgbench_branches",
+        "select sum(delta) from pgbench_history",
+    ]
+    .iter()
+    .map(|q| scalar(&mut s, q))
+    .collect();
+    assert!(
+        sums.iter().all(|d| *d == Datum::Int8(total)),
+        "{sums:?} vs {total}"
+    );
+    // select-only script and ordering/limit.
+    let q = ok(&mut s, "select aid, abalance from pgbench_accounts where aid >= 10 and aid < 20 order by aid desc limit 3");
+    assert_eq!(
+        q.rows.iter().map(|r| r[0].clone()).collect::<Vec<_>>(),
+        vec![Datum::Int4(19), Datum::Int4(18), Datum::Int4(17)]
+    );
+    assert_eq!(q.columns[0].name, "aid");
+    e.shutdown().unwrap();
+}
+
+#[test]
+fn expressions_settings_and_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = Session::new(e.clone());
+    assert_eq!(scalar(&mut s, "select 1"), Datum::Int4(1));
+    assert_eq!(scalar(&mut s, "select 2 + 3 * 4"), Datum::Int4(14));
+    assert_eq!(
+        scalar(&mut s, "select repeat('ab', 3)"),
+        Datum::Text("ababab".into())
+    );
+    assert_eq!(
+        scalar(&mut s, "select current_setting('server_version')"),
+        Datum::Text("15.18".into())
+    );
+    assert_eq!(ok(&mut s, "set synchronous_commit = off").tag, "SET");
+    assert_eq!(
+        scalar(&mut s, "show synchronous_commit"),
+        Datum::Text("off".into())
+    );
+    assert_eq!(scalar(&mut s, "select '7'::int8 + 1"), Datum::Int8(8));
+    assert_eq!(
+        scalar(&mut s, "select 1 = 1 and not false"),
+        Datum::Bool(true)
+    );
+    ok(
+        &mut s,
+        "create table t (id bigint primary key, name text, price numeric, at timestamp)",
+    );
+    ok(&mut s, "insert into t values (1, 'one', 1.5, '2026-11-22 10:00:00'), (2, 'two', 2.25, now()), (3, null, null, null)");
+    assert_eq!(scalar(&mut s, "select count(name) from t"), Datum::Int8(2));
+    assert_eq!(scalar(&mut s, "select max(id) from t"), Datum::Int8(3));
+    assert_eq!(
+        scalar(&mut s, "select name from t where id = 1"),
+        Datum::Text("one".into())
+    );
+    assert_eq!(
+        ok(&mut s, "select * from t where name is null").rows.len(),
+        1
+    );
+    assert_eq!(ok(&mut s, "delete from t where id = 3").tag, "DELETE 1");
+    // A failed statement inside a block aborts the block until ROLLBACK.
+    ok(&mut s, "begin");
+    ok(&mut s, "update t set name = 'uno' where id = 1");
+    assert_eq!(
+        err(&mut s, "insert into t values (2, 'dup', 0, null)"),
+        "23505"
+    );
+    assert_eq!(s.transaction_status(), b'E');
+    assert_eq!(err(&mut s, "select 1"), "25P02");
+    assert_eq!(ok(&mut s, "rollback").tag, "ROLLBACK");
+    assert_eq!(
+        scalar(&mut s, "select name from t where id = 1"),
+        Datum::Text("one".into()),
+        "the block's update was rolled back"
+    );
+    // Outside a block a failing statement leaves nothing behind.
+    assert_eq!(
+        err(
+            &mut s,
+            "insert into t values (10, 'a', 0, null), (10, 'b', 0, null)"
+        ),
+        "23505"
+    );
+    assert_eq!(ok(&mut s, "select * from t where id = 10").rows.len(), 0);
+    ok(&mut s, "checkpoint");
+    e.shutdown().unwrap();
+}
+
+#[test]
+fn bad_statements_get_postgres_sqlstates() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = Session::new(e.clone());
+    ok(
+        &mut s,
+        "create table k (a int primary key, b text not null)",
+    );
+    let cases: &[(&str, &str)] = &[
+        ("selec 1", "42601"),
+        ("select (1", "42601"),
+        ("select * from nosuch", "42P01"),
+        ("select nosuch from k", "42703"),
+        ("insert into k values (1, null)", "23502"),
+        ("insert into k values ('x', 'y')", "22P02"),
+        ("select 1/0", "22012"),
+        ("select 2147483647 + 1", "22003"),
+        ("create table k (a int)", "42P07"),
+        ("copy k to stdout", "0A000"),
+        ("grant all on k to bob", "0A000"),
+        ("select nosuchfn(1)", "42883"),
+        ("show nosuchsetting", "42704"),
+        ("vacuum nosuch", "42P01"),
+    ];
+    for (sql, want) in cases {
+        assert_eq!(err(&mut s, sql), *want, "{sql}");
+        assert_eq!(s.transaction_status(), b'I', "session usable after {sql}");
+    }
+    assert_eq!(scalar(&mut s, "select 1"), Datum::Int4(1));
+    e.shutdown().unwrap();
+}
