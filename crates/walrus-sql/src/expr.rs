@@ -346,6 +346,18 @@ fn arith(l: &Datum, r: &Datum, op: &BinaryOperator) -> SqlResult<Datum> {
     if l.is_null() || r.is_null() {
         return Ok(Datum::Null);
     }
+    // An untyped parameter or literal ('5', $1 sent as text) takes the other side's type.
+    match (l, r) {
+        (Datum::Text(t), other) if other.type_id().is_some_and(|ty| ty != TypeId::Text) => {
+            let ty = other.type_id().unwrap_or(TypeId::Text);
+            return arith(&parse_text(ty, t)?, r, op);
+        }
+        (other, Datum::Text(t)) if other.type_id().is_some_and(|ty| ty != TypeId::Text) => {
+            let ty = other.type_id().unwrap_or(TypeId::Text);
+            return arith(l, &parse_text(ty, t)?, op);
+        }
+        _ => {}
+    }
     let overflow = || SqlError::new("22003", "integer out of range");
     if let (Some(a), Some(b)) = (as_i64(l), as_i64(r)) {
         let v = match op {

@@ -201,6 +201,167 @@ impl Session {
         out
     }
 
+    /// Extended protocol Describe of a statement: the parameter types (inferred from
+    /// where each `$n` is used: compared with or assigned to a column, a LIMIT, an
+    /// INSERT target; text otherwise) and, for a SELECT, its result columns.
+    pub fn describe(
+        &mut self,
+        sql: &str,
+        declared: &[Option<TypeId>],
+    ) -> SqlResult<(Vec<TypeId>, Option<Vec<Column>>)> {
+        let parsed = self.parse(sql)?;
+        let mut types: Vec<Option<TypeId>> = declared.to_vec();
+        let mut columns = None;
+        if let [Parsed::Sql(st)] = parsed.as_slice() {
+            self.infer_params(st, &mut types);
+            if let Statement::Query(q) = st.as_ref() {
+                if !self.failed {
+                    let n = types.len();
+                    let nulls = vec![Datum::Null; n];
+                    let r = self.select(q, &nulls);
+                    if !self.in_block {
+                        if let Some(t) = self.txn.take() {
+                            let _ = t.rollback();
+                        }
+                    }
+                    columns = Some(r?.columns);
+                }
+            }
+        }
+        Ok((
+            types
+                .into_iter()
+                .map(|t| t.unwrap_or(TypeId::Text))
+                .collect(),
+            columns,
+        ))
+    }
+
+    fn infer_params(&mut self, st: &Statement, types: &mut Vec<Option<TypeId>>) {
+        let note = |n: usize, ty: TypeId, types: &mut Vec<Option<TypeId>>| {
+            if n == 0 {
+                return;
+            }
+            if types.len() < n {
+                types.resize(n, None);
+            }
+            if types[n - 1].is_none() {
+                types[n - 1] = Some(ty);
+            }
+        };
+        let placeholder = |e: &Expr| match e {
+            Expr::Value(v) => match &v.value {
+                ast::Value::Placeholder(p) => p.trim_start_matches('$').parse::<usize>().ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        let table_of = |s: &mut Session, name: &str| s.txn().table(name).ok();
+        let (def, extra): (Option<std::sync::Arc<TableDef>>, Vec<(usize, TypeId)>) = match st {
+            Statement::Insert(ins) => {
+                let name = match &ins.table {
+                    ast::TableObject::TableName(n) => object_name(n),
+                    _ => String::new(),
+                };
+                let def = table_of(self, &name);
+                let mut extra = Vec::new();
+                if let (Some(d), Some(src)) = (&def, &ins.source) {
+                    if let SetExpr::Values(v) = src.body.as_ref() {
+                        let targets: Vec<usize> = if ins.columns.is_empty() {
+                            (0..d.columns.len()).collect()
+                        } else {
+                            ins.columns
+                                .iter()
+                                .filter_map(|c| d.column_index(&object_name(c)))
+                                .collect()
+                        };
+                        for row in &v.rows {
+                            for (e, &ci) in row.iter().zip(&targets) {
+                                if let Some(n) = placeholder(e) {
+                                    extra.push((n, d.columns[ci].ty));
+                                }
+                            }
+                        }
+                    }
+                }
+                (def, extra)
+            }
+            Statement::Update(u) => {
+                let def = match &u.table.relation {
+                    TableFactor::Table { name, .. } => table_of(self, &object_name(name)),
+                    _ => None,
+                };
+                let mut extra = Vec::new();
+                if let Some(d) = &def {
+                    for a in &u.assignments {
+                        if let ast::AssignmentTarget::ColumnName(n) = &a.target {
+                            if let (Some(ci), Some(p)) =
+                                (d.column_index(&object_name(n)), placeholder(&a.value))
+                            {
+                                extra.push((p, d.columns[ci].ty));
+                            }
+                        }
+                    }
+                }
+                (def, extra)
+            }
+            Statement::Query(q) => {
+                let mut def = None;
+                if let SetExpr::Select(sel) = q.body.as_ref() {
+                    if let [t] = sel.from.as_slice() {
+                        if let TableFactor::Table { name, .. } = &t.relation {
+                            def = table_of(self, &object_name(name));
+                        }
+                    }
+                }
+                let mut extra = Vec::new();
+                if let Some(ast::LimitClause::LimitOffset { limit: Some(l), .. }) = &q.limit_clause
+                {
+                    if let Some(p) = placeholder(l) {
+                        extra.push((p, TypeId::Int8));
+                    }
+                }
+                (def, extra)
+            }
+            Statement::Delete(d) => {
+                let from = match &d.from {
+                    ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => {
+                        f.clone()
+                    }
+                };
+                let def = match from.first().map(|t| &t.relation) {
+                    Some(TableFactor::Table { name, .. }) => table_of(self, &object_name(name)),
+                    _ => None,
+                };
+                (def, Vec::new())
+            }
+            _ => (None, Vec::new()),
+        };
+        for (n, ty) in extra {
+            note(n, ty, types);
+        }
+        // `column <op> $n` anywhere in the statement gives $n the column's type.
+        if let Some(d) = def {
+            let _ = ast::visit_expressions(st, |e| {
+                if let Expr::BinaryOp { left, right, .. } = e {
+                    for (a, b) in [(left, right), (right, left)] {
+                        let col = match a.as_ref() {
+                            Expr::Identifier(i) => d.column_index(&ident(i)),
+                            Expr::CompoundIdentifier(ids) => {
+                                ids.last().and_then(|i| d.column_index(&ident(i)))
+                            }
+                            _ => None,
+                        };
+                        if let (Some(ci), Some(p)) = (col, placeholder(b)) {
+                            note(p, d.columns[ci].ty, types);
+                        }
+                    }
+                }
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+        }
+    }
+
     fn parse(&self, sql: &str) -> SqlResult<Vec<Parsed>> {
         let w = first_words(sql, 3);
         let Some(first) = w.first() else {
@@ -459,16 +620,27 @@ impl Session {
         }
     }
 
-    /// Loads COPY text-format data into `table` (the rows between CopyIn and CopyDone;
-    /// a final `\.` line is accepted, as pgbench sends one).
+    /// Loads COPY text-format data into `table` in one call (the rows between CopyIn and
+    /// CopyDone; a final `\.` line is accepted, as pgbench sends one).
     pub fn copy_in(
         &mut self,
         table: &str,
         columns: &[String],
         data: &str,
     ) -> SqlResult<QueryResult> {
-        let r = self.copy_rows(table, columns, data);
-        match r {
+        let n = self.copy_chunk(table, columns, data);
+        self.copy_finish(n)
+    }
+
+    /// Loads complete lines of COPY data; call [`Session::copy_finish`] at CopyDone.
+    pub fn copy_chunk(&mut self, table: &str, columns: &[String], data: &str) -> SqlResult<u64> {
+        self.copy_rows(table, columns, data)
+    }
+
+    /// Ends a COPY: commits its implicit transaction (or marks the block failed) and
+    /// returns the `COPY n` result.
+    pub fn copy_finish(&mut self, loaded: SqlResult<u64>) -> SqlResult<QueryResult> {
+        match loaded {
             Ok(n) => {
                 if !self.in_block {
                     if let Some(t) = self.txn.take() {
@@ -486,7 +658,6 @@ impl Session {
 
     fn copy_rows(&mut self, table: &str, columns: &[String], data: &str) -> SqlResult<u64> {
         let t = self.txn();
-        t.next_statement();
         let def = t.table(table)?;
         let targets: Vec<usize> = if columns.is_empty() {
             (0..def.columns.len()).collect()

@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod serve;
 mod tpcb;
 
 use std::path::PathBuf;
@@ -30,6 +31,13 @@ enum Command {
         /// WAL segment size (fixed at init), e.g. 16MB.
         #[arg(long)]
         wal_segment_size: Option<String>,
+    },
+    /// Run the PostgreSQL-compatible server (creates the data directory if missing).
+    Serve(serve::ServeArgs),
+    /// Stop the server running on a data directory (SIGTERM; it checkpoints and exits).
+    Stop {
+        #[arg(default_value = "walrus-data")]
+        dir: PathBuf,
     },
     /// Run walrus: open the data directory (creating it if missing, recovering it if it
     /// crashed), run a TPC-B-like load through the engine, and shut down cleanly.
@@ -85,6 +93,8 @@ fn main() {
             seconds,
             threads,
         } => tpcb::demo(&data, seconds, threads),
+        Command::Serve(a) => serve::serve(a),
+        Command::Stop { dir } => serve::stop(&dir),
         Command::Recover { dir } => recover(&dir),
         Command::Verify { dir } => verify(&dir),
         Command::Bench { which } => bench::run(which),

@@ -1,0 +1,584 @@
+//! One client connection: startup, then the simple and extended query protocols and
+//! COPY FROM STDIN, until Terminate or an error.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+
+use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::Engine;
+use walrus_sql::value::{format_text, parse_text};
+use walrus_sql::{Column, Outcome, QueryResult, Session, SqlError};
+
+use crate::protocol::{read_message, read_startup, Message, Out, Reader, StartupPacket};
+use crate::CancelRegistry;
+
+struct Prepared {
+    sql: String,
+    param_types: Vec<Option<TypeId>>,
+}
+
+struct Portal {
+    sql: String,
+    params: Vec<Datum>,
+    result_formats: Vec<i16>,
+    /// Result computed at Describe time (Describe must report the row shape, which
+    /// walrus learns by running the statement), sent by the following Execute.
+    done: Option<Result<QueryResult, SqlError>>,
+}
+
+fn type_oid(t: TypeId) -> u32 {
+    t.pg_oid()
+}
+
+fn type_from_oid(oid: u32) -> Option<TypeId> {
+    Some(match oid {
+        16 => TypeId::Bool,
+        21 => TypeId::Int2,
+        23 => TypeId::Int4,
+        20 => TypeId::Int8,
+        701 | 700 => TypeId::Float8,
+        1700 => TypeId::Numeric,
+        25 | 1043 | 1042 => TypeId::Text,
+        1114 => TypeId::Timestamp,
+        1184 => TypeId::TimestampTz,
+        1082 => TypeId::Date,
+        _ => return None,
+    })
+}
+
+fn encode(d: &Datum, binary: bool) -> Result<Option<Vec<u8>>, SqlError> {
+    if !binary {
+        return Ok(format_text(d).map(String::into_bytes));
+    }
+    Ok(Some(match d {
+        Datum::Null => return Ok(None),
+        Datum::Bool(b) => vec![*b as u8],
+        Datum::Int2(v) => v.to_be_bytes().to_vec(),
+        Datum::Int4(v) => v.to_be_bytes().to_vec(),
+        Datum::Int8(v) => v.to_be_bytes().to_vec(),
+        Datum::Float8(v) => v.to_be_bytes().to_vec(),
+        Datum::Text(s) => s.as_bytes().to_vec(),
+        Datum::Timestamp(v) | Datum::TimestampTz(v) => v.to_be_bytes().to_vec(),
+        Datum::Date(v) => v.to_be_bytes().to_vec(),
+        Datum::Numeric(_) => {
+            return Err(SqlError::unsupported(
+                "binary output of numeric is not supported; request text format",
+            ))
+        }
+    }))
+}
+
+fn decode_param(bytes: &[u8], binary: bool, ty: Option<TypeId>) -> Result<Datum, SqlError> {
+    let proto = |m: &str| SqlError::new("08P01", m.to_string());
+    if !binary {
+        let s = std::str::from_utf8(bytes)
+            .map_err(|_| SqlError::new("22021", "invalid UTF-8 in parameter"))?;
+        return match ty {
+            Some(t) => parse_text(t, s),
+            None => Ok(Datum::Text(s.to_string())),
+        };
+    }
+    let ty = ty.ok_or_else(|| proto("binary parameter of unknown type"))?;
+    let fixed = |n: usize| -> Result<&[u8], SqlError> {
+        if bytes.len() == n {
+            Ok(bytes)
+        } else {
+            Err(SqlError::new(
+                "22P03",
+                format!(
+                    "incorrect binary data format: {} bytes for {}",
+                    bytes.len(),
+                    ty.name()
+                ),
+            ))
+        }
+    };
+    Ok(match ty {
+        TypeId::Bool => Datum::Bool(fixed(1)?[0] != 0),
+        TypeId::Int2 => Datum::Int2(i16::from_be_bytes(
+            fixed(2)?.try_into().map_err(|_| proto("int2"))?,
+        )),
+        TypeId::Int4 => Datum::Int4(i32::from_be_bytes(
+            fixed(4)?.try_into().map_err(|_| proto("int4"))?,
+        )),
+        TypeId::Int8 => Datum::Int8(i64::from_be_bytes(
+            fixed(8)?.try_into().map_err(|_| proto("int8"))?,
+        )),
+        TypeId::Float8 => Datum::Float8(f64::from_be_bytes(
+            fixed(8)?.try_into().map_err(|_| proto("float8"))?,
+        )),
+        TypeId::Text => Datum::Text(
+            String::from_utf8(bytes.to_vec())
+                .map_err(|_| SqlError::new("22021", "invalid UTF-8 in parameter"))?,
+        ),
+        TypeId::Timestamp => Datum::Timestamp(i64::from_be_bytes(
+            fixed(8)?.try_into().map_err(|_| proto("timestamp"))?,
+        )),
+        TypeId::TimestampTz => Datum::TimestampTz(i64::from_be_bytes(
+            fixed(8)?.try_into().map_err(|_| proto("timestamptz"))?,
+        )),
+        TypeId::Date => Datum::Date(i32::from_be_bytes(
+            fixed(4)?.try_into().map_err(|_| proto("date"))?,
+        )),
+        TypeId::Numeric => {
+            return Err(SqlError::unsupported(
+                "binary numeric parameters are not supported",
+            ))
+        }
+    })
+}
+
+fn send_error(out: &mut Out, e: &SqlError) {
+    out.error(b'E', "ERROR", e.sqlstate, &e.message, e.detail.as_deref());
+}
+
+fn row_description(out: &mut Out, cols: &[Column], formats: &[i16]) {
+    let fmt = |i: usize| match formats {
+        [] => 0,
+        [one] => *one,
+        many => many.get(i).copied().unwrap_or(0),
+    };
+    let desc: Vec<(String, u32, i16)> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (c.name.clone(), type_oid(c.ty), fmt(i)))
+        .collect();
+    out.row_description(&desc);
+}
+
+fn send_rows(out: &mut Out, q: &QueryResult, formats: &[i16]) -> Result<(), SqlError> {
+    for r in &q.rows {
+        let mut vals = Vec::with_capacity(r.len());
+        for (i, d) in r.iter().enumerate() {
+            let binary = match formats {
+                [] => false,
+                [one] => *one == 1,
+                many => many.get(i).copied().unwrap_or(0) == 1,
+            };
+            vals.push(encode(d, binary)?);
+        }
+        out.data_row(&vals);
+    }
+    Ok(())
+}
+
+pub fn serve(
+    mut stream: TcpStream,
+    engine: Engine,
+    pid: i32,
+    cancel: &CancelRegistry,
+    over_limit: bool,
+) -> io::Result<()> {
+    let mut out = Out::default();
+    let params = loop {
+        match read_startup(&mut stream)? {
+            StartupPacket::Ssl | StartupPacket::GssEnc => stream.write_all(b"N")?,
+            StartupPacket::Cancel { pid, secret } => {
+                cancel.cancel((pid, secret));
+                return Ok(());
+            }
+            StartupPacket::Startup { params } => break params,
+        }
+    };
+    if over_limit {
+        out.error(
+            b'E',
+            "FATAL",
+            "53300",
+            "sorry, too many clients already",
+            None,
+        );
+        stream.write_all(&out.buf)?;
+        return Ok(());
+    }
+    let get = |k: &str| {
+        params
+            .iter()
+            .find(|(pk, _)| pk == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let user = get("user");
+    let secret = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(7) as i32)
+        ^ pid.rotate_left(13);
+    let mut session = Session::new(engine);
+    cancel.register((pid, secret), session.interrupt_flag());
+    let result = (|| {
+        out.auth_ok();
+        for (k, v) in [
+            ("application_name", get("application_name").as_str()),
+            ("client_encoding", "UTF8"),
+            ("DateStyle", "ISO, MDY"),
+            ("default_transaction_read_only", "off"),
+            ("in_hot_standby", "off"),
+            ("integer_datetimes", "on"),
+            ("IntervalStyle", "postgres"),
+            ("is_superuser", "on"),
+            ("server_encoding", "UTF8"),
+            ("server_version", walrus_sql::SERVER_VERSION),
+            ("session_authorization", user.as_str()),
+            ("standard_conforming_strings", "on"),
+            ("TimeZone", "Etc/UTC"),
+        ] {
+            out.parameter_status(k, v);
+        }
+        out.backend_key(pid, secret);
+        out.ready(b'I');
+        stream.write_all(&out.buf)?;
+        out.buf.clear();
+        run(&mut stream, &mut session, &mut out)
+    })();
+    cancel.remove((pid, secret));
+    result
+}
+
+fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()> {
+    let mut prepared: HashMap<String, Prepared> = HashMap::new();
+    let mut portals: HashMap<String, Portal> = HashMap::new();
+    let mut skip_until_sync = false;
+    loop {
+        let msg = read_message(stream)?;
+        if skip_until_sync && msg.kind != b'S' && msg.kind != b'X' {
+            continue;
+        }
+        s.interrupt_flag().store(false, Ordering::Release);
+        match msg.kind {
+            b'Q' => {
+                let sql = Reader::new(&msg.body).cstr()?;
+                simple_query(stream, s, out, &sql)?;
+                out.ready(s.transaction_status());
+                stream.write_all(&out.buf)?;
+                out.buf.clear();
+            }
+            b'P' => {
+                let mut r = Reader::new(&msg.body);
+                let name = r.cstr()?;
+                let sql = r.cstr()?;
+                let n = r.i16()?.max(0) as usize;
+                let mut param_types = Vec::with_capacity(n);
+                for _ in 0..n {
+                    param_types.push(type_from_oid(r.i32()? as u32));
+                }
+                prepared.insert(name, Prepared { sql, param_types });
+                out.simple(b'1');
+            }
+            b'B' => match bind(&msg, &prepared) {
+                Ok((name, portal)) => {
+                    portals.insert(name, portal);
+                    out.simple(b'2');
+                }
+                Err(e) => {
+                    send_error(out, &e);
+                    skip_until_sync = true;
+                }
+            },
+            b'D' => {
+                let mut r = Reader::new(&msg.body);
+                let what = r.u8()?;
+                let name = r.cstr()?;
+                if what == b'S' {
+                    let Some(p) = prepared.get(&name) else {
+                        send_error(
+                            out,
+                            &SqlError::new(
+                                "26000",
+                                format!("prepared statement \"{name}\" does not exist"),
+                            ),
+                        );
+                        skip_until_sync = true;
+                        continue;
+                    };
+                    match s.describe(&p.sql, &p.param_types) {
+                        Ok((types, cols)) => {
+                            let oids: Vec<u32> = types.iter().map(|t| type_oid(*t)).collect();
+                            out.parameter_description(&oids);
+                            match cols {
+                                Some(c) => row_description(out, &c, &[]),
+                                None => out.simple(b'n'),
+                            }
+                        }
+                        Err(e) => {
+                            send_error(out, &e);
+                            skip_until_sync = true;
+                        }
+                    }
+                } else {
+                    let Some(p) = portals.get_mut(&name) else {
+                        send_error(
+                            out,
+                            &SqlError::new("34000", format!("portal \"{name}\" does not exist")),
+                        );
+                        skip_until_sync = true;
+                        continue;
+                    };
+                    let res = run_portal(stream, s, out, &p.sql, &p.params)?;
+                    match &res {
+                        Ok(q)
+                            if !q.columns.is_empty()
+                                || q.tag.starts_with("SELECT")
+                                || q.tag == "SHOW" =>
+                        {
+                            row_description(out, &q.columns, &p.result_formats)
+                        }
+                        _ => out.simple(b'n'),
+                    }
+                    p.done = Some(res);
+                }
+            }
+            b'E' => {
+                let mut r = Reader::new(&msg.body);
+                let name = r.cstr()?;
+                let Some(p) = portals.get_mut(&name) else {
+                    send_error(
+                        out,
+                        &SqlError::new("34000", format!("portal \"{name}\" does not exist")),
+                    );
+                    skip_until_sync = true;
+                    continue;
+                };
+                let res = match p.done.take() {
+                    Some(r) => r,
+                    None => run_portal(stream, s, out, &p.sql, &p.params)?,
+                };
+                match res {
+                    Ok(q) => match send_rows(out, &q, &p.result_formats) {
+                        Ok(()) => {
+                            if q.tag.is_empty() {
+                                out.simple(b'I');
+                            } else {
+                                out.command_complete(&q.tag);
+                            }
+                        }
+                        Err(e) => {
+                            send_error(out, &e);
+                            skip_until_sync = true;
+                        }
+                    },
+                    Err(e) => {
+                        send_error(out, &e);
+                        skip_until_sync = true;
+                    }
+                }
+            }
+            b'S' => {
+                skip_until_sync = false;
+                portals.retain(|k, _| !k.is_empty());
+                out.ready(s.transaction_status());
+                stream.write_all(&out.buf)?;
+                out.buf.clear();
+            }
+            b'H' => {
+                stream.write_all(&out.buf)?;
+                out.buf.clear();
+            }
+            b'C' => {
+                let mut r = Reader::new(&msg.body);
+                let what = r.u8()?;
+                let name = r.cstr()?;
+                if what == b'S' {
+                    prepared.remove(&name);
+                } else {
+                    portals.remove(&name);
+                }
+                out.simple(b'3');
+            }
+            b'X' => return Ok(()),
+            b'd' | b'c' | b'f' => {} // stray COPY messages outside COPY are ignored, as PostgreSQL does
+            other => {
+                out.error(
+                    b'E',
+                    "FATAL",
+                    "08P01",
+                    &format!("invalid frontend message type {}", other as char),
+                    None,
+                );
+                stream.write_all(&out.buf)?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+fn bind(msg: &Message, prepared: &HashMap<String, Prepared>) -> Result<(String, Portal), SqlError> {
+    let proto = |e: io::Error| SqlError::new("08P01", e.to_string());
+    let mut r = Reader::new(&msg.body);
+    let portal = r.cstr().map_err(proto)?;
+    let stmt = r.cstr().map_err(proto)?;
+    let p = prepared.get(&stmt).ok_or_else(|| {
+        SqlError::new(
+            "26000",
+            format!("prepared statement \"{stmt}\" does not exist"),
+        )
+    })?;
+    let nf = r.i16().map_err(proto)?.max(0) as usize;
+    let mut fmts = Vec::with_capacity(nf);
+    for _ in 0..nf {
+        fmts.push(r.i16().map_err(proto)?);
+    }
+    let np = r.i16().map_err(proto)?.max(0) as usize;
+    let mut params = Vec::with_capacity(np);
+    for i in 0..np {
+        let len = r.i32().map_err(proto)?;
+        let binary = match fmts.as_slice() {
+            [] => false,
+            [one] => *one == 1,
+            many => many.get(i).copied().unwrap_or(0) == 1,
+        };
+        if len < 0 {
+            params.push(Datum::Null);
+            continue;
+        }
+        let bytes = r.bytes(len as usize).map_err(proto)?;
+        let ty = p.param_types.get(i).copied().flatten();
+        params.push(decode_param(bytes, binary, ty)?);
+    }
+    let nr = r.i16().map_err(proto)?.max(0) as usize;
+    let mut result_formats = Vec::with_capacity(nr);
+    for _ in 0..nr {
+        result_formats.push(r.i16().map_err(proto)?);
+    }
+    Ok((
+        portal,
+        Portal {
+            sql: p.sql.clone(),
+            params,
+            result_formats,
+            done: None,
+        },
+    ))
+}
+
+/// Runs one extended-protocol statement (COPY is only supported via simple query).
+fn run_portal(
+    stream: &mut TcpStream,
+    s: &mut Session,
+    out: &mut Out,
+    sql: &str,
+    params: &[Datum],
+) -> io::Result<Result<QueryResult, SqlError>> {
+    let mut results = s.execute(sql, params);
+    Ok(match results.pop() {
+        None => Ok(QueryResult::default()),
+        Some(Ok(Outcome::Done(q))) => Ok(q),
+        Some(Ok(Outcome::CopyIn { table, columns })) => copy_in(stream, s, out, &table, &columns)?,
+        Some(Err(e)) => Err(e),
+    })
+}
+
+fn simple_query(
+    stream: &mut TcpStream,
+    s: &mut Session,
+    out: &mut Out,
+    sql: &str,
+) -> io::Result<()> {
+    let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.execute(sql, &[])));
+    let results = match results {
+        Ok(r) => r,
+        Err(_) => vec![Err(SqlError::new(
+            "XX000",
+            "internal error while executing the statement",
+        ))],
+    };
+    if results.is_empty() {
+        out.simple(b'I');
+        return Ok(());
+    }
+    for r in results {
+        match r {
+            Ok(Outcome::Done(q)) => {
+                if !q.columns.is_empty() || q.tag.starts_with("SELECT") {
+                    row_description(out, &q.columns, &[]);
+                }
+                if let Err(e) = send_rows(out, &q, &[]) {
+                    send_error(out, &e);
+                    return Ok(());
+                }
+                out.command_complete(&q.tag);
+            }
+            Ok(Outcome::CopyIn { table, columns }) => {
+                match copy_in(stream, s, out, &table, &columns)? {
+                    Ok(q) => out.command_complete(&q.tag),
+                    Err(e) => {
+                        send_error(out, &e);
+                        return Ok(());
+                    }
+                }
+            }
+            Err(e) => {
+                send_error(out, &e);
+                return Ok(());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The COPY sub-protocol: CopyInResponse, then CopyData until CopyDone or CopyFail.
+/// Complete lines are loaded as they arrive, so memory stays bounded.
+fn copy_in(
+    stream: &mut TcpStream,
+    s: &mut Session,
+    out: &mut Out,
+    table: &str,
+    columns: &[String],
+) -> io::Result<Result<QueryResult, SqlError>> {
+    out.copy_in_response(columns.len());
+    stream.write_all(&out.buf)?;
+    out.buf.clear();
+    let mut pending: Vec<u8> = Vec::new();
+    let mut loaded: Result<u64, SqlError> = Ok(0);
+    loop {
+        let mut m = read_message(stream)?;
+        match m.kind {
+            b'd' => {
+                if loaded.is_err() {
+                    continue;
+                }
+                pending.append(&mut m.body);
+                if let Some(last_nl) = pending.iter().rposition(|&b| b == b'\n') {
+                    let rest = pending.split_off(last_nl + 1);
+                    let chunk = std::mem::replace(&mut pending, rest);
+                    let r = match std::str::from_utf8(&chunk) {
+                        Ok(text) => s.copy_chunk(table, columns, text),
+                        Err(_) => Err(SqlError::new(
+                            "22021",
+                            "invalid byte sequence for encoding \"UTF8\"",
+                        )),
+                    };
+                    loaded = match (loaded, r) {
+                        (Ok(a), Ok(b)) => Ok(a + b),
+                        (_, Err(e)) | (Err(e), _) => Err(e),
+                    };
+                }
+            }
+            b'c' => {
+                if !pending.is_empty() && loaded.is_ok() {
+                    let text = String::from_utf8_lossy(&pending).into_owned();
+                    loaded = s
+                        .copy_chunk(table, columns, &text)
+                        .and_then(|b| loaded.map(|a| a + b));
+                }
+                return Ok(s.copy_finish(loaded));
+            }
+            b'f' => {
+                let why = Reader::new(&m.body).cstr().unwrap_or_default();
+                return Ok(s.copy_finish(Err(SqlError::new(
+                    "57014",
+                    format!("COPY from stdin failed: {why}"),
+                ))));
+            }
+            b'H' | b'S' => {}
+            other => {
+                return Ok(s.copy_finish(Err(SqlError::new(
+                    "08P01",
+                    format!("unexpected message type {} during COPY", other as char),
+                ))));
+            }
+        }
+    }
+}

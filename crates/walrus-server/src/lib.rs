@@ -1,0 +1,128 @@
+//! walrus-server: the PostgreSQL wire protocol v3 in front of `walrus-sql` sessions.
+//!
+//! One OS thread per connection with blocking socket I/O (at most `max_connections`,
+//! default 100): sessions call the synchronous engine directly, and a commit waiting
+//! for its WAL flush parks only its own thread while the group-commit leader syncs for
+//! everyone. The protocol codec is walrus's own (`protocol.rs`, ~300 lines) rather than
+//! the pgwire crate: walrus must own the startup parameters, the transaction status byte,
+//! the buffering of extended-protocol replies until Sync and the cancel flag — the parts
+//! DEPENDENCIES.md found pgwire gets wrong or that have to be overridden anyway.
+//!
+//! A malformed message or an I/O error ends only that connection; a panic in a session
+//! is caught and reported to that client as XX000 (the engine's own invariants abort the
+//! whole process instead, see `buffer::PageWrite`).
+
+#![forbid(unsafe_code)]
+
+mod connection;
+pub mod protocol;
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use walrus_engine::Engine;
+
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub max_connections: usize,
+}
+
+/// Cancel keys of the live sessions: (pid, secret) → the session's interrupt flag.
+#[derive(Default)]
+pub struct CancelRegistry {
+    sessions: Mutex<HashMap<(i32, i32), Arc<AtomicBool>>>,
+}
+
+impl CancelRegistry {
+    fn register(&self, key: (i32, i32), flag: Arc<AtomicBool>) {
+        self.sessions.lock().insert(key, flag);
+    }
+    fn remove(&self, key: (i32, i32)) {
+        self.sessions.lock().remove(&key);
+    }
+    fn cancel(&self, key: (i32, i32)) -> bool {
+        match self.sessions.lock().get(&key) {
+            Some(f) => {
+                f.store(true, Ordering::Release);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+pub struct Server {
+    engine: Engine,
+    listener: TcpListener,
+    max_connections: usize,
+    active: Arc<AtomicUsize>,
+    next_pid: AtomicI32,
+    cancel: Arc<CancelRegistry>,
+}
+
+impl Server {
+    pub fn bind(engine: Engine, cfg: &ServerConfig) -> std::io::Result<Server> {
+        let listener = TcpListener::bind(cfg.listen)?;
+        listener.set_nonblocking(true)?;
+        Ok(Server {
+            engine,
+            listener,
+            max_connections: cfg.max_connections,
+            active: Arc::new(AtomicUsize::new(0)),
+            next_pid: AtomicI32::new(1000),
+            cancel: Arc::new(CancelRegistry::default()),
+        })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Accepts connections until `shutdown` is set, then waits (bounded) for sessions to
+    /// end.
+    pub fn run(&self, shutdown: &AtomicBool) {
+        while !shutdown.load(Ordering::Acquire) {
+            match self.listener.accept() {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nonblocking(false);
+                    let _ = stream.set_nodelay(true);
+                    let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
+                    let over = self.active.load(Ordering::Acquire) >= self.max_connections;
+                    let engine = self.engine.clone();
+                    let active = self.active.clone();
+                    let cancel = self.cancel.clone();
+                    active.fetch_add(1, Ordering::AcqRel);
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("walrus-conn-{pid}"))
+                        .spawn(move || {
+                            tracing::debug!("connection {pid} from {peer}");
+                            if let Err(e) = connection::serve(stream, engine, pid, &cancel, over) {
+                                tracing::debug!("connection {pid} ended: {e}");
+                            }
+                            active.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    if spawned.is_err() {
+                        self.active.fetch_sub(1, Ordering::AcqRel);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+        for _ in 0..250 {
+            if self.active.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}

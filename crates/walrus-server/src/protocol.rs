@@ -1,0 +1,271 @@
+//! PostgreSQL frontend/backend protocol v3: reading frontend messages and building
+//! backend messages into an output buffer. Replies are buffered and written once per
+//! Sync (or per simple Query), so the extended protocol costs one `write` per
+//! round trip (DEPENDENCIES §1.4 measured pgwire's four).
+//!
+//! Every length read from the network is checked against `MESSAGE_BYTES_MAX` before
+//! any allocation; a malformed message closes only its own connection.
+
+use std::io::{self, Read};
+
+/// Largest frontend message accepted (COPY data arrives in many messages).
+pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
+
+pub const SSL_REQUEST: i32 = 80_877_103;
+pub const GSSENC_REQUEST: i32 = 80_877_104;
+pub const CANCEL_REQUEST: i32 = 80_877_102;
+pub const PROTOCOL_3_0: i32 = 196_608;
+
+fn bad(msg: impl Into<String>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, msg.into())
+}
+
+/// The first packet of a connection (no type byte).
+pub enum StartupPacket {
+    Ssl,
+    GssEnc,
+    Cancel { pid: i32, secret: i32 },
+    Startup { params: Vec<(String, String)> },
+}
+
+pub fn read_startup(r: &mut impl Read) -> io::Result<StartupPacket> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = i32::from_be_bytes(len);
+    if !(8..=10_000).contains(&len) {
+        return Err(bad(format!("invalid startup packet length {len}")));
+    }
+    let mut body = vec![0u8; len as usize - 4];
+    r.read_exact(&mut body)?;
+    let code = i32::from_be_bytes([body[0], body[1], body[2], body[3]]);
+    match code {
+        SSL_REQUEST => Ok(StartupPacket::Ssl),
+        GSSENC_REQUEST => Ok(StartupPacket::GssEnc),
+        CANCEL_REQUEST if body.len() >= 12 => Ok(StartupPacket::Cancel {
+            pid: i32::from_be_bytes([body[4], body[5], body[6], body[7]]),
+            secret: i32::from_be_bytes([body[8], body[9], body[10], body[11]]),
+        }),
+        PROTOCOL_3_0 => {
+            let mut params = Vec::new();
+            let mut parts = body[4..].split(|&b| b == 0);
+            while let Some(k) = parts.next() {
+                if k.is_empty() {
+                    break;
+                }
+                let v = parts
+                    .next()
+                    .ok_or_else(|| bad("startup parameter without value"))?;
+                params.push((
+                    String::from_utf8_lossy(k).into_owned(),
+                    String::from_utf8_lossy(v).into_owned(),
+                ));
+            }
+            Ok(StartupPacket::Startup { params })
+        }
+        other => Err(bad(format!(
+            "unsupported frontend protocol {}.{}",
+            other >> 16,
+            other & 0xFFFF
+        ))),
+    }
+}
+
+/// One frontend message: its type byte and body.
+pub struct Message {
+    pub kind: u8,
+    pub body: Vec<u8>,
+}
+
+pub fn read_message(r: &mut impl Read) -> io::Result<Message> {
+    let mut hdr = [0u8; 5];
+    r.read_exact(&mut hdr)?;
+    let len = i32::from_be_bytes([hdr[1], hdr[2], hdr[3], hdr[4]]);
+    if len < 4 || len as usize > MESSAGE_BYTES_MAX {
+        return Err(bad(format!("invalid message length {len}")));
+    }
+    let mut body = vec![0u8; len as usize - 4];
+    r.read_exact(&mut body)?;
+    Ok(Message { kind: hdr[0], body })
+}
+
+/// A cursor over a message body; every read is bounds-checked.
+pub struct Reader<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(b: &'a [u8]) -> Reader<'a> {
+        Reader { b, at: 0 }
+    }
+    pub fn cstr(&mut self) -> io::Result<String> {
+        let rest = &self.b[self.at..];
+        let end = rest
+            .iter()
+            .position(|&c| c == 0)
+            .ok_or_else(|| bad("unterminated string"))?;
+        let s = std::str::from_utf8(&rest[..end])
+            .map_err(|_| bad("invalid UTF-8 in string"))?
+            .to_string();
+        self.at += end + 1;
+        Ok(s)
+    }
+    pub fn i16(&mut self) -> io::Result<i16> {
+        let s = self.bytes(2)?;
+        Ok(i16::from_be_bytes([s[0], s[1]]))
+    }
+    pub fn i32(&mut self) -> io::Result<i32> {
+        let s = self.bytes(4)?;
+        Ok(i32::from_be_bytes([s[0], s[1], s[2], s[3]]))
+    }
+    pub fn u8(&mut self) -> io::Result<u8> {
+        Ok(self.bytes(1)?[0])
+    }
+    pub fn bytes(&mut self, n: usize) -> io::Result<&'a [u8]> {
+        let end = self
+            .at
+            .checked_add(n)
+            .filter(|&e| e <= self.b.len())
+            .ok_or_else(|| bad("message too short"))?;
+        let s = &self.b[self.at..end];
+        self.at = end;
+        Ok(s)
+    }
+}
+
+/// Builds backend messages into one buffer.
+#[derive(Default)]
+pub struct Out {
+    pub buf: Vec<u8>,
+}
+
+impl Out {
+    fn begin(&mut self, kind: u8) -> usize {
+        self.buf.push(kind);
+        let at = self.buf.len();
+        self.buf.extend_from_slice(&[0, 0, 0, 0]);
+        at
+    }
+    fn end(&mut self, at: usize) {
+        let len = (self.buf.len() - at) as i32;
+        self.buf[at..at + 4].copy_from_slice(&len.to_be_bytes());
+    }
+    fn cstr(&mut self, s: &str) {
+        self.buf.extend_from_slice(s.as_bytes());
+        self.buf.push(0);
+    }
+    pub fn simple(&mut self, kind: u8) {
+        let at = self.begin(kind);
+        self.end(at);
+    }
+    pub fn auth_ok(&mut self) {
+        let at = self.begin(b'R');
+        self.buf.extend_from_slice(&0i32.to_be_bytes());
+        self.end(at);
+    }
+    pub fn parameter_status(&mut self, k: &str, v: &str) {
+        let at = self.begin(b'S');
+        self.cstr(k);
+        self.cstr(v);
+        self.end(at);
+    }
+    pub fn backend_key(&mut self, pid: i32, secret: i32) {
+        let at = self.begin(b'K');
+        self.buf.extend_from_slice(&pid.to_be_bytes());
+        self.buf.extend_from_slice(&secret.to_be_bytes());
+        self.end(at);
+    }
+    pub fn ready(&mut self, status: u8) {
+        let at = self.begin(b'Z');
+        self.buf.push(status);
+        self.end(at);
+    }
+    pub fn command_complete(&mut self, tag: &str) {
+        let at = self.begin(b'C');
+        self.cstr(tag);
+        self.end(at);
+    }
+    /// RowDescription: (name, type oid, format code).
+    pub fn row_description(&mut self, cols: &[(String, u32, i16)]) {
+        let at = self.begin(b'T');
+        self.buf
+            .extend_from_slice(&(cols.len() as i16).to_be_bytes());
+        for (name, oid, fmt) in cols {
+            self.cstr(name);
+            self.buf.extend_from_slice(&0i32.to_be_bytes()); // table oid
+            self.buf.extend_from_slice(&0i16.to_be_bytes()); // column number
+            self.buf.extend_from_slice(&oid.to_be_bytes());
+            let size: i16 = match oid {
+                16 => 1,
+                21 => 2,
+                23 => 4,
+                20 | 701 | 1114 | 1184 => 8,
+                1082 => 4,
+                _ => -1,
+            };
+            self.buf.extend_from_slice(&size.to_be_bytes());
+            self.buf.extend_from_slice(&(-1i32).to_be_bytes()); // type modifier
+            self.buf.extend_from_slice(&fmt.to_be_bytes());
+        }
+        self.end(at);
+    }
+    pub fn data_row(&mut self, values: &[Option<Vec<u8>>]) {
+        let at = self.begin(b'D');
+        self.buf
+            .extend_from_slice(&(values.len() as i16).to_be_bytes());
+        for v in values {
+            match v {
+                None => self.buf.extend_from_slice(&(-1i32).to_be_bytes()),
+                Some(b) => {
+                    self.buf.extend_from_slice(&(b.len() as i32).to_be_bytes());
+                    self.buf.extend_from_slice(b);
+                }
+            }
+        }
+        self.end(at);
+    }
+    pub fn parameter_description(&mut self, oids: &[u32]) {
+        let at = self.begin(b't');
+        self.buf
+            .extend_from_slice(&(oids.len() as i16).to_be_bytes());
+        for o in oids {
+            self.buf.extend_from_slice(&o.to_be_bytes());
+        }
+        self.end(at);
+    }
+    pub fn copy_in_response(&mut self, ncols: usize) {
+        let at = self.begin(b'G');
+        self.buf.push(0); // text
+        self.buf.extend_from_slice(&(ncols as i16).to_be_bytes());
+        for _ in 0..ncols {
+            self.buf.extend_from_slice(&0i16.to_be_bytes());
+        }
+        self.end(at);
+    }
+    /// ErrorResponse (`E`) or NoticeResponse (`N`) with severity, SQLSTATE, message.
+    pub fn error(
+        &mut self,
+        kind: u8,
+        severity: &str,
+        code: &str,
+        message: &str,
+        detail: Option<&str>,
+    ) {
+        let at = self.begin(kind);
+        for (f, v) in [
+            (b'S', severity),
+            (b'V', severity),
+            (b'C', code),
+            (b'M', message),
+        ] {
+            self.buf.push(f);
+            self.cstr(v);
+        }
+        if let Some(d) = detail {
+            self.buf.push(b'D');
+            self.cstr(d);
+        }
+        self.buf.push(0);
+        self.end(at);
+    }
+}

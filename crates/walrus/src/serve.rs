@@ -1,0 +1,161 @@
+//! `walrus serve` and `walrus stop`.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use walrus_engine::settings::Settings;
+use walrus_engine::Engine;
+use walrus_server::{Server, ServerConfig};
+
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Data directory (created with defaults when absent).
+    #[arg(long, default_value = "walrus-data")]
+    data: PathBuf,
+    /// TCP port (default: `port` in walrus.toml, else 5433).
+    #[arg(long)]
+    port: Option<u16>,
+    /// Extra configuration file whose settings override the data directory's walrus.toml.
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+const PID_FILE: &str = "walrus.pid";
+
+pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    if !a.data.join("control").exists() {
+        Engine::init(&a.data, None)?;
+        tracing::info!("created data directory {}", a.data.display());
+    }
+    let mut settings = Settings::load(&a.data)?;
+    if let Some(c) = &a.config {
+        let text = std::fs::read_to_string(c)
+            .with_context(|| format!("cannot read configuration file {}", c.display()))?;
+        settings.apply_toml(&text)?;
+    }
+    let extra = |k: &str| {
+        settings
+            .extra
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
+    let port = match a.port {
+        Some(p) => p,
+        None => match extra("port") {
+            Some(p) => p.parse().with_context(|| format!("invalid port \"{p}\""))?,
+            None => 5433,
+        },
+    };
+    let listen = extra("listen_addresses").unwrap_or_else(|| "127.0.0.1".into());
+    let ip: IpAddr = match listen.as_str() {
+        "*" | "0.0.0.0" => "0.0.0.0".parse()?,
+        "localhost" => "127.0.0.1".parse()?,
+        other => other
+            .parse()
+            .with_context(|| format!("invalid listen_addresses \"{other}\""))?,
+    };
+    let max_connections = match extra("max_connections") {
+        Some(m) => m
+            .parse()
+            .with_context(|| format!("invalid max_connections \"{m}\""))?,
+        None => 100,
+    };
+    let pid_path = a.data.join(PID_FILE);
+    if let Ok(old) = std::fs::read_to_string(&pid_path) {
+        if Path::new(&format!("/proc/{}", old.trim())).exists() {
+            bail!(
+                "another walrus (pid {}) is running on {}; stop it first",
+                old.trim(),
+                a.data.display()
+            );
+        }
+    }
+    let (engine, report) = Engine::open_with(&a.data, settings)?;
+    if let Some(r) = report {
+        tracing::info!(
+            "recovered {} bytes of WAL in {:.2} s",
+            r.replayed_bytes,
+            r.elapsed.as_secs_f64()
+        );
+    }
+    let server = Server::bind(
+        engine.clone(),
+        &ServerConfig {
+            listen: SocketAddr::new(ip, port),
+            max_connections,
+        },
+    )
+    .with_context(|| format!("could not listen on {ip}:{port}"))?;
+    std::fs::write(&pid_path, std::process::id().to_string())?;
+    tracing::info!(
+        "walrus listening on {}, data directory {}",
+        server.local_addr()?,
+        a.data.display()
+    );
+    println!("walrus listening on {}", server.local_addr()?);
+
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let flag = shutdown.clone();
+    std::thread::spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                tracing::error!("cannot install signal handlers: {e}");
+                return;
+            }
+        };
+        rt.block_on(async {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(t) => t,
+                    Err(_) => return,
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        });
+        tracing::info!("shutdown requested");
+        flag.store(true, Ordering::Release);
+    });
+    server.run(&shutdown);
+    engine.shutdown()?;
+    let _ = std::fs::remove_file(&pid_path);
+    tracing::info!("walrus stopped");
+    Ok(())
+}
+
+pub fn stop(dir: &Path) -> anyhow::Result<()> {
+    let pid_path = dir.join(PID_FILE);
+    let pid = std::fs::read_to_string(&pid_path).with_context(|| {
+        format!(
+            "no {} in {}: is walrus running there?",
+            PID_FILE,
+            dir.display()
+        )
+    })?;
+    let pid = pid.trim().to_string();
+    let st = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()?;
+    if !st.success() {
+        bail!("could not signal walrus (pid {pid})");
+    }
+    let start = Instant::now();
+    while pid_path.exists() {
+        if start.elapsed() > Duration::from_secs(120) {
+            bail!("walrus (pid {pid}) did not stop within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!("walrus stopped");
+    Ok(())
+}
