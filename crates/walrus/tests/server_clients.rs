@@ -14,18 +14,29 @@ use std::time::{Duration, Instant};
 use common::{text, walrus};
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
 }
 
 fn have(tool: &str) -> bool {
-    Command::new(tool).arg("--version").output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 fn clients_available() -> bool {
     if have("psql") && have("pgbench") {
         return true;
     }
-    assert!(std::env::var("CI").is_err(), "psql/pgbench missing in CI: .ci/run must install postgresql-client-15");
+    assert!(
+        std::env::var("CI").is_err(),
+        "psql/pgbench missing in CI: .ci/run must install postgresql-client-15"
+    );
     eprintln!("skipping: psql/pgbench not installed");
     false
 }
@@ -49,15 +60,38 @@ impl ServerProc {
             .expect("start walrus serve");
         let start = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(start.elapsed() < Duration::from_secs(60), "walrus serve did not start listening");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "walrus serve did not start listening"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        ServerProc { child, port, data: data.to_path_buf() }
+        ServerProc {
+            child,
+            port,
+            data: data.to_path_buf(),
+        }
     }
 
     fn psql(&self, sql: &str) -> Output {
         Command::new("psql")
-            .args(["-X", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "bench", "-d", "bench", "-c", sql])
+            .args([
+                "-X",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "bench",
+                "-d",
+                "bench",
+                "-c",
+                sql,
+            ])
             .output()
             .expect("run psql")
     }
@@ -70,7 +104,14 @@ impl ServerProc {
 
     fn pgbench(&self, args: &[&str]) -> Output {
         Command::new("pgbench")
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "bench"])
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "bench",
+            ])
             .args(args)
             .arg("bench")
             .output()
@@ -85,12 +126,19 @@ impl ServerProc {
         if h.is_empty() {
             h = "0".into(); // sum over no rows is NULL
         }
-        assert!(a == t && t == b && b == h, "TPC-B invariant broken: accounts {a}, tellers {t}, branches {b}, history {h}");
+        assert!(
+            a == t && t == b && b == h,
+            "TPC-B invariant broken: accounts {a}, tellers {t}, branches {b}, history {h}"
+        );
         a.parse().unwrap_or(0)
     }
 
     fn stop(mut self) {
-        let st = walrus().arg("stop").arg(&self.data).output().expect("walrus stop");
+        let st = walrus()
+            .arg("stop")
+            .arg(&self.data)
+            .output()
+            .expect("walrus stop");
         assert!(st.status.success(), "{}", text(&st));
         let status = self.child.wait().expect("wait");
         assert!(status.success(), "server exit status {status}");
@@ -107,28 +155,53 @@ fn psql_and_pgbench_in_all_query_modes() {
     assert_eq!(srv.scalar("select 1"), "1");
     assert_eq!(srv.scalar("show server_version"), "15.18");
     let bad = srv.psql("select * from nosuch");
-    assert!(!bad.status.success() && text(&bad).contains("does not exist"), "{}", text(&bad));
+    assert!(
+        !bad.status.success() && text(&bad).contains("does not exist"),
+        "{}",
+        text(&bad)
+    );
 
     let init = srv.pgbench(&["-i", "-s", "1"]);
     assert!(init.status.success(), "pgbench -i: {}", text(&init));
-    assert_eq!(srv.scalar("select count(*) from pgbench_accounts"), "100000");
+    assert_eq!(
+        srv.scalar("select count(*) from pgbench_accounts"),
+        "100000"
+    );
     assert_eq!(srv.invariant(), 0);
     for mode in ["simple", "extended", "prepared"] {
         // -n: keep history across runs so the invariant covers every run.
         let run = srv.pgbench(&["-n", "-M", mode, "-c", "4", "-j", "2", "-t", "100"]);
         let out = text(&run);
         assert!(run.status.success(), "pgbench -M {mode}: {out}");
-        assert!(out.contains("number of transactions actually processed: 400/400"), "{mode}: {out}");
-        assert!(out.contains("number of failed transactions: 0"), "{mode}: {out}");
+        assert!(
+            out.contains("number of transactions actually processed: 400/400"),
+            "{mode}: {out}"
+        );
+        assert!(
+            out.contains("number of failed transactions: 0"),
+            "{mode}: {out}"
+        );
         srv.invariant();
     }
     assert_eq!(srv.scalar("select count(*) from pgbench_history"), "1200");
     let s = srv.pgbench(&["-n", "-S", "-M", "prepared", "-c", "2", "-t", "200"]);
-    assert!(s.status.success() && text(&s).contains("400/400"), "{}", text(&s));
+    assert!(
+        s.status.success() && text(&s).contains("400/400"),
+        "{}",
+        text(&s)
+    );
     let script = tmp.path().join("custom.sql");
-    std::fs::write(&script, "\\set aid random(1, 100000)\nselect abalance from pgbench_accounts where aid = :aid;\n").unwrap();
+    std::fs::write(
+        &script,
+        "\\set aid random(1, 100000)\nselect abalance from pgbench_accounts where aid = :aid;\n",
+    )
+    .unwrap();
     let f = srv.pgbench(&["-n", "-f", script.to_str().unwrap(), "-t", "50"]);
-    assert!(f.status.success() && text(&f).contains("50/50"), "{}", text(&f));
+    assert!(
+        f.status.success() && text(&f).contains("50/50"),
+        "{}",
+        text(&f)
+    );
     srv.stop();
 }
 
@@ -143,7 +216,20 @@ fn crash_pgbench_kill9_restart_keeps_invariant() {
     let mut srv = ServerProc::start(&data, port);
     assert!(srv.pgbench(&["-i", "-s", "1"]).status.success());
     let mut bench = Command::new("pgbench")
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-n", "-M", "prepared", "-c", "4", "-T", "30", "bench"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            "4",
+            "-T",
+            "30",
+            "bench",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -154,7 +240,13 @@ fn crash_pgbench_kill9_restart_keeps_invariant() {
     let _ = bench.wait();
     let srv = ServerProc::start(&data, port);
     let total = srv.invariant();
-    assert!(srv.scalar("select count(*) from pgbench_history").parse::<i64>().unwrap() > 0, "some transactions committed before the kill (total {total})");
+    assert!(
+        srv.scalar("select count(*) from pgbench_history")
+            .parse::<i64>()
+            .unwrap()
+            > 0,
+        "some transactions committed before the kill (total {total})"
+    );
     // And it serves again.
     let run = srv.pgbench(&["-n", "-c", "2", "-t", "50"]);
     assert!(run.status.success(), "{}", text(&run));

@@ -265,41 +265,21 @@ impl<'a> Heap<'a> {
             return Ok(None);
         }
         let pin = self.pool.read_page(self.page_id(root.block))?;
-        let r = pin.read();
-        if page::is_new(&r) {
-            return Ok(None);
-        }
-        let mut off = root.offset;
-        for _ in 0..=page::item_count(&r) {
-            if off == 0 || off > page::item_count(&r) {
+        let (found, walked) = {
+            let r = pin.read();
+            if page::is_new(&r) {
                 return Ok(None);
             }
-            let lp = page::line_pointer(&r, off);
-            match lp.state {
-                LpState::Redirect => {
-                    off = lp.off;
-                    continue;
-                }
-                LpState::Normal => {}
-                _ => return Ok(None),
-            }
-            let t = page::item(&r, off);
-            let Some(h) = TupleHeader::read(t) else {
-                return Ok(None);
-            };
-            if tuple::visible(&h, v, self.txn) {
-                return Ok(Some((
-                    Tid::new(root.block, off),
-                    t[TUPLE_HEADER_SIZE..].to_vec(),
-                )));
-            }
-            if h.has(tuple::HOT_UPDATED) && h.ctid.block == root.block {
-                off = h.ctid.offset;
-            } else {
-                return Ok(None);
+            walk_chain(&r, root, v, self.txn)
+        };
+        // Opportunistic pruning (PostgreSQL's heap_page_prune_opt): a long HOT chain makes
+        // every lookup of the row slower; shorten it when the page is not busy.
+        if walked > PRUNE_CHAIN_LEN {
+            if let Some(mut w) = pin.try_write() {
+                self.prune_latched(&mut w)?;
             }
         }
-        Ok(None)
+        Ok(found)
     }
 
     /// Reads a version regardless of visibility (for following update chains).
@@ -540,6 +520,52 @@ impl<'a> Heap<'a> {
         }
         Ok(())
     }
+}
+
+/// Chain members a lookup may walk before it prunes the page.
+const PRUNE_CHAIN_LEN: usize = 4;
+
+/// Walks the HOT chain from `root` to the version visible to `v`; returns it and how
+/// many versions were looked at.
+fn walk_chain(
+    r: &[u8],
+    root: Tid,
+    v: &Viewer<'_>,
+    txn: &TxnManager,
+) -> (Option<(Tid, Vec<u8>)>, usize) {
+    let mut off = root.offset;
+    let mut walked = 0;
+    for _ in 0..=page::item_count(r) {
+        if off == 0 || off > page::item_count(r) {
+            return (None, walked);
+        }
+        let lp = page::line_pointer(r, off);
+        match lp.state {
+            LpState::Redirect => {
+                off = lp.off;
+                continue;
+            }
+            LpState::Normal => {}
+            _ => return (None, walked),
+        }
+        walked += 1;
+        let t = page::item(r, off);
+        let Some(h) = TupleHeader::read(t) else {
+            return (None, walked);
+        };
+        if tuple::visible(&h, v, txn) {
+            return (
+                Some((Tid::new(root.block, off), t[TUPLE_HEADER_SIZE..].to_vec())),
+                walked,
+            );
+        }
+        if h.has(tuple::HOT_UPDATED) && h.ctid.block == root.block {
+            off = h.ctid.offset;
+        } else {
+            return (None, walked);
+        }
+    }
+    (None, walked)
 }
 
 fn resolve_offset(p: &[u8], off: u16) -> Option<u16> {
