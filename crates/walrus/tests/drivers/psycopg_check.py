@@ -1,0 +1,51 @@
+"""psycopg 3 against walrus: connect, parameterised queries, transactions, errors, COPY.
+
+Run by tests/drivers.rs with the server's port as argv[1]; prints OK on success and
+exits non-zero (with the failing assertion) otherwise.
+"""
+import sys
+
+import psycopg
+
+port = int(sys.argv[1])
+with psycopg.connect(host="127.0.0.1", port=port, user="bench", dbname="bench", autocommit=False) as conn:
+    with conn.cursor() as cur:
+        cur.execute("create table drv (id int primary key, name text, amount bigint)")
+        conn.commit()
+        cur.execute("insert into drv (id, name, amount) values (%s, %s, %s)", (1, "one", 10))
+        cur.execute("insert into drv (id, name, amount) values (%s, %s, %s)", (2, "two", 20))
+        conn.commit()
+        cur.execute("select name, amount from drv where id = %s", (2,))
+        assert cur.fetchone() == ("two", 20), "parameterised select"
+        # A rolled-back transaction leaves nothing.
+        cur.execute("update drv set amount = amount + %s where id = %s", (5, 1))
+        conn.rollback()
+        cur.execute("select amount from drv where id = 1")
+        assert cur.fetchone() == (10,), "rollback"
+        # Errors carry SQLSTATEs and the connection recovers after rollback.
+        try:
+            cur.execute("insert into drv values (%s, %s, %s)", (1, "dup", 0))
+            raise AssertionError("duplicate key accepted")
+        except psycopg.errors.UniqueViolation as e:
+            assert e.sqlstate == "23505", e.sqlstate
+        conn.rollback()
+        try:
+            cur.execute("select * from no_such_table")
+            raise AssertionError("missing table accepted")
+        except psycopg.errors.UndefinedTable:
+            pass
+        conn.rollback()
+        # Server-side prepared statements.
+        for i in range(3, 8):
+            cur.execute("insert into drv values (%s, %s, %s)", (i, f"n{i}", i * 10), prepare=True)
+        conn.commit()
+        # COPY FROM STDIN.
+        with cur.copy("copy drv (id, name, amount) from stdin") as cp:
+            for i in range(100, 200):
+                cp.write_row((i, f"c{i}", i))
+        conn.commit()
+        cur.execute("select count(*), sum(amount) from drv")
+        count, total = cur.fetchone()
+        assert count == 107, count
+        assert int(total) == 10 + 20 + sum(i * 10 for i in range(3, 8)) + sum(range(100, 200)), total
+print("OK")
