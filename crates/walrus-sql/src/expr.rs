@@ -21,6 +21,8 @@ pub struct Scope<'a> {
     /// Transaction start time (now() / CURRENT_TIMESTAMP), PostgreSQL microseconds.
     pub now: i64,
     pub setting: &'a dyn Fn(&str) -> Option<String>,
+    /// The session's cancel flag (pg_sleep and long evaluations poll it).
+    pub interrupt: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
@@ -508,6 +510,30 @@ fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
             }
         }
         "version" => Datum::Text(crate::SERVER_VERSION_STRING.to_string()),
+        "pg_sleep" => {
+            let secs = match arg(0) {
+                Datum::Null => 0.0,
+                d => as_f64(&d)
+                    .ok_or_else(|| SqlError::new("42883", "function pg_sleep() needs a number"))?,
+            };
+            let until = std::time::Instant::now()
+                + std::time::Duration::from_secs_f64(secs.clamp(0.0, 86_400.0));
+            while std::time::Instant::now() < until {
+                if s.interrupt
+                    .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire))
+                {
+                    return Err(SqlError::new(
+                        "57014",
+                        "canceling statement due to user request",
+                    ));
+                }
+                std::thread::sleep(
+                    std::time::Duration::from_millis(10)
+                        .min(until.saturating_duration_since(std::time::Instant::now())),
+                );
+            }
+            Datum::Null
+        }
         "pg_backend_pid" => Datum::Int4(std::process::id() as i32),
         "current_database" | "current_schema" => Datum::Text(
             if name == "current_schema" {

@@ -964,6 +964,7 @@ impl Session {
         };
         let (now, settings) = (self.now, self.settings.clone());
         let get = move |n: &str| settings.get(n).cloned();
+        let intr = self.interrupt.clone();
         let mut n = 0;
         for row_exprs in &values.rows {
             if row_exprs.len() > targets.len() {
@@ -977,6 +978,7 @@ impl Session {
                 params,
                 now,
                 setting: &get,
+                interrupt: Some(&intr),
             };
             let mut row = vec![Datum::Null; def.columns.len()];
             for (e, &ci) in row_exprs.iter().zip(&targets) {
@@ -1062,6 +1064,7 @@ impl Session {
         let def = self.single_table(&sel.from)?;
         let (now, settings) = (self.now, self.settings.clone());
         let get = move |n: &str| settings.get(n).cloned();
+        let intr = self.interrupt.clone();
         let empty: Vec<ColumnDef> = Vec::new();
         let cols: &[ColumnDef] = def.as_ref().map(|d| d.columns.as_slice()).unwrap_or(&empty);
         let rows: Vec<Vec<Datum>> = match &def {
@@ -1077,6 +1080,7 @@ impl Session {
                     params,
                     now,
                     setting: &get,
+                    interrupt: Some(&intr),
                 };
                 let keep = match &sel.selection {
                     Some(f) => matches!(eval(f, &scope)?, Datum::Bool(true)),
@@ -1136,6 +1140,7 @@ impl Session {
                     params,
                     now,
                     setting: &get,
+                    interrupt: Some(&intr),
                 };
                 let out = items
                     .iter()
@@ -1175,6 +1180,7 @@ impl Session {
                                     params,
                                     now,
                                     setting: &get,
+                                    interrupt: Some(&intr),
                                 },
                             )?,
                         };
@@ -1207,6 +1213,7 @@ impl Session {
                 params,
                 now,
                 setting: &get,
+                interrupt: Some(&intr),
             };
             let skip = match offset {
                 Some(o) => as_count(eval(&o.value, &scope)?)?,
@@ -1264,6 +1271,7 @@ impl Session {
         let rows = self.matching_rows(&def, u.selection.as_ref(), params)?;
         let (now, settings) = (self.now, self.settings.clone());
         let get = move |n: &str| settings.get(n).cloned();
+        let intr = self.interrupt.clone();
         let mut n = 0;
         for (mut tid, mut old) in rows {
             loop {
@@ -1273,6 +1281,7 @@ impl Session {
                     params,
                     now,
                     setting: &get,
+                    interrupt: Some(&intr),
                 };
                 let mut new = old.clone();
                 for (i, e) in &sets {
@@ -1396,6 +1405,7 @@ fn row_matches(
                 params,
                 now,
                 setting: get,
+                interrupt: None,
             };
             Ok(matches!(eval(f, &scope)?, Datum::Bool(true)))
         }
@@ -1439,6 +1449,7 @@ fn collect_equalities(
                 params,
                 now,
                 setting: get,
+                interrupt: None,
             };
             if let Some(c) = col_of(left) {
                 if let Ok(v) = eval(right, &scope) {
@@ -1531,6 +1542,7 @@ fn aggregate_value(
                     params,
                     now,
                     setting: get,
+                    interrupt: None,
                 },
             )?;
             if !v.is_null() {
