@@ -65,6 +65,8 @@ pub struct Session {
     settings: BTreeMap<String, String>,
     now: i64,
     interrupt: Arc<AtomicBool>,
+    /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
+    prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
 }
 
 fn now_micros() -> i64 {
@@ -158,6 +160,7 @@ impl Session {
             settings,
             now: now_micros(),
             interrupt: Arc::new(AtomicBool::new(false)),
+            prepared: BTreeMap::new(),
         }
     }
 
@@ -712,6 +715,70 @@ impl Session {
     fn statement(&mut self, st: &Statement, params: &[Datum]) -> SqlResult<Outcome> {
         self.txn().next_statement();
         let r = match st {
+            Statement::Prepare {
+                name,
+                data_types,
+                statement,
+            } => {
+                let n = ident(name);
+                if self.prepared.contains_key(&n) {
+                    return Err(SqlError::new(
+                        "42P05",
+                        format!("prepared statement \"{n}\" already exists"),
+                    ));
+                }
+                let types = data_types
+                    .iter()
+                    .map(type_from_sql)
+                    .collect::<SqlResult<Vec<_>>>()?;
+                self.prepared.insert(n, (statement.clone(), types));
+                QueryResult::tag("PREPARE")
+            }
+            Statement::Execute {
+                name: Some(name),
+                parameters,
+                ..
+            } => {
+                let n = object_name(name);
+                let (stmt, types) = self.prepared.get(&n).cloned().ok_or_else(|| {
+                    SqlError::new(
+                        "26000",
+                        format!("prepared statement \"{n}\" does not exist"),
+                    )
+                })?;
+                let (now, settings) = (self.now, self.settings.clone());
+                let get = move |k: &str| settings.get(k).cloned();
+                let intr = self.interrupt.clone();
+                let scope = Scope {
+                    columns: &[],
+                    row: None,
+                    params,
+                    now,
+                    setting: &get,
+                    interrupt: Some(&intr),
+                };
+                let mut args = Vec::with_capacity(parameters.len());
+                for (i, e) in parameters.iter().enumerate() {
+                    let v = eval(e, &scope)?;
+                    args.push(match types.get(i) {
+                        Some(t) => coerce(v, *t)?,
+                        None => v,
+                    });
+                }
+                return self.statement(&stmt, &args);
+            }
+            Statement::Deallocate { name, .. } => {
+                let n = ident(name);
+                if n == "all" {
+                    self.prepared.clear();
+                } else if self.prepared.remove(&n).is_none() {
+                    return Err(SqlError::new(
+                        "26000",
+                        format!("prepared statement \"{n}\" does not exist"),
+                    ));
+                }
+                QueryResult::tag("DEALLOCATE")
+            }
             Statement::Query(q) => self.select(q, params)?,
             Statement::Insert(ins) => self.insert(ins, params)?,
             Statement::Update(u) => self.update(u, params)?,

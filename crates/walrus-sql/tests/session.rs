@@ -236,6 +236,32 @@ fn expressions_settings_and_blocks() {
     );
     assert_eq!(ok(&mut s, "select * from t where id = 10").rows.len(), 0);
     ok(&mut s, "checkpoint");
+    // SQL-level prepared statements.
+    assert_eq!(
+        ok(
+            &mut s,
+            "prepare get_name (bigint) as select name from t where id = $1"
+        )
+        .tag,
+        "PREPARE"
+    );
+    assert_eq!(
+        scalar(&mut s, "execute get_name(2)"),
+        Datum::Text("two".into())
+    );
+    assert_eq!(
+        ok(
+            &mut s,
+            "prepare bump (bigint) as update t set price = price + 1 where id = $1"
+        )
+        .tag,
+        "PREPARE"
+    );
+    assert_eq!(ok(&mut s, "execute bump(1)").tag, "UPDATE 1");
+    assert_eq!(err(&mut s, "prepare get_name as select 1"), "42P05");
+    assert_eq!(ok(&mut s, "deallocate get_name").tag, "DEALLOCATE");
+    assert_eq!(err(&mut s, "execute get_name(1)"), "26000");
+    ok(&mut s, "deallocate all");
     e.shutdown().unwrap();
 }
 
