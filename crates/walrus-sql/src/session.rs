@@ -1024,10 +1024,28 @@ impl Session {
             .source
             .as_ref()
             .ok_or_else(|| SqlError::unsupported("INSERT without VALUES is not supported"))?;
-        let SetExpr::Values(values) = source.body.as_ref() else {
-            return Err(SqlError::unsupported(
-                "INSERT ... SELECT is not supported yet",
-            ));
+        let values = match source.body.as_ref() {
+            SetExpr::Values(v) => v,
+            SetExpr::Select(_) => {
+                // INSERT ... SELECT (pgbench -I G generates its data this way).
+                let rows = self.select(source, params)?.rows;
+                let mut n = 0u64;
+                for r in rows {
+                    if r.len() > targets.len() {
+                        return Err(SqlError::syntax(
+                            "INSERT has more expressions than target columns",
+                        ));
+                    }
+                    let mut row = vec![Datum::Null; def.columns.len()];
+                    for (v, &ci) in r.into_iter().zip(&targets) {
+                        row[ci] = coerce(v, def.columns[ci].ty)?;
+                    }
+                    self.txn().insert(&def, &row)?;
+                    n += 1;
+                }
+                return Ok(QueryResult::tag(format!("INSERT 0 {n}")));
+            }
+            _ => return Err(SqlError::unsupported("this INSERT source is not supported")),
         };
         let (now, settings) = (self.now, self.settings.clone());
         let get = move |n: &str| settings.get(n).cloned();
@@ -1098,7 +1116,7 @@ impl Session {
         };
         let mut out = Vec::with_capacity(candidates.len());
         for (tid, row) in candidates {
-            if row_matches(filter, def, &row, params, now, &get)? {
+            if row_matches(filter, &def.columns, &row, params, now, &get)? {
                 out.push((tid, row));
             }
         }
@@ -1128,13 +1146,40 @@ impl Session {
         let SetExpr::Select(sel) = q.body.as_ref() else {
             return Err(SqlError::unsupported("only plain SELECT is supported"));
         };
-        let def = self.single_table(&sel.from)?;
         let (now, settings) = (self.now, self.settings.clone());
         let get = move |n: &str| settings.get(n).cloned();
         let intr = self.interrupt.clone();
+        let series = generate_series(&sel.from, params, now, &get)?;
+        let def = if series.is_some() {
+            None
+        } else {
+            self.single_table(&sel.from)?
+        };
         let empty: Vec<ColumnDef> = Vec::new();
-        let cols: &[ColumnDef] = def.as_ref().map(|d| d.columns.as_slice()).unwrap_or(&empty);
+        let cols: &[ColumnDef] = match (&series, &def) {
+            (Some((c, _)), _) => std::slice::from_ref(c),
+            (None, Some(d)) => d.columns.as_slice(),
+            (None, None) => &empty,
+        };
         let rows: Vec<Vec<Datum>> = match &def {
+            _ if series.is_some() => {
+                let (col, values) = series.as_ref().expect("checked");
+                let mut out = Vec::new();
+                for v in values {
+                    let row = vec![v.clone()];
+                    if row_matches(
+                        sel.selection.as_ref(),
+                        std::slice::from_ref(col),
+                        &row,
+                        params,
+                        now,
+                        &get,
+                    )? {
+                        out.push(row);
+                    }
+                }
+                out
+            }
             Some(d) => self
                 .matching_rows(d, sel.selection.as_ref(), params)?
                 .into_iter()
@@ -1361,7 +1406,8 @@ impl Session {
                     }
                     RowChange::Changed(t2, v2) => {
                         // READ COMMITTED: re-check the condition on the newest version.
-                        if !row_matches(u.selection.as_ref(), &def, &v2, params, now, &get)? {
+                        if !row_matches(u.selection.as_ref(), &def.columns, &v2, params, now, &get)?
+                        {
                             break;
                         }
                         tid = t2;
@@ -1393,7 +1439,8 @@ impl Session {
                         break;
                     }
                     RowChange::Changed(t2, v2) => {
-                        if !row_matches(d.selection.as_ref(), &def, &v2, params, now, &get)? {
+                        if !row_matches(d.selection.as_ref(), &def.columns, &v2, params, now, &get)?
+                        {
                             break;
                         }
                         tid = t2;
@@ -1457,7 +1504,7 @@ fn as_count(d: Datum) -> SqlResult<usize> {
 
 fn row_matches(
     filter: Option<&Expr>,
-    def: &TableDef,
+    columns: &[ColumnDef],
     row: &[Datum],
     params: &[Datum],
     now: i64,
@@ -1467,7 +1514,7 @@ fn row_matches(
         None => Ok(true),
         Some(f) => {
             let scope = Scope {
-                columns: &def.columns,
+                columns,
                 row: Some(row),
                 params,
                 now,
@@ -1552,6 +1599,101 @@ fn check_columns(e: &Expr, cols: &[ColumnDef]) -> SqlResult<()> {
         )),
         ControlFlow::Continue(()) => Ok(()),
     }
+}
+
+/// `FROM generate_series(start, stop [, step]) [AS name]`: the one set-returning function
+/// walrus supports (pgbench's server-side data generation uses it).
+fn generate_series(
+    from: &[ast::TableWithJoins],
+    params: &[Datum],
+    now: i64,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> SqlResult<Option<(ColumnDef, Vec<Datum>)>> {
+    let [t] = from else { return Ok(None) };
+    let TableFactor::Table {
+        name,
+        args: Some(args),
+        alias,
+        ..
+    } = &t.relation
+    else {
+        return Ok(None);
+    };
+    if object_name(name) != "generate_series" {
+        return Err(SqlError::unsupported(format!(
+            "function {} in FROM is not supported",
+            object_name(name)
+        )));
+    }
+    let scope = Scope {
+        columns: &[],
+        row: None,
+        params,
+        now,
+        setting: get,
+        interrupt: None,
+    };
+    let mut nums = Vec::new();
+    for a in &args.args {
+        let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) = a else {
+            return Err(SqlError::syntax("bad generate_series argument"));
+        };
+        nums.push(match eval(e, &scope)? {
+            Datum::Int2(v) => v as i64,
+            Datum::Int4(v) => v as i64,
+            Datum::Int8(v) => v,
+            _ => {
+                return Err(SqlError::new(
+                    "42883",
+                    "generate_series takes integer arguments",
+                ))
+            }
+        });
+    }
+    let (start, stop, step) = match nums.as_slice() {
+        [a, b] => (*a, *b, 1),
+        [a, b, c] => (*a, *b, *c),
+        _ => {
+            return Err(SqlError::new(
+                "42883",
+                "generate_series takes 2 or 3 arguments",
+            ))
+        }
+    };
+    if step == 0 {
+        return Err(SqlError::new("22023", "step size cannot equal zero"));
+    }
+    let count = if step > 0 {
+        (stop - start) / step + 1
+    } else {
+        (start - stop) / -step + 1
+    };
+    if count > 100_000_000 {
+        return Err(SqlError::new(
+            "54000",
+            "generate_series would produce too many rows",
+        ));
+    }
+    let wide = nums.iter().any(|&v| i32::try_from(v).is_err());
+    let values: Vec<Datum> = (0..count.max(0))
+        .map(|i| start + i * step)
+        .map(|v| {
+            if wide {
+                Datum::Int8(v)
+            } else {
+                Datum::Int4(v as i32)
+            }
+        })
+        .collect();
+    let col = ColumnDef {
+        name: alias
+            .as_ref()
+            .map(|a| ident(&a.name))
+            .unwrap_or_else(|| "generate_series".into()),
+        ty: if wide { TypeId::Int8 } else { TypeId::Int4 },
+        not_null: false,
+    };
+    Ok(Some((col, values)))
 }
 
 fn is_aggregate(e: &Expr) -> bool {
