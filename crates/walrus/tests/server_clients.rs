@@ -202,6 +202,101 @@ fn psql_and_pgbench_in_all_query_modes() {
         "{}",
         text(&f)
     );
+
+    // Cancel: psql sends a CancelRequest on SIGINT; the sleeping statement stops at once.
+    let started = Instant::now();
+    let sleeper = Command::new("psql")
+        .args([
+            "-X",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &srv.port.to_string(),
+            "-U",
+            "bench",
+            "-d",
+            "bench",
+            "-c",
+            "select pg_sleep(30)",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    let _ = Command::new("kill")
+        .args(["-INT", &sleeper.id().to_string()])
+        .status();
+    let out = sleeper.wait_with_output().unwrap();
+    assert!(
+        text(&out).contains("canceling statement due to user request"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "cancel took {:?}",
+        started.elapsed()
+    );
+    assert_eq!(srv.scalar("select 1"), "1", "the server still serves");
+
+    // Malformed protocol bytes close only that connection; the server keeps serving.
+    for garbage in [
+        &b"\x00\x00\x00\x08\x12\x34\x56\x78"[..],
+        b"GET / HTTP/1.1\r\n\r\n",
+        &[0xFFu8; 64][..],
+    ] {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let _ = c.write_all(garbage);
+        let mut buf = [0u8; 256];
+        let _ = c.read(&mut buf); // an error message or EOF, never a hang
+    }
+    // A valid startup followed by an unknown message type.
+    {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let body = b"\x00\x03\x00\x00user\x00bench\x00\x00";
+        let mut startup = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+        startup.extend_from_slice(body);
+        c.write_all(&startup).unwrap();
+        c.write_all(b"\x01\x00\x00\x00\x04").unwrap();
+        let mut buf = vec![0u8; 4096];
+        let mut got = Vec::new();
+        while let Ok(n) = c.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert!(
+            String::from_utf8_lossy(&got).contains("08P01"),
+            "protocol violation reported with 08P01"
+        );
+    }
+    assert_eq!(
+        srv.scalar("select 1"),
+        "1",
+        "the server survives malformed clients"
+    );
+
+    // Server-side data generation (INSERT ... SELECT ... FROM generate_series).
+    let gen = srv.pgbench(&["-i", "-I", "dtGvp", "-s", "1"]);
+    assert!(gen.status.success(), "pgbench -i -I dtGvp: {}", text(&gen));
+    assert!(
+        text(&gen).contains("server-side generate"),
+        "{}",
+        text(&gen)
+    );
+    assert_eq!(
+        srv.scalar("select count(*) from pgbench_accounts"),
+        "100000"
+    );
+    let run = srv.pgbench(&["-n", "-M", "prepared", "-c", "2", "-t", "50"]);
+    assert!(run.status.success(), "{}", text(&run));
+    srv.invariant();
     srv.stop();
 }
 
