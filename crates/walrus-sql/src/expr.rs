@@ -424,6 +424,13 @@ fn type_name(d: &Datum) -> &'static str {
     d.type_id().map(|t| t.name()).unwrap_or("unknown")
 }
 
+/// Parses PostgreSQL's `X/X` LSN text.
+fn parse_lsn(d: &Datum) -> Option<u64> {
+    let t = format_text(d)?;
+    let (hi, lo) = t.split_once('/')?;
+    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
+}
+
 pub fn function_args(f: &sqlparser::ast::Function) -> Vec<&Expr> {
     match &f.args {
         FunctionArguments::List(l) => l
@@ -510,6 +517,16 @@ fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
             }
         }
         "version" => Datum::Text(crate::SERVER_VERSION_STRING.to_string()),
+        "pg_current_wal_lsn" | "pg_current_wal_insert_lsn" => {
+            match (s.setting)(crate::session::WAL_LSN_KEY) {
+                Some(l) => Datum::Text(l),
+                None => Datum::Null,
+            }
+        }
+        "pg_wal_lsn_diff" => match (parse_lsn(&arg(0)), parse_lsn(&arg(1))) {
+            (Some(a), Some(b)) => Datum::Numeric((a as i128 - b as i128).to_string()),
+            _ => Datum::Null,
+        },
         "pg_sleep" => {
             let secs = match arg(0) {
                 Datum::Null => 0.0,

@@ -14,7 +14,7 @@
 
 pub mod error;
 pub mod expr;
-mod session;
+pub(crate) mod session;
 pub mod utility;
 pub mod value;
 

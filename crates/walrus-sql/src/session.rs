@@ -69,6 +69,9 @@ pub struct Session {
     prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
 }
 
+/// Internal key under which a statement sees the current WAL insert position.
+pub(crate) const WAL_LSN_KEY: &str = "walrus.insert_lsn";
+
 fn now_micros() -> i64 {
     let us = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -714,6 +717,9 @@ impl Session {
 
     fn statement(&mut self, st: &Statement, params: &[Datum]) -> SqlResult<Outcome> {
         self.txn().next_statement();
+        // What pg_current_wal_lsn() reports: the WAL insert position at statement start.
+        let lsn = self.engine.wal().insert_lsn();
+        self.settings.insert(WAL_LSN_KEY.into(), lsn.to_string());
         let r = match st {
             Statement::Prepare {
                 name,

@@ -177,6 +177,22 @@ fn expressions_settings_and_blocks() {
     let mut s = Session::new(e.clone());
     assert_eq!(scalar(&mut s, "select 1"), Datum::Int4(1));
     assert_eq!(scalar(&mut s, "select 2 + 3 * 4"), Datum::Int4(14));
+    let Datum::Text(l1) = scalar(&mut s, "select pg_current_wal_lsn()") else {
+        panic!("lsn is text")
+    };
+    ok(&mut s, "create table w (a int)");
+    ok(&mut s, "insert into w values (1), (2), (3)");
+    let Datum::Text(l2) = scalar(&mut s, "select pg_current_wal_lsn()") else {
+        panic!("lsn is text")
+    };
+    let Datum::Numeric(diff) = scalar(&mut s, &format!("select pg_wal_lsn_diff('{l2}', '{l1}')"))
+    else {
+        panic!("numeric")
+    };
+    assert!(
+        diff.parse::<i64>().unwrap() > 0,
+        "WAL advanced: {l1} -> {l2}"
+    );
     assert_eq!(
         scalar(&mut s, "select repeat('ab', 3)"),
         Datum::Text("ababab".into())
