@@ -1390,40 +1390,57 @@ impl Session {
         let (now, settings) = (self.now, self.settings.clone());
         let get = move |n: &str| settings.get(n).cloned();
         let intr = self.interrupt.clone();
+        let n = self.change_rows(&def, u.selection.as_ref(), rows, params, |t, tid, old| {
+            let scope = Scope {
+                columns: &def.columns,
+                row: Some(old),
+                params,
+                now,
+                setting: &get,
+                interrupt: Some(&intr),
+            };
+            let mut new = old.to_vec();
+            for (i, e) in &sets {
+                new[*i] = coerce(eval(e, &scope)?, def.columns[*i].ty)?;
+            }
+            Ok(t.update(&def, tid, &new)?)
+        })?;
+        Ok(QueryResult::tag(format!("UPDATE {n}")))
+    }
+
+    /// Applies `op` (an update or delete) to each matching row. Under READ COMMITTED a
+    /// row changed by a transaction that committed meanwhile is re-checked against the
+    /// condition on its newest version and, if it still matches, changed there.
+    fn change_rows(
+        &mut self,
+        def: &TableDef,
+        filter: Option<&Expr>,
+        rows: Vec<(Tid, Vec<Datum>)>,
+        params: &[Datum],
+        mut op: impl FnMut(&mut Transaction, Tid, &[Datum]) -> SqlResult<RowChange>,
+    ) -> SqlResult<u64> {
+        let (now, settings) = (self.now, self.settings.clone());
+        let get = move |n: &str| settings.get(n).cloned();
         let mut n = 0;
-        for (mut tid, mut old) in rows {
+        for (mut tid, mut row) in rows {
             loop {
-                let scope = Scope {
-                    columns: &def.columns,
-                    row: Some(&old),
-                    params,
-                    now,
-                    setting: &get,
-                    interrupt: Some(&intr),
-                };
-                let mut new = old.clone();
-                for (i, e) in &sets {
-                    new[*i] = coerce(eval(e, &scope)?, def.columns[*i].ty)?;
-                }
-                match self.txn().update(&def, tid, &new)? {
+                match op(self.txn(), tid, &row)? {
                     RowChange::Done(_) => {
                         n += 1;
                         break;
                     }
                     RowChange::Changed(t2, v2) => {
-                        // READ COMMITTED: re-check the condition on the newest version.
-                        if !row_matches(u.selection.as_ref(), &def.columns, &v2, params, now, &get)?
-                        {
+                        if !row_matches(filter, &def.columns, &v2, params, now, &get)? {
                             break;
                         }
                         tid = t2;
-                        old = v2;
+                        row = v2;
                     }
                     RowChange::Gone | RowChange::SelfModified => break,
                 }
             }
         }
-        Ok(QueryResult::tag(format!("UPDATE {n}")))
+        Ok(n)
     }
 
     fn delete(&mut self, d: &ast::Delete, params: &[Datum]) -> SqlResult<QueryResult> {
@@ -1434,27 +1451,9 @@ impl Session {
             .single_table(&from)?
             .ok_or_else(|| SqlError::syntax("DELETE needs a table"))?;
         let rows = self.matching_rows(&def, d.selection.as_ref(), params)?;
-        let (now, settings) = (self.now, self.settings.clone());
-        let get = move |n: &str| settings.get(n).cloned();
-        let mut n = 0;
-        for (mut tid, _) in rows {
-            loop {
-                match self.txn().delete(&def, tid)? {
-                    RowChange::Done(_) => {
-                        n += 1;
-                        break;
-                    }
-                    RowChange::Changed(t2, v2) => {
-                        if !row_matches(d.selection.as_ref(), &def.columns, &v2, params, now, &get)?
-                        {
-                            break;
-                        }
-                        tid = t2;
-                    }
-                    RowChange::Gone | RowChange::SelfModified => break,
-                }
-            }
-        }
+        let n = self.change_rows(&def, d.selection.as_ref(), rows, params, |t, tid, _| {
+            Ok(t.delete(&def, tid)?)
+        })?;
         Ok(QueryResult::tag(format!("DELETE {n}")))
     }
 }

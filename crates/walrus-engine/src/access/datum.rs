@@ -173,50 +173,24 @@ fn take<'a>(b: &'a [u8], at: &mut usize, n: usize) -> Result<&'a [u8], DatumErro
     Ok(s)
 }
 
+fn take_array<const N: usize>(b: &[u8], at: &mut usize) -> Result<[u8; N], DatumError> {
+    take(b, at, N)?
+        .try_into()
+        .map_err(|_| DatumError::Truncated)
+}
+
 fn decode_value(b: &[u8], at: &mut usize, ty: TypeId) -> Result<Datum, DatumError> {
     Ok(match ty {
         TypeId::Bool => Datum::Bool(take(b, at, 1)?[0] != 0),
-        TypeId::Int2 => Datum::Int2(i16::from_le_bytes(
-            take(b, at, 2)?
-                .try_into()
-                .map_err(|_| DatumError::Truncated)?,
-        )),
-        TypeId::Int4 => Datum::Int4(i32::from_le_bytes(
-            take(b, at, 4)?
-                .try_into()
-                .map_err(|_| DatumError::Truncated)?,
-        )),
-        TypeId::Date => Datum::Date(i32::from_le_bytes(
-            take(b, at, 4)?
-                .try_into()
-                .map_err(|_| DatumError::Truncated)?,
-        )),
-        TypeId::Int8 => Datum::Int8(i64::from_le_bytes(
-            take(b, at, 8)?
-                .try_into()
-                .map_err(|_| DatumError::Truncated)?,
-        )),
-        TypeId::Timestamp => Datum::Timestamp(i64::from_le_bytes(
-            take(b, at, 8)?
-                .try_into()
-                .map_err(|_| DatumError::Truncated)?,
-        )),
-        TypeId::TimestampTz => Datum::TimestampTz(i64::from_le_bytes(
-            take(b, at, 8)?
-                .try_into()
-                .map_err(|_| DatumError::Truncated)?,
-        )),
-        TypeId::Float8 => Datum::Float8(f64::from_le_bytes(
-            take(b, at, 8)?
-                .try_into()
-                .map_err(|_| DatumError::Truncated)?,
-        )),
+        TypeId::Int2 => Datum::Int2(i16::from_le_bytes(take_array::<2>(b, at)?)),
+        TypeId::Int4 => Datum::Int4(i32::from_le_bytes(take_array::<4>(b, at)?)),
+        TypeId::Date => Datum::Date(i32::from_le_bytes(take_array::<4>(b, at)?)),
+        TypeId::Int8 => Datum::Int8(i64::from_le_bytes(take_array::<8>(b, at)?)),
+        TypeId::Timestamp => Datum::Timestamp(i64::from_le_bytes(take_array::<8>(b, at)?)),
+        TypeId::TimestampTz => Datum::TimestampTz(i64::from_le_bytes(take_array::<8>(b, at)?)),
+        TypeId::Float8 => Datum::Float8(f64::from_le_bytes(take_array::<8>(b, at)?)),
         TypeId::Numeric | TypeId::Text => {
-            let len = u32::from_le_bytes(
-                take(b, at, 4)?
-                    .try_into()
-                    .map_err(|_| DatumError::Truncated)?,
-            ) as usize;
+            let len = u32::from_le_bytes(take_array::<4>(b, at)?) as usize;
             let s = std::str::from_utf8(take(b, at, len)?)
                 .map_err(|_| DatumError::BadUtf8)?
                 .to_string();
