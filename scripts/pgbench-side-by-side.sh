@@ -1,0 +1,43 @@
+#!/bin/bash
+# Side-by-side pgbench: PostgreSQL 15 vs walrus, same machine, same client, one run.
+# Usage (as root, from the repository root, after cargo build --release -p walrus):
+#   bash scripts/pgbench-side-by-side.sh
+# Starts PostgreSQL 15 (as an unprivileged user it creates) on 55440 and walrus on 55441,
+# initialises both with pgbench -i -s 10, runs the same pgbench against each, prints WAL
+# bytes, and leaves results in /tmp/run_pg.log and /tmp/run_walrus.log. The benchmark
+# issue replaces this with `walrus bench compare`.
+set -u
+PGBIN=/usr/lib/postgresql/15/bin
+id pgrun >/dev/null 2>&1 || useradd -m pgrun
+rm -rf /tmp/pgside /tmp/walside; mkdir -p /tmp/pgside; chown pgrun /tmp/pgside
+su pgrun -c "$PGBIN/initdb -D /tmp/pgside/data -U bench >/dev/null"
+cat >> /tmp/pgside/data/postgresql.conf <<CONF
+port = 55440
+listen_addresses = '127.0.0.1'
+unix_socket_directories = '/tmp/pgside'
+shared_buffers = 128MB
+max_wal_size = 1GB
+checkpoint_timeout = 5min
+fsync = on
+synchronous_commit = on
+full_page_writes = on
+CONF
+su pgrun -c "$PGBIN/pg_ctl -D /tmp/pgside/data -l /tmp/pgside/log -w start" >/dev/null
+su pgrun -c "$PGBIN/createdb -h 127.0.0.1 -p 55440 -U bench bench"
+${WALRUS:-target/release/walrus} serve --data /tmp/walside --port 55441 > /tmp/walside.log 2>&1 &
+WPID=$!
+sleep 2
+for p in 55440 55441; do pgbench -h 127.0.0.1 -p $p -U bench -i -s 10 -q bench > /tmp/init_$p.log 2>&1; done
+lsn() { psql -h 127.0.0.1 -p 55440 -U bench -At -c "select pg_current_wal_lsn()" bench; }
+L1=$(lsn)
+pgbench -h 127.0.0.1 -p 55440 -U bench -M prepared -c 16 -j 2 -T 60 -r bench > /tmp/run_pg.log 2>&1
+L2=$(lsn)
+wlsn() { psql -h 127.0.0.1 -p 55441 -U bench -At -c "select pg_current_wal_lsn()" bench; }
+W1=$(wlsn)
+pgbench -h 127.0.0.1 -p 55441 -U bench -M prepared -c 16 -j 2 -T 60 bench > /tmp/run_walrus.log 2>&1
+W2=$(wlsn)
+echo "walrus WAL bytes: $(psql -h 127.0.0.1 -p 55441 -U bench -At -c "select pg_wal_lsn_diff('$W2','$W1')" bench)"
+echo "PG WAL bytes: $(psql -h 127.0.0.1 -p 55440 -U bench -At -c "select pg_wal_lsn_diff('$L2','$L1')" bench)"
+kill -TERM $WPID; wait $WPID
+su pgrun -c "$PGBIN/pg_ctl -D /tmp/pgside/data -w stop" >/dev/null
+echo done
