@@ -282,7 +282,7 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
                 let what = r.u8()?;
                 let name = r.cstr()?;
                 if what == b'S' {
-                    let Some(p) = prepared.get(&name) else {
+                    let Some(p) = prepared.get_mut(&name) else {
                         send_error(
                             out,
                             &SqlError::new(
@@ -295,6 +295,8 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
                     };
                     match s.describe(&p.sql, &p.param_types) {
                         Ok((types, cols)) => {
+                            // Bind will receive values in these types (binary ones too).
+                            p.param_types = types.iter().map(|t| Some(*t)).collect();
                             let oids: Vec<u32> = types.iter().map(|t| type_oid(*t)).collect();
                             out.parameter_description(&oids);
                             match cols {
