@@ -70,6 +70,11 @@ fn encode(d: &Datum, binary: bool) -> Result<Option<Vec<u8>>, SqlError> {
     }))
 }
 
+fn array<const N: usize>(b: &[u8]) -> Result<[u8; N], SqlError> {
+    b.try_into()
+        .map_err(|_| SqlError::new("22P03", "incorrect binary data format"))
+}
+
 fn decode_param(bytes: &[u8], binary: bool, ty: Option<TypeId>) -> Result<Datum, SqlError> {
     let proto = |m: &str| SqlError::new("08P01", m.to_string());
     if !binary {
@@ -97,31 +102,17 @@ fn decode_param(bytes: &[u8], binary: bool, ty: Option<TypeId>) -> Result<Datum,
     };
     Ok(match ty {
         TypeId::Bool => Datum::Bool(fixed(1)?[0] != 0),
-        TypeId::Int2 => Datum::Int2(i16::from_be_bytes(
-            fixed(2)?.try_into().map_err(|_| proto("int2"))?,
-        )),
-        TypeId::Int4 => Datum::Int4(i32::from_be_bytes(
-            fixed(4)?.try_into().map_err(|_| proto("int4"))?,
-        )),
-        TypeId::Int8 => Datum::Int8(i64::from_be_bytes(
-            fixed(8)?.try_into().map_err(|_| proto("int8"))?,
-        )),
-        TypeId::Float8 => Datum::Float8(f64::from_be_bytes(
-            fixed(8)?.try_into().map_err(|_| proto("float8"))?,
-        )),
+        TypeId::Int2 => Datum::Int2(i16::from_be_bytes(array::<2>(fixed(2)?)?)),
+        TypeId::Int4 => Datum::Int4(i32::from_be_bytes(array::<4>(fixed(4)?)?)),
+        TypeId::Int8 => Datum::Int8(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
+        TypeId::Float8 => Datum::Float8(f64::from_be_bytes(array::<8>(fixed(8)?)?)),
         TypeId::Text => Datum::Text(
             String::from_utf8(bytes.to_vec())
                 .map_err(|_| SqlError::new("22021", "invalid UTF-8 in parameter"))?,
         ),
-        TypeId::Timestamp => Datum::Timestamp(i64::from_be_bytes(
-            fixed(8)?.try_into().map_err(|_| proto("timestamp"))?,
-        )),
-        TypeId::TimestampTz => Datum::TimestampTz(i64::from_be_bytes(
-            fixed(8)?.try_into().map_err(|_| proto("timestamptz"))?,
-        )),
-        TypeId::Date => Datum::Date(i32::from_be_bytes(
-            fixed(4)?.try_into().map_err(|_| proto("date"))?,
-        )),
+        TypeId::Timestamp => Datum::Timestamp(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
+        TypeId::TimestampTz => Datum::TimestampTz(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
+        TypeId::Date => Datum::Date(i32::from_be_bytes(array::<4>(fixed(4)?)?)),
         TypeId::Numeric => {
             return Err(SqlError::unsupported(
                 "binary numeric parameters are not supported",

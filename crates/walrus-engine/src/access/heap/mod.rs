@@ -189,11 +189,7 @@ impl<'a> Heap<'a> {
         body: impl FnOnce(&mut PageWrite<'_>, bool) -> Result<Tid>,
     ) -> Result<Tid> {
         let need = len + 8 + self.reserve_bytes();
-        let mut candidates: Vec<u32> = Vec::new();
-        if let Some(b) = *self.rel.target().lock() {
-            candidates.push(b);
-        }
-        candidates.extend(self.rel.fsm.lock().iter().rev().take(4).copied());
+        let candidates = self.insert_candidates();
         for b in candidates {
             if Some(b) == avoid {
                 continue;
@@ -443,13 +439,20 @@ impl<'a> Heap<'a> {
         }
     }
 
-    fn find_block_with_room(&self, len: usize, avoid: u32) -> Result<Option<u32>> {
-        let need = len + 8 + self.reserve_bytes();
+    /// Pages worth trying for a new tuple: this thread's insertion target, then a few
+    /// pages the free-space map knows to have room.
+    fn insert_candidates(&self) -> Vec<u32> {
         let mut candidates: Vec<u32> = Vec::new();
         if let Some(b) = *self.rel.target().lock() {
             candidates.push(b);
         }
         candidates.extend(self.rel.fsm.lock().iter().rev().take(4).copied());
+        candidates
+    }
+
+    fn find_block_with_room(&self, len: usize, avoid: u32) -> Result<Option<u32>> {
+        let need = len + 8 + self.reserve_bytes();
+        let candidates = self.insert_candidates();
         for b in candidates {
             if b == avoid {
                 continue;
