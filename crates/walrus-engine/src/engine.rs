@@ -55,6 +55,14 @@ pub struct CheckpointStats {
     pub last_pages_written: u64,
     pub last_duration_ms: u64,
     pub last_redo: Lsn,
+    /// Cumulative, as PostgreSQL's `pg_stat_bgwriter`: checkpoints started by
+    /// `checkpoint_timeout` vs. by request (`CHECKPOINT`, `max_wal_size`, shutdown).
+    pub timed: u64,
+    pub requested: u64,
+    /// Milliseconds spent writing buffers and syncing files, summed over checkpoints.
+    pub write_ms: u64,
+    pub sync_ms: u64,
+    pub pages_written: u64,
 }
 
 pub struct RecoveryReport {
@@ -564,7 +572,9 @@ fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<()> {
             }
         }
     }
+    let write_done = Instant::now();
     let synced = pool.relfiles.sync_pending()?;
+    let sync_ms = write_done.elapsed().as_millis() as u64;
     inner.txn.clog.flush_all().map_err(|e| {
         Error::io(
             "flush commit-status log",
@@ -600,6 +610,14 @@ fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<()> {
         s.last_pages_written = written as u64;
         s.last_duration_ms = ms;
         s.last_redo = redo;
+        if matches!(reason, CheckpointReason::Timed) {
+            s.timed += 1;
+        } else {
+            s.requested += 1;
+        }
+        s.write_ms += write_done.duration_since(started).as_millis() as u64;
+        s.sync_ms += sync_ms;
+        s.pages_written += written as u64;
     }
     tracing::info!(
         "checkpoint complete ({reason:?}): wrote {written} buffers, synced {synced} files; WAL segments recycled {recycled}, removed {removed}; redo lsn {redo}; took {ms} ms"

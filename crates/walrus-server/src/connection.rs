@@ -198,6 +198,11 @@ pub fn serve(
         .unwrap_or(7) as i32)
         ^ pid.rotate_left(13);
     let mut session = Session::new(engine);
+    let database = match get("database") {
+        d if d.is_empty() => user.clone(),
+        d => d,
+    };
+    session.set_identity(&user, &database);
     cancel.register((pid, secret), session.interrupt_flag());
     let result = (|| {
         out.auth_ok();

@@ -11,6 +11,7 @@ use walrus_engine::access::datum::{compare_datums, Datum, TypeId};
 use walrus_engine::catalog::ColumnDef;
 
 use crate::error::{SqlError, SqlResult};
+use crate::query::{Frame, Rel};
 use crate::value::{format_text, parse_text};
 
 /// What an expression can see.
@@ -23,6 +24,42 @@ pub struct Scope<'a> {
     pub setting: &'a dyn Fn(&str) -> Option<String>,
     /// The session's cancel flag (pg_sleep and long evaluations poll it).
     pub interrupt: Option<&'a std::sync::atomic::AtomicBool>,
+    /// The row of a multi-table query (qualified names, outer rows of correlated
+    /// subqueries). When set, column references resolve here instead of `columns`.
+    pub frame: Option<&'a Frame<'a>>,
+    /// Subqueries, aggregates over the current group, and catalog-aware functions.
+    pub hooks: Option<&'a dyn Hooks>,
+}
+
+/// What the query executor lends to expression evaluation.
+pub trait Hooks {
+    /// Runs a subquery whose enclosing row is `outer`.
+    fn subquery(&self, q: &sqlparser::ast::Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel>;
+    /// The value of aggregate call `f` over the current group (`None`: not grouped).
+    fn aggregate(
+        &self,
+        f: &sqlparser::ast::Function,
+        outer: Option<&Frame<'_>>,
+    ) -> Option<SqlResult<Datum>>;
+    /// Functions and casts that need the catalog (`pg_get_indexdef`, `::regclass`, ...).
+    fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>>;
+}
+
+/// Aggregate function names (evaluated over a group, never per row).
+pub fn is_aggregate_name(name: &str) -> bool {
+    matches!(
+        name,
+        "count"
+            | "sum"
+            | "min"
+            | "max"
+            | "avg"
+            | "string_agg"
+            | "array_agg"
+            | "bool_and"
+            | "bool_or"
+            | "every"
+    )
 }
 
 pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
@@ -50,6 +87,31 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
             _ => TypeId::Timestamp,
         },
         D::Date => TypeId::Date,
+        D::Custom(name, _) => {
+            let n = name
+                .0
+                .last()
+                .map(|p| p.to_string().to_ascii_lowercase())
+                .unwrap_or_default();
+            match n.trim_matches('"') {
+                "text" | "name" | "varchar" | "bpchar" | "char" => TypeId::Text,
+                "int2" => TypeId::Int2,
+                "int4" | "int" => TypeId::Int4,
+                "int8" | "oid" => TypeId::Int8,
+                "float8" => TypeId::Float8,
+                "numeric" => TypeId::Numeric,
+                "bool" => TypeId::Bool,
+                "timestamptz" => TypeId::TimestampTz,
+                "timestamp" => TypeId::Timestamp,
+                "date" => TypeId::Date,
+                other => {
+                    return Err(SqlError::new(
+                        "42704",
+                        format!("type \"{other}\" is not supported"),
+                    ))
+                }
+            }
+        }
         other => {
             return Err(SqlError::new(
                 "42704",
@@ -155,9 +217,172 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             }
             other => literal(other),
         },
+        Expr::Identifier(_) | Expr::CompoundIdentifier(_) if s.frame.is_some() => {
+            let (qual, name) = crate::query::col_ref(e).unwrap_or_default();
+            match s
+                .frame
+                .map(|f| f.lookup(qual.as_deref(), &name))
+                .transpose()?
+            {
+                Some(Some(d)) => Ok(d),
+                _ => Err(crate::query::no_column(qual.as_deref(), &name)),
+            }
+        }
         Expr::Identifier(id) => column(s, &id.value),
         Expr::CompoundIdentifier(ids) => {
             column(s, &ids.last().map(|i| i.value.clone()).unwrap_or_default())
+        }
+        Expr::Case {
+            operand,
+            conditions,
+            else_result,
+            ..
+        } => {
+            let subject = operand.as_ref().map(|o| eval(o, s)).transpose()?;
+            for w in conditions {
+                let hit = match &subject {
+                    Some(v) => binary(v, &BinaryOperator::Eq, &eval(&w.condition, s)?)?,
+                    None => eval(&w.condition, s)?,
+                };
+                if matches!(hit, Datum::Bool(true)) {
+                    return eval(&w.result, s);
+                }
+            }
+            else_result
+                .as_ref()
+                .map(|e| eval(e, s))
+                .unwrap_or(Ok(Datum::Null))
+        }
+        Expr::Subquery(q) => {
+            let rel = hooks(s)?.subquery(q, s.frame)?;
+            if rel.rows.len() > 1 {
+                return Err(SqlError::new(
+                    "21000",
+                    "more than one row returned by a subquery used as an expression",
+                ));
+            }
+            Ok(rel
+                .rows
+                .into_iter()
+                .next()
+                .and_then(|r| r.into_iter().next())
+                .unwrap_or(Datum::Null))
+        }
+        Expr::Exists { subquery, negated } => {
+            let rel = hooks(s)?.subquery(subquery, s.frame)?;
+            Ok(Datum::Bool(rel.rows.is_empty() == *negated))
+        }
+        Expr::InSubquery {
+            expr,
+            subquery,
+            negated,
+        } => {
+            let v = eval(expr, s)?;
+            let rel = hooks(s)?.subquery(subquery, s.frame)?;
+            let items: Vec<Datum> = rel
+                .rows
+                .into_iter()
+                .map(|r| r.into_iter().next().unwrap_or(Datum::Null))
+                .collect();
+            in_values(&v, &items, *negated)
+        }
+        Expr::Collate { expr, .. } => eval(expr, s),
+        Expr::IsTrue(x) => Ok(Datum::Bool(matches!(eval(x, s)?, Datum::Bool(true)))),
+        Expr::IsNotTrue(x) => Ok(Datum::Bool(!matches!(eval(x, s)?, Datum::Bool(true)))),
+        Expr::IsFalse(x) => Ok(Datum::Bool(matches!(eval(x, s)?, Datum::Bool(false)))),
+        Expr::IsNotFalse(x) => Ok(Datum::Bool(!matches!(eval(x, s)?, Datum::Bool(false)))),
+        Expr::IsDistinctFrom(a, b) | Expr::IsNotDistinctFrom(a, b) => {
+            let (l, r) = (eval(a, s)?, eval(b, s)?);
+            let same = match (l.is_null(), r.is_null()) {
+                (true, true) => true,
+                (false, false) => compare_values(&l, &r)? == Ordering::Equal,
+                _ => false,
+            };
+            Ok(Datum::Bool(
+                same == matches!(e, Expr::IsNotDistinctFrom(..)),
+            ))
+        }
+        Expr::Like {
+            negated,
+            expr,
+            pattern,
+            escape_char,
+            any: false,
+        }
+        | Expr::ILike {
+            negated,
+            expr,
+            pattern,
+            escape_char,
+            any: false,
+        } => {
+            let (v, p) = (eval(expr, s)?, eval(pattern, s)?);
+            let esc = match escape_char {
+                Some(e) => format_text(&eval(e, s)?).and_then(|t| t.chars().next()),
+                None => Some('\\'),
+            };
+            match (format_text(&v), format_text(&p)) {
+                (Some(v), Some(p)) => {
+                    let fold = matches!(e, Expr::ILike { .. });
+                    let m = if fold {
+                        like_match(&v.to_lowercase(), &p.to_lowercase(), esc)
+                    } else {
+                        like_match(&v, &p, esc)
+                    };
+                    Ok(Datum::Bool(m != *negated))
+                }
+                _ => Ok(Datum::Null),
+            }
+        }
+        Expr::AnyOp {
+            left,
+            compare_op,
+            right,
+            ..
+        }
+        | Expr::AllOp {
+            left,
+            compare_op,
+            right,
+        } => {
+            let v = eval(left, s)?;
+            let items = match right.as_ref() {
+                Expr::Subquery(q) => hooks(s)?
+                    .subquery(q, s.frame)?
+                    .rows
+                    .into_iter()
+                    .map(|r| r.into_iter().next().unwrap_or(Datum::Null))
+                    .collect(),
+                other => match eval(other, s)? {
+                    Datum::Null => return Ok(Datum::Null),
+                    d => parse_array_text(&format_text(&d).unwrap_or_default())?
+                        .into_iter()
+                        .map(|t| t.map(Datum::Text).unwrap_or(Datum::Null))
+                        .collect::<Vec<_>>(),
+                },
+            };
+            let all = matches!(e, Expr::AllOp { .. });
+            let mut saw_null = false;
+            for it in &items {
+                match binary(&v, compare_op, it)? {
+                    Datum::Bool(b) if b != all => return Ok(Datum::Bool(!all)),
+                    Datum::Null => saw_null = true,
+                    _ => {}
+                }
+            }
+            Ok(if saw_null {
+                Datum::Null
+            } else {
+                Datum::Bool(all)
+            })
+        }
+        Expr::Array(a) => {
+            let items = a
+                .elem
+                .iter()
+                .map(|x| eval(x, s))
+                .collect::<SqlResult<Vec<_>>>()?;
+            Ok(Datum::Text(format_array_text(&items)))
         }
         Expr::Nested(inner) => eval(inner, s),
         Expr::UnaryOp { op, expr } => {
@@ -185,7 +410,41 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                 return logic(eval(left, s)?, op, || eval(right, s));
             }
             let (l, r) = (eval(left, s)?, eval(right, s)?);
-            binary(&l, op, &r)
+            match op {
+                BinaryOperator::PGRegexMatch
+                | BinaryOperator::PGRegexIMatch
+                | BinaryOperator::PGRegexNotMatch
+                | BinaryOperator::PGRegexNotIMatch => regex_op(&l, op, &r),
+                BinaryOperator::PGCustomBinaryOperator(parts) => {
+                    let op = match parts.last().map(String::as_str) {
+                        Some("~") => BinaryOperator::PGRegexMatch,
+                        Some("~*") => BinaryOperator::PGRegexIMatch,
+                        Some("!~") => BinaryOperator::PGRegexNotMatch,
+                        Some("!~*") => BinaryOperator::PGRegexNotIMatch,
+                        Some("=") => BinaryOperator::Eq,
+                        Some("<>") => BinaryOperator::NotEq,
+                        Some("<") => BinaryOperator::Lt,
+                        Some(">") => BinaryOperator::Gt,
+                        Some("<=") => BinaryOperator::LtEq,
+                        Some(">=") => BinaryOperator::GtEq,
+                        Some("||") => BinaryOperator::StringConcat,
+                        _ => {
+                            return Err(SqlError::new(
+                                "42883",
+                                format!("operator does not exist: {}", parts.join(".")),
+                            ))
+                        }
+                    };
+                    match op {
+                        BinaryOperator::PGRegexMatch
+                        | BinaryOperator::PGRegexIMatch
+                        | BinaryOperator::PGRegexNotMatch
+                        | BinaryOperator::PGRegexNotIMatch => regex_op(&l, &op, &r),
+                        _ => binary(&l, &op, &r),
+                    }
+                }
+                _ => binary(&l, op, &r),
+            }
         }
         Expr::IsNull(x) => Ok(Datum::Bool(eval(x, s)?.is_null())),
         Expr::IsNotNull(x) => Ok(Datum::Bool(!eval(x, s)?.is_null())),
@@ -207,17 +466,11 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             negated,
         } => {
             let v = eval(expr, s)?;
-            let mut found = false;
-            for item in list {
-                if matches!(
-                    binary(&v, &BinaryOperator::Eq, &eval(item, s)?)?,
-                    Datum::Bool(true)
-                ) {
-                    found = true;
-                    break;
-                }
-            }
-            Ok(Datum::Bool(found != *negated))
+            let items = list
+                .iter()
+                .map(|i| eval(i, s))
+                .collect::<SqlResult<Vec<_>>>()?;
+            in_values(&v, &items, *negated)
         }
         Expr::Cast {
             kind: CastKind::Cast | CastKind::DoubleColon,
@@ -225,8 +478,33 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             data_type,
             ..
         } => {
-            let ty = type_from_sql(data_type)?;
-            coerce(eval(expr, s)?, ty)
+            let v = eval(expr, s)?;
+            let custom = match data_type {
+                DataType::Regclass => Some("regclass".to_string()),
+                DataType::Custom(name, _) => name.0.last().map(|p| {
+                    p.to_string()
+                        .to_ascii_lowercase()
+                        .trim_matches('"')
+                        .to_string()
+                }),
+                _ => None,
+            };
+            if let Some(n) = custom.as_deref() {
+                match n {
+                    "regclass" | "regtype" | "regnamespace" | "regproc" => {
+                        if v.is_null() {
+                            return Ok(Datum::Null);
+                        }
+                        return hooks(s)?
+                            .function(&format!("::{n}"), &[v])
+                            .unwrap_or_else(|| Err(SqlError::unsupported(format!("cast to {n}"))));
+                    }
+                    "oid" | "xid" | "regrole" => return coerce(v, TypeId::Int8),
+                    "name" | "char" | "bpchar" => return coerce(v, TypeId::Text),
+                    _ => {}
+                }
+            }
+            coerce(v, type_from_sql(data_type)?)
         }
         Expr::TypedString(ts) => {
             let ty = type_from_sql(&ts.data_type)?;
@@ -457,12 +735,211 @@ pub fn function_name(f: &sqlparser::ast::Function) -> String {
         .unwrap_or_default()
 }
 
+fn hooks<'a>(s: &Scope<'a>) -> SqlResult<&'a dyn Hooks> {
+    s.hooks
+        .ok_or_else(|| SqlError::unsupported("subqueries are not supported here"))
+}
+
+/// `v IN (items)` with SQL's three-valued result.
+fn in_values(v: &Datum, items: &[Datum], negated: bool) -> SqlResult<Datum> {
+    if v.is_null() {
+        return Ok(Datum::Null);
+    }
+    let mut saw_null = false;
+    for it in items {
+        match binary(v, &BinaryOperator::Eq, it)? {
+            Datum::Bool(true) => return Ok(Datum::Bool(!negated)),
+            Datum::Null => saw_null = true,
+            _ => {}
+        }
+    }
+    Ok(if saw_null {
+        Datum::Null
+    } else {
+        Datum::Bool(negated)
+    })
+}
+
+/// SQL `LIKE`: `%` any run, `_` one character, `esc` quotes the next character.
+pub fn like_match(v: &str, p: &str, esc: Option<char>) -> bool {
+    let (v, p): (Vec<char>, Vec<char>) = (v.chars().collect(), p.chars().collect());
+    // Iterative matcher with one backtrack point for the last `%` (linear in practice).
+    let (mut vi, mut pi) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while vi < v.len() {
+        let (lit, step) = match p.get(pi) {
+            Some(&c) if Some(c) == esc => (p.get(pi + 1).copied(), 2),
+            Some('%') => {
+                star = Some((pi, vi));
+                pi += 1;
+                continue;
+            }
+            Some('_') => (None, 1),
+            Some(&c) => (Some(c), 1),
+            None => (Some('\0'), 0),
+        };
+        let ok = step > 0 && lit.is_none_or(|c| c == v[vi]);
+        if ok {
+            vi += 1;
+            pi += step;
+        } else if let Some((sp, sv)) = star {
+            pi = sp + 1;
+            vi = sv + 1;
+            star = Some((sp, sv + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '%')
+}
+
+/// `~`, `~*`, `!~`, `!~*` with PostgreSQL's (POSIX-like) regular expressions.
+fn regex_op(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
+    let (Some(text), Some(pat)) = (format_text(l), format_text(r)) else {
+        return Ok(Datum::Null);
+    };
+    let fold = matches!(
+        op,
+        BinaryOperator::PGRegexIMatch | BinaryOperator::PGRegexNotIMatch
+    );
+    let re = regex::RegexBuilder::new(&pat)
+        .case_insensitive(fold)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| {
+            SqlError::new(
+                "2201B",
+                format!(
+                    "invalid regular expression: {}",
+                    e.to_string().lines().last().unwrap_or("")
+                ),
+            )
+        })?;
+    let negate = matches!(
+        op,
+        BinaryOperator::PGRegexNotMatch | BinaryOperator::PGRegexNotIMatch
+    );
+    Ok(Datum::Bool(re.is_match(&text) != negate))
+}
+
+/// Arrays travel as PostgreSQL's text form (`{a,b,"c d"}`): walrus has no array type in
+/// storage, and the catalog functions psql uses only need to build and search them.
+pub fn format_array_text(items: &[Datum]) -> String {
+    let mut out = String::from("{");
+    for (i, d) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match format_text(d) {
+            None => out.push_str("NULL"),
+            Some(t) => {
+                let plain = !t.is_empty()
+                    && !t.eq_ignore_ascii_case("null")
+                    && !t.contains(|c: char| "{},\"\\ ".contains(c));
+                if plain {
+                    out.push_str(&t);
+                } else {
+                    out.push('"');
+                    for c in t.chars() {
+                        if c == '"' || c == '\\' {
+                            out.push('\\');
+                        }
+                        out.push(c);
+                    }
+                    out.push('"');
+                }
+            }
+        }
+    }
+    out.push('}');
+    out
+}
+
+/// Parses a one-dimensional array literal; `None` elements are SQL NULLs.
+pub fn parse_array_text(t: &str) -> SqlResult<Vec<Option<String>>> {
+    let bad = || SqlError::new("22P02", format!("malformed array literal: \"{t}\""));
+    let inner = t
+        .trim()
+        .strip_prefix('{')
+        .and_then(|r| r.strip_suffix('}'))
+        .ok_or_else(bad)?;
+    let mut out = Vec::new();
+    let mut chars = inner.chars().peekable();
+    if inner.trim().is_empty() {
+        return Ok(out);
+    }
+    loop {
+        let mut item = String::new();
+        let mut quoted = false;
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        if chars.peek() == Some(&'"') {
+            quoted = true;
+            chars.next();
+            loop {
+                match chars.next().ok_or_else(bad)? {
+                    '\\' => item.push(chars.next().ok_or_else(bad)?),
+                    '"' => break,
+                    c => item.push(c),
+                }
+            }
+        }
+        while let Some(&c) = chars.peek() {
+            if c == ',' {
+                break;
+            }
+            if quoted && c != ' ' {
+                return Err(bad());
+            }
+            item.push(c);
+            chars.next();
+        }
+        let item = if quoted {
+            item
+        } else {
+            item.trim().to_string()
+        };
+        out.push(if !quoted && item.eq_ignore_ascii_case("null") {
+            None
+        } else {
+            Some(item)
+        });
+        if chars.next().is_none() {
+            break;
+        }
+    }
+    Ok(out)
+}
+
 fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
     let name = function_name(f);
+    if is_aggregate_name(&name) {
+        return match s.hooks.and_then(|h| h.aggregate(f, s.frame)) {
+            Some(r) => r,
+            None => Err(SqlError::new(
+                "42803",
+                format!("aggregate function {name}() is not allowed here"),
+            )),
+        };
+    }
+    if let sqlparser::ast::FunctionArguments::Subquery(q) = &f.args {
+        // ARRAY(SELECT ...)
+        let rel = hooks(s)?.subquery(q, s.frame)?;
+        let items: Vec<Datum> = rel
+            .rows
+            .into_iter()
+            .map(|r| r.into_iter().next().unwrap_or(Datum::Null))
+            .collect();
+        return Ok(Datum::Text(format_array_text(&items)));
+    }
     let args: Vec<Datum> = function_args(f)
         .into_iter()
         .map(|a| eval(a, s))
         .collect::<SqlResult<_>>()?;
+    if let Some(r) = s.hooks.and_then(|h| h.function(&name, &args)) {
+        return r;
+    }
     let arg = |i: usize| args.get(i).cloned().unwrap_or(Datum::Null);
     Ok(match name.as_str() {
         "now" | "current_timestamp" | "transaction_timestamp" | "statement_timestamp" => {
@@ -552,14 +1029,103 @@ fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
             Datum::Null
         }
         "pg_backend_pid" => Datum::Int4(std::process::id() as i32),
-        "current_database" | "current_schema" => Datum::Text(
-            if name == "current_schema" {
-                "public"
+        "nullif" => match binary(&arg(0), &BinaryOperator::Eq, &arg(1))? {
+            Datum::Bool(true) => Datum::Null,
+            _ => arg(0),
+        },
+        "greatest" | "least" => {
+            let mut best: Option<Datum> = None;
+            for a in args.iter().filter(|a| !a.is_null()) {
+                let better = match &best {
+                    None => true,
+                    Some(b) => {
+                        let o = compare_values(a, b)?;
+                        if name == "greatest" {
+                            o == Ordering::Greater
+                        } else {
+                            o == Ordering::Less
+                        }
+                    }
+                };
+                if better {
+                    best = Some(a.clone());
+                }
+            }
+            best.unwrap_or(Datum::Null)
+        }
+        "concat" => Datum::Text(args.iter().filter_map(format_text).collect()),
+        "replace" => match (
+            format_text(&arg(0)),
+            format_text(&arg(1)),
+            format_text(&arg(2)),
+        ) {
+            (Some(a), Some(b), Some(c)) => Datum::Text(a.replace(&b, &c)),
+            _ => Datum::Null,
+        },
+        "quote_ident" => match format_text(&arg(0)) {
+            Some(t)
+                if t.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                    && !t.is_empty() =>
+            {
+                Datum::Text(t)
+            }
+            Some(t) => Datum::Text(format!("\"{}\"", t.replace('"', "\"\""))),
+            None => Datum::Null,
+        },
+        "current_schemas" => Datum::Text(
+            if matches!(arg(0), Datum::Bool(true)) {
+                "{pg_catalog,public}"
             } else {
-                "postgres"
+                "{public}"
             }
             .into(),
         ),
+        "array_position" => {
+            let Some(arr) = format_text(&arg(0)) else {
+                return Ok(Datum::Null);
+            };
+            let want = format_text(&arg(1));
+            parse_array_text(&arr)?
+                .iter()
+                .position(|x| *x == want)
+                .map(|i| Datum::Int4(i as i32 + 1))
+                .unwrap_or(Datum::Null)
+        }
+        "array_to_string" => {
+            let (Some(arr), Some(sep)) = (format_text(&arg(0)), format_text(&arg(1))) else {
+                return Ok(Datum::Null);
+            };
+            let items: Vec<String> = parse_array_text(&arr)?.into_iter().flatten().collect();
+            Datum::Text(items.join(&sep))
+        }
+        "array_length" | "array_upper" | "cardinality" => match format_text(&arg(0)) {
+            Some(arr) => match parse_array_text(&arr)?.len() {
+                0 => Datum::Null,
+                n => Datum::Int4(n as i32),
+            },
+            None => Datum::Null,
+        },
+        "pg_encoding_to_char" => Datum::Text("UTF8".into()),
+        "pg_table_is_visible" | "pg_type_is_visible" => Datum::Bool(!arg(0).is_null()),
+        "obj_description" | "col_description" | "shobj_description" | "pg_get_expr"
+        | "pg_get_partkeydef" => Datum::Null,
+        "has_table_privilege" | "has_schema_privilege" | "has_database_privilege" => {
+            Datum::Bool(true)
+        }
+        "pg_is_in_recovery" => Datum::Bool(false),
+        "pg_postmaster_start_time" => Datum::TimestampTz(s.now),
+        "pg_size_pretty" => match as_i64(&arg(0)).or_else(|| as_f64(&arg(0)).map(|f| f as i64)) {
+            Some(b) => Datum::Text(pretty_size(b)),
+            None => Datum::Null,
+        },
+        "current_user" | "session_user" | "user" | "current_role" => {
+            Datum::Text((s.setting)("session_authorization").unwrap_or_else(|| "walrus".into()))
+        }
+        "current_database" => Datum::Text(
+            (s.setting)(crate::session::DATABASE_KEY).unwrap_or_else(|| "postgres".into()),
+        ),
+        "current_schema" => Datum::Text("public".into()),
         other => {
             return Err(SqlError::new(
                 "42883",
@@ -567,4 +1133,16 @@ fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
             ))
         }
     })
+}
+
+/// `pg_size_pretty`: bytes, kB, MB, GB, TB with PostgreSQL's rounding (half up, 10x rule).
+fn pretty_size(bytes: i64) -> String {
+    let mut v = bytes;
+    for unit in ["bytes", "kB", "MB", "GB", "TB"] {
+        if v.abs() < 10 * 1024 || unit == "TB" {
+            return format!("{v} {unit}");
+        }
+        v = (v + v.signum() * 512) / 1024;
+    }
+    unreachable!("the loop returns at TB")
 }

@@ -14,6 +14,8 @@
 
 pub mod error;
 pub mod expr;
+mod pg_catalog;
+pub(crate) mod query;
 pub(crate) mod session;
 pub mod utility;
 pub mod value;

@@ -6,8 +6,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use sqlparser::ast::{
-    self, AlterTableOperation, ColumnOption, Expr, ObjectType, SelectItem, SetExpr, Statement,
-    TableConstraint, TableFactor,
+    self, AlterTableOperation, ColumnOption, Expr, ObjectType, SetExpr, Statement, TableConstraint,
+    TableFactor,
 };
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
@@ -71,6 +71,8 @@ pub struct Session {
 
 /// Internal key under which a statement sees the current WAL insert position.
 pub(crate) const WAL_LSN_KEY: &str = "walrus.insert_lsn";
+/// Internal key holding the database name the client connected to.
+pub(crate) const DATABASE_KEY: &str = "walrus.database";
 
 fn now_micros() -> i64 {
     let us = std::time::SystemTime::now()
@@ -762,6 +764,8 @@ impl Session {
                     now,
                     setting: &get,
                     interrupt: Some(&intr),
+                    frame: None,
+                    hooks: None,
                 };
                 let mut args = Vec::with_capacity(parameters.len());
                 for (i, e) in parameters.iter().enumerate() {
@@ -1070,6 +1074,8 @@ impl Session {
                 now,
                 setting: &get,
                 interrupt: Some(&intr),
+                frame: None,
+                hooks: None,
             };
             let mut row = vec![Datum::Null; def.columns.len()];
             for (e, &ci) in row_exprs.iter().zip(&targets) {
@@ -1083,7 +1089,7 @@ impl Session {
 
     /// Rows of `def` matching `filter`, through a unique index when the filter pins all
     /// its columns with equalities to constants, else a sequential scan.
-    fn matching_rows(
+    pub(crate) fn matching_rows(
         &mut self,
         def: &TableDef,
         filter: Option<&Expr>,
@@ -1149,216 +1155,55 @@ impl Session {
     }
 
     fn select(&mut self, q: &ast::Query, params: &[Datum]) -> SqlResult<QueryResult> {
-        let SetExpr::Select(sel) = q.body.as_ref() else {
-            return Err(SqlError::unsupported("only plain SELECT is supported"));
-        };
-        let (now, settings) = (self.now, self.settings.clone());
-        let get = move |n: &str| settings.get(n).cloned();
-        let intr = self.interrupt.clone();
-        let series = generate_series(&sel.from, params, now, &get)?;
-        let def = if series.is_some() {
-            None
-        } else {
-            self.single_table(&sel.from)?
-        };
-        let empty: Vec<ColumnDef> = Vec::new();
-        let cols: &[ColumnDef] = match (&series, &def) {
-            (Some((c, _)), _) => std::slice::from_ref(c),
-            (None, Some(d)) => d.columns.as_slice(),
-            (None, None) => &empty,
-        };
-        let rows: Vec<Vec<Datum>> = match &def {
-            _ if series.is_some() => {
-                let (col, values) = series.as_ref().expect("checked");
-                let mut out = Vec::new();
-                for v in values {
-                    let row = vec![v.clone()];
-                    if row_matches(
-                        sel.selection.as_ref(),
-                        std::slice::from_ref(col),
-                        &row,
-                        params,
-                        now,
-                        &get,
-                    )? {
-                        out.push(row);
-                    }
-                }
-                out
-            }
-            Some(d) => self
-                .matching_rows(d, sel.selection.as_ref(), params)?
-                .into_iter()
-                .map(|(_, r)| r)
-                .collect(),
-            None => {
-                let scope = Scope {
-                    columns: &[],
-                    row: None,
-                    params,
-                    now,
-                    setting: &get,
-                    interrupt: Some(&intr),
-                };
-                let keep = match &sel.selection {
-                    Some(f) => matches!(eval(f, &scope)?, Datum::Bool(true)),
-                    None => true,
-                };
-                if keep {
-                    vec![Vec::new()]
-                } else {
-                    Vec::new()
-                }
-            }
-        };
-        // Output columns.
-        let mut items: Vec<(String, Expr)> = Vec::new();
-        for it in &sel.projection {
-            match it {
-                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..) => {
-                    for c in cols {
-                        items.push((c.name.clone(), Expr::Identifier(ast::Ident::new(&c.name))));
-                    }
-                }
-                SelectItem::UnnamedExpr(e) => items.push((output_name(e), e.clone())),
-                SelectItem::ExprWithAlias { expr, alias } => {
-                    items.push((ident(alias), expr.clone()))
-                }
-                #[allow(unreachable_patterns)]
-                other => {
-                    return Err(SqlError::unsupported(format!(
-                        "select item {other} is not supported"
-                    )))
-                }
-            }
-        }
-        // Bind: every column reference must exist, even when no row is produced.
-        for (_, e) in &items {
-            check_columns(e, cols)?;
-        }
-        if let Some(f) = &sel.selection {
-            check_columns(f, cols)?;
-        }
-        let aggregate = items.iter().any(|(_, e)| is_aggregate(e));
-        let mut out_rows: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::new(); // (output, source)
-        if aggregate {
-            if !matches!(sel.group_by, ast::GroupByExpr::Expressions(ref g, _) if g.is_empty()) {
-                return Err(SqlError::unsupported("GROUP BY is not supported yet"));
-            }
-            let mut out = Vec::new();
-            for (_, e) in &items {
-                out.push(aggregate_value(e, cols, &rows, params, now, &get)?);
-            }
-            out_rows.push((out, Vec::new()));
-        } else {
-            for r in &rows {
-                let scope = Scope {
-                    columns: cols,
-                    row: Some(r),
-                    params,
-                    now,
-                    setting: &get,
-                    interrupt: Some(&intr),
-                };
-                let out = items
-                    .iter()
-                    .map(|(_, e)| eval(e, &scope))
-                    .collect::<SqlResult<Vec<_>>>()?;
-                out_rows.push((out, r.clone()));
-            }
-        }
-        // ORDER BY
-        if let Some(ob) = &q.order_by {
-            if let ast::OrderByKind::Expressions(exprs) = &ob.kind {
-                let mut keyed: Vec<(Vec<Datum>, OutRow)> = Vec::new();
-                for (out, src) in out_rows {
-                    let mut keys = Vec::new();
-                    for o in exprs {
-                        let by_alias = match &o.expr {
-                            Expr::Identifier(id) => items
-                                .iter()
-                                .position(|(n, _)| *n == ident(id))
-                                .map(|i| out[i].clone()),
-                            Expr::Value(v) => match &v.value {
-                                ast::Value::Number(n, _) => n
-                                    .parse::<usize>()
-                                    .ok()
-                                    .and_then(|i| out.get(i.wrapping_sub(1)).cloned()),
-                                _ => None,
-                            },
-                            _ => None,
-                        };
-                        let k = match by_alias {
-                            Some(k) => k,
-                            None => eval(
-                                &o.expr,
-                                &Scope {
-                                    columns: cols,
-                                    row: Some(&src),
-                                    params,
-                                    now,
-                                    setting: &get,
-                                    interrupt: Some(&intr),
-                                },
-                            )?,
-                        };
-                        keys.push(k);
-                    }
-                    keyed.push((keys, (out, src)));
-                }
-                let desc: Vec<bool> = exprs
-                    .iter()
-                    .map(|o| matches!(o.options.sort, Some(ast::OrderBySort::Desc)))
-                    .collect();
-                keyed.sort_by(|a, b| {
-                    for (i, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
-                        let o = walrus_engine::access::datum::compare_datums(x, y);
-                        let o = if desc[i] { o.reverse() } else { o };
-                        if o.is_ne() {
-                            return o;
-                        }
-                    }
-                    std::cmp::Ordering::Equal
-                });
-                out_rows = keyed.into_iter().map(|(_, r)| r).collect();
-            }
-        }
-        // LIMIT / OFFSET
-        if let Some(ast::LimitClause::LimitOffset { limit, offset, .. }) = &q.limit_clause {
-            let scope = Scope {
-                columns: &[],
-                row: None,
-                params,
-                now,
-                setting: &get,
-                interrupt: Some(&intr),
-            };
-            let skip = match offset {
-                Some(o) => as_count(eval(&o.value, &scope)?)?,
-                None => 0,
-            };
-            let take = match limit {
-                Some(l) => as_count(eval(l, &scope)?)?,
-                None => usize::MAX,
-            };
-            out_rows = out_rows.into_iter().skip(skip).take(take).collect();
-        }
-        let rows: Vec<Vec<Datum>> = out_rows.into_iter().map(|(o, _)| o).collect();
-        let columns = items
-            .iter()
-            .enumerate()
-            .map(|(i, (n, e))| Column {
-                name: n.clone(),
-                ty: static_type(e, cols)
-                    .or_else(|| rows.iter().find_map(|r| r[i].type_id()))
-                    .unwrap_or(TypeId::Text),
-            })
-            .collect();
+        let rel = crate::query::Executor::new(self, params).run_query(q, None)?;
         Ok(QueryResult {
-            tag: format!("SELECT {}", rows.len()),
-            columns,
-            rows,
+            tag: format!("SELECT {}", rel.rows.len()),
+            columns: rel
+                .cols
+                .into_iter()
+                .map(|c| Column {
+                    name: c.name,
+                    ty: c.ty.unwrap_or(TypeId::Text),
+                })
+                .collect(),
+            rows: rel.rows,
         })
+    }
+
+    /// What expression evaluation needs from the session: statement time, settings and
+    /// the cancel flag.
+    pub(crate) fn eval_context(&self) -> (i64, BTreeMap<String, String>, Arc<AtomicBool>) {
+        (self.now, self.settings.clone(), self.interrupt.clone())
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Records who connected to what (`current_user`, `current_database()`).
+    pub fn set_identity(&mut self, user: &str, database: &str) {
+        self.settings
+            .insert("session_authorization".into(), user.to_string());
+        self.settings
+            .insert(DATABASE_KEY.into(), database.to_string());
+    }
+
+    pub(crate) fn table_def(&mut self, name: &str) -> SqlResult<std::sync::Arc<TableDef>> {
+        Ok(self.txn().table(name)?)
+    }
+
+    pub(crate) fn catalog_tables(&mut self) -> SqlResult<Vec<std::sync::Arc<TableDef>>> {
+        Ok(self.txn().catalog()?.tables.values().cloned().collect())
+    }
+
+    /// Every row of `def` visible to the statement's snapshot.
+    pub(crate) fn scan_rows(&mut self, def: &TableDef) -> SqlResult<Vec<Vec<Datum>>> {
+        Ok(self
+            .txn()
+            .scan_all(def)?
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect())
     }
 
     fn update(&mut self, u: &ast::Update, params: &[Datum]) -> SqlResult<QueryResult> {
@@ -1398,6 +1243,8 @@ impl Session {
                 now,
                 setting: &get,
                 interrupt: Some(&intr),
+                frame: None,
+                hooks: None,
             };
             let mut new = old.to_vec();
             for (i, e) in &sets {
@@ -1458,9 +1305,6 @@ impl Session {
     }
 }
 
-/// An output row and the source row it came from (ORDER BY may use either).
-type OutRow = (Vec<Datum>, Vec<Datum>);
-
 enum Parsed {
     Begin(Option<Isolation>),
     Commit,
@@ -1497,16 +1341,6 @@ fn syntax_message(e: &str) -> String {
     }
 }
 
-fn as_count(d: Datum) -> SqlResult<usize> {
-    match d {
-        Datum::Int2(v) if v >= 0 => Ok(v as usize),
-        Datum::Int4(v) if v >= 0 => Ok(v as usize),
-        Datum::Int8(v) if v >= 0 => Ok(v as usize),
-        Datum::Null => Ok(usize::MAX),
-        _ => Err(SqlError::new("2201W", "LIMIT must not be negative")),
-    }
-}
-
 fn row_matches(
     filter: Option<&Expr>,
     columns: &[ColumnDef],
@@ -1525,6 +1359,8 @@ fn row_matches(
                 now,
                 setting: get,
                 interrupt: None,
+                frame: None,
+                hooks: None,
             };
             Ok(matches!(eval(f, &scope)?, Datum::Bool(true)))
         }
@@ -1569,6 +1405,8 @@ fn collect_equalities(
                 now,
                 setting: get,
                 interrupt: None,
+                frame: None,
+                hooks: None,
             };
             if let Some(c) = col_of(left) {
                 if let Ok(v) = eval(right, &scope) {
@@ -1584,282 +1422,8 @@ fn collect_equalities(
     }
 }
 
-fn check_columns(e: &Expr, cols: &[ColumnDef]) -> SqlResult<()> {
-    use std::ops::ControlFlow;
-    let r = ast::visit_expressions(e, |x| {
-        let name = match x {
-            Expr::Identifier(i) => Some(ident(i)),
-            Expr::CompoundIdentifier(ids) => ids.last().map(ident),
-            _ => None,
-        };
-        match name {
-            Some(n) if !cols.iter().any(|c| c.name == n) => ControlFlow::Break(n),
-            _ => ControlFlow::Continue(()),
-        }
-    });
-    match r {
-        ControlFlow::Break(n) => Err(SqlError::new(
-            "42703",
-            format!("column \"{n}\" does not exist"),
-        )),
-        ControlFlow::Continue(()) => Ok(()),
-    }
-}
-
-/// `FROM generate_series(start, stop [, step]) [AS name]`: the one set-returning function
-/// walrus supports (pgbench's server-side data generation uses it).
-fn generate_series(
-    from: &[ast::TableWithJoins],
-    params: &[Datum],
-    now: i64,
-    get: &dyn Fn(&str) -> Option<String>,
-) -> SqlResult<Option<(ColumnDef, Vec<Datum>)>> {
-    let [t] = from else { return Ok(None) };
-    let TableFactor::Table {
-        name,
-        args: Some(args),
-        alias,
-        ..
-    } = &t.relation
-    else {
-        return Ok(None);
-    };
-    if object_name(name) != "generate_series" {
-        return Err(SqlError::unsupported(format!(
-            "function {} in FROM is not supported",
-            object_name(name)
-        )));
-    }
-    let scope = Scope {
-        columns: &[],
-        row: None,
-        params,
-        now,
-        setting: get,
-        interrupt: None,
-    };
-    let mut nums = Vec::new();
-    for a in &args.args {
-        let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(e)) = a else {
-            return Err(SqlError::syntax("bad generate_series argument"));
-        };
-        nums.push(match eval(e, &scope)? {
-            Datum::Int2(v) => v as i64,
-            Datum::Int4(v) => v as i64,
-            Datum::Int8(v) => v,
-            _ => {
-                return Err(SqlError::new(
-                    "42883",
-                    "generate_series takes integer arguments",
-                ))
-            }
-        });
-    }
-    let (start, stop, step) = match nums.as_slice() {
-        [a, b] => (*a, *b, 1),
-        [a, b, c] => (*a, *b, *c),
-        _ => {
-            return Err(SqlError::new(
-                "42883",
-                "generate_series takes 2 or 3 arguments",
-            ))
-        }
-    };
-    if step == 0 {
-        return Err(SqlError::new("22023", "step size cannot equal zero"));
-    }
-    let count = if step > 0 {
-        (stop - start) / step + 1
-    } else {
-        (start - stop) / -step + 1
-    };
-    if count > 100_000_000 {
-        return Err(SqlError::new(
-            "54000",
-            "generate_series would produce too many rows",
-        ));
-    }
-    let wide = nums.iter().any(|&v| i32::try_from(v).is_err());
-    let values: Vec<Datum> = (0..count.max(0))
-        .map(|i| start + i * step)
-        .map(|v| {
-            if wide {
-                Datum::Int8(v)
-            } else {
-                Datum::Int4(v as i32)
-            }
-        })
-        .collect();
-    let col = ColumnDef {
-        name: alias
-            .as_ref()
-            .map(|a| ident(&a.name))
-            .unwrap_or_else(|| "generate_series".into()),
-        ty: if wide { TypeId::Int8 } else { TypeId::Int4 },
-        not_null: false,
-    };
-    Ok(Some((col, values)))
-}
-
-fn is_aggregate(e: &Expr) -> bool {
-    match e {
-        Expr::Function(f) => matches!(
-            function_name(f).as_str(),
-            "count" | "sum" | "min" | "max" | "avg"
-        ),
-        Expr::Nested(i) => is_aggregate(i),
-        Expr::Cast { expr, .. } => is_aggregate(expr),
-        _ => false,
-    }
-}
-
-fn aggregate_value(
-    e: &Expr,
-    cols: &[ColumnDef],
-    rows: &[Vec<Datum>],
-    params: &[Datum],
-    now: i64,
-    get: &dyn Fn(&str) -> Option<String>,
-) -> SqlResult<Datum> {
-    let f = match e {
-        Expr::Function(f) => f,
-        Expr::Nested(i) => return aggregate_value(i, cols, rows, params, now, get),
-        Expr::Cast {
-            expr, data_type, ..
-        } => {
-            return coerce(
-                aggregate_value(expr, cols, rows, params, now, get)?,
-                type_from_sql(data_type)?,
-            )
-        }
-        _ => {
-            return Err(SqlError::new(
-                "42803",
-                "column must appear in the GROUP BY clause or be used in an aggregate function",
-            ))
-        }
-    };
-    let name = function_name(f);
-    let star = matches!(&f.args, ast::FunctionArguments::List(l) if l.args.iter().any(|a| matches!(a, ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Wildcard))));
-    let args = function_args(f);
-    let mut vals = Vec::new();
-    if !star {
-        let arg = args
-            .first()
-            .ok_or_else(|| SqlError::new("42883", format!("function {name}() does not exist")))?;
-        for r in rows {
-            let v = eval(
-                arg,
-                &Scope {
-                    columns: cols,
-                    row: Some(r),
-                    params,
-                    now,
-                    setting: get,
-                    interrupt: None,
-                },
-            )?;
-            if !v.is_null() {
-                vals.push(v);
-            }
-        }
-    }
-    Ok(match name.as_str() {
-        "count" => Datum::Int8(if star { rows.len() } else { vals.len() } as i64),
-        "min" => vals
-            .into_iter()
-            .min_by(walrus_engine::access::datum::compare_datums)
-            .unwrap_or(Datum::Null),
-        "max" => vals
-            .into_iter()
-            .max_by(walrus_engine::access::datum::compare_datums)
-            .unwrap_or(Datum::Null),
-        "sum" | "avg" => {
-            if vals.is_empty() {
-                return Ok(Datum::Null);
-            }
-            let ints: Option<Vec<i64>> = vals
-                .iter()
-                .map(|v| match v {
-                    Datum::Int2(x) => Some(*x as i64),
-                    Datum::Int4(x) => Some(*x as i64),
-                    Datum::Int8(x) => Some(*x),
-                    _ => None,
-                })
-                .collect();
-            match ints {
-                Some(is) => {
-                    let total: i128 = is.iter().map(|&x| x as i128).sum();
-                    if name == "sum" {
-                        if matches!(vals[0], Datum::Int8(_)) {
-                            Datum::Numeric(total.to_string())
-                        } else {
-                            Datum::Int8(
-                                i64::try_from(total)
-                                    .map_err(|_| SqlError::new("22003", "bigint out of range"))?,
-                            )
-                        }
-                    } else {
-                        Datum::Numeric(
-                            format!("{:.16}", total as f64 / is.len() as f64)
-                                .trim_end_matches('0')
-                                .trim_end_matches('.')
-                                .to_string(),
-                        )
-                    }
-                }
-                None => {
-                    let fs: Vec<f64> = vals
-                        .iter()
-                        .filter_map(|v| match v {
-                            Datum::Float8(x) => Some(*x),
-                            Datum::Numeric(s) => s.parse().ok(),
-                            _ => None,
-                        })
-                        .collect();
-                    if fs.len() != vals.len() {
-                        return Err(SqlError::new(
-                            "42883",
-                            format!("function {name} does not exist for this type"),
-                        ));
-                    }
-                    let total: f64 = fs.iter().sum();
-                    Datum::Float8(if name == "sum" {
-                        total
-                    } else {
-                        total / fs.len() as f64
-                    })
-                }
-            }
-        }
-        _ => unreachable!("checked by is_aggregate"),
-    })
-}
-
-fn output_name(e: &Expr) -> String {
-    match e {
-        Expr::Identifier(i) => ident(i),
-        Expr::CompoundIdentifier(ids) => ids.last().map(ident).unwrap_or_default(),
-        Expr::Function(f) => function_name(f),
-        Expr::Cast {
-            expr, data_type, ..
-        } => match expr.as_ref() {
-            Expr::Identifier(_) | Expr::Function(_) => output_name(expr),
-            _ => data_type
-                .to_string()
-                .to_ascii_lowercase()
-                .split('(')
-                .next()
-                .unwrap_or("?column?")
-                .to_string(),
-        },
-        Expr::Nested(i) => output_name(i),
-        _ => "?column?".to_string(),
-    }
-}
-
 /// The result type of an expression when it can be known without rows.
-fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
+pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
     match e {
         Expr::Identifier(i) => cols.iter().find(|c| c.name == ident(i)).map(|c| c.ty),
         Expr::CompoundIdentifier(ids) => ids

@@ -168,6 +168,34 @@ fn psql_and_pgbench_in_all_query_modes() {
         "100000"
     );
     assert_eq!(srv.invariant(), 0);
+    // psql's describe commands run their catalog queries against walrus's pg_catalog.
+    let dt = srv.psql("\\dt");
+    assert!(dt.status.success(), "\\dt: {}", text(&dt));
+    for t in ["accounts", "branches", "history", "tellers"] {
+        assert!(
+            text(&dt).contains(&format!("public|pgbench_{t}|table|bench")),
+            "{}",
+            text(&dt)
+        );
+    }
+    let d = Command::new("psql")
+        .args(["-X", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p"])
+        .arg(srv.port.to_string())
+        .args(["-U", "bench", "-d", "bench", "-c", "\\d", "-c"])
+        .arg("\\d pgbench_accounts")
+        .output()
+        .expect("run psql");
+    let out = text(&d);
+    assert!(d.status.success(), "\\d: {out}");
+    assert!(out.contains("Table \"public.pgbench_accounts\""), "{out}");
+    assert!(
+        out.contains("\"pgbench_accounts_pkey\" PRIMARY KEY, btree (aid)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(" aid      | integer |           | not null |"),
+        "{out}"
+    );
     for mode in ["simple", "extended", "prepared"] {
         // -n: keep history across runs so the invariant covers every run.
         let run = srv.pgbench(&["-n", "-M", mode, "-c", "4", "-j", "2", "-t", "100"]);

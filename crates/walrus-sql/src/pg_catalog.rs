@@ -1,0 +1,756 @@
+//! The `pg_catalog` and `information_schema` tables clients read, computed from walrus's
+//! own catalog and statistics when a statement first names one.
+//!
+//! walrus stores tables, columns and indexes in its MVCC catalog (engine `catalog`); the
+//! PostgreSQL views here are projections of it, so they are always consistent with what
+//! the statement's snapshot sees. OIDs: a relation's OID is its relfile id (user
+//! relfiles start at 16384, as PostgreSQL's user OIDs do), types use PostgreSQL's OIDs,
+//! namespaces `pg_catalog` = 11 and `public` = 2200, the one role is 10. Catalogs walrus
+//! has no objects for (inheritance, partitions, policies, publications, triggers, ...)
+//! exist with their PostgreSQL columns and no rows, so psql's `\d` queries bind and
+//! return nothing for them, which is the truth.
+//!
+//! Statistics views (`pg_stat_wal`, `pg_stat_bgwriter`) carry the same columns as
+//! PostgreSQL 15, so a benchmark harness can read both systems with one query.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::catalog::{IndexDef, TableDef};
+use walrus_engine::engine::CheckpointStats;
+
+use crate::error::{SqlError, SqlResult};
+use crate::session::Session;
+
+const NS_CATALOG: i64 = 11;
+const NS_PUBLIC: i64 = 2200;
+const NS_INFORMATION_SCHEMA: i64 = 13_000;
+const ROLE_OID: i64 = 10;
+const AM_HEAP: i64 = 2;
+const AM_BTREE: i64 = 403;
+
+/// Column lists in a compact form: `name:type` with o = oid (int8), t = text, b = bool,
+/// s = int2, i = int4, l = int8, f = float8, n = numeric, z = timestamptz.
+const TABLES: &[(&str, &str)] = &[
+    ("pg_namespace", "oid:o nspname:t nspowner:o nspacl:t"),
+    ("pg_class", "oid:o relname:t relnamespace:o reltype:o reloftype:o relowner:o relam:o relfilenode:o reltablespace:o relpages:i reltuples:f relallvisible:i reltoastrelid:o relhasindex:b relisshared:b relpersistence:t relkind:t relnatts:s relchecks:s relhasrules:b relhastriggers:b relhassubclass:b relrowsecurity:b relforcerowsecurity:b relispopulated:b relreplident:t relispartition:b relrewrite:o relfrozenxid:l relminmxid:l relacl:t reloptions:t relpartbound:t"),
+    ("pg_attribute", "attrelid:o attname:t atttypid:o attstattarget:i attlen:s attnum:s attndims:i attcacheoff:i atttypmod:i attbyval:b attalign:t attstorage:t attcompression:t attnotnull:b atthasdef:b atthasmissing:b attidentity:t attgenerated:t attisdropped:b attislocal:b attinhcount:i attcollation:o attacl:t attoptions:t attfdwoptions:t attmissingval:t"),
+    ("pg_type", "oid:o typname:t typnamespace:o typowner:o typlen:s typbyval:b typtype:t typcategory:t typispreferred:b typisdefined:b typdelim:t typrelid:o typsubscript:t typelem:o typarray:o typinput:t typoutput:t typalign:t typstorage:t typnotnull:b typbasetype:o typtypmod:i typndims:i typcollation:o typdefault:t typacl:t"),
+    ("pg_index", "indexrelid:o indrelid:o indnatts:s indnkeyatts:s indisunique:b indnullsnotdistinct:b indisprimary:b indisexclusion:b indimmediate:b indisclustered:b indisvalid:b indcheckxmin:b indisready:b indislive:b indisreplident:b indkey:t indcollation:t indclass:t indoption:t indexprs:t indpred:t"),
+    ("pg_constraint", "oid:o conname:t connamespace:o contype:t condeferrable:b condeferred:b convalidated:b conrelid:o contypid:o conindid:o conparentid:o confrelid:o confupdtype:t confdeltype:t confmatchtype:t conislocal:b coninhcount:i connoinherit:b conkey:t confkey:t conpfeqop:t conppeqop:t conffeqop:t confdelsetcols:t conexclop:t conbin:t"),
+    ("pg_am", "oid:o amname:t amhandler:t amtype:t"),
+    ("pg_database", "oid:o datname:t datdba:o encoding:i datlocprovider:t datistemplate:b datallowconn:b datconnlimit:i datfrozenxid:l datminmxid:l dattablespace:o datcollate:t datctype:t daticulocale:t datcollversion:t datacl:t"),
+    ("pg_roles", "rolname:t rolsuper:b rolinherit:b rolcreaterole:b rolcreatedb:b rolcanlogin:b rolreplication:b rolconnlimit:i rolpassword:t rolvaliduntil:z rolbypassrls:b rolconfig:t oid:o"),
+    ("pg_user", "usename:t usesysid:o usecreatedb:b usesuper:b userepl:b usebypassrls:b passwd:t valuntil:z useconfig:t"),
+    ("pg_tablespace", "oid:o spcname:t spcowner:o spcacl:t spcoptions:t"),
+    ("pg_settings", "name:t setting:t unit:t category:t short_desc:t extra_desc:t context:t vartype:t source:t min_val:t max_val:t enumvals:t boot_val:t reset_val:t sourcefile:t sourceline:i pending_restart:b"),
+    ("pg_tables", "schemaname:t tablename:t tableowner:t tablespace:t hasindexes:b hasrules:b hastriggers:b rowsecurity:b"),
+    ("pg_indexes", "schemaname:t tablename:t indexname:t tablespace:t indexdef:t"),
+    ("pg_stat_wal", "wal_records:l wal_fpi:l wal_bytes:n wal_buffers_full:l wal_write:l wal_sync:l wal_write_time:f wal_sync_time:f stats_reset:z"),
+    ("pg_stat_bgwriter", "checkpoints_timed:l checkpoints_req:l checkpoint_write_time:f checkpoint_sync_time:f buffers_checkpoint:l buffers_clean:l maxwritten_clean:l buffers_backend:l buffers_backend_fsync:l buffers_alloc:l stats_reset:z"),
+    ("pg_inherits", "inhrelid:o inhparent:o inhseqno:i inhdetachpending:b"),
+    ("pg_partitioned_table", "partrelid:o partstrat:t partnatts:s partdefid:o partattrs:t partclass:t partcollation:t partexprs:t"),
+    ("pg_attrdef", "oid:o adrelid:o adnum:s adbin:t"),
+    ("pg_collation", "oid:o collname:t collnamespace:o collowner:o collprovider:t collisdeterministic:b collencoding:i collcollate:t collctype:t colliculocale:t collversion:t"),
+    ("pg_policy", "oid:o polname:t polrelid:o polcmd:t polpermissive:b polroles:t polqual:t polwithcheck:t"),
+    ("pg_statistic_ext", "oid:o stxrelid:o stxname:t stxnamespace:o stxowner:o stxstattarget:i stxkeys:t stxkind:t stxexprs:t"),
+    ("pg_publication", "oid:o pubname:t pubowner:o puballtables:b pubinsert:b pubupdate:b pubdelete:b pubtruncate:b pubviaroot:b"),
+    ("pg_publication_namespace", "oid:o pnpubid:o pnnspid:o"),
+    ("pg_publication_rel", "oid:o prpubid:o prrelid:o prqual:t prattrs:t"),
+    ("pg_trigger", "oid:o tgrelid:o tgparentid:o tgname:t tgfoid:o tgtype:s tgenabled:t tgisinternal:b tgconstrrelid:o tgconstrindid:o tgconstraint:o tgdeferrable:b tginitdeferred:b tgnargs:s tgattr:t tgargs:t tgqual:t tgoldtable:t tgnewtable:t"),
+    ("pg_rewrite", "oid:o rulename:t ev_class:o ev_type:t ev_enabled:t is_instead:b ev_qual:t ev_action:t"),
+    ("pg_description", "objoid:o classoid:o objsubid:i description:t"),
+    ("pg_sequence", "seqrelid:o seqtypid:o seqstart:l seqincrement:l seqmax:l seqmin:l seqcache:l seqcycle:b"),
+    ("pg_extension", "oid:o extname:t extowner:o extnamespace:o extrelocatable:b extversion:t extconfig:t extcondition:t"),
+    ("pg_foreign_table", "ftrelid:o ftserver:o ftoptions:t"),
+    ("pg_stat_activity", "datid:o datname:t pid:i usesysid:o usename:t application_name:t client_addr:t state:t query:t backend_type:t"),
+];
+
+const INFORMATION_SCHEMA: &[(&str, &str)] = &[
+    ("tables", "table_catalog:t table_schema:t table_name:t table_type:t self_referencing_column_name:t reference_generation:t user_defined_type_catalog:t user_defined_type_schema:t user_defined_type_name:t is_insertable_into:t is_typed:t commit_action:t"),
+    ("columns", "table_catalog:t table_schema:t table_name:t column_name:t ordinal_position:i column_default:t is_nullable:t data_type:t character_maximum_length:i numeric_precision:i numeric_scale:i"),
+    ("schemata", "catalog_name:t schema_name:t schema_owner:t default_character_set_catalog:t default_character_set_schema:t default_character_set_name:t sql_path:t"),
+];
+
+fn spec_type(c: char) -> TypeId {
+    match c {
+        'o' | 'l' => TypeId::Int8,
+        'b' => TypeId::Bool,
+        's' => TypeId::Int2,
+        'i' => TypeId::Int4,
+        'f' => TypeId::Float8,
+        'n' => TypeId::Numeric,
+        'z' => TypeId::TimestampTz,
+        _ => TypeId::Text,
+    }
+}
+
+fn columns(spec: &'static str) -> Vec<(&'static str, TypeId)> {
+    spec.split_whitespace()
+        .map(|c| {
+            let (n, t) = c.split_once(':').unwrap_or((c, "t"));
+            (n, spec_type(t.chars().next().unwrap_or('t')))
+        })
+        .collect()
+}
+
+fn spec_of(schema: Option<&str>, table: &str) -> Option<&'static str> {
+    let list = match schema {
+        Some("information_schema") => INFORMATION_SCHEMA,
+        Some("pg_catalog") | None => TABLES,
+        Some(_) => return None,
+    };
+    list.iter().find(|(n, _)| *n == table).map(|(_, s)| *s)
+}
+
+/// Whether `schema.table` names one of these virtual tables (pg_catalog is searched
+/// before the user's schema, as in PostgreSQL).
+pub fn is_virtual(schema: Option<&str>, table: &str) -> bool {
+    match schema {
+        Some("pg_catalog") | Some("information_schema") => true,
+        None => spec_of(None, table).is_some(),
+        Some(_) => false,
+    }
+}
+
+/// PostgreSQL's type OIDs and `format_type` names for the ones walrus shows.
+const TYPES: &[(i64, &str, &str, i16)] = &[
+    (16, "bool", "boolean", 1),
+    (19, "name", "name", 64),
+    (20, "int8", "bigint", 8),
+    (21, "int2", "smallint", 2),
+    (23, "int4", "integer", 4),
+    (25, "text", "text", -1),
+    (26, "oid", "oid", 4),
+    (701, "float8", "double precision", 8),
+    (1042, "bpchar", "character", -1),
+    (1043, "varchar", "character varying", -1),
+    (1082, "date", "date", 4),
+    (1114, "timestamp", "timestamp without time zone", 8),
+    (1184, "timestamptz", "timestamp with time zone", 8),
+    (1700, "numeric", "numeric", -1),
+];
+
+fn oid_of(t: TypeId) -> i64 {
+    t.pg_oid() as i64
+}
+
+/// A virtual table's columns (name, type) and rows.
+pub(crate) type VirtualTable = (Vec<(&'static str, TypeId)>, Vec<Vec<Datum>>);
+
+/// What the catalog views are computed from: the statement's view of the catalog plus
+/// engine counters, read once per statement.
+pub(crate) struct Snapshot {
+    tables: Vec<Arc<TableDef>>,
+    user: String,
+    database: String,
+    wal_records: u64,
+    wal_bytes: u64,
+    wal_fpi: u64,
+    wal_writes: u64,
+    wal_syncs: u64,
+    wal_buffer_full: u64,
+    checkpoints: CheckpointStats,
+    buffers_clean: u64,
+    buffers_alloc: u64,
+}
+
+fn o(v: i64) -> Datum {
+    Datum::Int8(v)
+}
+fn t(v: &str) -> Datum {
+    Datum::Text(v.to_string())
+}
+fn b(v: bool) -> Datum {
+    Datum::Bool(v)
+}
+fn relfile_oid(r: walrus_base::RelFileId) -> i64 {
+    r.0 as i64
+}
+
+impl Snapshot {
+    pub(crate) fn take(session: &mut Session) -> SqlResult<Snapshot> {
+        let mut tables: Vec<Arc<TableDef>> = session.catalog_tables()?;
+        tables.sort_by(|a, b| a.name.cmp(&b.name));
+        let engine = session.engine();
+        let wal = engine.wal();
+        let pool = engine.pool();
+        Ok(Snapshot {
+            tables,
+            user: session
+                .setting("session_authorization")
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| "walrus".into()),
+            database: session
+                .setting(crate::session::DATABASE_KEY)
+                .filter(|u| !u.is_empty())
+                .unwrap_or_else(|| "postgres".into()),
+            wal_records: wal.records_inserted(),
+            wal_bytes: wal.bytes_inserted(),
+            wal_fpi: wal.stats.fpi_count.load(Ordering::Relaxed),
+            wal_writes: wal.stats.writes.load(Ordering::Relaxed),
+            wal_syncs: wal.stats.syncs.load(Ordering::Relaxed),
+            wal_buffer_full: wal.stats.buffer_full_waits.load(Ordering::Relaxed),
+            checkpoints: engine.checkpoint_stats(),
+            buffers_clean: pool.stats.writes_by_page_writer.load(Ordering::Relaxed),
+            buffers_alloc: pool.stats.misses.load(Ordering::Relaxed),
+        })
+    }
+
+    fn indexes(&self) -> impl Iterator<Item = (&TableDef, &IndexDef)> {
+        self.tables
+            .iter()
+            .flat_map(|t| t.indexes.iter().map(move |i| (t.as_ref(), i)))
+    }
+
+    fn relation_name(&self, oid: i64) -> Option<String> {
+        self.tables
+            .iter()
+            .find(|t| relfile_oid(t.relfile) == oid)
+            .map(|t| t.name.clone())
+            .or_else(|| {
+                self.indexes()
+                    .find(|(_, i)| relfile_oid(i.relfile) == oid)
+                    .map(|(_, i)| i.name.clone())
+            })
+    }
+
+    fn relation_oid(&self, name: &str) -> Option<i64> {
+        let name = name.strip_prefix("public.").unwrap_or(name);
+        self.tables
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| relfile_oid(t.relfile))
+            .or_else(|| {
+                self.indexes()
+                    .find(|(_, i)| i.name == name)
+                    .map(|(_, i)| relfile_oid(i.relfile))
+            })
+    }
+
+    fn index_columns(table: &TableDef, index: &IndexDef) -> String {
+        index
+            .columns
+            .iter()
+            .map(|&c| table.columns.get(c).map(|c| c.name.as_str()).unwrap_or("?"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn index_def(table: &TableDef, index: &IndexDef) -> String {
+        format!(
+            "CREATE {}INDEX {} ON public.{} USING btree ({})",
+            if index.unique { "UNIQUE " } else { "" },
+            index.name,
+            table.name,
+            Self::index_columns(table, index)
+        )
+    }
+
+    /// Catalog-aware functions and casts; `None` for names that are not theirs.
+    pub(crate) fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
+        let arg = |i: usize| args.get(i).cloned().unwrap_or(Datum::Null);
+        let oid_arg = |i: usize| match arg(i) {
+            Datum::Int2(v) => Some(v as i64),
+            Datum::Int4(v) => Some(v as i64),
+            Datum::Int8(v) => Some(v),
+            Datum::Text(s) => s.trim().parse().ok(),
+            _ => None,
+        };
+        if args.first().is_some_and(|a| a.is_null()) && name != "format_type" {
+            return match name {
+                "pg_get_userbyid"
+                | "format_type"
+                | "pg_get_indexdef"
+                | "pg_get_constraintdef"
+                | "::regclass"
+                | "::regtype"
+                | "::regnamespace"
+                | "pg_relation_size"
+                | "pg_total_relation_size"
+                | "pg_table_size"
+                | "pg_indexes_size" => Some(Ok(Datum::Null)),
+                _ => None,
+            };
+        }
+        Some(Ok(match name {
+            "pg_get_userbyid" => t(&self.user),
+            "format_type" => match oid_arg(0) {
+                None => Datum::Null,
+                Some(oid) => t(TYPES
+                    .iter()
+                    .find(|(o, ..)| *o == oid)
+                    .map(|(_, _, display, _)| *display)
+                    .unwrap_or("???")),
+            },
+            "pg_get_indexdef" => {
+                let oid = oid_arg(0)?;
+                match self.indexes().find(|(_, i)| relfile_oid(i.relfile) == oid) {
+                    Some((tbl, idx)) => t(&Self::index_def(tbl, idx)),
+                    None => Datum::Null,
+                }
+            }
+            "pg_get_constraintdef" => {
+                let oid = oid_arg(0)?;
+                match self.indexes().find(|(_, i)| relfile_oid(i.relfile) == oid) {
+                    Some((tbl, idx)) => t(&format!(
+                        "{} ({})",
+                        if idx.primary { "PRIMARY KEY" } else { "UNIQUE" },
+                        Self::index_columns(tbl, idx)
+                    )),
+                    None => Datum::Null,
+                }
+            }
+            "::regclass" => match &args[0] {
+                Datum::Text(name) => match self.relation_oid(name) {
+                    Some(oid) => o(oid),
+                    None => {
+                        return Some(Err(SqlError::new(
+                            "42P01",
+                            format!("relation \"{name}\" does not exist"),
+                        )))
+                    }
+                },
+                _ => {
+                    let oid = oid_arg(0)?;
+                    self.relation_name(oid)
+                        .map(Datum::Text)
+                        .unwrap_or_else(|| t(&oid.to_string()))
+                }
+            },
+            "::regtype" => {
+                let oid = oid_arg(0)?;
+                t(TYPES
+                    .iter()
+                    .find(|(o, ..)| *o == oid)
+                    .map(|(_, _, display, _)| *display)
+                    .unwrap_or("???"))
+            }
+            "::regnamespace" => match oid_arg(0)? {
+                NS_CATALOG => t("pg_catalog"),
+                NS_PUBLIC => t("public"),
+                NS_INFORMATION_SCHEMA => t("information_schema"),
+                other => t(&other.to_string()),
+            },
+            _ => return None,
+        }))
+    }
+
+    /// The columns and rows of one virtual table.
+    pub(crate) fn table(
+        &self,
+        schema: Option<&str>,
+        name: &str,
+        settings: &BTreeMap<String, String>,
+    ) -> SqlResult<VirtualTable> {
+        let spec = spec_of(schema, name).ok_or_else(|| {
+            SqlError::new(
+                "42P01",
+                format!(
+                    "relation \"{}{name}\" does not exist",
+                    schema.map(|s| format!("{s}.")).unwrap_or_default()
+                ),
+            )
+        })?;
+        let cols = columns(spec);
+        let mut rows = if schema == Some("information_schema") {
+            self.information_schema_rows(name)
+        } else {
+            self.rows(name, settings)
+        };
+        for r in &mut rows {
+            debug_assert!(r.len() <= cols.len(), "{name}: row wider than its columns");
+            r.resize(cols.len(), Datum::Null);
+        }
+        Ok((cols, rows))
+    }
+
+    fn rows(&self, name: &str, settings: &BTreeMap<String, String>) -> Vec<Vec<Datum>> {
+        let n = Datum::Null;
+        match name {
+            "pg_namespace" => vec![
+                vec![o(NS_CATALOG), t("pg_catalog"), o(ROLE_OID), n.clone()],
+                vec![o(NS_PUBLIC), t("public"), o(ROLE_OID), n.clone()],
+                vec![
+                    o(NS_INFORMATION_SCHEMA),
+                    t("information_schema"),
+                    o(ROLE_OID),
+                    n,
+                ],
+            ],
+            "pg_class" => {
+                let mut rows = Vec::new();
+                for tbl in &self.tables {
+                    rows.push(self.class_row(
+                        relfile_oid(tbl.relfile),
+                        &tbl.name,
+                        "r",
+                        AM_HEAP,
+                        tbl.columns.len(),
+                        !tbl.indexes.is_empty(),
+                        tbl.fillfactor,
+                    ));
+                }
+                for (_, idx) in self.indexes() {
+                    rows.push(self.class_row(
+                        relfile_oid(idx.relfile),
+                        &idx.name,
+                        "i",
+                        AM_BTREE,
+                        idx.columns.len(),
+                        false,
+                        100,
+                    ));
+                }
+                rows
+            }
+            "pg_attribute" => {
+                let mut rows = Vec::new();
+                for tbl in &self.tables {
+                    for (i, c) in tbl.columns.iter().enumerate() {
+                        let (_, _, _, len) = TYPES
+                            .iter()
+                            .find(|(o, ..)| *o == oid_of(c.ty))
+                            .copied()
+                            .unwrap_or((0, "", "", -1));
+                        rows.push(vec![
+                            o(relfile_oid(tbl.relfile)),
+                            t(&c.name),
+                            o(oid_of(c.ty)),
+                            Datum::Int4(-1),
+                            Datum::Int2(len),
+                            Datum::Int2(i as i16 + 1),
+                            Datum::Int4(0),
+                            Datum::Int4(-1),
+                            Datum::Int4(-1),
+                            b(len > 0),
+                            t(if len == 8 { "d" } else { "i" }),
+                            t(if len > 0 { "p" } else { "x" }),
+                            t(""),
+                            b(c.not_null),
+                            b(false),
+                            b(false),
+                            t(""),
+                            t(""),
+                            b(false),
+                            b(true),
+                            Datum::Int4(0),
+                            o(if c.ty == TypeId::Text { 100 } else { 0 }),
+                        ]);
+                    }
+                }
+                rows
+            }
+            "pg_type" => TYPES
+                .iter()
+                .map(|&(oid, typname, _, len)| {
+                    let category = match oid {
+                        16 => "B",
+                        20 | 21 | 23 | 26 | 701 | 1700 => "N",
+                        1082 | 1114 | 1184 => "D",
+                        _ => "S",
+                    };
+                    vec![
+                        o(oid),
+                        t(typname),
+                        o(NS_CATALOG),
+                        o(ROLE_OID),
+                        Datum::Int2(len),
+                        b(len > 0 && len <= 8),
+                        t("b"),
+                        t(category),
+                        b(matches!(oid, 25 | 701 | 1184 | 16)),
+                        b(true),
+                        t(","),
+                        o(0),
+                        t("-"),
+                        o(0),
+                        o(0),
+                        t(&format!("{typname}in")),
+                        t(&format!("{typname}out")),
+                        t(if len == 8 { "d" } else { "i" }),
+                        t(if len > 0 { "p" } else { "x" }),
+                        b(false),
+                        o(0),
+                        Datum::Int4(-1),
+                        Datum::Int4(0),
+                        o(if matches!(oid, 25 | 1042 | 1043 | 19) {
+                            100
+                        } else {
+                            0
+                        }),
+                    ]
+                })
+                .collect(),
+            "pg_index" => self
+                .indexes()
+                .map(|(tbl, idx)| {
+                    let key = idx
+                        .columns
+                        .iter()
+                        .map(|c| (c + 1).to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    vec![
+                        o(relfile_oid(idx.relfile)),
+                        o(relfile_oid(tbl.relfile)),
+                        Datum::Int2(idx.columns.len() as i16),
+                        Datum::Int2(idx.columns.len() as i16),
+                        b(idx.unique),
+                        b(false),
+                        b(idx.primary),
+                        b(false),
+                        b(true),
+                        b(false),
+                        b(true),
+                        b(false),
+                        b(true),
+                        b(true),
+                        b(false),
+                        t(&key),
+                    ]
+                })
+                .collect(),
+            "pg_constraint" => self
+                .indexes()
+                .filter(|(_, i)| i.unique)
+                .map(|(tbl, idx)| {
+                    let key: Vec<Datum> = idx
+                        .columns
+                        .iter()
+                        .map(|c| Datum::Int2(*c as i16 + 1))
+                        .collect();
+                    vec![
+                        o(relfile_oid(idx.relfile)),
+                        t(&idx.name),
+                        o(NS_PUBLIC),
+                        t(if idx.primary { "p" } else { "u" }),
+                        b(false),
+                        b(false),
+                        b(true),
+                        o(relfile_oid(tbl.relfile)),
+                        o(0),
+                        o(relfile_oid(idx.relfile)),
+                        o(0),
+                        o(0),
+                        t(" "),
+                        t(" "),
+                        t(" "),
+                        b(true),
+                        Datum::Int4(0),
+                        b(true),
+                        t(&crate::expr::format_array_text(&key)),
+                    ]
+                })
+                .collect(),
+            "pg_am" => vec![
+                vec![o(AM_HEAP), t("heap"), t("heap_tableam_handler"), t("t")],
+                vec![o(AM_BTREE), t("btree"), t("bthandler"), t("i")],
+            ],
+            "pg_database" => vec![vec![
+                o(5),
+                t(&self.database),
+                o(ROLE_OID),
+                Datum::Int4(6),
+                t("c"),
+                b(false),
+                b(true),
+                Datum::Int4(-1),
+                Datum::Int8(0),
+                Datum::Int8(1),
+                o(1663),
+                t("C.UTF-8"),
+                t("C.UTF-8"),
+            ]],
+            "pg_roles" => vec![vec![
+                t(&self.user),
+                b(true),
+                b(true),
+                b(true),
+                b(true),
+                b(true),
+                b(true),
+                Datum::Int4(-1),
+                t("********"),
+                n.clone(),
+                b(true),
+                n,
+                o(ROLE_OID),
+            ]],
+            "pg_user" => vec![vec![
+                t(&self.user),
+                o(ROLE_OID),
+                b(true),
+                b(true),
+                b(true),
+                b(true),
+                t("********"),
+            ]],
+            "pg_tablespace" => vec![
+                vec![o(1663), t("pg_default"), o(ROLE_OID)],
+                vec![o(1664), t("pg_global"), o(ROLE_OID)],
+            ],
+            "pg_settings" => settings
+                .iter()
+                .filter(|(k, _)| !k.starts_with("walrus."))
+                .map(|(k, v)| {
+                    vec![
+                        t(k),
+                        t(v),
+                        n.clone(),
+                        t("walrus"),
+                        n.clone(),
+                        n.clone(),
+                        t("user"),
+                        t("string"),
+                        t("default"),
+                    ]
+                })
+                .collect(),
+            "pg_tables" => self
+                .tables
+                .iter()
+                .map(|tbl| {
+                    vec![
+                        t("public"),
+                        t(&tbl.name),
+                        t(&self.user),
+                        n.clone(),
+                        b(!tbl.indexes.is_empty()),
+                        b(false),
+                        b(false),
+                        b(false),
+                    ]
+                })
+                .collect(),
+            "pg_indexes" => self
+                .indexes()
+                .map(|(tbl, idx)| {
+                    vec![
+                        t("public"),
+                        t(&tbl.name),
+                        t(&idx.name),
+                        n.clone(),
+                        t(&Self::index_def(tbl, idx)),
+                    ]
+                })
+                .collect(),
+            "pg_stat_wal" => vec![vec![
+                Datum::Int8(self.wal_records as i64),
+                Datum::Int8(self.wal_fpi as i64),
+                Datum::Numeric(self.wal_bytes.to_string()),
+                Datum::Int8(self.wal_buffer_full as i64),
+                Datum::Int8(self.wal_writes as i64),
+                Datum::Int8(self.wal_syncs as i64),
+                Datum::Float8(0.0),
+                Datum::Float8(0.0),
+            ]],
+            "pg_stat_bgwriter" => {
+                let c = &self.checkpoints;
+                vec![vec![
+                    Datum::Int8(c.timed as i64),
+                    Datum::Int8(c.requested as i64),
+                    Datum::Float8(c.write_ms as f64),
+                    Datum::Float8(c.sync_ms as f64),
+                    Datum::Int8(c.pages_written as i64),
+                    Datum::Int8(self.buffers_clean as i64),
+                    Datum::Int8(0),
+                    // Backends never write pages in walrus (DESIGN §5).
+                    Datum::Int8(0),
+                    Datum::Int8(0),
+                    Datum::Int8(self.buffers_alloc as i64),
+                ]]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn class_row(
+        &self,
+        oid: i64,
+        name: &str,
+        kind: &str,
+        am: i64,
+        natts: usize,
+        has_index: bool,
+        fillfactor: u8,
+    ) -> Vec<Datum> {
+        let options = if fillfactor < 100 {
+            t(&format!("{{fillfactor={fillfactor}}}"))
+        } else {
+            Datum::Null
+        };
+        vec![
+            o(oid),
+            t(name),
+            o(NS_PUBLIC),
+            o(0),
+            o(0),
+            o(ROLE_OID),
+            o(am),
+            o(oid),
+            o(0),
+            Datum::Int4(0),
+            Datum::Float8(-1.0),
+            Datum::Int4(0),
+            o(0),
+            b(has_index),
+            b(false),
+            t("p"),
+            t(kind),
+            Datum::Int2(natts as i16),
+            Datum::Int2(0),
+            b(false),
+            b(false),
+            b(false),
+            b(false),
+            b(false),
+            b(true),
+            t("d"),
+            b(false),
+            o(0),
+            Datum::Int8(0),
+            Datum::Int8(0),
+            Datum::Null,
+            options,
+        ]
+    }
+
+    fn information_schema_rows(&self, name: &str) -> Vec<Vec<Datum>> {
+        let db = t(&self.database);
+        match name {
+            "tables" => self
+                .tables
+                .iter()
+                .map(|tbl| vec![db.clone(), t("public"), t(&tbl.name), t("BASE TABLE")])
+                .collect(),
+            "columns" => self
+                .tables
+                .iter()
+                .flat_map(|tbl| {
+                    let db = db.clone();
+                    tbl.columns.iter().enumerate().map(move |(i, c)| {
+                        vec![
+                            db.clone(),
+                            t("public"),
+                            t(&tbl.name),
+                            t(&c.name),
+                            Datum::Int4(i as i32 + 1),
+                            Datum::Null,
+                            t(if c.not_null { "NO" } else { "YES" }),
+                            t(c.ty.name()),
+                        ]
+                    })
+                })
+                .collect(),
+            "schemata" => ["pg_catalog", "public", "information_schema"]
+                .iter()
+                .map(|s| vec![db.clone(), t(s), t(&self.user)])
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}
