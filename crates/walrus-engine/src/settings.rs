@@ -101,6 +101,11 @@ clog_buffers = 32
 # Server settings.
 port = 5433
 listen_addresses = "127.0.0.1"
+max_connections = 100
+# With a password, every client authenticates with SCRAM-SHA-256 (plain text here, or
+# PostgreSQL's stored form "SCRAM-SHA-256$4096:salt$StoredKey:ServerKey"); without one,
+# connections are trusted (keep listen_addresses on loopback then).
+# password = "secret"
 "#,
         seg = format_size(segment_size)
     )

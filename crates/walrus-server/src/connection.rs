@@ -161,6 +161,7 @@ pub fn serve(
     pid: i32,
     cancel: &CancelRegistry,
     over_limit: bool,
+    password: Option<&crate::auth::ScramVerifier>,
 ) -> io::Result<()> {
     let mut out = Out::default();
     let params = loop {
@@ -192,6 +193,24 @@ pub fn serve(
             .unwrap_or_default()
     };
     let user = get("user");
+    if let Some(v) = password {
+        match crate::auth::scram_exchange(&mut stream, v) {
+            Ok(()) => {}
+            Err(crate::auth::AuthError::Failed(why)) => {
+                tracing::info!("authentication failed for user \"{user}\": {why}");
+                out.error(
+                    b'E',
+                    "FATAL",
+                    "28P01",
+                    &format!("password authentication failed for user \"{user}\""),
+                    None,
+                );
+                stream.write_all(&out.buf)?;
+                return Ok(());
+            }
+            Err(crate::auth::AuthError::Io(e)) => return Err(e),
+        }
+    }
     let secret = (std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())

@@ -14,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod auth;
 mod connection;
 pub mod protocol;
 
@@ -29,6 +30,9 @@ use walrus_engine::Engine;
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub max_connections: usize,
+    /// When set, every connection authenticates with SCRAM-SHA-256 against it;
+    /// otherwise trust (PostgreSQL's `trust` method, loopback by default).
+    pub password: Option<auth::ScramVerifier>,
 }
 
 /// Cancel keys of the live sessions: (pid, secret) → the session's interrupt flag.
@@ -59,6 +63,7 @@ pub struct Server {
     engine: Engine,
     listener: TcpListener,
     max_connections: usize,
+    password: Option<Arc<auth::ScramVerifier>>,
     active: Arc<AtomicUsize>,
     next_pid: AtomicI32,
     cancel: Arc<CancelRegistry>,
@@ -72,6 +77,7 @@ impl Server {
             engine,
             listener,
             max_connections: cfg.max_connections,
+            password: cfg.password.clone().map(Arc::new),
             active: Arc::new(AtomicUsize::new(0)),
             next_pid: AtomicI32::new(1000),
             cancel: Arc::new(CancelRegistry::default()),
@@ -95,12 +101,20 @@ impl Server {
                     let engine = self.engine.clone();
                     let active = self.active.clone();
                     let cancel = self.cancel.clone();
+                    let password = self.password.clone();
                     active.fetch_add(1, Ordering::AcqRel);
                     let spawned = std::thread::Builder::new()
                         .name(format!("walrus-conn-{pid}"))
                         .spawn(move || {
                             tracing::debug!("connection {pid} from {peer}");
-                            if let Err(e) = connection::serve(stream, engine, pid, &cancel, over) {
+                            if let Err(e) = connection::serve(
+                                stream,
+                                engine,
+                                pid,
+                                &cancel,
+                                over,
+                                password.as_deref(),
+                            ) {
                                 tracing::debug!("connection {pid} ended: {e}");
                             }
                             active.fetch_sub(1, Ordering::AcqRel);

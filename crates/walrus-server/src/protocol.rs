@@ -163,6 +163,28 @@ impl Out {
         self.buf.extend_from_slice(&0i32.to_be_bytes());
         self.end(at);
     }
+    /// AuthenticationSASL: the mechanisms offered.
+    pub fn auth_sasl(&mut self, mechanisms: &[&str]) {
+        let at = self.begin(b'R');
+        self.buf.extend_from_slice(&10i32.to_be_bytes());
+        for m in mechanisms {
+            self.cstr(m);
+        }
+        self.buf.push(0);
+        self.end(at);
+    }
+    pub fn auth_sasl_continue(&mut self, data: &[u8]) {
+        let at = self.begin(b'R');
+        self.buf.extend_from_slice(&11i32.to_be_bytes());
+        self.buf.extend_from_slice(data);
+        self.end(at);
+    }
+    pub fn auth_sasl_final(&mut self, data: &[u8]) {
+        let at = self.begin(b'R');
+        self.buf.extend_from_slice(&12i32.to_be_bytes());
+        self.buf.extend_from_slice(data);
+        self.end(at);
+    }
     pub fn parameter_status(&mut self, k: &str, v: &str) {
         let at = self.begin(b'S');
         self.cstr(k);

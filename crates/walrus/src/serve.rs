@@ -65,6 +65,13 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("invalid max_connections \"{m}\""))?,
         None => 100,
     };
+    let password = match extra("password") {
+        Some(p) => Some(
+            walrus_server::auth::ScramVerifier::from_setting(&p)
+                .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?,
+        ),
+        None => None,
+    };
     let pid_path = a.data.join(PID_FILE);
     if let Ok(old) = std::fs::read_to_string(&pid_path) {
         if Path::new(&format!("/proc/{}", old.trim())).exists() {
@@ -88,6 +95,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         &ServerConfig {
             listen: SocketAddr::new(ip, port),
             max_connections,
+            password,
         },
     )
     .with_context(|| format!("could not listen on {ip}:{port}"))?;

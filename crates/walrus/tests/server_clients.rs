@@ -49,10 +49,15 @@ struct ServerProc {
 
 impl ServerProc {
     fn start(data: &Path, port: u16) -> ServerProc {
+        Self::start_with(data, port, &[])
+    }
+
+    fn start_with(data: &Path, port: u16, extra: &[&str]) -> ServerProc {
         let child = walrus()
             .args(["serve", "--data"])
             .arg(data)
             .args(["--port", &port.to_string()])
+            .args(extra)
             .env("WALRUS_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -374,5 +379,48 @@ fn crash_pgbench_kill9_restart_keeps_invariant() {
     let run = srv.pgbench(&["-n", "-c", "2", "-t", "50"]);
     assert!(run.status.success(), "{}", text(&run));
     srv.invariant();
+    srv.stop();
+}
+
+#[test]
+fn scram_sha_256_password_authentication_with_psql() {
+    if !clients_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("auth.toml");
+    std::fs::write(&conf, "password = \"s3cret pass\"\n").unwrap();
+    let srv = ServerProc::start_with(
+        &tmp.path().join("data"),
+        free_port(),
+        &["--config", conf.to_str().unwrap()],
+    );
+    let run = |password: Option<&str>| {
+        let mut c = Command::new("psql");
+        c.args(["-X", "-A", "-t", "-w", "-h", "127.0.0.1", "-p"])
+            .arg(srv.port.to_string())
+            .args(["-U", "bench", "-d", "bench", "-c", "select current_user"]);
+        c.env_remove("PGPASSWORD");
+        if let Some(p) = password {
+            c.env("PGPASSWORD", p);
+        }
+        c.output().expect("run psql")
+    };
+    let good = run(Some("s3cret pass"));
+    assert!(good.status.success(), "{}", text(&good));
+    assert_eq!(String::from_utf8_lossy(&good.stdout).trim(), "bench");
+    let wrong = run(Some("guess"));
+    assert!(!wrong.status.success());
+    assert!(
+        text(&wrong).contains("password authentication failed for user \"bench\""),
+        "{}",
+        text(&wrong)
+    );
+    // -w: never prompt; with no password psql gives up after the server's SASL request.
+    let none = run(None);
+    assert!(!none.status.success(), "{}", text(&none));
+    // The server is still healthy after failed attempts.
+    let again = run(Some("s3cret pass"));
+    assert!(again.status.success(), "{}", text(&again));
     srv.stop();
 }
