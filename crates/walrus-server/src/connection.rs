@@ -62,11 +62,9 @@ fn encode(d: &Datum, binary: bool) -> Result<Option<Vec<u8>>, SqlError> {
         Datum::Text(s) => s.as_bytes().to_vec(),
         Datum::Timestamp(v) | Datum::TimestampTz(v) => v.to_be_bytes().to_vec(),
         Datum::Date(v) => v.to_be_bytes().to_vec(),
-        Datum::Numeric(_) => {
-            return Err(SqlError::unsupported(
-                "binary output of numeric is not supported; request text format",
-            ))
-        }
+        Datum::Numeric(n) => crate::numeric::encode(n).ok_or_else(|| {
+            SqlError::new("22P03", format!("numeric value \"{n}\" has no binary form"))
+        })?,
     }))
 }
 
@@ -113,11 +111,11 @@ fn decode_param(bytes: &[u8], binary: bool, ty: Option<TypeId>) -> Result<Datum,
         TypeId::Timestamp => Datum::Timestamp(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
         TypeId::TimestampTz => Datum::TimestampTz(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
         TypeId::Date => Datum::Date(i32::from_be_bytes(array::<4>(fixed(4)?)?)),
-        TypeId::Numeric => {
-            return Err(SqlError::unsupported(
-                "binary numeric parameters are not supported",
-            ))
-        }
+        TypeId::Numeric => parse_text(
+            TypeId::Numeric,
+            &crate::numeric::decode(bytes)
+                .ok_or_else(|| SqlError::new("22P03", "incorrect binary data format"))?,
+        )?,
     })
 }
 

@@ -16,6 +16,7 @@
 
 pub mod auth;
 mod connection;
+mod numeric;
 pub mod protocol;
 
 use std::collections::HashMap;

@@ -5,6 +5,7 @@ exits non-zero (with the failing assertion) otherwise.
 """
 import sys
 
+from decimal import Decimal
 import psycopg
 
 port = int(sys.argv[1])
@@ -48,4 +49,15 @@ with psycopg.connect(host="127.0.0.1", port=port, user="bench", dbname="bench", 
         count, total = cur.fetchone()
         assert count == 107, count
         assert int(total) == 10 + 20 + sum(i * 10 for i in range(3, 8)) + sum(range(100, 200)), total
+    # numeric in PostgreSQL's binary wire format, both directions (%b forces binary).
+    with conn.cursor() as cur:
+        cur.execute("create table drv_num (id int primary key, price numeric)")
+        cur.execute("insert into drv_num values (%b, %b)", (1, Decimal("12345.678")))
+        cur.execute("insert into drv_num values (%b, %b)", (2, Decimal("-0.0001")))
+        conn.commit()
+        cur.execute("select price from drv_num order by id", binary=True)
+        got = [r[0] for r in cur.fetchall()]
+        assert got == [Decimal("12345.678"), Decimal("-0.0001")], got
+        cur.execute("select price from drv_num where id = %s", (1,))
+        assert cur.fetchone() == (Decimal("12345.678"),)
 print("OK")
