@@ -476,7 +476,7 @@ fn run_portal(
     sql: &str,
     params: &[Datum],
 ) -> io::Result<Result<QueryResult, SqlError>> {
-    let mut results = s.execute(sql, params);
+    let mut results = s.execute_cached(sql, params);
     Ok(match results.pop() {
         None => Ok(QueryResult::default()),
         Some(Ok(Outcome::Done(q))) => Ok(q),

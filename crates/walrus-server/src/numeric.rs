@@ -66,7 +66,8 @@ pub fn encode(text: &str) -> Option<Vec<u8>> {
 /// Decodes the wire form to canonical decimal text; `None` if malformed.
 pub fn decode(b: &[u8]) -> Option<String> {
     let word = |i: usize| -> Option<u16> {
-        b.get(i * 2..i * 2 + 2).map(|s| u16::from_be_bytes([s[0], s[1]]))
+        b.get(i * 2..i * 2 + 2)
+            .map(|s| u16::from_be_bytes([s[0], s[1]]))
     };
     let ndigits = word(0)? as usize;
     let weight = word(1)? as i16 as i32;
@@ -126,8 +127,19 @@ mod tests {
     #[test]
     fn round_trips_and_matches_postgres_layout() {
         for v in [
-            "0", "1", "-1", "12345", "10000", "0.5", "-0.0001", "123456789.987654321",
-            "1.5000", "0.000", "99999999999999999999.01", "NaN", "-42.10",
+            "0",
+            "1",
+            "-1",
+            "12345",
+            "10000",
+            "0.5",
+            "-0.0001",
+            "123456789.987654321",
+            "1.5000",
+            "0.000",
+            "99999999999999999999.01",
+            "NaN",
+            "-42.10",
         ] {
             let wire = encode(v).unwrap_or_else(|| panic!("{v}"));
             assert_eq!(decode(&wire).as_deref(), Some(v), "{v}");

@@ -67,7 +67,12 @@ pub struct Session {
     interrupt: Arc<AtomicBool>,
     /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
     prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
+    /// Parsed extended-protocol statements by SQL text ([`Session::execute_cached`]).
+    parse_cache: std::collections::HashMap<String, Arc<Vec<Parsed>>>,
 }
+
+/// Distinct SQL texts whose parse a session keeps (cleared when full).
+const PARSE_CACHE_ENTRIES: usize = 256;
 
 /// Internal key under which a statement sees the current WAL insert position.
 pub(crate) const WAL_LSN_KEY: &str = "walrus.insert_lsn";
@@ -166,6 +171,7 @@ impl Session {
             now: now_micros(),
             interrupt: Arc::new(AtomicBool::new(false)),
             prepared: BTreeMap::new(),
+            parse_cache: std::collections::HashMap::new(),
         }
     }
 
@@ -190,7 +196,6 @@ impl Session {
     /// Executes a query string (possibly several statements); one result per statement.
     /// Execution stops at the first error, as PostgreSQL's simple query protocol does.
     pub fn execute(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
-        let mut out = Vec::new();
         let stmts = match self.parse(sql) {
             Ok(s) => s,
             Err(e) => {
@@ -198,6 +203,36 @@ impl Session {
                 return vec![Err(e)];
             }
         };
+        self.run_all(&stmts, params)
+    }
+
+    /// Executes a statement of the extended protocol: like [`Session::execute`], but the
+    /// parse of each distinct SQL text is kept (bounded), so a prepared statement is
+    /// parsed once, not at every Execute. Binding still happens at each execution, so
+    /// DDL between executions is seen.
+    pub fn execute_cached(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        let stmts = match self.parse_cache.get(sql) {
+            Some(p) => p.clone(),
+            None => match self.parse(sql) {
+                Ok(p) => {
+                    if self.parse_cache.len() >= PARSE_CACHE_ENTRIES {
+                        self.parse_cache.clear();
+                    }
+                    let p = Arc::new(p);
+                    self.parse_cache.insert(sql.to_string(), p.clone());
+                    p
+                }
+                Err(e) => {
+                    self.fail_statement();
+                    return vec![Err(e)];
+                }
+            },
+        };
+        self.run_all(&stmts, params)
+    }
+
+    fn run_all(&mut self, stmts: &[Parsed], params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        let mut out = Vec::with_capacity(stmts.len());
         for st in stmts {
             let r = self.run(st, params);
             let failed = r.is_err();
@@ -405,7 +440,7 @@ impl Session {
         }
     }
 
-    fn run(&mut self, st: Parsed, params: &[Datum]) -> SqlResult<Outcome> {
+    fn run(&mut self, st: &Parsed, params: &[Datum]) -> SqlResult<Outcome> {
         if self.failed && !matches!(st, Parsed::Commit | Parsed::Rollback) {
             return Err(SqlError::new(
                 "25P02",
@@ -416,7 +451,7 @@ impl Session {
             Parsed::Begin(iso) => {
                 if !self.in_block {
                     self.in_block = true;
-                    self.block_isolation = iso;
+                    self.block_isolation = *iso;
                     self.now = now_micros();
                 }
                 return Ok(Outcome::Done(QueryResult::tag("BEGIN")));
@@ -431,15 +466,15 @@ impl Session {
                     .end_block(false)
                     .map(|_| Outcome::Done(QueryResult::tag("ROLLBACK")));
             }
-            Parsed::Setting(s) => return self.setting_statement(&s).map(Outcome::Done),
+            Parsed::Setting(s) => return self.setting_statement(s).map(Outcome::Done),
             _ => {}
         }
         if !self.in_block {
             self.now = now_micros();
         }
         let result = match st {
-            Parsed::Utility(u) => self.utility(u),
-            Parsed::Sql(s) => self.statement(&s, params),
+            Parsed::Utility(u) => self.utility(u.clone()),
+            Parsed::Sql(s) => self.statement(s, params),
             _ => unreachable!("handled above"),
         };
         match result {
@@ -1305,6 +1340,8 @@ impl Session {
     }
 }
 
+/// A statement after parsing: cached per SQL text for extended-protocol execution.
+#[derive(Clone)]
 enum Parsed {
     Begin(Option<Isolation>),
     Commit,

@@ -339,3 +339,37 @@ fn pgbench_partition_probe_and_statistics_views() {
         ["t"]
     );
 }
+
+#[test]
+fn cached_parses_bind_again_at_every_execution() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = session(dir.path());
+    ok(&mut s, "create table k(a int primary key, b text)");
+    ok(&mut s, "insert into k values (1, 'one')");
+    let sql = "select * from k where a = $1";
+    let run = |s: &mut Session| match s.execute_cached(sql, &[Datum::Int4(1)]).pop().unwrap() {
+        Ok(Outcome::Done(q)) => q,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        run(&mut s).rows,
+        vec![vec![Datum::Int4(1), Datum::Text("one".into())]]
+    );
+    // Same text, new table shape: the cached parse is bound against the new catalog.
+    ok(&mut s, "drop table k");
+    ok(&mut s, "create table k(a int primary key, b text, c int8)");
+    ok(&mut s, "insert into k values (1, 'uno', 7)");
+    assert_eq!(
+        run(&mut s).rows,
+        vec![vec![
+            Datum::Int4(1),
+            Datum::Text("uno".into()),
+            Datum::Int8(7)
+        ]]
+    );
+    ok(&mut s, "drop table k");
+    match s.execute_cached(sql, &[Datum::Int4(1)]).pop().unwrap() {
+        Err(e) => assert_eq!(e.sqlstate, "42P01"),
+        other => panic!("{other:?}"),
+    }
+}
