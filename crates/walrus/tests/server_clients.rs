@@ -223,6 +223,15 @@ fn psql_and_pgbench_in_all_query_modes() {
         "{}",
         text(&s)
     );
+    // max_connections (100) concurrent sessions, each a thread in walrus.
+    let many = srv.pgbench(&[
+        "-n", "-S", "-M", "prepared", "-c", "100", "-j", "2", "-t", "5",
+    ]);
+    assert!(
+        many.status.success() && text(&many).contains("500/500"),
+        "{}",
+        text(&many)
+    );
     let script = tmp.path().join("custom.sql");
     std::fs::write(
         &script,
