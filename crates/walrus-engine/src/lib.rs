@@ -27,6 +27,7 @@ pub mod io;
 pub mod recovery;
 pub mod settings;
 pub mod storage;
+pub(crate) mod sync;
 pub mod txn;
 pub mod wal;
 pub mod xlog;

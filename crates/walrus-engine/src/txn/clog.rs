@@ -11,10 +11,14 @@
 //! applies every pending update (loading pages as needed) and wakes the others — the
 //! group update of PostgreSQL 10 (seed 004). Counters report lock waits and group sizes.
 //!
-//! Replacement protocol: the replacer (holding the mutex) picks a slot with pin 0 and
-//! swaps its page number to `REPLACING`; a pinner increments the pin first and then
-//! re-checks the page number, so with SeqCst ordering either the pinner sees
-//! `REPLACING` and backs off, or the replacer sees the pin and waits for it to drain.
+//! Replacement protocol: a slot's page number and pin count share one atomic word
+//! (`page << PIN_BITS | pins`). A pinner compare-and-swaps the count up only while the
+//! word names its page; the replacer (holding the mutex) compare-and-swaps the page part
+//! to `REPLACING` and then waits for the count to drain. Both are read-modify-writes of
+//! the same word, so a pin can never slip past a replacement. (The first design kept the
+//! two in separate atomics and relied on SeqCst store-load ordering — correct, but a
+//! Dekker pattern the loom model checker cannot verify; the loom test in this file found
+//! the interleaving it could not exclude, and this layout removes the question.)
 //!
 //! No checksums on clog pages, on purpose: status bits only ever go from 0 (in
 //! progress) to a final value, every checkpoint fsyncs the clog before it completes, and
@@ -26,17 +30,46 @@ use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
+
+use crate::sync::{AtomicBool, AtomicU64};
 use walrus_base::{Xid, PAGE_SIZE};
 
-pub const XIDS_PER_PAGE: u64 = (PAGE_SIZE * 4) as u64;
-const WORDS: usize = PAGE_SIZE / 8;
+/// Bytes of one commit-status page (two bits per xid). Tiny under loom so a model
+/// iteration does not create thousands of modelled atomics.
+const CLOG_PAGE_BYTES: usize = if cfg!(loom) { 16 } else { PAGE_SIZE };
+pub const XIDS_PER_PAGE: u64 = (CLOG_PAGE_BYTES * 4) as u64;
+const WORDS: usize = CLOG_PAGE_BYTES / 8;
 const PAGES_PER_SEGMENT: u64 = 32;
-const NO_PAGE: u64 = u64::MAX;
-const REPLACING: u64 = u64::MAX - 1;
+const PIN_BITS: u32 = 16;
+const PIN_MASK: u64 = (1 << PIN_BITS) - 1;
+/// Page-number values of a slot holding no page / being replaced.
+const NO_PAGE: u64 = u64::MAX >> PIN_BITS;
+const REPLACING: u64 = NO_PAGE - 1;
+
+impl Slot {
+    fn page(&self) -> u64 {
+        self.state.load(SeqCst) >> PIN_BITS
+    }
+    fn pins(&self) -> u64 {
+        self.state.load(SeqCst) & PIN_MASK
+    }
+    /// Sets the page number of a slot nobody has pinned (only the replacer does this).
+    fn set_page(&self, page: u64) {
+        debug_assert_eq!(self.pins(), 0);
+        self.state.store(page << PIN_BITS, SeqCst);
+    }
+    fn unpin(&self) {
+        let prev = self.state.fetch_sub(1, SeqCst);
+        assert!(
+            prev & PIN_MASK != 0,
+            "clog slot unpinned more often than pinned"
+        );
+    }
+}
 
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,8 +92,8 @@ impl XidStatus {
 }
 
 struct Slot {
-    page: AtomicU64,
-    pins: AtomicU32,
+    /// `page << PIN_BITS | pins` (see the replacement protocol above).
+    state: AtomicU64,
     dirty: AtomicBool,
     /// Clock reference bit for replacement (set on use, cleared by the sweep).
     referenced: AtomicBool,
@@ -122,8 +155,7 @@ impl Clog {
         std::fs::create_dir_all(dir)?;
         let slots = (0..slots.max(2))
             .map(|_| Slot {
-                page: AtomicU64::new(NO_PAGE),
-                pins: AtomicU32::new(0),
+                state: AtomicU64::new(NO_PAGE << PIN_BITS),
                 dirty: AtomicBool::new(false),
                 referenced: AtomicBool::new(false),
                 seq: AtomicU64::new(0),
@@ -144,6 +176,10 @@ impl Clog {
     fn locate(xid: Xid) -> (u64, usize, u32) {
         assert!(xid.is_valid(), "clog lookup of the invalid xid");
         let page = xid.0 / XIDS_PER_PAGE;
+        assert!(
+            page < REPLACING,
+            "xid {xid} beyond the commit-status log's range"
+        );
         let within = xid.0 % XIDS_PER_PAGE;
         (page, (within / 32) as usize, ((within % 32) * 2) as u32)
     }
@@ -152,13 +188,16 @@ impl Clog {
     /// replaced, so a `fetch_or` on it is never lost).
     fn pin(&self, page: u64) -> Option<&Slot> {
         for s in self.slots.iter() {
-            if s.page.load(SeqCst) == page {
-                s.pins.fetch_add(1, SeqCst);
-                if s.page.load(SeqCst) == page {
-                    touch(s);
-                    return Some(s);
+            let mut cur = s.state.load(SeqCst);
+            while cur >> PIN_BITS == page {
+                assert!(cur & PIN_MASK != PIN_MASK, "too many pins on a clog slot");
+                match s.state.compare_exchange_weak(cur, cur + 1, SeqCst, SeqCst) {
+                    Ok(_) => {
+                        touch(s);
+                        return Some(s);
+                    }
+                    Err(now) => cur = now,
                 }
-                s.pins.fetch_sub(1, SeqCst);
             }
         }
         None
@@ -171,7 +210,7 @@ impl Clog {
     fn read_word(&self, page: u64, word: usize) -> Option<u64> {
         for s in self.slots.iter() {
             let before = s.seq.load(SeqCst);
-            if before.is_multiple_of(2) && s.page.load(SeqCst) == page {
+            if before.is_multiple_of(2) && s.page() == page {
                 let v = s.words[word].load(SeqCst);
                 if s.seq.load(SeqCst) == before {
                     touch(s);
@@ -231,7 +270,7 @@ impl Clog {
         let (page, word, shift) = Clog::locate(xid);
         if let Some(s) = self.pin(page) {
             self.set_on(s, word, shift, status, xid);
-            s.pins.fetch_sub(1, SeqCst);
+            s.unpin();
             self.counters.fast_path_sets.fetch_add(1, SeqCst);
             return;
         }
@@ -283,7 +322,7 @@ impl Clog {
                 loop {
                     if let Some(s) = self.pin(page) {
                         self.set_on(s, word, shift, u.status, u.xid);
-                        s.pins.fetch_sub(1, SeqCst);
+                        s.unpin();
                         break;
                     }
                     if let Err(e) = self.ensure_resident(page) {
@@ -312,24 +351,24 @@ impl Clog {
     }
 
     fn write_slot(&self, s: &Slot, page: u64) -> std::io::Result<()> {
-        let mut buf = vec![0u8; PAGE_SIZE];
+        let mut buf = vec![0u8; CLOG_PAGE_BYTES];
         for (i, w) in s.words.iter().enumerate() {
             buf[i * 8..i * 8 + 8].copy_from_slice(&w.load(SeqCst).to_le_bytes());
         }
         let seg = page / PAGES_PER_SEGMENT;
         self.open_seg(seg)?
-            .write_all_at(&buf, (page % PAGES_PER_SEGMENT) * PAGE_SIZE as u64)?;
+            .write_all_at(&buf, (page % PAGES_PER_SEGMENT) * CLOG_PAGE_BYTES as u64)?;
         self.touched.lock().insert(seg);
         Ok(())
     }
 
     /// Makes `page` resident. Caller holds `pool_lock`.
     fn ensure_resident(&self, page: u64) -> std::io::Result<()> {
-        if self.slots.iter().any(|s| s.page.load(SeqCst) == page) {
+        if self.slots.iter().any(|s| s.page() == page) {
             return Ok(());
         }
         // Victim: an empty slot, else clock sweep over reference bits (unpinned only).
-        let victim = match self.slots.iter().find(|s| s.page.load(SeqCst) == NO_PAGE) {
+        let victim = match self.slots.iter().find(|s| s.page() == NO_PAGE) {
             Some(s) => s,
             None => {
                 let n = self.slots.len();
@@ -337,7 +376,7 @@ impl Clog {
                 for _ in 0..3 * n {
                     let i = self.hand.fetch_add(1, Relaxed) % n;
                     let s = &self.slots[i];
-                    if s.pins.load(SeqCst) != 0 {
+                    if s.pins() != 0 {
                         continue;
                     }
                     if s.referenced.swap(false, Relaxed) {
@@ -349,26 +388,51 @@ impl Clog {
                 pick.unwrap_or(&self.slots[self.hand.fetch_add(1, Relaxed) % n])
             }
         };
-        let old = victim.page.swap(REPLACING, SeqCst);
+        // Claim: the page part becomes REPLACING (new pins fail), existing pins drain.
+        let mut cur = victim.state.load(SeqCst);
+        let old = loop {
+            let claimed = (REPLACING << PIN_BITS) | (cur & PIN_MASK);
+            match victim
+                .state
+                .compare_exchange_weak(cur, claimed, SeqCst, SeqCst)
+            {
+                Ok(_) => break cur >> PIN_BITS,
+                Err(now) => cur = now,
+            }
+        };
         victim.seq.fetch_add(1, SeqCst); // odd: contents changing
-        while victim.pins.load(SeqCst) != 0 {
-            std::hint::spin_loop();
+        while victim.pins() != 0 {
+            crate::sync::spin_loop();
         }
         if old != NO_PAGE && old != REPLACING && victim.dirty.swap(false, SeqCst) {
             if let Err(e) = self.write_slot(victim, old) {
+                // Keep the old page (still dirty) and make the slot readable again.
                 victim.dirty.store(true, SeqCst);
-                victim.page.store(old, SeqCst);
+                victim.set_page(old);
+                victim.seq.fetch_add(1, SeqCst);
                 return Err(e);
             }
         }
-        let mut buf = vec![0u8; PAGE_SIZE];
+        if let Err(e) = self.load_slot(victim, page) {
+            // Nothing of value in the slot now (the old page was written): leave it empty.
+            victim.set_page(NO_PAGE);
+            victim.seq.fetch_add(1, SeqCst);
+            return Err(e);
+        }
+        victim.seq.fetch_add(1, SeqCst); // even again: contents stable
+        Ok(())
+    }
+
+    /// Reads `page` into `victim` (which is being replaced: its sequence is odd).
+    fn load_slot(&self, victim: &Slot, page: u64) -> std::io::Result<()> {
+        let mut buf = vec![0u8; CLOG_PAGE_BYTES];
         let seg = page / PAGES_PER_SEGMENT;
         let path = self.seg_path(seg);
         if path.exists() {
             let f = File::open(&path)?;
-            let off = (page % PAGES_PER_SEGMENT) * PAGE_SIZE as u64;
+            let off = (page % PAGES_PER_SEGMENT) * CLOG_PAGE_BYTES as u64;
             let mut done = 0;
-            while done < PAGE_SIZE {
+            while done < CLOG_PAGE_BYTES {
                 match f.read_at(&mut buf[done..], off + done as u64)? {
                     0 => break,
                     n => done += n,
@@ -383,8 +447,7 @@ impl Clog {
         }
         victim.dirty.store(false, SeqCst);
         victim.referenced.store(true, Relaxed);
-        victim.page.store(page, SeqCst);
-        victim.seq.fetch_add(1, SeqCst); // even again: contents stable
+        victim.set_page(page);
         Ok(())
     }
 
@@ -392,7 +455,7 @@ impl Clog {
     pub fn flush_all(&self) -> std::io::Result<()> {
         let _g = self.lock_pool();
         for s in self.slots.iter() {
-            let page = s.page.load(SeqCst);
+            let page = s.page();
             if page != NO_PAGE && page != REPLACING && s.dirty.swap(false, SeqCst) {
                 if let Err(e) = self.write_slot(s, page) {
                     s.dirty.store(true, SeqCst);
@@ -522,5 +585,84 @@ mod tests {
         let c = Clog::open(dir.path(), 2).unwrap();
         c.set_status(Xid(7), XidStatus::Committed);
         c.set_status(Xid(7), XidStatus::Aborted);
+    }
+}
+
+/// Model checks (run by `.ci/run` as `RUSTFLAGS="--cfg loom" cargo test -p walrus-engine
+/// --lib loom`): every interleaving of a lock-free status set and a lock-free read with
+/// the replacement of the slot they use.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+
+    fn fresh_dir() -> PathBuf {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let d = std::env::temp_dir().join(format!(
+            "walrus-loom-clog-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn loom_status_set_and_read_race_with_slot_replacement() {
+        loom::model(|| {
+            let dir = fresh_dir();
+            let clog = loom::sync::Arc::new(Clog::open(&dir, 2).unwrap());
+            // Page 2 on disk holds a pattern no page-0 word can hold (all "committed").
+            let f = clog.open_seg(0).unwrap();
+            f.write_all_at(&[0x55u8; CLOG_PAGE_BYTES], 2 * CLOG_PAGE_BYTES as u64)
+                .unwrap();
+            clog.ensure_resident(0).unwrap();
+            clog.ensure_resident(1).unwrap();
+            let xid = Xid(10);
+            let (page, word, shift) = Clog::locate(xid);
+            assert_eq!(page, 0);
+
+            let c = clog.clone();
+            let setter = loom::thread::spawn(move || {
+                // set_status's lock-free path; its slow path (group update) is not
+                // modelled: a miss is simply reported.
+                let set = match c.pin(page) {
+                    Some(s) => {
+                        c.set_on(s, word, shift, XidStatus::Committed, xid);
+                        s.unpin();
+                        true
+                    }
+                    None => false,
+                };
+                (set, c.read_word(page, word))
+            });
+            // Replacement of one of the two slots by page 2 (the pool lock's holder).
+            clog.ensure_resident(2).unwrap();
+            let (set, read) = setter.join().unwrap();
+            if let Some(v) = read {
+                // A seqlock read never returns another page's word: page 0's word holds
+                // at most our xid's bits.
+                assert_eq!(v & !(3 << shift), 0, "read a word of another page: {v:#x}");
+                if set {
+                    assert_eq!(XidStatus::from_bits(v >> shift), XidStatus::Committed);
+                }
+            }
+            if set {
+                // A set on a pinned slot is never lost: still resident, or written out
+                // by the replacement and read back now.
+                let state: Vec<(u64, u64, bool)> = clog
+                    .slots
+                    .iter()
+                    .map(|s| (s.page(), s.words[word].load(SeqCst), s.dirty.load(SeqCst)))
+                    .collect();
+                let mut disk = [0u8; CLOG_PAGE_BYTES];
+                let _ = f.read_at(&mut disk, 0);
+                assert_eq!(
+                    clog.get_status(xid),
+                    XidStatus::Committed,
+                    "slots before re-read {state:?}, page 0 on disk {disk:?}, read {read:?}"
+                );
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        });
     }
 }
