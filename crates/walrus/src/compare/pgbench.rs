@@ -152,13 +152,23 @@ fn number_after<'a>(text: &'a str, key: &str) -> Option<&'a str> {
 }
 
 /// The summary pgbench 15 prints on stdout.
+/// A run that completed no transaction has no `tps =` and no latency lines: its TPS is 0
+/// and its latency NaN (shown as n/a).
 pub fn parse_summary(out: &str) -> Option<Outcome> {
+    let transactions: u64 = number_after(out, "number of transactions actually processed: ")?
+        .parse()
+        .ok()?;
+    let tps = match number_after(out, "tps = ") {
+        Some(v) => v.parse().ok()?,
+        None if transactions == 0 => 0.0,
+        None => return None,
+    };
     Some(Outcome {
-        tps: number_after(out, "tps = ")?.parse().ok()?,
-        latency_avg_ms: number_after(out, "latency average = ")?.parse().ok()?,
-        transactions: number_after(out, "number of transactions actually processed: ")?
-            .parse()
-            .ok()?,
+        tps,
+        latency_avg_ms: number_after(out, "latency average = ")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::NAN),
+        transactions,
         failed: number_after(out, "number of failed transactions: ")
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
@@ -228,6 +238,9 @@ mod tests {
                    progress: 2.0 s, 0.0 tps, lat 0.000 ms stddev 0.000, 0 failed\n";
         assert_eq!(parse_progress(err), vec![2210.9, 0.0]);
         assert!(parse_summary("garbage").is_none());
+        let none = parse_summary("number of transactions actually processed: 0\n").unwrap();
+        assert_eq!(none.tps, 0.0);
+        assert!(none.latency_avg_ms.is_nan());
     }
 
     #[test]
