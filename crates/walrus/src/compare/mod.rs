@@ -10,9 +10,10 @@
 //! alternate the order of the configurations (A B, then B A) so that drift on a shared,
 //! noisy machine falls on both sides; the report shows the median with min–max.
 //!
-//! STOPPING. Every child runs in its own process group behind a guard that kills the group
-//! when dropped; a SIGINT/SIGTERM sets a flag that every wait loop polls, so the harness
-//! unwinds through the guards and leaves nothing running (see `process`).
+//! STOPPING. Every child runs in its own process group behind a guard that kills it and
+//! everything it started when dropped; a SIGINT/SIGTERM sets a flag that every wait loop
+//! polls, so the harness unwinds through the guards and leaves nothing running (see
+//! `process`).
 
 mod chart;
 mod measure;

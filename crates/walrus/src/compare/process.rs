@@ -1,11 +1,12 @@
 //! Child processes that cannot outlive the harness, and the `/proc` sampler that measures
 //! them.
 //!
-//! Every child is started in its own process group (`process_group(0)`), for two reasons:
-//! a Ctrl-C typed at the terminal reaches only the harness, which then stops everything in
-//! order, and one `kill -KILL -- -PGID` reaches a PostgreSQL postmaster *and* all the
-//! backends it forked. [`ProcGuard`] sends that kill in `Drop`, so an error, a panic or an
-//! interrupt all leave nothing running. Signals are sent with the `kill` utility rather
+//! Every child is started in its own process group (`process_group(0)`), so that a Ctrl-C
+//! typed at the terminal reaches only the harness, which then stops everything in order.
+//! PostgreSQL's postmaster puts each child it forks in a session of its own (`setsid`), so
+//! a group kill is not enough: [`ProcGuard::kill`] stops the leader (no more forks), lists
+//! its children by parent pid, and SIGKILLs them all, in `Drop` too, so an error, a panic
+//! or an interrupt leave nothing running. Signals are sent with the `kill` utility rather
 //! than `libc::kill`, which would need `unsafe` in a `forbid(unsafe_code)` crate.
 
 use std::os::unix::process::CommandExt;
@@ -266,7 +267,7 @@ fn clock_ticks() -> f64 {
         .unwrap_or(100.0)
 }
 
-/// Totals over one measured interval of every process of a server's process group.
+/// Totals over one measured interval of every process of a server instance.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ProcTotals {
     /// Bytes the processes caused to be written to storage (`/proc/PID/io`

@@ -94,8 +94,8 @@ impl Server {
         })
     }
 
-    /// The pid of the server process (walrus) or postmaster (PostgreSQL), which is also
-    /// the process group of all its processes.
+    /// The pid of the server process (walrus) or postmaster (PostgreSQL), the leader of
+    /// the instance's processes.
     pub fn pgid(&self) -> Option<u32> {
         self.proc.as_ref().map(|p| p.pid)
     }
