@@ -71,6 +71,9 @@ fn as_pg_user(tools: &Tools, cmd: &mut Command) {
 }
 
 /// `initdb` (superuser `bench`, trust authentication) and the explicit settings.
+/// `dynamic_shared_memory_type = mmap` keeps PostgreSQL's dynamic shared memory in the
+/// data directory (`pg_dynshmem`) instead of `/dev/shm`, where a killed instance (the
+/// recovery scenario, Ctrl-C) would leave its segments behind.
 pub fn init(
     tools: &Tools,
     data: &Path,
@@ -113,7 +116,8 @@ pub fn init(
          full_page_writes = {}\n\
          wal_sync_method = fdatasync\n\
          log_checkpoints = on\n\
-         logging_collector = off\n",
+         logging_collector = off\n\
+         dynamic_shared_memory_type = mmap\n",
         s.max_connections,
         s.shared_buffers,
         s.max_wal_size,
