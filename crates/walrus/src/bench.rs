@@ -36,6 +36,9 @@ pub enum BenchCommand {
         #[arg(long)]
         only: Option<String>,
     },
+    /// PostgreSQL 15 and walrus side by side under the same pgbench, one scenario per
+    /// seed paper; writes a Markdown report and SVG charts.
+    Compare(Box<crate::compare::CompareArgs>),
 }
 
 pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
@@ -47,6 +50,7 @@ pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
             let _ = std::fs::remove_dir_all(&dir);
             r
         }
+        BenchCommand::Compare(a) => crate::compare::run(*a),
     }
 }
 
@@ -98,7 +102,7 @@ fn micro(dir: &Path, secs: Duration, only: Option<&str>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn raw_fdatasync_ops(dir: &Path, secs: Duration) -> anyhow::Result<f64> {
+pub(crate) fn raw_fdatasync_ops(dir: &Path, secs: Duration) -> anyhow::Result<f64> {
     let path = dir.join("raw");
     let f = OpenOptions::new()
         .create(true)

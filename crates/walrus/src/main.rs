@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod compare;
 mod serve;
 mod tpcb;
 

@@ -1,0 +1,1193 @@
+//! `walrus bench compare`: PostgreSQL 15 and walrus side by side on this machine, under
+//! the same pgbench, with matched settings, one scenario per seed paper.
+//!
+//! METHOD. Each configuration gets its own temporary data directory, own loopback port and
+//! explicitly written settings (`shared_buffers`, `max_wal_size`, `checkpoint_timeout`,
+//! `fsync = on`, `synchronous_commit = on`, `wal_sync_method = fdatasync`, and the page
+//! protection under test). Both are initialised by the same `pgbench -i` (or the same
+//! `CREATE TABLE`), and every measured run is: start the server, warm-up pgbench,
+//! `CHECKPOINT`, the measured pgbench (`-M prepared -P 1 -l`), graceful stop. Repetitions
+//! alternate the order of the configurations (A B, then B A) so that drift on a shared,
+//! noisy machine falls on both sides; the report shows the median with min–max.
+//!
+//! STOPPING. Every child runs in its own process group behind a guard that kills it and
+//! everything it started when dropped; a SIGINT/SIGTERM sets a flag that every wait loop
+//! polls, so the harness unwinds through the guards and leaves nothing running (see
+//! `process`).
+
+mod chart;
+mod measure;
+mod pgbench;
+mod postgres;
+mod process;
+mod report;
+mod server;
+mod walrus_server;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use measure::Measurement;
+use pgbench::{Options, Workload};
+use process::check_interrupt;
+use report::{median_run, pair_table, ratio, show, spread, table, Metric, Spread, LOAD_METRICS};
+use server::{Server, Settings, System, Variant};
+
+const SCENARIOS: &[&str] = &["fpw", "insert", "checkpoint", "recovery", "scaling"];
+
+/// How long a server may take from spawn to its first answer (recovery included).
+const START_LIMIT: Duration = Duration::from_secs(600);
+
+#[derive(clap::Args, Debug)]
+pub struct CompareArgs {
+    /// Scenario to run: fpw, insert, checkpoint, recovery, scaling, or all.
+    #[arg(long, default_value = "all")]
+    scenario: String,
+    /// Smoke check: scale 1, 1 repetition, 3 s per run, scaling at 1/16/128 clients only
+    /// (all scenarios in about 2 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Repetitions of every run (default 3; quick: 1).
+    #[arg(long)]
+    reps: Option<u32>,
+    /// Seconds per measured run (default 60; quick: 3).
+    #[arg(long)]
+    duration: Option<u64>,
+    /// Seconds of warm-up before each measured run (default 10; quick: 1).
+    #[arg(long)]
+    warmup: Option<u64>,
+    /// pgbench scale factor for the tpcb-like scenarios (default 10; quick: 1).
+    #[arg(long)]
+    scale: Option<u32>,
+    /// Markdown report to write.
+    #[arg(long, default_value = "bench-report.md")]
+    out: PathBuf,
+    /// Also append the report to this file (e.g. BENCHMARKS.md).
+    #[arg(long)]
+    append: Option<PathBuf>,
+    /// Directory for the SVG charts (default: bench-charts beside --out).
+    #[arg(long)]
+    charts: Option<PathBuf>,
+    /// Directory holding PostgreSQL 15's initdb and postgres.
+    #[arg(long, default_value = "/usr/lib/postgresql/15/bin")]
+    pg_bin: PathBuf,
+    /// pgbench to use (default: the one in --pg-bin, else on PATH).
+    #[arg(long)]
+    pgbench: Option<PathBuf>,
+    /// psql to use (default: the one in --pg-bin, else on PATH).
+    #[arg(long)]
+    psql: Option<PathBuf>,
+    /// Unprivileged user PostgreSQL runs as when this runs as root (created if missing).
+    #[arg(long, default_value = "pgrun")]
+    pg_user: String,
+    /// First TCP port to use (then the following ones); default: free ports.
+    #[arg(long)]
+    port: Option<u16>,
+    /// Where the data directories go (default /tmp); must be on the disk to measure.
+    #[arg(long, default_value = "/tmp")]
+    work_dir: PathBuf,
+    /// Keep the data directories and logs after the run.
+    #[arg(long)]
+    keep: bool,
+}
+
+/// Paths of the programs and directories every part uses.
+#[derive(Clone, Debug)]
+pub struct Tools {
+    pub pg_bin: PathBuf,
+    pub pgbench: PathBuf,
+    pub psql: PathBuf,
+    pub walrus: PathBuf,
+    /// Where captured output of short commands goes.
+    pub scratch: PathBuf,
+    /// uid and gid PostgreSQL runs as (only when the harness is root).
+    pub pg_user: Option<(u32, u32)>,
+}
+
+/// The sizes of this invocation.
+#[derive(Clone, Debug)]
+struct Plan {
+    scenarios: Vec<&'static str>,
+    quick: bool,
+    reps: u32,
+    duration: u64,
+    warmup: u64,
+    scale: u32,
+}
+
+impl Plan {
+    fn from_args(a: &CompareArgs) -> anyhow::Result<Plan> {
+        let scenarios: Vec<&'static str> = if a.scenario == "all" {
+            SCENARIOS.to_vec()
+        } else {
+            let mut v = Vec::new();
+            for name in a.scenario.split(',') {
+                match SCENARIOS.iter().find(|s| **s == name.trim()) {
+                    Some(s) => v.push(*s),
+                    None => bail!(
+                        "unknown scenario \"{name}\": expected one of {} or all",
+                        SCENARIOS.join(", ")
+                    ),
+                }
+            }
+            v
+        };
+        let q = a.quick;
+        let plan = Plan {
+            scenarios,
+            quick: q,
+            reps: a.reps.unwrap_or(if q { 1 } else { 3 }).max(1),
+            duration: a.duration.unwrap_or(if q { 3 } else { 60 }).max(2),
+            warmup: a.warmup.unwrap_or(if q { 1 } else { 10 }),
+            scale: a.scale.unwrap_or(if q { 1 } else { 10 }).max(1),
+        };
+        Ok(plan)
+    }
+
+    /// Client counts of the scaling scenario (quick: three of them).
+    fn scaling_clients(&self) -> Vec<u32> {
+        if self.quick {
+            vec![1, 16, 128]
+        } else {
+            vec![1, 4, 16, 64, 128]
+        }
+    }
+
+    fn init_estimate(&self) -> f64 {
+        4.0 + 2.5 * self.scale as f64
+    }
+
+    fn run_estimate(&self) -> f64 {
+        (self.warmup + self.duration) as f64 + 4.0
+    }
+
+    /// Planned seconds per scenario, for "time left" on stderr.
+    fn estimate(&self, scenario: &str) -> f64 {
+        let reps = self.reps as f64;
+        let (i, r) = (self.init_estimate(), self.run_estimate());
+        match scenario {
+            "fpw" => 4.0 * i + 4.0 * reps * r,
+            "insert" => 4.0 * 4.0 + 4.0 * reps * r,
+            "checkpoint" => 2.0 * i + 2.0 * reps * (r + 5.0),
+            "recovery" => 2.0 * i + 2.0 * reps * (self.duration as f64 + 10.0),
+            "scaling" => 2.0 * i + self.scaling_clients().len() as f64 * 2.0 * reps * r,
+            _ => 0.0,
+        }
+    }
+}
+
+/// Progress on stderr: what is running and roughly how long is left.
+struct Progress {
+    start: Instant,
+    planned_total: f64,
+    planned_done: f64,
+}
+
+impl Progress {
+    fn step(&mut self, what: &str, planned: f64) {
+        let left = (self.planned_total - self.planned_done).max(0.0);
+        let el = self.start.elapsed().as_secs();
+        eprintln!(
+            "[{:02}:{:02} elapsed, ~{:02}:{:02} left] {what}",
+            el / 60,
+            el % 60,
+            left as u64 / 60,
+            left as u64 % 60
+        );
+        self.planned_done += planned;
+    }
+}
+
+/// Allocates loopback ports: consecutive from `--port`, or free ones from the kernel.
+struct Ports {
+    next: Option<u16>,
+}
+
+impl Ports {
+    fn take(&mut self) -> anyhow::Result<u16> {
+        match self.next {
+            Some(p) => {
+                check_port_free(p)?;
+                self.next = p.checked_add(1);
+                Ok(p)
+            }
+            None => Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port()),
+        }
+    }
+}
+
+fn check_port_free(p: u16) -> anyhow::Result<()> {
+    if std::net::TcpListener::bind(("127.0.0.1", p)).is_err() {
+        bail!(
+            "port {p} on 127.0.0.1 is busy (another server is listening there); \
+             pass a free one with --port N, or leave --port out to use free ports"
+        );
+    }
+    Ok(())
+}
+
+/// A directory removed (with everything in it) when dropped, unless kept.
+struct DirGuard {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        if self.keep {
+            eprintln!("kept {}", self.path.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn make_dir(path: PathBuf, keep: bool) -> anyhow::Result<DirGuard> {
+    let _ = std::fs::remove_dir_all(&path);
+    create_open_dir(&path)?;
+    Ok(DirGuard { path, keep })
+}
+
+/// Creates a directory traversable by the unprivileged PostgreSQL user.
+fn create_open_dir(path: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(path).with_context(|| format!("cannot create {}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))?;
+    Ok(())
+}
+
+struct Ctx {
+    tools: Tools,
+    plan: Plan,
+    ports: Ports,
+    progress: Progress,
+    work: PathBuf,
+    shm: PathBuf,
+    charts: PathBuf,
+    /// Charts written, by file name, for the report.
+    chart_files: Vec<PathBuf>,
+}
+
+/// Finds a client program: explicit path, else in --pg-bin, else on PATH.
+fn find_tool(explicit: &Option<PathBuf>, pg_bin: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let candidates: Vec<PathBuf> = match explicit {
+        Some(p) => vec![p.clone()],
+        None => vec![pg_bin.join(name), PathBuf::from(name)],
+    };
+    for c in &candidates {
+        let ok = Command::new(c)
+            .arg("--version")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false);
+        if ok {
+            return Ok(c.clone());
+        }
+    }
+    bail!(
+        "{name} not found (tried {}): install PostgreSQL 15's client tools \
+         (Debian: apt-get install postgresql-client-15) or pass --{name} PATH",
+        candidates
+            .iter()
+            .map(|c| c.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn preflight(a: &CompareArgs) -> anyhow::Result<(PathBuf, PathBuf)> {
+    for bin in ["initdb", "postgres"] {
+        if !a.pg_bin.join(bin).is_file() {
+            bail!(
+                "PostgreSQL 15 server binaries not found: {} is missing. Install Debian's \
+                 postgresql-15 (apt-get install postgresql-15), or pass --pg-bin DIR with the \
+                 directory holding initdb and postgres",
+                a.pg_bin.join(bin).display()
+            );
+        }
+    }
+    let pgbench = find_tool(&a.pgbench, &a.pg_bin, "pgbench")?;
+    let psql = find_tool(&a.psql, &a.pg_bin, "psql")?;
+    if let Some(p) = a.port {
+        check_port_free(p)?;
+    }
+    if !Path::new("/proc/self/io").exists() {
+        bail!("/proc/PID/io is not available (Linux with task I/O accounting is needed)");
+    }
+    Ok((pgbench, psql))
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+pub fn run(a: CompareArgs) -> anyhow::Result<()> {
+    process::install_signal_handler();
+    let plan = Plan::from_args(&a)?;
+    let (pgbench, psql) = preflight(&a)?;
+    let tag = std::process::id();
+    let work = make_dir(a.work_dir.join(format!("walrus-bench-{tag}")), a.keep)?;
+    let shm = DirGuard {
+        path: PathBuf::from(format!("/dev/shm/walrus-bench-{tag}")),
+        keep: false,
+    };
+    let scratch = work.path.join("scratch");
+    std::fs::create_dir_all(&scratch)?;
+    let pg_user = if is_root() {
+        Some(postgres::ensure_pg_user(&a.pg_user, &scratch)?)
+    } else {
+        None
+    };
+    let tools = Tools {
+        pg_bin: a.pg_bin.clone(),
+        pgbench,
+        psql,
+        walrus: std::env::current_exe().context("cannot find the walrus binary")?,
+        scratch,
+        pg_user,
+    };
+    let charts = a
+        .charts
+        .clone()
+        .unwrap_or_else(|| a.out.parent().unwrap_or(Path::new("")).join("bench-charts"));
+    let planned_total: f64 = plan.scenarios.iter().map(|s| plan.estimate(s)).sum();
+    let mut ctx = Ctx {
+        tools,
+        plan: plan.clone(),
+        ports: Ports { next: a.port },
+        progress: Progress {
+            start: Instant::now(),
+            planned_total: planned_total + if plan.quick { 1.0 } else { 3.0 },
+            planned_done: 0.0,
+        },
+        work: work.path.clone(),
+        shm: shm.path.clone(),
+        charts,
+        chart_files: Vec::new(),
+    };
+    ctx.progress.step(
+        "measuring fdatasync ops/s on the work directory's disk",
+        if plan.quick { 1.0 } else { 3.0 },
+    );
+    let fsync_rate = crate::bench::raw_fdatasync_ops(
+        &ctx.work,
+        Duration::from_secs(if plan.quick { 1 } else { 3 }),
+    )?;
+    let _ = std::fs::remove_file(ctx.work.join("raw"));
+    let mut sections = Vec::new();
+    for sc in &plan.scenarios {
+        check_interrupt()?;
+        let section = match *sc {
+            "fpw" => scenario_fpw(&mut ctx)?,
+            "insert" => scenario_insert(&mut ctx)?,
+            "checkpoint" => scenario_checkpoint(&mut ctx)?,
+            "recovery" => scenario_recovery(&mut ctx)?,
+            "scaling" => scenario_scaling(&mut ctx)?,
+            other => unreachable!("scenario {other} was validated"),
+        };
+        sections.push(section);
+    }
+    let head = header(&ctx, fsync_rate);
+    let body = sections.join("\n");
+    let render = |target: &Path| -> String {
+        let dir = target.parent().unwrap_or(Path::new(""));
+        let mut text = format!("{head}\n{body}");
+        for c in &ctx.chart_files {
+            let name = c.file_name().map(|n| n.to_string_lossy().to_string());
+            if let Some(name) = name {
+                text = text.replace(&format!("{{{{chart:{name}}}}}"), &relative(c, dir));
+            }
+        }
+        text
+    };
+    std::fs::write(&a.out, render(&a.out))
+        .with_context(|| format!("cannot write {}", a.out.display()))?;
+    eprintln!("report written to {}", a.out.display());
+    if let Some(app) = &a.append {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(app)
+            .with_context(|| format!("cannot append to {}", app.display()))?;
+        write!(f, "\n{}", render(app))?;
+        eprintln!("report appended to {}", app.display());
+    }
+    drop(shm);
+    drop(work);
+    Ok(())
+}
+
+/// `path` relative to `dir` when it lies below it, else as given.
+fn relative(path: &Path, dir: &Path) -> String {
+    let abs = |p: &Path| {
+        std::fs::canonicalize(if p.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            p
+        })
+        .unwrap_or_else(|_| p.to_path_buf())
+    };
+    let (p, d) = (abs(path), abs(dir));
+    p.strip_prefix(&d)
+        .map(|r| r.display().to_string())
+        .unwrap_or_else(|_| p.display().to_string())
+}
+
+fn first_line_with(path: &str, key: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with(key))
+        .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+}
+
+/// Device and file system holding `dir` (longest matching mount point).
+fn disk_of(dir: &Path) -> String {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let best = mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 3 && dir.starts_with(f[1])).then(|| (f[0], f[1], f[2]))
+        })
+        .max_by_key(|(_, m, _)| m.len());
+    match best {
+        Some((dev, _, fs)) => {
+            let base = dev.rsplit('/').next().unwrap_or(dev);
+            let rot = std::fs::read_to_string(format!("/sys/block/{base}/queue/rotational"))
+                .map(|r| {
+                    if r.trim() == "0" {
+                        ", non-rotational"
+                    } else {
+                        ", rotational"
+                    }
+                })
+                .unwrap_or("");
+            format!("{dev} ({fs}{rot})")
+        }
+        None => "unknown".into(),
+    }
+}
+
+fn header(ctx: &Ctx, fsync_rate: f64) -> String {
+    let date = Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let cpu = first_line_with("/proc/cpuinfo", "model name").unwrap_or_default();
+    let mem_gib = first_line_with("/proc/meminfo", "MemTotal")
+        .and_then(|v| {
+            v.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<f64>().ok())
+        })
+        .map(|kb| kb / 1048576.0)
+        .unwrap_or(0.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let rev = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| format!(" at commit {}", String::from_utf8_lossy(&o.stdout).trim()))
+        .unwrap_or_default();
+    let p = &ctx.plan;
+    format!(
+        "## walrus bench compare: PostgreSQL 15 vs walrus ({date})\n\n\
+         Command: `walrus {}`\n\n\
+         Machine: {cores} cores ({cpu}), {mem_gib:.0} GiB memory, data on {}, Linux {}; \
+         8 KiB pwrite+fdatasync on that disk: **{fsync_rate:.0} ops/s** (measured in this run).\n\
+         PostgreSQL {} ({}); walrus {} build{rev}.\n\n\
+         Method: each configuration has its own data directory and loopback port and these \
+         settings written explicitly on both systems: `shared_buffers = 128MB`, `fsync = on`, \
+         `synchronous_commit = on`, `wal_sync_method = fdatasync`, `max_connections = 200`, plus \
+         `max_wal_size`/`checkpoint_timeout` and page protection per scenario (PostgreSQL \
+         `full_page_writes`, walrus `page_protection`). Each measured run: start the server, \
+         {} s warm-up, `CHECKPOINT`, {} s of `pgbench -M prepared -j 2 -P 1 -l`, graceful stop; \
+         {} repetition(s), the order of configurations alternating between repetitions; \
+         values are median (min–max). Latency percentiles come from pgbench's per-transaction \
+         log. WAL bytes: `pg_wal_lsn_diff` of `pg_current_wal_lsn()` after and before the run; \
+         full-page images: `pg_stat_wal`; data pages written: `pg_stat_bgwriter` \
+         (`buffers_checkpoint + buffers_clean + buffers_backend`); checkpoints: the servers' \
+         own log lines (`log_checkpoints`). Bytes written and CPU: `/proc/PID/io` \
+         `write_bytes` (all files, WAL and data, counted when a page-cache page is dirtied, \
+         so a WAL page rewritten after each fdatasync counts each time) and `/proc/PID/stat` \
+         utime+stime, read before and after the run for the server process (walrus) or the \
+         postmaster and its live children (PostgreSQL); backends that exit are included \
+         because Linux adds a reaped child's counters to its parent (`cutime`, `cstime`, \
+         and `/proc/PID/io`). \"n/a\": the server did not \
+         answer that statistics query. Ratios are walrus / PostgreSQL: above 1 is better for \
+         TPS, worse for latency, bytes and CPU.\n",
+        args.join(" "),
+        disk_of(&ctx.work),
+        kernel.trim(),
+        postgres::version(&ctx.tools),
+        ctx.tools.pg_bin.display(),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        p.warmup,
+        p.duration,
+        p.reps,
+    )
+}
+
+/// How a data directory is filled before the runs.
+#[derive(Clone, Copy)]
+enum Setup {
+    /// `pgbench -i -s SCALE`.
+    Pgbench,
+    /// The insert scenario's table.
+    InsertTable,
+}
+
+/// Creates, fills and stops one configuration's server; moves its WAL to tmpfs if asked.
+fn prepare(ctx: &mut Ctx, scenario: &str, v: &Variant, setup: Setup) -> anyhow::Result<Server> {
+    check_interrupt()?;
+    let est = match setup {
+        Setup::Pgbench => ctx.plan.init_estimate(),
+        Setup::InsertTable => 4.0,
+    };
+    ctx.progress.step(
+        &format!("{scenario}: initialise {} {}", v.system.name(), v.label),
+        est,
+    );
+    let port = ctx.ports.take()?;
+    let slug: String = v
+        .label
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let root = ctx
+        .work
+        .join(format!("{scenario}-{}-{slug}", v.system.name()));
+    let mut s = Server::create(&ctx.tools, v, &root, port)?;
+    s.start(START_LIMIT)?;
+    if s.system == System::Postgres {
+        s.query_postgres_db("create database bench")?;
+    }
+    match setup {
+        Setup::Pgbench => pgbench::initialize(&ctx.tools, port, ctx.plan.scale)?,
+        Setup::InsertTable => {
+            s.query("create table ins (id int8, value text)")?;
+        }
+    }
+    s.stop()?;
+    if v.settings.wal_on_tmpfs {
+        if !ctx.shm.exists() {
+            create_open_dir(&ctx.shm)?;
+        }
+        s.move_wal_to_tmpfs(&ctx.shm)?;
+    }
+    Ok(s)
+}
+
+fn variant(system: System, label: &str, settings: &Settings) -> Variant {
+    Variant {
+        system,
+        label: label.into(),
+        settings: settings.clone(),
+    }
+}
+
+/// Runs `reps` measured runs of every server, alternating the order.
+fn measure_all(
+    ctx: &mut Ctx,
+    scenario: &str,
+    servers: &mut [Server],
+    o: &Options,
+) -> anyhow::Result<Vec<Vec<Measurement>>> {
+    let n = servers.len();
+    let mut results = vec![Vec::new(); n];
+    for rep in 0..ctx.plan.reps {
+        let order: Vec<usize> = if rep % 2 == 0 {
+            (0..n).collect()
+        } else {
+            (0..n).rev().collect()
+        };
+        for i in order {
+            check_interrupt()?;
+            let s = &mut servers[i];
+            ctx.progress.step(
+                &format!(
+                    "{scenario}: {} {} rep {}/{}, {} clients, {} s warm-up + {} s",
+                    s.system.name(),
+                    s.label,
+                    rep + 1,
+                    ctx.plan.reps,
+                    o.clients,
+                    ctx.plan.warmup,
+                    o.seconds
+                ),
+                ctx.plan.run_estimate(),
+            );
+            s.start(START_LIMIT)?;
+            let m = measure::warm_and_measure(
+                &ctx.tools,
+                s,
+                o,
+                ctx.plan.warmup,
+                &ctx.work.join("pgbench"),
+            )?;
+            s.stop()?;
+            if m.bench.failed > 0 {
+                eprintln!("  note: {} failed transactions", m.bench.failed);
+            }
+            results[i].push(m);
+        }
+    }
+    Ok(results)
+}
+
+fn chart_path(ctx: &mut Ctx, name: &str) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(&ctx.charts)
+        .with_context(|| format!("cannot create {}", ctx.charts.display()))?;
+    let p = ctx.charts.join(name);
+    ctx.chart_files.push(p.clone());
+    Ok(p)
+}
+
+fn tps_spread(runs: &[Measurement]) -> Option<Spread> {
+    spread(runs, &LOAD_METRICS[0])
+}
+
+/// fpw (PolarDB paper): tpcb-like, 16 clients, frequent checkpoints; page images on/off.
+fn scenario_fpw(ctx: &mut Ctx) -> anyhow::Result<String> {
+    let max_wal = if ctx.plan.quick { "32MB" } else { "64MB" };
+    let mut on = Settings::new(max_wal, "30s");
+    on.page_images = true;
+    let mut off = on.clone();
+    off.page_images = false;
+    let variants = [
+        variant(System::Postgres, "full_page_writes=on", &on),
+        variant(System::Walrus, "page_protection=fpw", &on),
+        variant(System::Postgres, "full_page_writes=off", &off),
+        variant(System::Walrus, "page_protection=none", &off),
+    ];
+    let mut servers = Vec::new();
+    for v in &variants {
+        servers.push(prepare(ctx, "fpw", v, Setup::Pgbench)?);
+    }
+    let o = Options {
+        workload: Workload::TpcbLike,
+        clients: 16,
+        seconds: ctx.plan.duration,
+        detailed: true,
+    };
+    let r = measure_all(ctx, "fpw", &mut servers, &o)?;
+    drop(servers);
+    let mut s = format!(
+        "### fpw: full-page images under frequent checkpoints (seed: PolarDB, FPW off +30 %)\n\n\
+         pgbench tpcb-like, scale {}, 16 clients, `-M prepared`; `checkpoint_timeout = 30s`, \
+         `max_wal_size = {max_wal}`, so checkpoints (and the page images after each) are \
+         frequent.\n\n#### page images on: `full_page_writes = on` vs `page_protection = fpw`\n\n{}\n\
+         #### page images off: `full_page_writes = off` vs `page_protection = none`\n\n{}\n",
+        ctx.plan.scale,
+        pair_table(&variants[0].label, &r[0], &variants[1].label, &r[1]),
+        pair_table(&variants[2].label, &r[2], &variants[3].label, &r[3]),
+    );
+    let rows: Vec<Vec<String>> = [&LOAD_METRICS[0], &LOAD_METRICS[3], &LOAD_METRICS[5]]
+        .iter()
+        .map(|m| {
+            vec![
+                m.name.to_string(),
+                ratio(spread(&r[2], m), spread(&r[0], m)),
+                ratio(spread(&r[3], m), spread(&r[1], m)),
+            ]
+        })
+        .collect();
+    s.push_str(&format!(
+        "#### turning page images off, each system against itself\n\n{}\n",
+        table(
+            &[
+                "metric".into(),
+                "PostgreSQL off / on".into(),
+                "walrus none / fpw".into()
+            ],
+            &rows
+        )
+    ));
+    let series: Vec<chart::Series> = variants
+        .iter()
+        .zip(&r)
+        .filter_map(|(v, runs)| {
+            median_run(runs).map(|m| chart::Series {
+                name: format!("{} {}", v.system.name(), v.label),
+                points: chart::per_second(&m.bench.per_second_tps),
+            })
+        })
+        .collect();
+    let path = chart_path(ctx, "fpw-tps.svg")?;
+    chart::line_chart(
+        &path,
+        "fpw: per-second TPS (median run), checkpoint_timeout=30s",
+        "seconds",
+        "TPS",
+        &series,
+        &[],
+    )?;
+    s.push_str("![fpw: per-second TPS]({{chart:fpw-tps.svg}})\n");
+    Ok(s)
+}
+
+/// insert (pmem WAL paper): 1 KiB-row inserts, 32 clients; WAL on disk and on tmpfs.
+fn scenario_insert(ctx: &mut Ctx) -> anyhow::Result<String> {
+    let disk = Settings::new("1GB", "5min");
+    let mut shm = disk.clone();
+    shm.wal_on_tmpfs = true;
+    let variants = [
+        variant(System::Postgres, "WAL on disk", &disk),
+        variant(System::Walrus, "WAL on disk", &disk),
+        variant(System::Postgres, "WAL on tmpfs", &shm),
+        variant(System::Walrus, "WAL on tmpfs", &shm),
+    ];
+    let script = ctx.work.join("insert.sql");
+    std::fs::write(
+        &script,
+        "\\set id random(1, 1000000000)\n\
+         insert into ins (id, value) values (:id, repeat('x', 1024));\n",
+    )?;
+    let mut servers = Vec::new();
+    for v in &variants {
+        servers.push(prepare(ctx, "insert", v, Setup::InsertTable)?);
+    }
+    let o = Options {
+        workload: Workload::Script(script),
+        clients: 32,
+        seconds: ctx.plan.duration,
+        detailed: true,
+    };
+    let r = measure_all(ctx, "insert", &mut servers, &o)?;
+    drop(servers);
+    let rows: Vec<Vec<String>> = [&LOAD_METRICS[0], &LOAD_METRICS[3]]
+        .iter()
+        .map(|m| {
+            vec![
+                m.name.to_string(),
+                ratio(spread(&r[2], m), spread(&r[0], m)),
+                ratio(spread(&r[3], m), spread(&r[1], m)),
+            ]
+        })
+        .collect();
+    Ok(format!(
+        "### insert: 1 KiB rows, WAL on disk vs on tmpfs (seed: WAL on persistent memory, +94 %)\n\n\
+         `CREATE TABLE ins (id int8, value text)`; each transaction is one \
+         `INSERT ... VALUES (:id, repeat('x', 1024))` (custom `-f` script), 32 clients, \
+         `-M prepared`; `max_wal_size = 1GB`, `checkpoint_timeout = 5min`. The tmpfs runs \
+         replace the WAL directory (`pg_wal`, walrus `wal`) by a symlink to `/dev/shm` after \
+         initialisation: the stand-in for persistent memory (its fdatasync costs nothing).\n\n\
+         #### WAL on disk\n\n{}\n#### WAL on tmpfs\n\n{}\n\
+         #### moving the WAL to tmpfs, each system against itself\n\n{}\n",
+        pair_table(&variants[0].label, &r[0], &variants[1].label, &r[1]),
+        pair_table(&variants[2].label, &r[2], &variants[3].label, &r[3]),
+        table(
+            &[
+                "metric".into(),
+                "PostgreSQL tmpfs / disk".into(),
+                "walrus tmpfs / disk".into()
+            ],
+            &rows
+        )
+    ))
+}
+
+/// What the checkpoint scenario measures per run.
+#[derive(Clone, Debug)]
+struct CheckpointRun {
+    m: Measurement,
+    issued_at: f64,
+    checkpoint_seconds: f64,
+    tps_before: Option<f64>,
+    tps_during: Option<f64>,
+    shutdown_seconds: f64,
+}
+
+fn mean(v: &[f64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
+}
+
+/// Sleeps until `deadline`, polling for interrupts.
+fn sleep_until(deadline: Instant) -> anyhow::Result<()> {
+    while Instant::now() < deadline {
+        check_interrupt()?;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// checkpoint (MogDB incremental checkpoint): an explicit CHECKPOINT with many dirty pages
+/// in the middle of a tpcb-like load, then a shutdown.
+fn scenario_checkpoint(ctx: &mut Ctx) -> anyhow::Result<String> {
+    let settings = Settings::new("16GB", "60min");
+    let variants = [
+        variant(System::Postgres, "full_page_writes=on", &settings),
+        variant(System::Walrus, "page_protection=fpw", &settings),
+    ];
+    let mut servers = Vec::new();
+    for v in &variants {
+        servers.push(prepare(ctx, "checkpoint", v, Setup::Pgbench)?);
+    }
+    let seconds = ctx.plan.duration.max(4);
+    let o = Options {
+        workload: Workload::TpcbLike,
+        clients: 16,
+        seconds,
+        detailed: true,
+    };
+    let dir = ctx.work.join("pgbench");
+    let mut runs: Vec<Vec<CheckpointRun>> = vec![Vec::new(), Vec::new()];
+    for rep in 0..ctx.plan.reps {
+        let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            check_interrupt()?;
+            let s = &mut servers[i];
+            ctx.progress.step(
+                &format!(
+                    "checkpoint: {} {} rep {}/{}: load {} s, CHECKPOINT at {} s, shutdown",
+                    s.system.name(),
+                    s.label,
+                    rep + 1,
+                    ctx.plan.reps,
+                    seconds,
+                    seconds / 2
+                ),
+                ctx.plan.run_estimate() + 5.0,
+            );
+            s.start(START_LIMIT)?;
+            if ctx.plan.warmup > 0 {
+                let w = Options {
+                    seconds: ctx.plan.warmup,
+                    detailed: false,
+                    ..o.clone()
+                };
+                pgbench::run(&ctx.tools, s.port, &w, &dir)?;
+            }
+            s.query("checkpoint")?;
+            let probe = measure::Probe::begin(s);
+            let running = pgbench::spawn(&ctx.tools, s.port, &o, &dir)?;
+            sleep_until(running.started + Duration::from_secs(seconds / 2))?;
+            let issued_at = running.started.elapsed().as_secs_f64();
+            let t = Instant::now();
+            s.query("checkpoint")?;
+            let checkpoint_seconds = t.elapsed().as_secs_f64();
+            let bench = running.finish()?;
+            let m = probe.end(s, bench);
+            let shutdown_seconds = s.stop()?.as_secs_f64();
+            let ps = &m.bench.per_second_tps;
+            let first = issued_at.floor() as usize;
+            let last = (issued_at + checkpoint_seconds).ceil() as usize;
+            let before: Vec<f64> = ps.iter().take(first).skip(1).copied().collect();
+            let during: Vec<f64> = ps
+                .iter()
+                .take(last.min(ps.len()))
+                .skip(first)
+                .copied()
+                .collect();
+            runs[i].push(CheckpointRun {
+                issued_at,
+                checkpoint_seconds,
+                tps_before: mean(&before),
+                tps_during: mean(&during),
+                shutdown_seconds,
+                m,
+            });
+        }
+    }
+    drop(servers);
+    type Get = fn(&CheckpointRun) -> Option<f64>;
+    let metrics: [(&str, usize, Get); 6] = [
+        ("CHECKPOINT duration (s)", 2, |r| Some(r.checkpoint_seconds)),
+        ("TPS before CHECKPOINT (mean of 1-s)", 0, |r| r.tps_before),
+        ("TPS during CHECKPOINT (mean of 1-s)", 0, |r| r.tps_during),
+        ("TPS during / before", 2, |r| {
+            Some(r.tps_during? / r.tps_before?)
+        }),
+        ("shutdown after the load (s)", 2, |r| {
+            Some(r.shutdown_seconds)
+        }),
+        ("data pages written (pg_stat_bgwriter)", 0, |r| {
+            r.m.buffers_written
+        }),
+    ];
+    let mut rows: Vec<Vec<String>> = metrics
+        .iter()
+        .map(|(name, dec, get)| {
+            let a = Spread::of(&runs[0].iter().map(get).collect::<Vec<_>>());
+            let b = Spread::of(&runs[1].iter().map(get).collect::<Vec<_>>());
+            vec![name.to_string(), show(a, *dec), show(b, *dec), ratio(b, a)]
+        })
+        .collect();
+    let load = |i: usize| -> Vec<Measurement> { runs[i].iter().map(|r| r.m.clone()).collect() };
+    let (pg_m, w_m) = (load(0), load(1));
+    for m in [&LOAD_METRICS[0], &LOAD_METRICS[3], &LOAD_METRICS[5]] {
+        let (a, b) = (spread(&pg_m, m), spread(&w_m, m));
+        rows.push(vec![
+            format!("whole run: {}", m.name),
+            show(a, m.decimals),
+            show(b, m.decimals),
+            ratio(b, a),
+        ]);
+    }
+    let mut s = format!(
+        "### checkpoint: an explicit CHECKPOINT with many dirty pages, and a shutdown \
+         (seed: MogDB incremental checkpoint)\n\n\
+         pgbench tpcb-like, scale {}, 16 clients, `-M prepared`, {seconds} s; no checkpoint \
+         during the load by itself (`checkpoint_timeout = 60min`, `max_wal_size = 16GB`); \
+         `CHECKPOINT` is issued from another connection at {} s; after the load, a graceful \
+         shutdown (which checkpoints again) is timed.\n\n{}\n",
+        ctx.plan.scale,
+        seconds / 2,
+        table(
+            &[
+                "metric".into(),
+                "PostgreSQL".into(),
+                "walrus".into(),
+                "walrus / PostgreSQL".into()
+            ],
+            &rows
+        )
+    );
+    let mut series = Vec::new();
+    let mut markers = Vec::new();
+    for (i, sys) in [System::Postgres, System::Walrus].iter().enumerate() {
+        let ms: Vec<Measurement> = runs[i].iter().map(|r| r.m.clone()).collect();
+        let Some(med) = median_run(&ms) else { continue };
+        let run = runs[i]
+            .iter()
+            .find(|r| r.m.bench.tps == med.bench.tps)
+            .expect("the median run is one of the runs");
+        series.push(chart::Series {
+            name: sys.name().into(),
+            points: chart::per_second(&med.bench.per_second_tps),
+        });
+        markers.push(chart::Marker {
+            name: format!("{} CHECKPOINT issued", sys.name()),
+            x: run.issued_at,
+            series_index: i,
+        });
+        markers.push(chart::Marker {
+            name: format!("{} CHECKPOINT done", sys.name()),
+            x: run.issued_at + run.checkpoint_seconds,
+            series_index: i,
+        });
+    }
+    let path = chart_path(ctx, "checkpoint-tps.svg")?;
+    chart::line_chart(
+        &path,
+        "checkpoint: per-second TPS around an explicit CHECKPOINT (median run)",
+        "seconds",
+        "TPS",
+        &series,
+        &markers,
+    )?;
+    s.push_str("![checkpoint: per-second TPS]({{chart:checkpoint-tps.svg}})\n");
+    Ok(s)
+}
+
+#[derive(Clone, Debug)]
+struct RecoveryRun {
+    load_tps: Option<f64>,
+    wal_mb: Option<f64>,
+    restart_seconds: f64,
+}
+
+/// recovery: load with rare checkpoints, kill -9, time from restart to accepting
+/// connections, WAL replayed.
+fn scenario_recovery(ctx: &mut Ctx) -> anyhow::Result<String> {
+    let settings = Settings::new("16GB", "60min");
+    let variants = [
+        variant(System::Postgres, "full_page_writes=on", &settings),
+        variant(System::Walrus, "page_protection=fpw", &settings),
+    ];
+    let mut servers = Vec::new();
+    for v in &variants {
+        servers.push(prepare(ctx, "recovery", v, Setup::Pgbench)?);
+    }
+    let seconds = ctx.plan.duration;
+    let o = Options {
+        workload: Workload::TpcbLike,
+        clients: 16,
+        // Longer than the load: the server is killed under it.
+        seconds: seconds + 600,
+        detailed: true,
+    };
+    let dir = ctx.work.join("pgbench");
+    let mut runs: Vec<Vec<RecoveryRun>> = vec![Vec::new(), Vec::new()];
+    for rep in 0..ctx.plan.reps {
+        let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
+        for i in order {
+            check_interrupt()?;
+            let s = &mut servers[i];
+            ctx.progress.step(
+                &format!(
+                    "recovery: {} rep {}/{}: load {seconds} s, kill -9, restart",
+                    s.system.name(),
+                    rep + 1,
+                    ctx.plan.reps
+                ),
+                seconds as f64 + 10.0,
+            );
+            s.start(START_LIMIT)?;
+            s.query("checkpoint")?;
+            let before = measure::snapshot(s);
+            let running = pgbench::spawn(&ctx.tools, s.port, &o, &dir)?;
+            sleep_until(running.started + Duration::from_secs(seconds))?;
+            s.kill9();
+            let per_sec = running.abort();
+            let restart = s.start(START_LIMIT)?;
+            let after = measure::snapshot(s);
+            let wal = measure::lsn_diff(s, &after.lsn, &before.lsn);
+            s.stop()?;
+            runs[i].push(RecoveryRun {
+                load_tps: per_sec.get(1..).and_then(mean),
+                wal_mb: wal.map(|b| b / 1048576.0),
+                restart_seconds: restart.as_secs_f64(),
+            });
+        }
+    }
+    drop(servers);
+    type Get = fn(&RecoveryRun) -> Option<f64>;
+    let metrics: [(&str, usize, Get); 4] = [
+        ("TPS of the load (mean of 1-s)", 0, |r| r.load_tps),
+        (
+            "WAL to replay (MB, LSN at restart − LSN of the checkpoint)",
+            1,
+            |r| r.wal_mb,
+        ),
+        ("restart to accepting connections (s)", 2, |r| {
+            Some(r.restart_seconds)
+        }),
+        ("replay rate (MB/s of that time)", 1, |r| {
+            Some(r.wal_mb? / r.restart_seconds)
+        }),
+    ];
+    let rows: Vec<Vec<String>> = metrics
+        .iter()
+        .map(|(name, dec, get)| {
+            let a = Spread::of(&runs[0].iter().map(get).collect::<Vec<_>>());
+            let b = Spread::of(&runs[1].iter().map(get).collect::<Vec<_>>());
+            vec![name.to_string(), show(a, *dec), show(b, *dec), ratio(b, a)]
+        })
+        .collect();
+    Ok(format!(
+        "### recovery: kill -9 under load, time to accept connections again\n\n\
+         pgbench tpcb-like, scale {}, 16 clients, `-M prepared`; `CHECKPOINT` at the start, \
+         then no checkpoint (`checkpoint_timeout = 60min`, `max_wal_size = 16GB`); after \
+         {seconds} s every process of the server gets SIGKILL; restart time is from spawning \
+         the server to its first answer to `select 1` (crash recovery included). The faster \
+         system generates more WAL in the same time, so compare the rate too.\n\n{}\n",
+        ctx.plan.scale,
+        table(
+            &[
+                "metric".into(),
+                "PostgreSQL".into(),
+                "walrus".into(),
+                "walrus / PostgreSQL".into()
+            ],
+            &rows
+        )
+    ))
+}
+
+/// scaling (CLOG group update paper): tpcb-like at 1..128 clients.
+fn scenario_scaling(ctx: &mut Ctx) -> anyhow::Result<String> {
+    let settings = Settings::new("1GB", "5min");
+    let variants = [
+        variant(System::Postgres, "full_page_writes=on", &settings),
+        variant(System::Walrus, "page_protection=fpw", &settings),
+    ];
+    let mut servers = Vec::new();
+    for v in &variants {
+        servers.push(prepare(ctx, "scaling", v, Setup::Pgbench)?);
+    }
+    let levels = ctx.plan.scaling_clients();
+    let mut by_level: Vec<Vec<Vec<Measurement>>> = Vec::new();
+    for &clients in &levels {
+        let o = Options {
+            workload: Workload::TpcbLike,
+            clients,
+            seconds: ctx.plan.duration,
+            detailed: true,
+        };
+        by_level.push(measure_all(ctx, "scaling", &mut servers, &o)?);
+    }
+    drop(servers);
+    let p99: &Metric = &LOAD_METRICS[3];
+    let rows: Vec<Vec<String>> = levels
+        .iter()
+        .zip(&by_level)
+        .map(|(c, r)| {
+            let (a, b) = (tps_spread(&r[0]), tps_spread(&r[1]));
+            vec![
+                c.to_string(),
+                show(a, 0),
+                show(b, 0),
+                ratio(b, a),
+                show(spread(&r[0], p99), 2),
+                show(spread(&r[1], p99), 2),
+            ]
+        })
+        .collect();
+    let mut s = format!(
+        "### scaling: tpcb-like from 1 to {} clients (seed: CLOG group update)\n\n\
+         pgbench tpcb-like, scale {}, `-M prepared`, `-j 2` (1 thread for 1 client); \
+         `max_wal_size = 1GB`, `checkpoint_timeout = 5min`.\n\n{}\n",
+        levels.last().copied().unwrap_or(0),
+        ctx.plan.scale,
+        table(
+            &[
+                "clients".into(),
+                "PostgreSQL TPS".into(),
+                "walrus TPS".into(),
+                "walrus / PostgreSQL".into(),
+                "PostgreSQL p99 (ms)".into(),
+                "walrus p99 (ms)".into()
+            ],
+            &rows
+        )
+    );
+    let series: Vec<chart::Series> = [System::Postgres, System::Walrus]
+        .iter()
+        .enumerate()
+        .map(|(i, sys)| chart::Series {
+            name: sys.name().into(),
+            points: levels
+                .iter()
+                .zip(&by_level)
+                .filter_map(|(c, r)| tps_spread(&r[i]).map(|t| (*c as f64, t.median)))
+                .collect(),
+        })
+        .collect();
+    let path = chart_path(ctx, "scaling-tps.svg")?;
+    chart::line_chart(
+        &path,
+        "scaling: TPS (median) vs clients",
+        "clients",
+        "TPS",
+        &series,
+        &[],
+    )?;
+    s.push_str("![scaling: TPS vs clients]({{chart:scaling-tps.svg}})\n");
+    Ok(s)
+}
