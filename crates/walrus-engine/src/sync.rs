@@ -16,3 +16,38 @@ pub fn spin_loop() {
     #[cfg(not(loom))]
     std::hint::spin_loop();
 }
+
+/// A mutex with parking_lot's guard-returning `lock`, modelled under loom.
+#[cfg(not(loom))]
+pub use parking_lot::Mutex;
+
+#[cfg(loom)]
+pub struct Mutex<T>(loom::sync::Mutex<T>);
+
+#[cfg(loom)]
+impl<T> Mutex<T> {
+    pub fn new(v: T) -> Mutex<T> {
+        Mutex(loom::sync::Mutex::new(v))
+    }
+    pub fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
+        self.0.lock().expect("loom mutex poisoned")
+    }
+}
+
+/// Threads as the group-commit hand-off uses them: the current handle, park with a
+/// safety-net timeout (loom has no timeouts: it must prove no wake-up is ever lost).
+pub mod thread {
+    #[cfg(loom)]
+    pub use loom::thread::{current, Thread};
+    #[cfg(not(loom))]
+    pub use std::thread::{current, Thread};
+
+    #[cfg(not(loom))]
+    pub fn park_timeout(d: std::time::Duration) {
+        std::thread::park_timeout(d)
+    }
+    #[cfg(loom)]
+    pub fn park_timeout(_d: std::time::Duration) {
+        loom::thread::park()
+    }
+}

@@ -1,6 +1,7 @@
 #![doc = include_str!("README.md")]
 
 pub mod buffer;
+mod group_commit;
 pub mod reader;
 pub mod record;
 pub mod segment;
@@ -67,12 +68,6 @@ pub struct WalConfig {
     pub compress_images: bool,
 }
 
-/// A committer parked in [`Wal::flush`].
-struct FlushWaiter {
-    lsn: u64,
-    thread: std::thread::Thread,
-}
-
 pub struct Wal {
     pub segments: Segments,
     ring: WalBuffer,
@@ -85,12 +80,8 @@ pub struct Wal {
     /// Segments written since their last sync.
     write_state: Mutex<BTreeSet<u64>>,
     /// Set while a leader is writing and syncing.
-    flush_leader: AtomicBool,
-    /// Committers currently sleeping until a leader's sync completes.
-    flush_waiters: AtomicU64,
-    /// Committers waiting for the flush: each is woken by the leader only when its LSN
-    /// is durable (or to lead the next flush), never just to go back to sleep.
-    flush_queue: Mutex<Vec<FlushWaiter>>,
+    /// Who flushes and who waits (see `group_commit`).
+    group: group_commit::GroupCommit,
     space: (Mutex<()>, Condvar),
     compress_images: bool,
     policy: Mutex<ImagePolicy>,
@@ -133,9 +124,7 @@ impl Wal {
             written: CachePadded::new(AtomicU64::new(end.0)),
             flushed: CachePadded::new(AtomicU64::new(end.0)),
             write_state: Mutex::new(BTreeSet::new()),
-            flush_leader: AtomicBool::new(false),
-            flush_waiters: AtomicU64::new(0),
-            flush_queue: Mutex::new(Vec::new()),
+            group: group_commit::GroupCommit::new(),
             space: (Mutex::new(()), Condvar::new()),
             compress_images: cfg.compress_images,
             policy: Mutex::new(policy),
@@ -347,78 +336,28 @@ impl Wal {
         self.space.1.notify_all();
     }
 
-    /// Group commit: returns once WAL up to `lsn` is durable. One caller at a time is the
-    /// leader: it writes and syncs *everything inserted so far*. The others register in
-    /// `flush_queue` and park; after its sync the leader unparks exactly the waiters its
-    /// flush covered, plus the lowest one left, which leads the next flush. (Waking all
-    /// waiters after every sync — the previous design — sent the uncovered ones straight
-    /// back to sleep: two context switches each for nothing, on a machine whose cores
-    /// the committers share.) A parked waiter re-checks every 2 ms as a safety net.
+    /// Group commit: returns once WAL up to `lsn` is durable. One caller at a time leads
+    /// and writes and syncs *everything inserted so far*; the others park and are woken
+    /// when a flush covers them (`group_commit` has the hand-off and its loom model).
     pub fn flush(&self, lsn: Lsn) {
         if self.flushed.load(Ordering::Acquire) >= lsn.0 {
             return;
         }
-        let me = std::thread::current();
-        loop {
-            if !self.flush_leader.swap(true, Ordering::AcqRel) {
-                if self.flushed.load(Ordering::Acquire) < lsn.0 {
-                    self.lead_flush(lsn);
-                } else {
-                    self.stats.flush_piggybacks.fetch_add(1, Ordering::Relaxed);
-                }
-                self.flush_leader.store(false, Ordering::Release);
-                self.wake_flush_waiters();
-                return;
-            }
-            self.flush_queue.lock().push(FlushWaiter {
-                lsn: lsn.0,
-                thread: me.clone(),
+        let outcome = self
+            .group
+            .wait(lsn.0, &|| self.flushed.load(Ordering::Acquire), &|| {
+                self.lead_flush(lsn)
             });
-            self.flush_waiters.fetch_add(1, Ordering::Relaxed);
-            // Registered before re-checking, so a leader finishing from here on sees us.
-            let covered = loop {
-                if self.flushed.load(Ordering::Acquire) >= lsn.0 {
-                    break true;
-                }
-                if !self.flush_leader.load(Ordering::Acquire) {
-                    break false; // no leader: try to become it
-                }
-                std::thread::park_timeout(std::time::Duration::from_millis(2));
-            };
-            self.flush_waiters.fetch_sub(1, Ordering::Relaxed);
-            let id = me.id();
-            self.flush_queue.lock().retain(|w| w.thread.id() != id);
-            if covered {
-                self.stats.flush_piggybacks.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
+        if outcome == group_commit::Outcome::Covered {
+            self.stats.flush_piggybacks.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    /// Unparks the waiters whose LSN is now durable, and the lowest remaining one to lead
-    /// the next flush.
-    fn wake_flush_waiters(&self) {
-        let flushed = self.flushed.load(Ordering::Acquire);
-        let mut q = self.flush_queue.lock();
-        let mut next: Option<&FlushWaiter> = None;
-        for w in q.iter() {
-            if w.lsn <= flushed {
-                w.thread.unpark();
-            } else if next.is_none_or(|n| w.lsn < n.lsn) {
-                next = Some(w);
-            }
-        }
-        if let Some(n) = next {
-            n.thread.unpark();
-        }
-        q.retain(|w| w.lsn > flushed);
     }
 
     fn lead_flush(&self, lsn: Lsn) {
         // Natural batching, helped a little: when other committers are already queued
         // behind us, give runnable threads one scheduler slice to add their commit
         // records before we pick the flush limit (no fixed commit_delay).
-        if self.flush_waiters.load(Ordering::Relaxed) >= 2 {
+        if self.group.waiting.load(Ordering::Relaxed) >= 2 {
             std::thread::yield_now();
         }
         // Inserters below `lsn` may still be copying: wait for them (PostgreSQL's
