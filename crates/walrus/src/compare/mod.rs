@@ -528,9 +528,12 @@ fn header(ctx: &Ctx, fsync_rate: f64) -> String {
          log. WAL bytes: `pg_wal_lsn_diff` of `pg_current_wal_lsn()` after and before the run; \
          full-page images: `pg_stat_wal`; data pages written: `pg_stat_bgwriter` \
          (`buffers_checkpoint + buffers_clean + buffers_backend`); checkpoints: the servers' \
-         own log lines (`log_checkpoints`). Bytes written and CPU: `/proc/PID/io` \
-         `write_bytes` (all files, WAL and data, counted when a page-cache page is dirtied, \
-         so a WAL page rewritten after each fdatasync counts each time) and `/proc/PID/stat` \
+         own log lines (`log_checkpoints`). Bytes the disk wrote: sectors written by the \
+         machine's disks (`/sys/block/*/stat`) over the run, journal included — the number \
+         to compare. Bytes written and CPU: `/proc/PID/io` \
+         `write_bytes` (all files, WAL and data, charged per page-cache folio dirtied, so a \
+         small write into a file cached in large folios is charged the whole folio: it \
+         overstates walrus's zero-filled WAL segments many times) and `/proc/PID/stat` \
          utime+stime, read before and after the run for the server process (walrus) or the \
          postmaster and its live children (PostgreSQL); backends that exit are included \
          because Linux adds a reaped child's counters to its parent (`cutime`, `cstime`, \

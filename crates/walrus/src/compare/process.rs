@@ -275,6 +275,31 @@ pub struct ProcTotals {
     pub write_bytes: u64,
     /// User + system CPU seconds (`/proc/PID/stat` utime + stime).
     pub cpu_seconds: f64,
+    /// Bytes the machine's disks wrote in the interval (`/sys/block/*/stat`, sectors
+    /// written; journal and everything else included). `write_bytes` above is charged per
+    /// page-cache folio dirtied, and on a file the kernel caches in large folios (walrus's
+    /// zero-filled WAL segments) one small `pwrite` is charged the whole folio: measured
+    /// 7 GB of `write_bytes` for 122 MB the disk actually wrote. This is the honest number.
+    pub disk_bytes: u64,
+}
+
+/// Sectors written so far by the machine's whole disks (virtual and stacked devices such
+/// as loop, ram, zram, dm and md are skipped so nothing is counted twice).
+fn disk_sectors_written() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/sys/block") else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            !["loop", "ram", "zram", "dm-", "md"]
+                .iter()
+                .any(|p| n.starts_with(p))
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+        .filter_map(|st| st.split_whitespace().nth(6)?.parse::<u64>().ok())
+        .sum()
 }
 
 /// Cumulative writes and CPU of a server instance at one moment.
@@ -290,6 +315,7 @@ pub struct ProcTotals {
 pub struct Counters {
     write_bytes: u64,
     cpu_ticks: u64,
+    disk_sectors: u64,
 }
 
 pub fn instance_counters(leader: u32) -> Counters {
@@ -317,6 +343,7 @@ pub fn instance_counters(leader: u32) -> Counters {
             });
         }
         if !zombie || start.elapsed() > Duration::from_secs(2) {
+            c.disk_sectors = disk_sectors_written();
             return c;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -329,6 +356,7 @@ impl Counters {
         ProcTotals {
             write_bytes: self.write_bytes.saturating_sub(before.write_bytes),
             cpu_seconds: self.cpu_ticks.saturating_sub(before.cpu_ticks) as f64 / clock_ticks(),
+            disk_bytes: self.disk_sectors.saturating_sub(before.disk_sectors) * 512,
         }
     }
 }

@@ -112,7 +112,12 @@ pub const LOAD_METRICS: &[Metric] = &[
         get: |m| m.wal_fpi,
     },
     Metric {
-        name: "bytes written / transaction, all files (/proc io)",
+        name: "bytes the disk wrote / transaction (/sys/block, whole device)",
+        decimals: 0,
+        get: |m| per_txn(m, Some(m.proc.disk_bytes as f64)),
+    },
+    Metric {
+        name: "bytes written / transaction, all files (/proc io, folio-inflated)",
         decimals: 0,
         get: |m| per_txn(m, Some(m.proc.write_bytes as f64)),
     },
