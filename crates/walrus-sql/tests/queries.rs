@@ -4,36 +4,15 @@
 //! `log_statement = all`, in tests/psql/) and pgbench's partition probe.
 
 use walrus_engine::access::datum::Datum;
-use walrus_engine::Engine;
-use walrus_sql::{Outcome, QueryResult, Session};
+mod common;
+
+use common::{engine, err, ok};
+use walrus_sql::{Outcome, Session};
 
 fn session(dir: &std::path::Path) -> Session {
-    let cfg = walrus_engine::settings::default_config_text(1 << 20)
-        .replace("shared_buffers = \"128MB\"", "shared_buffers = \"8MB\"")
-        .replace(
-            "wal_sync_method = \"fdatasync\"",
-            "wal_sync_method = \"none\"",
-        );
-    Engine::init(dir, Some(&cfg)).unwrap();
-    let mut s = Session::new(Engine::open(dir).unwrap().0);
+    let mut s = Session::new(engine(dir));
     s.set_identity("alice", "shop");
     s
-}
-
-fn ok(s: &mut Session, sql: &str) -> QueryResult {
-    let mut r = s.execute(sql, &[]);
-    assert_eq!(r.len(), 1, "{sql}");
-    match r.pop().unwrap() {
-        Ok(Outcome::Done(q)) => q,
-        other => panic!("{sql}: {other:?}"),
-    }
-}
-
-fn err(s: &mut Session, sql: &str) -> &'static str {
-    match s.execute(sql, &[]).pop().unwrap() {
-        Err(e) => e.sqlstate,
-        Ok(o) => panic!("{sql} should fail, got {o:?}"),
-    }
 }
 
 /// Rows as text, NULL as `-`, for compact assertions.

@@ -3,35 +3,10 @@
 //! blocks, and a table of bad statements with their PostgreSQL SQLSTATEs.
 
 use walrus_engine::access::datum::Datum;
-use walrus_engine::Engine;
+mod common;
+
+use common::{engine, err, ok};
 use walrus_sql::{Outcome, QueryResult, Session};
-
-fn engine(dir: &std::path::Path) -> Engine {
-    let cfg = walrus_engine::settings::default_config_text(1 << 20)
-        .replace("shared_buffers = \"128MB\"", "shared_buffers = \"8MB\"")
-        .replace(
-            "wal_sync_method = \"fdatasync\"",
-            "wal_sync_method = \"none\"",
-        );
-    Engine::init(dir, Some(&cfg)).unwrap();
-    Engine::open(dir).unwrap().0
-}
-
-fn ok(s: &mut Session, sql: &str) -> QueryResult {
-    let mut r = s.execute(sql, &[]);
-    assert_eq!(r.len(), 1, "{sql}");
-    match r.pop().unwrap() {
-        Ok(Outcome::Done(q)) => q,
-        other => panic!("{sql}: {other:?}"),
-    }
-}
-
-fn err(s: &mut Session, sql: &str) -> &'static str {
-    match s.execute(sql, &[]).pop().unwrap() {
-        Err(e) => e.sqlstate,
-        Ok(o) => panic!("{sql} should fail, got {o:?}"),
-    }
-}
 
 fn scalar(s: &mut Session, sql: &str) -> Datum {
     let q = ok(s, sql);

@@ -1,0 +1,32 @@
+//! Helpers shared by the SQL session tests: a small engine with syncs off, and
+//! statement runners that fail the test with the statement in the message.
+
+use walrus_engine::Engine;
+use walrus_sql::{Outcome, QueryResult, Session};
+
+pub fn engine(dir: &std::path::Path) -> Engine {
+    let cfg = walrus_engine::settings::default_config_text(1 << 20)
+        .replace("shared_buffers = \"128MB\"", "shared_buffers = \"8MB\"")
+        .replace(
+            "wal_sync_method = \"fdatasync\"",
+            "wal_sync_method = \"none\"",
+        );
+    Engine::init(dir, Some(&cfg)).unwrap();
+    Engine::open(dir).unwrap().0
+}
+
+pub fn ok(s: &mut Session, sql: &str) -> QueryResult {
+    let mut r = s.execute(sql, &[]);
+    assert_eq!(r.len(), 1, "{sql}");
+    match r.pop().unwrap() {
+        Ok(Outcome::Done(q)) => q,
+        other => panic!("{sql}: {other:?}"),
+    }
+}
+
+pub fn err(s: &mut Session, sql: &str) -> &'static str {
+    match s.execute(sql, &[]).pop().unwrap() {
+        Err(e) => e.sqlstate,
+        Ok(o) => panic!("{sql} should fail, got {o:?}"),
+    }
+}
