@@ -115,6 +115,20 @@ pub fn is_virtual(schema: Option<&str>, table: &str) -> bool {
     }
 }
 
+/// Whether [`Snapshot::function`] answers `name` (so other calls never take a snapshot).
+pub(crate) fn is_catalog_function(name: &str) -> bool {
+    matches!(
+        name,
+        "pg_get_userbyid"
+            | "format_type"
+            | "pg_get_indexdef"
+            | "pg_get_constraintdef"
+            | "::regclass"
+            | "::regtype"
+            | "::regnamespace"
+    )
+}
+
 /// PostgreSQL's type OIDs and `format_type` names for the ones walrus shows.
 const TYPES: &[(i64, &str, &str, i16)] = &[
     (16, "bool", "boolean", 1),
@@ -249,7 +263,8 @@ impl Snapshot {
         )
     }
 
-    /// Catalog-aware functions and casts; `None` for names that are not theirs.
+    /// Catalog-aware functions and casts; `None` for names that are not theirs
+    /// (exactly those [`is_catalog_function`] accepts).
     pub(crate) fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
         let arg = |i: usize| args.get(i).cloned().unwrap_or(Datum::Null);
         let oid_arg = |i: usize| match arg(i) {
@@ -259,21 +274,11 @@ impl Snapshot {
             Datum::Text(s) => s.trim().parse().ok(),
             _ => None,
         };
+        if !is_catalog_function(name) {
+            return None;
+        }
         if args.first().is_some_and(|a| a.is_null()) && name != "format_type" {
-            return match name {
-                "pg_get_userbyid"
-                | "format_type"
-                | "pg_get_indexdef"
-                | "pg_get_constraintdef"
-                | "::regclass"
-                | "::regtype"
-                | "::regnamespace"
-                | "pg_relation_size"
-                | "pg_total_relation_size"
-                | "pg_table_size"
-                | "pg_indexes_size" => Some(Ok(Datum::Null)),
-                _ => None,
-            };
+            return Some(Ok(Datum::Null)); // strict functions, as in PostgreSQL
         }
         Some(Ok(match name {
             "pg_get_userbyid" => t(&self.user),

@@ -31,7 +31,7 @@ use crate::expr::{
     coerce, compare_values, eval, function_args, function_name, is_aggregate_name, Hooks, Scope,
 };
 use crate::pg_catalog;
-use crate::session::Session;
+use crate::session::{ident, object_name, Session};
 use crate::value::format_text;
 
 /// A column of an intermediate result: the range-variable name that qualifies it (table
@@ -67,14 +67,6 @@ impl Frame<'_> {
                 None => Ok(None),
             },
         }
-    }
-}
-
-fn ident(i: &ast::Ident) -> String {
-    if i.quote_style.is_some() {
-        i.value.clone()
-    } else {
-        i.value.to_ascii_lowercase()
     }
 }
 
@@ -276,6 +268,9 @@ impl Hooks for Executor<'_> {
         None
     }
     fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
+        if !pg_catalog::is_catalog_function(name) {
+            return None; // now(), repeat(), ...: no catalog snapshot needed
+        }
         let snap = match self.catalog_snapshot() {
             Ok(()) => self.catalog.borrow(),
             Err(e) => return Some(Err(e)),
@@ -292,7 +287,7 @@ impl Hooks for GroupHooks<'_, '_> {
         Some(self.exec.aggregate(f, self.cols, self.rows, outer))
     }
     fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
-        self.exec.function(name, args)
+        Hooks::function(self.exec, name, args)
     }
 }
 
@@ -598,12 +593,7 @@ impl<'s> Executor<'s> {
                 }
                 SelectItem::QualifiedWildcard(kind, _) => {
                     let q = match kind {
-                        ast::SelectItemQualifiedWildcardKind::ObjectName(n) => {
-                            n.0.last()
-                                .and_then(|p| p.as_ident())
-                                .map(ident)
-                                .unwrap_or_default()
-                        }
+                        ast::SelectItemQualifiedWildcardKind::ObjectName(n) => object_name(n),
                         other => {
                             return Err(SqlError::unsupported(format!(
                                 "{other}.* is not supported"
@@ -924,6 +914,9 @@ impl<'s> Executor<'s> {
         };
         let mut out = Rel::default();
         let mut right_matched: Vec<bool> = Vec::new();
+        // The join condition, built and bound once, when the right side's columns are
+        // first known (a lateral side is only known after its first evaluation).
+        let mut cond: Option<Option<Expr>> = None;
         for lrow in &left.rows {
             let owned;
             let r: &Rel = match &fixed {
@@ -938,27 +931,29 @@ impl<'s> Executor<'s> {
                     &owned
                 }
             };
-            if out.cols.is_empty() {
+            if cond.is_none() {
                 out.cols = left.cols.iter().chain(&r.cols).cloned().collect();
                 right_matched = vec![false; r.rows.len()];
-            }
-            let cond = match constraint {
-                JoinConstraint::On(e) => Some(e.clone()),
-                JoinConstraint::Using(names) => using_condition(&left, r, names)?,
-                JoinConstraint::None => None,
-                JoinConstraint::Natural => {
-                    return Err(SqlError::unsupported("NATURAL joins are not supported"))
+                let c = match constraint {
+                    JoinConstraint::On(e) => Some(e.clone()),
+                    JoinConstraint::Using(names) => using_condition(&left, r, names)?,
+                    JoinConstraint::None => None,
+                    JoinConstraint::Natural => {
+                        return Err(SqlError::unsupported("NATURAL joins are not supported"))
+                    }
+                };
+                if let Some(c) = &c {
+                    bind(c, &out.cols, outer, &[])?;
                 }
-            };
-            if let Some(c) = &cond {
-                bind(c, &out.cols, outer, &[])?;
+                cond = Some(c);
             }
+            let on = cond.as_ref().and_then(|c| c.as_ref());
             let mut matched = false;
             for (ri, rrow) in r.rows.iter().enumerate() {
                 let mut row = Vec::with_capacity(lrow.len() + rrow.len());
                 row.extend_from_slice(lrow);
                 row.extend_from_slice(rrow);
-                let keep = match &cond {
+                let keep = match on {
                     None => true,
                     Some(c) => {
                         let frame = Frame {
@@ -983,7 +978,7 @@ impl<'s> Executor<'s> {
                 out.rows.push(row);
             }
         }
-        if out.cols.is_empty() {
+        if cond.is_none() {
             // No left rows: still learn the right side's columns.
             let r = match fixed {
                 Some(r) => r,
@@ -1159,12 +1154,7 @@ impl<'s> Executor<'s> {
         alias: Option<&ast::TableAlias>,
         outer: Option<&Frame<'_>>,
     ) -> SqlResult<Rel> {
-        let fname = name
-            .0
-            .last()
-            .and_then(|p| p.as_ident())
-            .map(ident)
-            .unwrap_or_default();
+        let fname = object_name(name);
         let vals = args
             .iter()
             .map(|a| match a {
@@ -1215,10 +1205,6 @@ impl<'s> Executor<'s> {
         }
         rename(&mut rel, alias)?;
         Ok(rel)
-    }
-
-    fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
-        <Self as Hooks>::function(self, name, args)
     }
 
     /// An aggregate over a group's rows.
@@ -1492,11 +1478,7 @@ fn is_lateral(tf: &TableFactor) -> bool {
 fn using_condition(left: &Rel, right: &Rel, names: &[ast::ObjectName]) -> SqlResult<Option<Expr>> {
     let mut cond: Option<Expr> = None;
     for n in names {
-        let col =
-            n.0.last()
-                .and_then(|p| p.as_ident())
-                .map(ident)
-                .unwrap_or_default();
+        let col = object_name(n);
         let side = |rel: &Rel| -> SqlResult<Expr> {
             let i = find_col(&rel.cols, None, &col)?.ok_or_else(|| {
                 SqlError::new(

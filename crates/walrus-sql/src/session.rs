@@ -87,7 +87,7 @@ fn now_micros() -> i64 {
     unix_micros_to_pg(us)
 }
 
-fn ident(i: &ast::Ident) -> String {
+pub(crate) fn ident(i: &ast::Ident) -> String {
     if i.quote_style.is_some() {
         i.value.clone()
     } else {
@@ -95,7 +95,7 @@ fn ident(i: &ast::Ident) -> String {
     }
 }
 
-fn object_name(n: &ast::ObjectName) -> String {
+pub(crate) fn object_name(n: &ast::ObjectName) -> String {
     n.0.last()
         .and_then(|p| p.as_ident())
         .map(ident)
