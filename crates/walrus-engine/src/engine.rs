@@ -51,12 +51,12 @@ pub enum CheckpointReason {
 
 #[derive(Clone, Debug, Default)]
 pub struct CheckpointStats {
-    pub count: u64,
     pub last_pages_written: u64,
     pub last_duration_ms: u64,
     pub last_redo: Lsn,
     /// Cumulative, as PostgreSQL's `pg_stat_bgwriter`: checkpoints started by
-    /// `checkpoint_timeout` vs. by request (`CHECKPOINT`, `max_wal_size`, shutdown).
+    /// `checkpoint_timeout` vs. by request (`CHECKPOINT`, `max_wal_size`, shutdown);
+    /// their sum is the number completed.
     pub timed: u64,
     pub requested: u64,
     /// Milliseconds spent writing buffers and syncing files, summed over checkpoints.
@@ -606,7 +606,6 @@ fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<()> {
     *inner.last_checkpoint_at.lock() = Instant::now();
     {
         let mut s = inner.checkpoint_stats.lock();
-        s.count += 1;
         s.last_pages_written = written as u64;
         s.last_duration_ms = ms;
         s.last_redo = redo;

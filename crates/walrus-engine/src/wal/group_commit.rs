@@ -55,8 +55,8 @@ impl GroupCommit {
     /// sees that there is no leader (and tries to become it): no stale read of `leader`
     /// can strand it.
     pub(crate) fn wait(&self, lsn: u64, flushed: &dyn Fn() -> u64, lead: &dyn Fn()) -> Outcome {
-        let me = thread::current();
-        let id = me.id();
+        // The thread handle (an Arc clone) only when this caller has to wait.
+        let mut me: Option<Thread> = None;
         'elect: loop {
             if !self.leader.swap(true, AcqRel) {
                 let led = flushed() < lsn;
@@ -77,7 +77,7 @@ impl GroupCommit {
                 Self::wake(&mut q, flushed());
                 return if led { Outcome::Led } else { Outcome::Covered };
             }
-            {
+            let id = {
                 let mut q = self.queue.lock();
                 if flushed() >= lsn {
                     return Outcome::Covered;
@@ -85,11 +85,13 @@ impl GroupCommit {
                 if !self.leader.load(Acquire) {
                     continue 'elect; // the leader let go meanwhile: try to become it
                 }
+                let t = me.get_or_insert_with(thread::current);
                 q.push(Waiter {
                     lsn,
-                    thread: me.clone(),
+                    thread: t.clone(),
                 });
-            }
+                t.id()
+            };
             self.waiting.fetch_add(1, Relaxed);
             loop {
                 thread::park_timeout(Duration::from_millis(2));

@@ -79,7 +79,6 @@ pub struct Wal {
     flushed: CachePadded<AtomicU64>,
     /// Segments written since their last sync.
     write_state: Mutex<BTreeSet<u64>>,
-    /// Set while a leader is writing and syncing.
     /// Who flushes and who waits (see `group_commit`).
     group: group_commit::GroupCommit,
     space: (Mutex<()>, Condvar),
