@@ -38,6 +38,14 @@ use server::{Server, Settings, System, Variant};
 
 const SCENARIOS: &[&str] = &["fpw", "insert", "checkpoint", "recovery", "scaling"];
 
+/// `(repetition, configuration)` pairs: every configuration once per repetition, in
+/// forward order on even repetitions and backward on odd ones, so slow drift of a shared
+/// machine falls on both systems alike.
+fn alternating(reps: u32, n: usize) -> impl Iterator<Item = (u32, usize)> {
+    (0..reps)
+        .flat_map(move |rep| (0..n).map(move |k| (rep, if rep % 2 == 0 { k } else { n - 1 - k })))
+}
+
 /// How long a server may take from spawn to its first answer (recovery included).
 const START_LIMIT: Duration = Duration::from_secs(600);
 
@@ -623,42 +631,35 @@ fn measure_all(
 ) -> anyhow::Result<Vec<Vec<Measurement>>> {
     let n = servers.len();
     let mut results = vec![Vec::new(); n];
-    for rep in 0..ctx.plan.reps {
-        let order: Vec<usize> = if rep % 2 == 0 {
-            (0..n).collect()
-        } else {
-            (0..n).rev().collect()
-        };
-        for i in order {
-            check_interrupt()?;
-            let s = &mut servers[i];
-            ctx.progress.step(
-                &format!(
-                    "{scenario}: {} {} rep {}/{}, {} clients, {} s warm-up + {} s",
-                    s.system.name(),
-                    s.label,
-                    rep + 1,
-                    ctx.plan.reps,
-                    o.clients,
-                    ctx.plan.warmup,
-                    o.seconds
-                ),
-                ctx.plan.run_estimate(),
-            );
-            s.start(START_LIMIT)?;
-            let m = measure::warm_and_measure(
-                &ctx.tools,
-                s,
-                o,
+    for (rep, i) in alternating(ctx.plan.reps, n) {
+        check_interrupt()?;
+        let s = &mut servers[i];
+        ctx.progress.step(
+            &format!(
+                "{scenario}: {} {} rep {}/{}, {} clients, {} s warm-up + {} s",
+                s.system.name(),
+                s.label,
+                rep + 1,
+                ctx.plan.reps,
+                o.clients,
                 ctx.plan.warmup,
-                &ctx.work.join("pgbench"),
-            )?;
-            s.stop()?;
-            if m.bench.failed > 0 {
-                eprintln!("  note: {} failed transactions", m.bench.failed);
-            }
-            results[i].push(m);
+                o.seconds
+            ),
+            ctx.plan.run_estimate(),
+        );
+        s.start(START_LIMIT)?;
+        let m = measure::warm_and_measure(
+            &ctx.tools,
+            s,
+            o,
+            ctx.plan.warmup,
+            &ctx.work.join("pgbench"),
+        )?;
+        s.stop()?;
+        if m.bench.failed > 0 {
+            eprintln!("  note: {} failed transactions", m.bench.failed);
         }
+        results[i].push(m);
     }
     Ok(results)
 }
@@ -860,62 +861,59 @@ fn scenario_checkpoint(ctx: &mut Ctx) -> anyhow::Result<String> {
     };
     let dir = ctx.work.join("pgbench");
     let mut runs: Vec<Vec<CheckpointRun>> = vec![Vec::new(), Vec::new()];
-    for rep in 0..ctx.plan.reps {
-        let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
-        for i in order {
-            check_interrupt()?;
-            let s = &mut servers[i];
-            ctx.progress.step(
-                &format!(
-                    "checkpoint: {} {} rep {}/{}: load {} s, CHECKPOINT at {} s, shutdown",
-                    s.system.name(),
-                    s.label,
-                    rep + 1,
-                    ctx.plan.reps,
-                    seconds,
-                    seconds / 2
-                ),
-                ctx.plan.run_estimate() + 5.0,
-            );
-            s.start(START_LIMIT)?;
-            if ctx.plan.warmup > 0 {
-                let w = Options {
-                    seconds: ctx.plan.warmup,
-                    detailed: false,
-                    ..o.clone()
-                };
-                pgbench::run(&ctx.tools, s.port, &w, &dir)?;
-            }
-            s.query("checkpoint")?;
-            let probe = measure::Probe::begin(s);
-            let running = pgbench::spawn(&ctx.tools, s.port, &o, &dir)?;
-            sleep_until(running.started + Duration::from_secs(seconds / 2))?;
-            let issued_at = running.started.elapsed().as_secs_f64();
-            let t = Instant::now();
-            s.query("checkpoint")?;
-            let checkpoint_seconds = t.elapsed().as_secs_f64();
-            let bench = running.finish()?;
-            let m = probe.end(s, bench);
-            let shutdown_seconds = s.stop()?.as_secs_f64();
-            let ps = &m.bench.per_second_tps;
-            let first = issued_at.floor() as usize;
-            let last = (issued_at + checkpoint_seconds).ceil() as usize;
-            let before: Vec<f64> = ps.iter().take(first).skip(1).copied().collect();
-            let during: Vec<f64> = ps
-                .iter()
-                .take(last.min(ps.len()))
-                .skip(first)
-                .copied()
-                .collect();
-            runs[i].push(CheckpointRun {
-                issued_at,
-                checkpoint_seconds,
-                tps_before: mean(&before),
-                tps_during: mean(&during),
-                shutdown_seconds,
-                m,
-            });
+    for (rep, i) in alternating(ctx.plan.reps, 2) {
+        check_interrupt()?;
+        let s = &mut servers[i];
+        ctx.progress.step(
+            &format!(
+                "checkpoint: {} {} rep {}/{}: load {} s, CHECKPOINT at {} s, shutdown",
+                s.system.name(),
+                s.label,
+                rep + 1,
+                ctx.plan.reps,
+                seconds,
+                seconds / 2
+            ),
+            ctx.plan.run_estimate() + 5.0,
+        );
+        s.start(START_LIMIT)?;
+        if ctx.plan.warmup > 0 {
+            let w = Options {
+                seconds: ctx.plan.warmup,
+                detailed: false,
+                ..o.clone()
+            };
+            pgbench::run(&ctx.tools, s.port, &w, &dir)?;
         }
+        s.query("checkpoint")?;
+        let probe = measure::Probe::begin(s);
+        let running = pgbench::spawn(&ctx.tools, s.port, &o, &dir)?;
+        sleep_until(running.started + Duration::from_secs(seconds / 2))?;
+        let issued_at = running.started.elapsed().as_secs_f64();
+        let t = Instant::now();
+        s.query("checkpoint")?;
+        let checkpoint_seconds = t.elapsed().as_secs_f64();
+        let bench = running.finish()?;
+        let m = probe.end(s, bench);
+        let shutdown_seconds = s.stop()?.as_secs_f64();
+        let ps = &m.bench.per_second_tps;
+        let first = issued_at.floor() as usize;
+        let last = (issued_at + checkpoint_seconds).ceil() as usize;
+        let before: Vec<f64> = ps.iter().take(first).skip(1).copied().collect();
+        let during: Vec<f64> = ps
+            .iter()
+            .take(last.min(ps.len()))
+            .skip(first)
+            .copied()
+            .collect();
+        runs[i].push(CheckpointRun {
+            issued_at,
+            checkpoint_seconds,
+            tps_before: mean(&before),
+            tps_during: mean(&during),
+            shutdown_seconds,
+            m,
+        });
     }
     drop(servers);
     type Get = fn(&CheckpointRun) -> Option<f64>;
@@ -1037,37 +1035,34 @@ fn scenario_recovery(ctx: &mut Ctx) -> anyhow::Result<String> {
     };
     let dir = ctx.work.join("pgbench");
     let mut runs: Vec<Vec<RecoveryRun>> = vec![Vec::new(), Vec::new()];
-    for rep in 0..ctx.plan.reps {
-        let order = if rep % 2 == 0 { [0, 1] } else { [1, 0] };
-        for i in order {
-            check_interrupt()?;
-            let s = &mut servers[i];
-            ctx.progress.step(
-                &format!(
-                    "recovery: {} rep {}/{}: load {seconds} s, kill -9, restart",
-                    s.system.name(),
-                    rep + 1,
-                    ctx.plan.reps
-                ),
-                seconds as f64 + 10.0,
-            );
-            s.start(START_LIMIT)?;
-            s.query("checkpoint")?;
-            let before = measure::snapshot(s);
-            let running = pgbench::spawn(&ctx.tools, s.port, &o, &dir)?;
-            sleep_until(running.started + Duration::from_secs(seconds))?;
-            s.kill9();
-            let per_sec = running.abort();
-            let restart = s.start(START_LIMIT)?;
-            let after = measure::snapshot(s);
-            let wal = measure::lsn_diff(s, &after.lsn, &before.lsn);
-            s.stop()?;
-            runs[i].push(RecoveryRun {
-                load_tps: per_sec.get(1..).and_then(mean),
-                wal_mb: wal.map(|b| b / 1048576.0),
-                restart_seconds: restart.as_secs_f64(),
-            });
-        }
+    for (rep, i) in alternating(ctx.plan.reps, 2) {
+        check_interrupt()?;
+        let s = &mut servers[i];
+        ctx.progress.step(
+            &format!(
+                "recovery: {} rep {}/{}: load {seconds} s, kill -9, restart",
+                s.system.name(),
+                rep + 1,
+                ctx.plan.reps
+            ),
+            seconds as f64 + 10.0,
+        );
+        s.start(START_LIMIT)?;
+        s.query("checkpoint")?;
+        let before = measure::snapshot(s);
+        let running = pgbench::spawn(&ctx.tools, s.port, &o, &dir)?;
+        sleep_until(running.started + Duration::from_secs(seconds))?;
+        s.kill9();
+        let per_sec = running.abort();
+        let restart = s.start(START_LIMIT)?;
+        let after = measure::snapshot(s);
+        let wal = measure::lsn_diff(s, &after.lsn, &before.lsn);
+        s.stop()?;
+        runs[i].push(RecoveryRun {
+            load_tps: per_sec.get(1..).and_then(mean),
+            wal_mb: wal.map(|b| b / 1048576.0),
+            restart_seconds: restart.as_secs_f64(),
+        });
     }
     drop(servers);
     type Get = fn(&RecoveryRun) -> Option<f64>;
@@ -1193,4 +1188,16 @@ fn scenario_scaling(ctx: &mut Ctx) -> anyhow::Result<String> {
     )?;
     s.push_str("![scaling: TPS vs clients]({{chart:scaling-tps.svg}})\n");
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::alternating;
+
+    #[test]
+    fn repetitions_alternate_the_order_of_configurations() {
+        let order: Vec<(u32, usize)> = alternating(3, 2).collect();
+        assert_eq!(order, [(0, 0), (0, 1), (1, 1), (1, 0), (2, 0), (2, 1)]);
+        assert_eq!(alternating(0, 2).count(), 0);
+    }
 }
