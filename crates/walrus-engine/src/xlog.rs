@@ -12,6 +12,30 @@ pub const XACT_COMMIT: u8 = 1;
 pub const XACT_ABORT: u8 = 2;
 pub const STORAGE_CREATE: u8 = 1;
 
+/// A record kind's name for tools (`walrus waldump`), e.g. `Heap/UPDATE_SAME_PAGE`.
+pub fn kind_name(rmgr: Rmgr, info: u8) -> &'static str {
+    use crate::access::{btree, heap};
+    match (rmgr, info) {
+        (Rmgr::Xlog, XLOG_NEXT_XID) => "Xlog/NEXT_XID",
+        (Rmgr::Xlog, XLOG_CHECKPOINT) => "Xlog/CHECKPOINT",
+        (Rmgr::Xact, XACT_COMMIT) => "Xact/COMMIT",
+        (Rmgr::Xact, XACT_ABORT) => "Xact/ABORT",
+        (Rmgr::Storage, STORAGE_CREATE) => "Storage/CREATE",
+        (Rmgr::Heap, heap::INFO_INSERT) => "Heap/INSERT",
+        (Rmgr::Heap, heap::INFO_UPDATE_SAME_PAGE) => "Heap/UPDATE_SAME_PAGE",
+        (Rmgr::Heap, heap::INFO_UPDATE_TWO_PAGES) => "Heap/UPDATE_TWO_PAGES",
+        (Rmgr::Heap, heap::INFO_DELETE) => "Heap/DELETE",
+        (Rmgr::Heap, heap::INFO_PRUNE) => "Heap/PRUNE",
+        (Rmgr::Heap, heap::INFO_VACUUM) => "Heap/VACUUM",
+        (Rmgr::Btree, btree::INFO_INSERT) => "Btree/INSERT",
+        (Rmgr::Btree, btree::INFO_SPLIT) => "Btree/SPLIT",
+        (Rmgr::Btree, btree::INFO_NEW_ROOT) => "Btree/NEW_ROOT",
+        (Rmgr::Btree, btree::INFO_DELETE) => "Btree/DELETE",
+        (Rmgr::Btree, btree::INFO_PAGE_IMAGE) => "Btree/PAGE_IMAGE",
+        _ => "unknown",
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointInfo {
     pub redo: Lsn,
@@ -52,15 +76,16 @@ pub fn decode_xlog(rec: &DecodedRecord) -> Option<XlogRecord> {
 }
 
 /// Commit: relation files to unlink once the commit is durable (DROP, TRUNCATE).
-/// Abort: relation files the transaction created, to unlink.
+/// Abort: relation files the transaction created, to unlink. Logged as the bare list of
+/// relfile ids (no count: the record's main-data length gives it), so the usual commit,
+/// which unlinks nothing, is a bare 40-byte header.
 pub struct XactRecord {
     pub committed: bool,
     pub unlink: Vec<RelFileId>,
 }
 
 pub fn xact_record(xid: Xid, committed: bool, unlink: &[RelFileId]) -> WalRecord {
-    let mut m = Vec::with_capacity(4 + unlink.len() * 4);
-    m.extend_from_slice(&(unlink.len() as u32).to_le_bytes());
+    let mut m = Vec::with_capacity(unlink.len() * 4);
     for r in unlink {
         m.extend_from_slice(&r.0.to_le_bytes());
     }
@@ -78,14 +103,14 @@ pub fn decode_xact(rec: &DecodedRecord) -> Option<XactRecord> {
         XACT_ABORT => false,
         _ => return None,
     };
-    let n = u32::from_le_bytes(rec.main.get(0..4)?.try_into().ok()?) as usize;
-    let mut unlink = Vec::with_capacity(n.min(1024));
-    for i in 0..n {
-        let at = 4 + i * 4;
-        unlink.push(RelFileId(u32::from_le_bytes(
-            rec.main.get(at..at + 4)?.try_into().ok()?,
-        )));
+    if !rec.main.len().is_multiple_of(4) {
+        return None;
     }
+    let unlink = rec
+        .main
+        .chunks_exact(4)
+        .map(|c| RelFileId(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+        .collect();
     Some(XactRecord { committed, unlink })
 }
 
@@ -98,4 +123,35 @@ pub fn decode_storage(rec: &DecodedRecord) -> Option<RelFileId> {
     Some(RelFileId(u32::from_le_bytes(
         rec.main.get(0..4)?.try_into().ok()?,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::record::{decode, encode, finish};
+
+    fn roundtrip(rec: &WalRecord) -> DecodedRecord {
+        let mut buf = Vec::new();
+        encode(rec, &vec![None; rec.blocks.len()], &mut buf);
+        finish(&mut buf, Lsn(4096), Lsn(0));
+        decode(&buf, Lsn(4096)).unwrap()
+    }
+
+    #[test]
+    fn a_plain_commit_is_a_bare_header_and_unlink_lists_roundtrip() {
+        let plain = roundtrip(&xact_record(Xid(7), true, &[]));
+        assert_eq!(plain.total_len, crate::wal::record::HEADER_SIZE);
+        let x = decode_xact(&plain).unwrap();
+        assert!(x.committed && x.unlink.is_empty());
+        let drop = roundtrip(&xact_record(Xid(8), false, &[RelFileId(40), RelFileId(41)]));
+        let x = decode_xact(&drop).unwrap();
+        assert!(!x.committed);
+        assert_eq!(x.unlink, vec![RelFileId(40), RelFileId(41)]);
+        let mut bad = drop.clone();
+        bad.main.pop();
+        assert!(
+            decode_xact(&bad).is_none(),
+            "a ragged unlink list is not decodable"
+        );
+    }
 }

@@ -7,6 +7,7 @@ mod bench;
 mod compare;
 mod serve;
 mod tpcb;
+mod waldump;
 
 use std::path::PathBuf;
 
@@ -67,6 +68,9 @@ enum Command {
         #[command(subcommand)]
         which: bench::BenchCommand,
     },
+    /// Read a data directory's WAL without starting the engine (like pg_waldump): one
+    /// line per record, or --stats for count and bytes per record kind.
+    Waldump(waldump::WaldumpArgs),
     /// TPC-B-like workload through the engine API (used by the crash tests).
     #[command(hide = true)]
     TpcbRun(tpcb::RunArgs),
@@ -99,6 +103,7 @@ fn main() {
         Command::Recover { dir } => recover(&dir),
         Command::Verify { dir } => verify(&dir),
         Command::Bench { which } => bench::run(which),
+        Command::Waldump(a) => waldump::run(a),
         Command::TpcbRun(a) => tpcb::run(a),
         Command::TpcbCheck(a) => tpcb::check(a),
     };

@@ -263,7 +263,7 @@ fn apply(
 fn redo_block(rec: &DecodedRecord, i: usize, p: &mut [u8], id: PageId, init: bool) -> Result<()> {
     let b = &rec.blocks[i];
     let r = match rec.rmgr {
-        Rmgr::Heap => crate::access::heap::redo_block(rec.info, i, &b.data, p, id, init),
+        Rmgr::Heap => crate::access::heap::redo_block(rec.xid, rec.info, i, &b.data, p, id, init),
         Rmgr::Btree => crate::access::btree::redo_block(rec.info, i, &b.data, &rec.main, p, id),
         _ => Err("not a page record".into()),
     };

@@ -14,7 +14,10 @@ use walrus_base::{Lsn, Xid, PAGE_SIZE};
 use crate::error::{Error, Result};
 
 const MAGIC: u64 = 0x5741_4C52_5553_4331; // "WALRUSC1"
-pub const FORMAT_VERSION: u32 = 1;
+/// On-disk format version; a data directory of another version is refused at open.
+/// 2: WAL block references without an image carry no image header, and heap records
+/// no longer log what the record's xid implies (xmax, and a fresh version's header).
+pub const FORMAT_VERSION: u32 = 2;
 const COPY_SIZE: usize = 512;
 const FILE_NAME: &str = "control";
 

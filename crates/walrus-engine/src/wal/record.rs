@@ -6,8 +6,11 @@
 //!  |len u32|crc u32| lsn u64  | prev u64  | xid u64 |rmgr |info |nblocks |flags |main_len |
 //!  +-------+-------+----------+-----------+---------+-----+-----+--------+------+---------+
 //!  then nblocks block references, then main data; the record is padded to 8 bytes.
-//!  block ref: relfile u32 | block u32 | flags u8 | pad u8 | data_len u16 | image_len u16 |
-//!             hole_off u16 | hole_len u16 | pad u16 | image bytes | data bytes
+//!  block ref: relfile u32 | block u32 | flags u8 | pad u8 | data_len u16
+//!             [image_len u16 | hole_off u16 | hole_len u16 | pad u16 | image bytes]
+//!             data bytes
+//!  (the bracketed image part only when flags has BLOCK_HAS_IMAGE: most block references
+//!  carry no image, and 8 bytes on each of them is WAL volume for nothing)
 //! ```
 //! `len` excludes padding; `crc` is CRC32C over `len` and bytes 8..len. `lsn` is the
 //! record's own start, `prev` the start of the record before it: the reader accepts a
@@ -20,7 +23,9 @@ use walrus_base::{Lsn, PageId, RelFileId, Xid, PAGE_SIZE};
 use crate::storage::page;
 
 pub const HEADER_SIZE: usize = 40;
-const BLOCK_HEADER_SIZE: usize = 20;
+const BLOCK_HEADER_SIZE: usize = 12;
+/// The image part of a block header, present only with `BLOCK_HAS_IMAGE`.
+const BLOCK_IMAGE_HEADER_SIZE: usize = 8;
 
 /// Resource managers: each owns its record kinds and their redo.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,11 +192,11 @@ pub fn encode(rec: &WalRecord, images: &[Option<PageImage>], out: &mut Vec<u8>) 
         out.push(flags);
         out.push(0);
         out.extend_from_slice(&(b.data.len() as u16).to_le_bytes());
-        out.extend_from_slice(&(ilen as u16).to_le_bytes());
-        out.extend_from_slice(&hoff.to_le_bytes());
-        out.extend_from_slice(&hlen.to_le_bytes());
-        out.extend_from_slice(&0u16.to_le_bytes());
         if let Some(i) = img {
+            out.extend_from_slice(&(ilen as u16).to_le_bytes());
+            out.extend_from_slice(&hoff.to_le_bytes());
+            out.extend_from_slice(&hlen.to_le_bytes());
+            out.extend_from_slice(&0u16.to_le_bytes());
             out.extend_from_slice(&i.bytes);
         }
         out.extend_from_slice(&b.data);
@@ -289,10 +294,15 @@ pub fn decode(buf: &[u8], at: Lsn) -> Result<DecodedRecord, String> {
         let block = u32::from_le_bytes(h[4..8].try_into().expect("4"));
         let flags = h[8];
         let data_len = u16at(10) as usize;
-        let image_len = u16at(12) as usize;
-        let (hole_off, hole_len) = (u16at(14), u16at(16));
         pos += BLOCK_HEADER_SIZE;
         let image = if flags & BLOCK_HAS_IMAGE != 0 {
+            let h = buf
+                .get(pos..pos + BLOCK_IMAGE_HEADER_SIZE)
+                .ok_or("truncated image header")?;
+            let u16at = |i: usize| u16::from_le_bytes([h[i], h[i + 1]]);
+            let image_len = u16at(0) as usize;
+            let (hole_off, hole_len) = (u16at(2), u16at(4));
+            pos += BLOCK_IMAGE_HEADER_SIZE;
             let bytes = buf
                 .get(pos..pos + image_len)
                 .ok_or("truncated image")?
@@ -352,27 +362,38 @@ mod tests {
         fn encode_decode_roundtrip(
             info in any::<u8>(), xid in 1u64..u64::MAX,
             blocks in proptest::collection::vec((any::<u32>(), any::<u32>(), any::<bool>(),
-                proptest::collection::vec(any::<u8>(), 0..300)), 0..4),
+                proptest::collection::vec(any::<u8>(), 0..300),
+                proptest::option::of((proptest::collection::vec(any::<u8>(), 0..600),
+                    0u16..4000, 0u16..4000, any::<bool>()))), 0..4),
             main in proptest::collection::vec(any::<u8>(), 0..500),
             at in 0u64..(1 << 40),
         ) {
             let at = at & !7;
             let mut rec = WalRecord::new(Rmgr::Heap, info, Xid(xid)).with_main(main.clone());
-            for (r, b, init, d) in &blocks {
+            for (r, b, init, d, _) in &blocks {
                 rec.block(PageId::new(RelFileId(*r), *b), *init, d.clone());
             }
+            // Some blocks carry an image (only those have the image part of the header).
+            let images: Vec<Option<PageImage>> = blocks
+                .iter()
+                .map(|(.., img)| img.clone().map(|(bytes, hole_off, hole_len, compressed)| {
+                    PageImage { bytes, compressed, hole_off, hole_len }
+                }))
+                .collect();
             let mut buf = Vec::new();
-            encode(&rec, &vec![None; blocks.len()], &mut buf);
+            encode(&rec, &images, &mut buf);
             finish(&mut buf, Lsn(at), Lsn(at.saturating_sub(64)));
             let d = decode(&buf, Lsn(at)).unwrap();
             prop_assert_eq!(d.info, info);
             prop_assert_eq!(d.xid, Xid(xid));
             prop_assert_eq!(d.main, main);
             prop_assert_eq!(d.blocks.len(), blocks.len());
-            for (db, (r, b, init, data)) in d.blocks.iter().zip(&blocks) {
+            for ((db, (r, b, init, data, _)), img) in d.blocks.iter().zip(&blocks).zip(&images) {
                 prop_assert_eq!(db.page, PageId::new(RelFileId(*r), *b));
                 prop_assert_eq!(db.will_init(), *init);
                 prop_assert_eq!(&db.data, data);
+                prop_assert_eq!(db.image.as_ref().map(|i| (&i.bytes, i.compressed, i.hole_off, i.hole_len)),
+                    img.as_ref().map(|i| (&i.bytes, i.compressed, i.hole_off, i.hole_len)));
             }
             // Read at the wrong place: rejected by the self-LSN.
             prop_assert!(decode(&buf, Lsn(at + 8)).is_err());

@@ -73,38 +73,72 @@ pub struct Heap<'a> {
     pub rel: &'a HeapRel,
 }
 
-fn old_side(off: u16, xmax: Xid, cmax: u32, ctid: Tid, set_flags: u16) -> Vec<u8> {
-    let mut d = Vec::with_capacity(22);
+/// The "old side" of a delete or update, as logged: `off u16 | cmax u32 | ctid block u32
+/// | ctid off u16 | set flags u16`. The new `xmax` is not logged: it is always the
+/// record's own xid, which redo passes in.
+fn old_side(off: u16, cmax: u32, ctid: Tid, set_flags: u16) -> Vec<u8> {
+    let mut d = Vec::with_capacity(OLD_SIDE_LEN);
     d.extend_from_slice(&off.to_le_bytes());
-    d.extend_from_slice(&xmax.0.to_le_bytes());
     d.extend_from_slice(&cmax.to_le_bytes());
     d.extend_from_slice(&ctid.block.to_le_bytes());
     d.extend_from_slice(&ctid.offset.to_le_bytes());
     d.extend_from_slice(&set_flags.to_le_bytes());
     d
 }
-const OLD_SIDE_LEN: usize = 22;
+const OLD_SIDE_LEN: usize = 14;
 
-fn new_side(off: u16, tuple: &[u8]) -> Vec<u8> {
-    let mut d = Vec::with_capacity(2 + tuple.len());
+/// New-side forms: the whole tuple, or (almost always) its row with only `cmin` and
+/// `infomask` of the header, the rest being what every fresh version has (xmin = the
+/// record's xid, no xmax, cmax 0, no ctid) — 34 of the header's 40 bytes are not logged.
+const NEW_SIDE_FULL: u8 = 0;
+const NEW_SIDE_COMPACT: u8 = 1;
+
+/// The header of a fresh version written by `xid`, byte for byte.
+fn fresh_header(xid: Xid, cmin: u32, infomask: u16) -> [u8; TUPLE_HEADER_SIZE] {
+    let mut b = [0u8; TUPLE_HEADER_SIZE];
+    TupleHeader {
+        xmin: xid,
+        xmax: Xid::INVALID,
+        cmin,
+        cmax: 0,
+        ctid: Tid::INVALID,
+        infomask,
+    }
+    .write(&mut b);
+    b
+}
+
+/// The "new side" of an insert or update, as logged: `off u16 | form u8 | ...`.
+fn new_side(off: u16, tuple: &[u8], xid: Xid) -> Vec<u8> {
+    let mut d = Vec::with_capacity(3 + tuple.len());
     d.extend_from_slice(&off.to_le_bytes());
-    d.extend_from_slice(tuple);
+    match TupleHeader::read(tuple) {
+        Some(h) if tuple[..TUPLE_HEADER_SIZE] == fresh_header(xid, h.cmin, h.infomask) => {
+            d.push(NEW_SIDE_COMPACT);
+            d.extend_from_slice(&h.cmin.to_le_bytes());
+            d.extend_from_slice(&h.infomask.to_le_bytes());
+            d.extend_from_slice(&tuple[TUPLE_HEADER_SIZE..]);
+        }
+        _ => {
+            d.push(NEW_SIDE_FULL);
+            d.extend_from_slice(tuple);
+        }
+    }
     d
 }
 
 /// Applies an "old side" (xmax stamp) to a page. Shared by do and redo.
-fn apply_old_side(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
+fn apply_old_side(p: &mut [u8], d: &[u8], xmax: Xid) -> std::result::Result<(), String> {
     if d.len() < OLD_SIDE_LEN {
         return Err("short heap old-side data".into());
     }
     let off = u16::from_le_bytes([d[0], d[1]]);
-    let xmax = Xid(u64::from_le_bytes(d[2..10].try_into().map_err(|_| "xmax")?));
-    let cmax = u32::from_le_bytes(d[10..14].try_into().map_err(|_| "cmax")?);
+    let cmax = u32::from_le_bytes(d[2..6].try_into().map_err(|_| "cmax")?);
     let ctid = Tid::new(
-        u32::from_le_bytes(d[14..18].try_into().map_err(|_| "ctid")?),
-        u16::from_le_bytes([d[18], d[19]]),
+        u32::from_le_bytes(d[6..10].try_into().map_err(|_| "ctid")?),
+        u16::from_le_bytes([d[10], d[11]]),
     );
-    let set = u16::from_le_bytes([d[20], d[21]]);
+    let set = u16::from_le_bytes([d[12], d[13]]);
     let t = normal_item_mut(p, off)?;
     let mut h = TupleHeader::read(t).ok_or("short tuple")?;
     h.xmax = xmax;
@@ -117,11 +151,28 @@ fn apply_old_side(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
     Ok(())
 }
 
-fn apply_new_side(p: &mut [u8], d: &[u8]) -> std::result::Result<u16, String> {
-    if d.len() < 2 + TUPLE_HEADER_SIZE {
+fn apply_new_side(p: &mut [u8], d: &[u8], xid: Xid) -> std::result::Result<u16, String> {
+    if d.len() < 3 {
         return Err("short heap new-side data".into());
     }
     let off = u16::from_le_bytes([d[0], d[1]]);
+    let tuple = match d[2] {
+        NEW_SIDE_FULL if d.len() >= 3 + TUPLE_HEADER_SIZE => d[3..].to_vec(),
+        NEW_SIDE_COMPACT if d.len() >= 9 => {
+            let cmin = u32::from_le_bytes(d[3..7].try_into().map_err(|_| "cmin")?);
+            let infomask = u16::from_le_bytes([d[7], d[8]]);
+            let mut t = Vec::with_capacity(TUPLE_HEADER_SIZE + d.len() - 9);
+            t.extend_from_slice(&fresh_header(xid, cmin, infomask));
+            t.extend_from_slice(&d[9..]);
+            t
+        }
+        form => {
+            return Err(format!(
+                "bad heap new-side (form {form}, {} bytes)",
+                d.len()
+            ))
+        }
+    };
     if off == 0 || off > page::item_count(p) + 1 {
         return Err(format!(
             "heap insert at offset {off} beyond {} items",
@@ -131,10 +182,10 @@ fn apply_new_side(p: &mut [u8], d: &[u8]) -> std::result::Result<u16, String> {
     if off <= page::item_count(p) && page::line_pointer(p, off).state != LpState::Unused {
         return Err(format!("heap insert at offset {off}, which is in use"));
     }
-    if !page::fits(p, d.len() - 2) && page::free_space_after_compact(p) >= d.len() + 6 {
+    if !page::fits(p, tuple.len()) && page::free_space_after_compact(p) >= tuple.len() + 8 {
         page::compact(p);
     }
-    page::add_item(p, &d[2..], Placement::Exactly(off)).ok_or("no room for redo insert")?;
+    page::add_item(p, &tuple, Placement::Exactly(off)).ok_or("no room for redo insert")?;
     Ok(off)
 }
 
@@ -221,7 +272,7 @@ impl<'a> Heap<'a> {
                 .expect("space was checked");
             let id = w.id();
             let mut rec = WalRecord::new(Rmgr::Heap, INFO_INSERT, xid);
-            rec.block(id, fresh, new_side(off, t));
+            rec.block(id, fresh, new_side(off, t, xid));
             self.pool.log_change(&rec, &mut [w]);
             Ok(Tid::new(id.block.0, off))
         })
@@ -327,8 +378,8 @@ impl<'a> Heap<'a> {
         if let Some(m) = self.check_modifiable(&h, xid) {
             return Ok(m);
         }
-        let d = old_side(off, xid, cid, Tid::INVALID, 0);
-        apply_old_side(&mut w, &d).map_err(Error::InvalidInput)?;
+        let d = old_side(off, cid, Tid::INVALID, 0);
+        apply_old_side(&mut w, &d, xid).map_err(Error::InvalidInput)?;
         let mut rec = WalRecord::new(Rmgr::Heap, INFO_DELETE, xid);
         rec.block(w.id(), false, d);
         self.pool.log_change(&rec, &mut [&mut w]);
@@ -378,9 +429,9 @@ impl<'a> Heap<'a> {
                 let new_off = page::add_item(&mut w, &t, Placement::Append { reuse_unused: true })
                     .expect("checked");
                 let set = tuple::UPDATED | if hot_ok { tuple::HOT_UPDATED } else { 0 };
-                let mut d = old_side(off, xid, cid, Tid::new(tid.block, new_off), set);
-                apply_old_side(&mut w, &d).map_err(Error::InvalidInput)?;
-                d.extend_from_slice(&new_side(new_off, &t));
+                let mut d = old_side(off, cid, Tid::new(tid.block, new_off), set);
+                apply_old_side(&mut w, &d, xid).map_err(Error::InvalidInput)?;
+                d.extend_from_slice(&new_side(new_off, &t, xid));
                 let mut rec = WalRecord::new(Rmgr::Heap, INFO_UPDATE_SAME_PAGE, xid);
                 rec.block(w.id(), false, d);
                 self.pool.log_change(&rec, &mut [&mut w]);
@@ -426,11 +477,11 @@ impl<'a> Heap<'a> {
             }
             let new_off = page::add_item(&mut nw, &t, Placement::Append { reuse_unused: true })
                 .expect("checked");
-            let d_old = old_side(off, xid, cid, Tid::new(nb, new_off), tuple::UPDATED);
-            apply_old_side(&mut ow, &d_old).map_err(Error::InvalidInput)?;
+            let d_old = old_side(off, cid, Tid::new(nb, new_off), tuple::UPDATED);
+            apply_old_side(&mut ow, &d_old, xid).map_err(Error::InvalidInput)?;
             let mut rec = WalRecord::new(Rmgr::Heap, INFO_UPDATE_TWO_PAGES, xid);
             rec.block(ow.id(), false, d_old);
-            rec.block(nw.id(), fresh, new_side(new_off, &t));
+            rec.block(nw.id(), fresh, new_side(new_off, &t, xid));
             self.pool.log_change(&rec, &mut [&mut ow, &mut nw]);
             if fresh {
                 *self.rel.target().lock() = Some(nb);
@@ -775,6 +826,7 @@ fn apply_vacuum(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
 
 /// Page-level redo for one block of a heap record (pure: no pool access).
 pub fn redo_block(
+    xid: Xid,
     info: u8,
     block_index: usize,
     data: &[u8],
@@ -788,20 +840,92 @@ pub fn redo_block(
         return Err(format!("heap redo on uninitialised page {id}"));
     }
     match (info, block_index) {
-        (INFO_INSERT, 0) => apply_new_side(page_bytes, data).map(|_| ()),
+        (INFO_INSERT, 0) => apply_new_side(page_bytes, data, xid).map(|_| ()),
         (INFO_UPDATE_SAME_PAGE, 0) => {
             if data.len() < OLD_SIDE_LEN {
                 return Err("short update record".into());
             }
-            apply_new_side(page_bytes, &data[OLD_SIDE_LEN..])?;
-            apply_old_side(page_bytes, &data[..OLD_SIDE_LEN])
+            apply_new_side(page_bytes, &data[OLD_SIDE_LEN..], xid)?;
+            apply_old_side(page_bytes, &data[..OLD_SIDE_LEN], xid)
         }
-        (INFO_UPDATE_TWO_PAGES, 0) | (INFO_DELETE, 0) => apply_old_side(page_bytes, data),
-        (INFO_UPDATE_TWO_PAGES, 1) => apply_new_side(page_bytes, data).map(|_| ()),
+        (INFO_UPDATE_TWO_PAGES, 0) | (INFO_DELETE, 0) => apply_old_side(page_bytes, data, xid),
+        (INFO_UPDATE_TWO_PAGES, 1) => apply_new_side(page_bytes, data, xid).map(|_| ()),
         (INFO_PRUNE, 0) => apply_prune(page_bytes, data),
         (INFO_VACUUM, 0) => apply_vacuum(page_bytes, data),
         _ => Err(format!(
             "unknown heap record info {info} block {block_index}"
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use walrus_base::RelFileId;
+
+    fn page() -> (Vec<u8>, PageId) {
+        let id = PageId::new(RelFileId(7), 3);
+        let mut p = vec![0u8; PAGE_SIZE];
+        init_heap_page(&mut p, id);
+        (p, id)
+    }
+
+    #[test]
+    fn fresh_versions_are_logged_compactly_and_redo_rebuilds_them_byte_for_byte() {
+        let xid = Xid(1234);
+        let row = b"a row's bytes".to_vec();
+        let t = tuple::build(&TupleHeader::new(xid, 3, tuple::HEAP_ONLY), &row);
+        let d = new_side(1, &t, xid);
+        assert_eq!(d[2], NEW_SIDE_COMPACT);
+        assert_eq!(
+            d.len(),
+            3 + 6 + row.len(),
+            "only cmin and infomask of the header"
+        );
+        let (mut p, _) = page();
+        assert_eq!(apply_new_side(&mut p, &d, xid).unwrap(), 1);
+        assert_eq!(page::item(&p, 1), &t[..]);
+    }
+
+    #[test]
+    fn a_version_not_of_the_fresh_form_is_logged_whole() {
+        let xid = Xid(1234);
+        let mut h = TupleHeader::new(xid, 0, 0);
+        h.ctid = Tid::new(9, 2); // not what a fresh version has
+        let t = tuple::build(&h, b"row");
+        let d = new_side(1, &t, xid);
+        assert_eq!(d[2], NEW_SIDE_FULL);
+        let (mut p, _) = page();
+        apply_new_side(&mut p, &d, xid).unwrap();
+        assert_eq!(page::item(&p, 1), &t[..]);
+        // Written by another xid than the record's: also whole.
+        let t2 = tuple::build(&TupleHeader::new(Xid(99), 0, 0), b"row");
+        assert_eq!(new_side(2, &t2, xid)[2], NEW_SIDE_FULL);
+    }
+
+    #[test]
+    fn old_side_takes_xmax_from_the_record() {
+        let (mut p, _) = page();
+        let t = tuple::build(&TupleHeader::new(Xid(10), 0, 0), b"row");
+        apply_new_side(&mut p, &new_side(1, &t, Xid(10)), Xid(10)).unwrap();
+        let d = old_side(1, 5, Tid::new(3, 2), tuple::UPDATED);
+        assert_eq!(d.len(), OLD_SIDE_LEN);
+        apply_old_side(&mut p, &d, Xid(11)).unwrap();
+        let h = TupleHeader::read(page::item(&p, 1)).unwrap();
+        assert_eq!((h.xmax, h.cmax, h.ctid), (Xid(11), 5, Tid::new(3, 2)));
+        assert!(h.has(tuple::UPDATED) && !h.has(tuple::XMAX_INVALID));
+    }
+
+    #[test]
+    fn damaged_new_sides_are_errors_not_panics() {
+        let (mut p, _) = page();
+        for d in [
+            &[1u8, 0][..],
+            &[1, 0, 1, 0],
+            &[1, 0, 7, 1, 2, 3],
+            &[1, 0, 0, 1, 2],
+        ] {
+            assert!(apply_new_side(&mut p, d, Xid(5)).is_err(), "{d:?}");
+        }
     }
 }
