@@ -244,7 +244,7 @@ pub(crate) struct Executor<'s> {
     session: RefCell<&'s mut Session>,
     params: &'s [Datum],
     now: i64,
-    settings: BTreeMap<String, String>,
+    settings: Arc<BTreeMap<String, String>>,
     interrupt: Arc<AtomicBool>,
     catalog: RefCell<Option<pg_catalog::Snapshot>>,
 }

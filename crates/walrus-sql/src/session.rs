@@ -62,7 +62,9 @@ pub struct Session {
     in_block: bool,
     failed: bool,
     block_isolation: Option<Isolation>,
-    settings: BTreeMap<String, String>,
+    /// Shared with the statements running (an `Arc` clone each, not a map copy); `SET`
+    /// copies on write.
+    settings: Arc<BTreeMap<String, String>>,
     now: i64,
     interrupt: Arc<AtomicBool>,
     /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
@@ -167,7 +169,7 @@ impl Session {
             in_block: false,
             failed: false,
             block_isolation: None,
-            settings,
+            settings: Arc::new(settings),
             now: now_micros(),
             interrupt: Arc::new(AtomicBool::new(false)),
             prepared: BTreeMap::new(),
@@ -575,9 +577,9 @@ impl Session {
                 let name = words.get(1).copied().unwrap_or("");
                 let defaults = default_settings();
                 if name == "all" {
-                    self.settings.extend(defaults);
+                    Arc::make_mut(&mut self.settings).extend(defaults);
                 } else if let Some(v) = defaults.get(name) {
-                    self.settings.insert(name.to_string(), v.clone());
+                    Arc::make_mut(&mut self.settings).insert(name.to_string(), v.clone());
                 }
                 Ok(QueryResult::tag("RESET"))
             }
@@ -619,7 +621,7 @@ impl Session {
                     return Err(SqlError::syntax("syntax error at end of input"));
                 }
                 let value = value.trim_matches('\'').to_string();
-                self.settings.insert(name.to_ascii_lowercase(), value);
+                Arc::make_mut(&mut self.settings).insert(name.to_ascii_lowercase(), value);
                 Ok(QueryResult::tag("SET"))
             }
         }
@@ -756,7 +758,7 @@ impl Session {
         self.txn().next_statement();
         // What pg_current_wal_lsn() reports: the WAL insert position at statement start.
         let lsn = self.engine.wal().insert_lsn();
-        self.settings.insert(WAL_LSN_KEY.into(), lsn.to_string());
+        Arc::make_mut(&mut self.settings).insert(WAL_LSN_KEY.into(), lsn.to_string());
         let r = match st {
             Statement::Prepare {
                 name,
@@ -1207,7 +1209,7 @@ impl Session {
 
     /// What expression evaluation needs from the session: statement time, settings and
     /// the cancel flag.
-    pub(crate) fn eval_context(&self) -> (i64, BTreeMap<String, String>, Arc<AtomicBool>) {
+    pub(crate) fn eval_context(&self) -> (i64, Arc<BTreeMap<String, String>>, Arc<AtomicBool>) {
         (self.now, self.settings.clone(), self.interrupt.clone())
     }
 
@@ -1217,10 +1219,9 @@ impl Session {
 
     /// Records who connected to what (`current_user`, `current_database()`).
     pub fn set_identity(&mut self, user: &str, database: &str) {
-        self.settings
-            .insert("session_authorization".into(), user.to_string());
-        self.settings
-            .insert(DATABASE_KEY.into(), database.to_string());
+        let settings = Arc::make_mut(&mut self.settings);
+        settings.insert("session_authorization".into(), user.to_string());
+        settings.insert(DATABASE_KEY.into(), database.to_string());
     }
 
     pub(crate) fn table_def(&mut self, name: &str) -> SqlResult<std::sync::Arc<TableDef>> {
