@@ -308,3 +308,70 @@ fn ddl_is_transactional() {
     assert_eq!(dup.sqlstate(), "42P07");
     e.shutdown().unwrap();
 }
+
+/// A full page whose old versions have died is pruned by the next update that needs room
+/// on it (the page's prune xid says there may be something to remove), so that update
+/// stays on the page as a HOT update instead of moving the row to another page.
+#[test]
+fn update_on_a_full_page_prunes_dead_versions_and_stays_on_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e); // fillfactor 100: inserts fill each page completely
+    let mut t = e.begin(Isolation::ReadCommitted);
+    for i in 0..400 {
+        t.insert(&def, &row(i, "0123456789abcdefghij")).unwrap();
+    }
+    t.commit().unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let on_first_page: Vec<i32> = (0..400)
+        .filter(|&i| get(&mut t, &def, i).unwrap().0.block == 0)
+        .collect();
+    t.commit().unwrap();
+    assert!(
+        on_first_page.len() > 20,
+        "page 0 holds {} rows",
+        on_first_page.len()
+    );
+    let (a, b) = (on_first_page[0], on_first_page[1]);
+
+    // Nothing on the full page is dead yet: the new version has to go elsewhere.
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let (tid, _) = get(&mut t, &def, a).unwrap();
+    let RowChange::Done(moved) = t
+        .update(&def, tid, &row(a, "0123456789ABCDEFGHIJ"))
+        .unwrap()
+    else {
+        panic!("update of {a} did not complete");
+    };
+    t.commit().unwrap();
+    assert_ne!(moved.block, 0, "a full page has no room without pruning");
+
+    // Now `a`'s old version on page 0 is dead to every snapshot: the next update on the
+    // page prunes it and fits there.
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let (tid, _) = get(&mut t, &def, b).unwrap();
+    let RowChange::Done(stayed) = t
+        .update(&def, tid, &row(b, "0123456789ABCDEFGHIJ"))
+        .unwrap()
+    else {
+        panic!("update of {b} did not complete");
+    };
+    t.commit().unwrap();
+    assert_eq!(
+        stayed.block, 0,
+        "the update should have pruned page 0 and stayed on it"
+    );
+
+    let mut t = e.begin(Isolation::ReadCommitted);
+    assert_eq!(
+        get(&mut t, &def, a).unwrap().1,
+        row(a, "0123456789ABCDEFGHIJ")
+    );
+    assert_eq!(
+        get(&mut t, &def, b).unwrap().1,
+        row(b, "0123456789ABCDEFGHIJ")
+    );
+    assert_eq!(t.scan_all(&def).unwrap().len(), 400);
+    t.commit().unwrap();
+    e.shutdown().unwrap();
+}

@@ -148,7 +148,27 @@ fn apply_old_side(p: &mut [u8], d: &[u8], xmax: Xid) -> std::result::Result<(), 
         !(tuple::XMAX_COMMITTED | tuple::XMAX_INVALID | tuple::UPDATED | tuple::HOT_UPDATED);
     h.infomask |= set;
     h.write(t);
+    // The page may have something to prune once `xmax` is older than every snapshot
+    // (PostgreSQL's PageSetPrunable). Done here, so redo sets it identically.
+    let old = page::prune_xid(p);
+    if old == 0 || xmax.0 < old {
+        page::set_prune_xid(p, xmax.0);
+    }
     Ok(())
+}
+
+/// The oldest xmax of a version on the page that a later prune might remove (0: none),
+/// recomputed from the page after each prune. Like hint bits it is only a cache: a
+/// replayed page (which lacks the primary's hint bits) may hold an older value, which
+/// costs at most one prune attempt that finds nothing.
+fn oldest_prunable_xmax(p: &[u8]) -> u64 {
+    (1..=page::item_count(p))
+        .filter(|&o| page::line_pointer(p, o).state == LpState::Normal)
+        .filter_map(|o| TupleHeader::read(page::item(p, o)))
+        .filter(|h| h.xmax != Xid::INVALID && !h.has(tuple::XMAX_INVALID))
+        .map(|h| h.xmax.0)
+        .min()
+        .unwrap_or(0)
 }
 
 fn apply_new_side(p: &mut [u8], d: &[u8], xid: Xid) -> std::result::Result<u16, String> {
@@ -250,7 +270,7 @@ impl<'a> Heap<'a> {
             if page::is_new(&w) {
                 continue;
             }
-            if page::free_space(&w) < need && page::free_space_after_compact(&w) >= need {
+            if page::free_space(&w) < need && self.worth_pruning(&w, need) {
                 self.prune_latched(&mut w)?;
             }
             if page::free_space(&w) >= need {
@@ -416,7 +436,7 @@ impl<'a> Heap<'a> {
                 return Ok((m, false));
             }
             let need = probe.len() + 8;
-            if page::free_space(&w) < need && page::free_space_after_compact(&w) >= need {
+            if page::free_space(&w) < need && self.worth_pruning(&w, need) {
                 self.prune_latched(&mut w)?;
             }
             if page::free_space(&w) >= need {
@@ -519,6 +539,21 @@ impl<'a> Heap<'a> {
         Ok(None)
     }
 
+    /// Whether a page without `need` bytes free should be pruned before looking elsewhere:
+    /// it has dead line pointers' space to reclaim, or a version deleted or updated by an
+    /// xid older than every snapshot (the page's prune xid, as PostgreSQL's
+    /// heap_page_prune_opt checks `pd_prune_xid`). Without the second test, a full page
+    /// was never pruned on the update path, so every update of a row on a full page went
+    /// to another page (no HOT, a new index entry, and a page image there after each
+    /// checkpoint) long after the old versions had died.
+    fn worth_pruning(&self, p: &[u8], need: usize) -> bool {
+        if page::free_space_after_compact(p) >= need {
+            return true;
+        }
+        let px = page::prune_xid(p);
+        px != 0 && Xid(px) < self.txn.global_xmin()
+    }
+
     /// Opportunistic pruning of a page the caller holds exclusively: removes versions
     /// dead to everyone, collapses HOT chains (root becomes a redirect to the first live
     /// member), sets hint bits, defragments. WAL-logged as one PRUNE record.
@@ -529,6 +564,7 @@ impl<'a> Heap<'a> {
             return Ok(0);
         }
         let d = plan.encode();
+        plan.apply_hints(w);
         apply_prune(w, &d).map_err(Error::InvalidInput)?;
         let mut rec = WalRecord::new(Rmgr::Heap, INFO_PRUNE, Xid::INVALID);
         rec.block(w.id(), false, d);
@@ -655,14 +691,13 @@ impl PrunePlan {
     fn removed(&self) -> usize {
         self.dead.len() + self.unused.len() + self.redirects.len()
     }
+    /// The PRUNE record's data: `nr u16 | nd u16 | nu u16`, then the redirects (`from
+    /// u16 | to u16`), dead and unused offsets. Hint bits are not logged (as in
+    /// PostgreSQL): they are a cache of clog answers, set on the primary's page under the
+    /// same latch and page LSN, and a replayed page without them is just as correct.
     fn encode(&self) -> Vec<u8> {
         let mut d = Vec::new();
-        for n in [
-            self.redirects.len(),
-            self.dead.len(),
-            self.unused.len(),
-            self.hints.len(),
-        ] {
+        for n in [self.redirects.len(), self.dead.len(), self.unused.len()] {
             d.extend_from_slice(&(n as u16).to_le_bytes());
         }
         for (a, b) in &self.redirects {
@@ -672,11 +707,20 @@ impl PrunePlan {
         for x in self.dead.iter().chain(&self.unused) {
             d.extend_from_slice(&x.to_le_bytes());
         }
-        for (o, m) in &self.hints {
-            d.extend_from_slice(&o.to_le_bytes());
-            d.extend_from_slice(&m.to_le_bytes());
-        }
         d
+    }
+
+    /// Sets the plan's hint bits on the (primary's) page.
+    fn apply_hints(&self, p: &mut [u8]) {
+        for &(o, m) in &self.hints {
+            if page::line_pointer(p, o).state == LpState::Normal {
+                let t = page::item_mut(p, o);
+                if let Some(mut h) = TupleHeader::read(t) {
+                    h.infomask = m;
+                    h.write(t);
+                }
+            }
+        }
     }
 }
 
@@ -761,12 +805,14 @@ fn apply_prune(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
             .map(|b| u16::from_le_bytes([b[0], b[1]]))
             .ok_or_else(|| "short prune record".to_string())
     };
-    let (nr, nd, nu, nh) = (
-        rd(0)? as usize,
-        rd(2)? as usize,
-        rd(4)? as usize,
-        rd(6)? as usize,
-    );
+    let (nr, nd, nu) = (rd(0)? as usize, rd(2)? as usize, rd(4)? as usize);
+    let expected = 6 + nr * 4 + (nd + nu) * 2;
+    if d.len() != expected {
+        return Err(format!(
+            "prune record of {} bytes, expected {expected}",
+            d.len()
+        ));
+    }
     let count = page::item_count(p);
     let check = |o: u16| {
         if o >= 1 && o <= count {
@@ -775,7 +821,7 @@ fn apply_prune(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
             Err(format!("prune offset {o} out of range"))
         }
     };
-    let mut at = 8;
+    let mut at = 6;
     for _ in 0..nr {
         let (a, b) = (check(rd(at)?)?, check(rd(at + 2)?)?);
         page::set_lp_state(p, a, LpState::Redirect, b);
@@ -791,18 +837,9 @@ fn apply_prune(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
         page::set_lp_state(p, o, LpState::Unused, 0);
         at += 2;
     }
-    for _ in 0..nh {
-        let (o, m) = (check(rd(at)?)?, rd(at + 2)?);
-        if page::line_pointer(p, o).state == LpState::Normal {
-            let t = page::item_mut(p, o);
-            if let Some(mut h) = TupleHeader::read(t) {
-                h.infomask = m;
-                h.write(t);
-            }
-        }
-        at += 4;
-    }
     page::compact(p);
+    let px = oldest_prunable_xmax(p);
+    page::set_prune_xid(p, px);
     Ok(())
 }
 
