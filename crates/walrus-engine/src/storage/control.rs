@@ -233,6 +233,23 @@ mod tests {
     }
 
     #[test]
+    fn another_format_version_is_refused_with_both_versions_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut old = sample();
+        old.format_version = FORMAT_VERSION - 1; // e.g. a directory from before WAL v2
+        ControlFile::create(dir.path(), old).unwrap();
+        let err = ControlFile::open(dir.path())
+            .err()
+            .expect("must be refused")
+            .to_string();
+        assert!(
+            err.contains(&format!("format version {}", FORMAT_VERSION - 1))
+                && err.contains(&format!("reads version {FORMAT_VERSION}")),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn roundtrip_and_newest_copy_wins() {
         let dir = tempfile::tempdir().unwrap();
         let mut cf = ControlFile::create(dir.path(), sample()).unwrap();

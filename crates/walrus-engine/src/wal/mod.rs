@@ -546,4 +546,47 @@ mod tests {
         }
         assert_eq!(i, 3000);
     }
+
+    /// The reader's read-ahead window spans segments; a missing segment still ends the
+    /// log exactly where it starts: every record wholly before it is returned, the one
+    /// crossing into it is not, and the reason names the segment.
+    #[test]
+    fn reader_stops_at_a_missing_segment_through_its_read_ahead() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = WalConfig {
+            segment_size: 1 << 20,
+            buffer_bytes: 0,
+            sync_method: SyncMethod::None,
+            compress_images: false,
+        };
+        let segs = Segments::new(dir.path(), cfg.segment_size, cfg.sync_method).unwrap();
+        let wal = Wal::open(
+            segs,
+            &cfg,
+            Lsn::ZERO,
+            Lsn::ZERO,
+            Lsn::ZERO,
+            ImagePolicy::Never,
+        );
+        let mut ends = Vec::new();
+        for i in 0..2000u64 {
+            let mut body = i.to_le_bytes().to_vec();
+            body.resize(1500, 7);
+            let (_, end) = wal.insert(&WalRecord::new(Rmgr::Xact, 1, Xid(3)).with_main(body), &[]);
+            ends.push(end);
+        }
+        wal.flush_all();
+        let wholly_in_first = ends.iter().filter(|e| e.0 <= 1 << 20).count() as u64;
+        std::fs::remove_file(wal.segments.path(1)).unwrap();
+        drop(wal); // as after a restart: no segment file still open
+        let segs = Segments::new(dir.path(), cfg.segment_size, cfg.sync_method).unwrap();
+        let mut r = WalReader::new(&segs, Lsn::ZERO);
+        let mut n = 0u64;
+        while let Some(rec) = r.next_record().unwrap() {
+            assert_eq!(u64::from_le_bytes(rec.main[0..8].try_into().unwrap()), n);
+            n += 1;
+        }
+        assert_eq!(n, wholly_in_first);
+        assert_eq!(r.end, super::reader::EndReason::MissingSegment(1));
+    }
 }
