@@ -57,6 +57,16 @@ impl<'a> WalReader<'a> {
     }
 
     pub fn next_record(&mut self) -> Result<Option<DecodedRecord>> {
+        self.advance(true)
+    }
+
+    /// Like [`Self::next_record`] (same acceptance, same end), but returns only the
+    /// record's start and copies none of its payload: for finding the end of WAL.
+    pub fn skip_record(&mut self) -> Result<Option<Lsn>> {
+        Ok(self.advance(false)?.map(|r| r.lsn))
+    }
+
+    fn advance(&mut self, copy_payload: bool) -> Result<Option<DecodedRecord>> {
         if self.end != EndReason::NotYet {
             return Ok(None);
         }
@@ -73,7 +83,12 @@ impl<'a> WalReader<'a> {
             self.end = EndReason::MissingSegment(self.first_missing_segment());
             return Ok(None);
         };
-        match record::decode(bytes, pos) {
+        let decoded = if copy_payload {
+            record::decode(bytes, pos)
+        } else {
+            record::validate(bytes, pos)
+        };
+        match decoded {
             Ok(rec) => {
                 if let Some(last) = self.last {
                     if rec.prev != last {

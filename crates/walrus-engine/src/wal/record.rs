@@ -263,6 +263,18 @@ pub fn header_len(h: &[u8]) -> Option<usize> {
 /// Decodes a complete record read at `at`. `Err` means "not a valid record here" (the
 /// reader treats it as the end of WAL); it never panics on arbitrary bytes.
 pub fn decode(buf: &[u8], at: Lsn) -> Result<DecodedRecord, String> {
+    decode_with(buf, at, true)
+}
+
+/// Accepts or rejects a record exactly as [`decode`] does, without copying its payload:
+/// the returned record's images, block data and main data are empty. For passes that
+/// only need to know where valid WAL ends.
+pub fn validate(buf: &[u8], at: Lsn) -> Result<DecodedRecord, String> {
+    decode_with(buf, at, false)
+}
+
+fn decode_with(buf: &[u8], at: Lsn, copy_payload: bool) -> Result<DecodedRecord, String> {
+    let take = |b: &[u8]| if copy_payload { b.to_vec() } else { Vec::new() };
     if buf.len() < HEADER_SIZE {
         return Err("short header".into());
     }
@@ -303,10 +315,7 @@ pub fn decode(buf: &[u8], at: Lsn) -> Result<DecodedRecord, String> {
             let image_len = u16at(0) as usize;
             let (hole_off, hole_len) = (u16at(2), u16at(4));
             pos += BLOCK_IMAGE_HEADER_SIZE;
-            let bytes = buf
-                .get(pos..pos + image_len)
-                .ok_or("truncated image")?
-                .to_vec();
+            let bytes = take(buf.get(pos..pos + image_len).ok_or("truncated image")?);
             pos += image_len;
             if hole_off as usize + hole_len as usize > PAGE_SIZE {
                 return Err("bad image hole".into());
@@ -320,10 +329,7 @@ pub fn decode(buf: &[u8], at: Lsn) -> Result<DecodedRecord, String> {
         } else {
             None
         };
-        let data = buf
-            .get(pos..pos + data_len)
-            .ok_or("truncated block data")?
-            .to_vec();
+        let data = take(buf.get(pos..pos + data_len).ok_or("truncated block data")?);
         pos += data_len;
         blocks.push(DecodedBlock {
             page: PageId::new(RelFileId(relfile), block),
@@ -332,10 +338,7 @@ pub fn decode(buf: &[u8], at: Lsn) -> Result<DecodedRecord, String> {
             data,
         });
     }
-    let main = buf
-        .get(pos..pos + main_len)
-        .ok_or("truncated main data")?
-        .to_vec();
+    let main = take(buf.get(pos..pos + main_len).ok_or("truncated main data")?);
     if pos + main_len != len {
         return Err("length mismatch".into());
     }
@@ -395,6 +398,9 @@ mod tests {
                 prop_assert_eq!(db.image.as_ref().map(|i| (&i.bytes, i.compressed, i.hole_off, i.hole_len)),
                     img.as_ref().map(|i| (&i.bytes, i.compressed, i.hole_off, i.hole_len)));
             }
+            let v = validate(&buf, Lsn(at)).unwrap();
+            prop_assert_eq!((v.lsn, v.prev, v.total_len), (d.lsn, d.prev, d.total_len));
+            prop_assert!(v.main.is_empty() && v.blocks.iter().all(|b| b.data.is_empty()));
             // Read at the wrong place: rejected by the self-LSN.
             prop_assert!(decode(&buf, Lsn(at + 8)).is_err());
         }
@@ -412,7 +418,9 @@ mod tests {
 
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
-            let _ = decode(&bytes, Lsn(0));
+            let d = decode(&bytes, Lsn(0));
+            // validate() (end-of-WAL search) accepts exactly what decode() accepts.
+            prop_assert_eq!(d.is_ok(), validate(&bytes, Lsn(0)).is_ok());
         }
     }
 
