@@ -176,15 +176,15 @@ fn apply_new_side(p: &mut [u8], d: &[u8], xid: Xid) -> std::result::Result<u16, 
         return Err("short heap new-side data".into());
     }
     let off = u16::from_le_bytes([d[0], d[1]]);
-    let tuple = match d[2] {
-        NEW_SIDE_FULL if d.len() >= 3 + TUPLE_HEADER_SIZE => d[3..].to_vec(),
+    let tuple: std::borrow::Cow<'_, [u8]> = match d[2] {
+        NEW_SIDE_FULL if d.len() >= 3 + TUPLE_HEADER_SIZE => d[3..].into(),
         NEW_SIDE_COMPACT if d.len() >= 9 => {
             let cmin = u32::from_le_bytes(d[3..7].try_into().map_err(|_| "cmin")?);
             let infomask = u16::from_le_bytes([d[7], d[8]]);
             let mut t = Vec::with_capacity(TUPLE_HEADER_SIZE + d.len() - 9);
             t.extend_from_slice(&fresh_header(xid, cmin, infomask));
             t.extend_from_slice(&d[9..]);
-            t
+            t.into()
         }
         form => {
             return Err(format!(
@@ -270,9 +270,7 @@ impl<'a> Heap<'a> {
             if page::is_new(&w) {
                 continue;
             }
-            if page::free_space(&w) < need && self.worth_pruning(&w, need) {
-                self.prune_latched(&mut w)?;
-            }
+            self.prune_if_short(&mut w, need)?;
             if page::free_space(&w) >= need {
                 return body(&mut w, false);
             }
@@ -436,9 +434,7 @@ impl<'a> Heap<'a> {
                 return Ok((m, false));
             }
             let need = probe.len() + 8;
-            if page::free_space(&w) < need && self.worth_pruning(&w, need) {
-                self.prune_latched(&mut w)?;
-            }
+            self.prune_if_short(&mut w, need)?;
             if page::free_space(&w) >= need {
                 // The old version is still at `off` (pruning never removes a version
                 // whose xmax is unset or in progress).
@@ -539,26 +535,37 @@ impl<'a> Heap<'a> {
         Ok(None)
     }
 
-    /// Whether a page without `need` bytes free should be pruned before looking elsewhere:
-    /// it has dead line pointers' space to reclaim, or a version deleted or updated by an
-    /// xid older than every snapshot (the page's prune xid, as PostgreSQL's
-    /// heap_page_prune_opt checks `pd_prune_xid`). Without the second test, a full page
-    /// was never pruned on the update path, so every update of a row on a full page went
-    /// to another page (no HOT, a new index entry, and a page image there after each
-    /// checkpoint) long after the old versions had died.
-    fn worth_pruning(&self, p: &[u8], need: usize) -> bool {
-        if page::free_space_after_compact(p) >= need {
-            return true;
+    /// Prunes a page that lacks `need` bytes free when pruning can help: it has dead line
+    /// pointers' space to reclaim, or a version deleted or updated by an xid older than
+    /// every snapshot (the page's prune xid, as PostgreSQL's heap_page_prune_opt checks
+    /// `pd_prune_xid`). Without the second test, a full page was never pruned on the
+    /// update path, so every update of a row on a full page went to another page (no
+    /// HOT, a new index entry, and a page image there after each checkpoint) long after
+    /// the old versions had died. The horizon is read once, for test and prune alike.
+    fn prune_if_short(&self, w: &mut PageWrite<'_>, need: usize) -> Result<()> {
+        if page::free_space(w) >= need {
+            return Ok(());
         }
-        let px = page::prune_xid(p);
-        px != 0 && Xid(px) < self.txn.global_xmin()
+        let reclaimable = page::free_space_after_compact(w) >= need;
+        let px = page::prune_xid(w);
+        if !reclaimable && px == 0 {
+            return Ok(());
+        }
+        let horizon = self.txn.global_xmin();
+        if reclaimable || Xid(px) < horizon {
+            self.prune_with_horizon(w, horizon)?;
+        }
+        Ok(())
     }
 
     /// Opportunistic pruning of a page the caller holds exclusively: removes versions
     /// dead to everyone, collapses HOT chains (root becomes a redirect to the first live
     /// member), sets hint bits, defragments. WAL-logged as one PRUNE record.
     pub fn prune_latched(&self, w: &mut PageWrite<'_>) -> Result<usize> {
-        let horizon = self.txn.global_xmin();
+        self.prune_with_horizon(w, self.txn.global_xmin())
+    }
+
+    fn prune_with_horizon(&self, w: &mut PageWrite<'_>, horizon: Xid) -> Result<usize> {
         let plan = plan_prune(w, horizon, self.txn);
         if plan.is_empty() {
             return Ok(0);
