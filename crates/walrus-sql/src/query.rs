@@ -15,7 +15,7 @@
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -244,7 +244,7 @@ pub(crate) struct Executor<'s> {
     session: RefCell<&'s mut Session>,
     params: &'s [Datum],
     now: i64,
-    settings: Arc<BTreeMap<String, String>>,
+    settings: crate::session::SettingsView,
     interrupt: Arc<AtomicBool>,
     catalog: RefCell<Option<pg_catalog::Snapshot>>,
 }
@@ -314,7 +314,7 @@ impl<'s> Executor<'s> {
 
     /// Evaluates `e` for one row (or group, with `hooks` a [`GroupHooks`]).
     fn eval_in(&self, e: &Expr, frame: Option<&Frame<'_>>, hooks: &dyn Hooks) -> SqlResult<Datum> {
-        let get = |k: &str| self.settings.get(k).cloned();
+        let get = |k: &str| self.settings.get(k);
         eval(
             e,
             &Scope {
@@ -1082,7 +1082,7 @@ impl<'s> Executor<'s> {
                         self.catalog_snapshot()?;
                         let snap = self.catalog.borrow();
                         let snap = snap.as_ref().expect("taken above");
-                        let (cols, rows) = snap.table(schema, &table, &self.settings)?;
+                        let (cols, rows) = snap.table(schema, &table, self.settings.map())?;
                         let qual = alias
                             .as_ref()
                             .map(|a| ident(&a.name))

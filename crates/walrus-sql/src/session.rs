@@ -76,10 +76,33 @@ pub struct Session {
 /// Distinct SQL texts whose parse a session keeps (cleared when full).
 const PARSE_CACHE_ENTRIES: usize = 256;
 
-/// Internal key under which a statement sees the current WAL insert position.
+/// Internal setting name whose value is the WAL insert position at the moment it is
+/// read (`pg_current_wal_lsn()`); computed by [`SettingsView::get`], never stored.
 pub(crate) const WAL_LSN_KEY: &str = "walrus.insert_lsn";
 /// Internal key holding the database name the client connected to.
 pub(crate) const DATABASE_KEY: &str = "walrus.database";
+
+/// What statements read as settings (`current_setting()`, `SHOW`, `pg_settings`): the
+/// session's map, shared through an `Arc` (copied only by `SET`), plus values computed
+/// when read — so nothing is written into the map per statement.
+#[derive(Clone)]
+pub(crate) struct SettingsView {
+    map: Arc<BTreeMap<String, String>>,
+    engine: Engine,
+}
+
+impl SettingsView {
+    pub(crate) fn get(&self, name: &str) -> Option<String> {
+        if name == WAL_LSN_KEY {
+            return Some(self.engine.wal().insert_lsn().to_string());
+        }
+        self.map.get(name).cloned()
+    }
+
+    pub(crate) fn map(&self) -> &BTreeMap<String, String> {
+        &self.map
+    }
+}
 
 fn now_micros() -> i64 {
     let us = std::time::SystemTime::now()
@@ -192,7 +215,7 @@ impl Session {
     }
 
     pub fn setting(&self, name: &str) -> Option<String> {
-        self.settings.get(&name.to_ascii_lowercase()).cloned()
+        self.settings_view().get(&name.to_ascii_lowercase())
     }
 
     /// Executes a query string (possibly several statements); one result per statement.
@@ -756,9 +779,6 @@ impl Session {
 
     fn statement(&mut self, st: &Statement, params: &[Datum]) -> SqlResult<Outcome> {
         self.txn().next_statement();
-        // What pg_current_wal_lsn() reports: the WAL insert position at statement start.
-        let lsn = self.engine.wal().insert_lsn();
-        Arc::make_mut(&mut self.settings).insert(WAL_LSN_KEY.into(), lsn.to_string());
         let r = match st {
             Statement::Prepare {
                 name,
@@ -791,8 +811,8 @@ impl Session {
                         format!("prepared statement \"{n}\" does not exist"),
                     )
                 })?;
-                let (now, settings) = (self.now, self.settings.clone());
-                let get = move |k: &str| settings.get(k).cloned();
+                let (now, settings) = (self.now, self.settings_view());
+                let get = move |k: &str| settings.get(k);
                 let intr = self.interrupt.clone();
                 let scope = Scope {
                     columns: &[],
@@ -1094,8 +1114,8 @@ impl Session {
             }
             _ => return Err(SqlError::unsupported("this INSERT source is not supported")),
         };
-        let (now, settings) = (self.now, self.settings.clone());
-        let get = move |n: &str| settings.get(n).cloned();
+        let (now, settings) = (self.now, self.settings_view());
+        let get = move |n: &str| settings.get(n);
         let intr = self.interrupt.clone();
         let mut n = 0;
         for row_exprs in &values.rows {
@@ -1132,8 +1152,8 @@ impl Session {
         filter: Option<&Expr>,
         params: &[Datum],
     ) -> SqlResult<Vec<(Tid, Vec<Datum>)>> {
-        let (now, settings) = (self.now, self.settings.clone());
-        let get = move |n: &str| settings.get(n).cloned();
+        let (now, settings) = (self.now, self.settings_view());
+        let get = move |n: &str| settings.get(n);
         let mut eqs: Vec<(usize, Datum)> = Vec::new();
         if let Some(f) = filter {
             collect_equalities(f, def, params, now, &get, &mut eqs);
@@ -1209,8 +1229,16 @@ impl Session {
 
     /// What expression evaluation needs from the session: statement time, settings and
     /// the cancel flag.
-    pub(crate) fn eval_context(&self) -> (i64, Arc<BTreeMap<String, String>>, Arc<AtomicBool>) {
-        (self.now, self.settings.clone(), self.interrupt.clone())
+    pub(crate) fn eval_context(&self) -> (i64, SettingsView, Arc<AtomicBool>) {
+        (self.now, self.settings_view(), self.interrupt.clone())
+    }
+
+    /// The settings as expressions read them (shares the map; no copy).
+    pub(crate) fn settings_view(&self) -> SettingsView {
+        SettingsView {
+            map: self.settings.clone(),
+            engine: self.engine.clone(),
+        }
     }
 
     pub(crate) fn engine(&self) -> &Engine {
@@ -1268,8 +1296,8 @@ impl Session {
             sets.push((i, a.value.clone()));
         }
         let rows = self.matching_rows(&def, u.selection.as_ref(), params)?;
-        let (now, settings) = (self.now, self.settings.clone());
-        let get = move |n: &str| settings.get(n).cloned();
+        let (now, settings) = (self.now, self.settings_view());
+        let get = move |n: &str| settings.get(n);
         let intr = self.interrupt.clone();
         let n = self.change_rows(&def, u.selection.as_ref(), rows, params, |t, tid, old| {
             let scope = Scope {
@@ -1302,8 +1330,8 @@ impl Session {
         params: &[Datum],
         mut op: impl FnMut(&mut Transaction, Tid, &[Datum]) -> SqlResult<RowChange>,
     ) -> SqlResult<u64> {
-        let (now, settings) = (self.now, self.settings.clone());
-        let get = move |n: &str| settings.get(n).cloned();
+        let (now, settings) = (self.now, self.settings_view());
+        let get = move |n: &str| settings.get(n);
         let mut n = 0;
         for (mut tid, mut row) in rows {
             loop {
