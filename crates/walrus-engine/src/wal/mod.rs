@@ -439,6 +439,25 @@ mod tests {
     use crate::wal::reader::WalReader;
     use crate::wal::record::Rmgr;
 
+    /// A WAL on 1 MiB segments in `dir`, from LSN 0, without page images.
+    fn test_wal(dir: &std::path::Path, buffer_bytes: usize, sync_method: SyncMethod) -> Wal {
+        let cfg = WalConfig {
+            segment_size: 1 << 20,
+            buffer_bytes,
+            sync_method,
+            compress_images: false,
+        };
+        let segs = Segments::new(dir, cfg.segment_size, cfg.sync_method).unwrap();
+        Wal::open(
+            segs,
+            &cfg,
+            Lsn::ZERO,
+            Lsn::ZERO,
+            Lsn::ZERO,
+            ImagePolicy::Never,
+        )
+    }
+
     /// Many threads insert records of varied sizes through a ring barely big enough (so
     /// inserters wait for space) and flush after each: every flush returns only once its
     /// record is durable, and reading the log back yields every record exactly once, each
@@ -446,20 +465,10 @@ mod tests {
     #[test]
     fn concurrent_insert_and_group_commit() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = WalConfig {
-            segment_size: 1 << 20,
-            buffer_bytes: WAL_BUFFER_BYTES_MIN,
-            sync_method: SyncMethod::Fdatasync,
-            compress_images: false,
-        };
-        let segs = Segments::new(dir.path(), cfg.segment_size, cfg.sync_method).unwrap();
-        let wal = Arc::new(Wal::open(
-            segs,
-            &cfg,
-            Lsn::ZERO,
-            Lsn::ZERO,
-            Lsn::ZERO,
-            ImagePolicy::Never,
+        let wal = Arc::new(test_wal(
+            dir.path(),
+            WAL_BUFFER_BYTES_MIN,
+            SyncMethod::Fdatasync,
         ));
         let threads = 8u64;
         let per = 1500u64;
@@ -516,21 +525,7 @@ mod tests {
     #[test]
     fn ring_wraps_without_losing_records() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = WalConfig {
-            segment_size: 1 << 20,
-            buffer_bytes: 0,
-            sync_method: SyncMethod::None,
-            compress_images: false,
-        };
-        let segs = Segments::new(dir.path(), cfg.segment_size, cfg.sync_method).unwrap();
-        let wal = Wal::open(
-            segs,
-            &cfg,
-            Lsn::ZERO,
-            Lsn::ZERO,
-            Lsn::ZERO,
-            ImagePolicy::Never,
-        );
+        let wal = test_wal(dir.path(), 0, SyncMethod::None);
         for i in 0..3000u64 {
             let mut body = i.to_le_bytes().to_vec();
             body.resize(2000, 7);
@@ -553,21 +548,7 @@ mod tests {
     #[test]
     fn reader_stops_at_a_missing_segment_through_its_read_ahead() {
         let dir = tempfile::tempdir().unwrap();
-        let cfg = WalConfig {
-            segment_size: 1 << 20,
-            buffer_bytes: 0,
-            sync_method: SyncMethod::None,
-            compress_images: false,
-        };
-        let segs = Segments::new(dir.path(), cfg.segment_size, cfg.sync_method).unwrap();
-        let wal = Wal::open(
-            segs,
-            &cfg,
-            Lsn::ZERO,
-            Lsn::ZERO,
-            Lsn::ZERO,
-            ImagePolicy::Never,
-        );
+        let wal = test_wal(dir.path(), 0, SyncMethod::None);
         let mut ends = Vec::new();
         for i in 0..2000u64 {
             let mut body = i.to_le_bytes().to_vec();
@@ -579,7 +560,7 @@ mod tests {
         let wholly_in_first = ends.iter().filter(|e| e.0 <= 1 << 20).count() as u64;
         std::fs::remove_file(wal.segments.path(1)).unwrap();
         drop(wal); // as after a restart: no segment file still open
-        let segs = Segments::new(dir.path(), cfg.segment_size, cfg.sync_method).unwrap();
+        let segs = Segments::new(dir.path(), 1 << 20, SyncMethod::None).unwrap();
         let mut r = WalReader::new(&segs, Lsn::ZERO);
         let mut n = 0u64;
         while let Some(rec) = r.next_record().unwrap() {

@@ -574,6 +574,19 @@ enum Setup {
 }
 
 /// Creates, fills and stops one configuration's server; moves its WAL to tmpfs if asked.
+/// [`prepare`] for each of a scenario's variants, in order.
+fn prepare_all(
+    ctx: &mut Ctx,
+    scenario: &str,
+    variants: &[Variant],
+    setup: Setup,
+) -> anyhow::Result<Vec<Server>> {
+    variants
+        .iter()
+        .map(|v| prepare(ctx, scenario, v, setup))
+        .collect()
+}
+
 fn prepare(ctx: &mut Ctx, scenario: &str, v: &Variant, setup: Setup) -> anyhow::Result<Server> {
     check_interrupt()?;
     let est = match setup {
@@ -689,10 +702,7 @@ fn scenario_fpw(ctx: &mut Ctx) -> anyhow::Result<String> {
         variant(System::Postgres, "full_page_writes=off", &off),
         variant(System::Walrus, "page_protection=none", &off),
     ];
-    let mut servers = Vec::new();
-    for v in &variants {
-        servers.push(prepare(ctx, "fpw", v, Setup::Pgbench)?);
-    }
+    let mut servers = prepare_all(ctx, "fpw", &variants, Setup::Pgbench)?;
     let o = Options {
         workload: Workload::TpcbLike,
         clients: 16,
@@ -772,10 +782,7 @@ fn scenario_insert(ctx: &mut Ctx) -> anyhow::Result<String> {
         "\\set id random(1, 1000000000)\n\
          insert into ins (id, value) values (:id, repeat('x', 1024));\n",
     )?;
-    let mut servers = Vec::new();
-    for v in &variants {
-        servers.push(prepare(ctx, "insert", v, Setup::InsertTable)?);
-    }
+    let mut servers = prepare_all(ctx, "insert", &variants, Setup::InsertTable)?;
     let o = Options {
         workload: Workload::Script(script),
         clients: 32,
@@ -848,10 +855,7 @@ fn scenario_checkpoint(ctx: &mut Ctx) -> anyhow::Result<String> {
         variant(System::Postgres, "full_page_writes=on", &settings),
         variant(System::Walrus, "page_protection=fpw", &settings),
     ];
-    let mut servers = Vec::new();
-    for v in &variants {
-        servers.push(prepare(ctx, "checkpoint", v, Setup::Pgbench)?);
-    }
+    let mut servers = prepare_all(ctx, "checkpoint", &variants, Setup::Pgbench)?;
     let seconds = ctx.plan.duration.max(4);
     let o = Options {
         workload: Workload::TpcbLike,
@@ -1021,10 +1025,7 @@ fn scenario_recovery(ctx: &mut Ctx) -> anyhow::Result<String> {
         variant(System::Postgres, "full_page_writes=on", &settings),
         variant(System::Walrus, "page_protection=fpw", &settings),
     ];
-    let mut servers = Vec::new();
-    for v in &variants {
-        servers.push(prepare(ctx, "recovery", v, Setup::Pgbench)?);
-    }
+    let mut servers = prepare_all(ctx, "recovery", &variants, Setup::Pgbench)?;
     let seconds = ctx.plan.duration;
     let o = Options {
         workload: Workload::TpcbLike,
@@ -1115,10 +1116,7 @@ fn scenario_scaling(ctx: &mut Ctx) -> anyhow::Result<String> {
         variant(System::Postgres, "full_page_writes=on", &settings),
         variant(System::Walrus, "page_protection=fpw", &settings),
     ];
-    let mut servers = Vec::new();
-    for v in &variants {
-        servers.push(prepare(ctx, "scaling", v, Setup::Pgbench)?);
-    }
+    let mut servers = prepare_all(ctx, "scaling", &variants, Setup::Pgbench)?;
     let levels = ctx.plan.scaling_clients();
     let mut by_level: Vec<Vec<Vec<Measurement>>> = Vec::new();
     for &clients in &levels {
