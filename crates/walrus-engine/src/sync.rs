@@ -1,7 +1,7 @@
 //! Atomics for code that is model-checked with loom: the std types normally, loom's under
 //! `--cfg loom` (see `.ci/run`), so a loom test explores every interleaving of the real
-//! code rather than of a copy of it. Only the commit-status log's lock-free paths use
-//! this today.
+//! code rather than of a copy of it. Used by the commit-status log's lock-free paths and
+//! the group-commit hand-off.
 
 #[cfg(loom)]
 pub use loom::sync::atomic::{AtomicBool, AtomicU64};
@@ -41,6 +41,43 @@ pub mod thread {
     pub use loom::thread::{current, Thread};
     #[cfg(not(loom))]
     pub use std::thread::{current, Thread};
+
+    #[cfg(loom)]
+    pub use loom::thread::yield_now;
+    #[cfg(not(loom))]
+    pub use std::thread::yield_now;
+
+    /// The end of a bounded polling episode. Loom has no clock, so under loom an episode
+    /// is one poll, which may end in any of the three ways (covered, leaderless, expired
+    /// and then park) depending on the interleaving.
+    pub struct Deadline {
+        #[cfg(not(loom))]
+        at: std::time::Instant,
+        #[cfg(loom)]
+        polls_left: u32,
+    }
+
+    impl Deadline {
+        #[cfg(not(loom))]
+        pub fn after(d: std::time::Duration) -> Deadline {
+            Deadline {
+                at: std::time::Instant::now() + d,
+            }
+        }
+        #[cfg(loom)]
+        pub fn after(_d: std::time::Duration) -> Deadline {
+            Deadline { polls_left: 1 }
+        }
+        #[cfg(not(loom))]
+        pub fn passed(&mut self) -> bool {
+            std::time::Instant::now() >= self.at
+        }
+        #[cfg(loom)]
+        pub fn passed(&mut self) -> bool {
+            self.polls_left = self.polls_left.saturating_sub(1);
+            self.polls_left == 0
+        }
+    }
 
     #[cfg(not(loom))]
     pub fn park_timeout(d: std::time::Duration) {

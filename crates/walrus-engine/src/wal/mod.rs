@@ -81,6 +81,8 @@ pub struct Wal {
     write_state: Mutex<BTreeSet<u64>>,
     /// Who flushes and who waits (see `group_commit`).
     group: group_commit::GroupCommit,
+    /// Moving average of a flush's sync time, in ns (sets the committers' polling budget).
+    sync_ns_avg: AtomicU64,
     space: (Mutex<()>, Condvar),
     compress_images: bool,
     policy: Mutex<ImagePolicy>,
@@ -124,6 +126,7 @@ impl Wal {
             flushed: CachePadded::new(AtomicU64::new(end.0)),
             write_state: Mutex::new(BTreeSet::new()),
             group: group_commit::GroupCommit::new(),
+            sync_ns_avg: AtomicU64::new(0),
             space: (Mutex::new(()), Condvar::new()),
             compress_images: cfg.compress_images,
             policy: Mutex::new(policy),
@@ -342,22 +345,46 @@ impl Wal {
         if self.flushed.load(Ordering::Acquire) >= lsn.0 {
             return;
         }
-        let outcome = self
-            .group
-            .wait(lsn.0, &|| self.flushed.load(Ordering::Acquire), &|| {
-                self.lead_flush(lsn)
-            });
+        let outcome = self.group.wait(
+            lsn.0,
+            &|| self.flushed.load(Ordering::Acquire),
+            &|| self.lead_flush(lsn),
+            self.commit_poll_budget(),
+        );
         if outcome == group_commit::Outcome::Covered {
             self.stats.flush_piggybacks.fetch_add(1, Ordering::Relaxed);
         }
     }
 
+    /// How long a committer that cannot lead polls before it parks: twice the average
+    /// sync (the flush running now, then the one that will cover it), within
+    /// [`COMMIT_POLL_MIN`, `COMMIT_POLL_MAX`]. Zero when syncs are slower than
+    /// `COMMIT_POLL_SYNC_LIMIT`: against milliseconds of waiting, a wake-up costs nothing
+    /// and polling would only burn CPU.
+    fn commit_poll_budget(&self) -> std::time::Duration {
+        let avg = self.sync_ns_avg.load(Ordering::Relaxed);
+        if avg > COMMIT_POLL_SYNC_LIMIT.as_nanos() as u64 {
+            return std::time::Duration::ZERO;
+        }
+        std::time::Duration::from_nanos(2 * avg).clamp(COMMIT_POLL_MIN, COMMIT_POLL_MAX)
+    }
+
     fn lead_flush(&self, lsn: Lsn) {
         // Natural batching, helped a little: when other committers are already queued
-        // behind us, give runnable threads one scheduler slice to add their commit
-        // records before we pick the flush limit (no fixed commit_delay).
-        if self.group.waiting.load(Ordering::Relaxed) >= 2 {
-            std::thread::yield_now();
+        // behind us, yield while that queue keeps growing (each round gives the
+        // committers a previous flush released a slice to add their commit records),
+        // then pick the flush limit. No fixed commit_delay: a round that brings nobody
+        // ends the wait, and a lone committer never waits.
+        let mut seen = self.group.queued();
+        if seen >= 2 {
+            for _ in 0..MAX_BATCH_YIELDS {
+                std::thread::yield_now();
+                let now = self.group.queued();
+                if now <= seen {
+                    break;
+                }
+                seen = now;
+            }
         }
         // Inserters below `lsn` may still be copying: wait for them (PostgreSQL's
         // WaitXLogInsertionsToFinish). They hold no lock we hold, so this ends.
@@ -382,9 +409,15 @@ impl Wal {
         let segs: Vec<u64> = std::mem::take(&mut *self.write_state.lock())
             .into_iter()
             .collect();
+        let sync_start = std::time::Instant::now();
         for s in segs {
             self.segments.sync(s);
         }
+        let took = sync_start.elapsed().as_nanos() as u64;
+        let avg = self.sync_ns_avg.load(Ordering::Relaxed);
+        // Only the leader writes it: a plain load/store moving average, 1/8 per sync.
+        self.sync_ns_avg
+            .store(avg - avg / 8 + took / 8, Ordering::Relaxed);
         self.stats.syncs.fetch_add(1, Ordering::Relaxed);
         debug_assert!(self.written.load(Ordering::Acquire) >= limit.0);
         self.flushed.fetch_max(limit.0, Ordering::AcqRel);
@@ -424,6 +457,15 @@ impl Wal {
     }
 }
 
+/// Yield rounds a flush leader waits, at most, for its batch to stop growing.
+const MAX_BATCH_YIELDS: usize = 8;
+/// Bounds of a committer's polling budget (see `Wal::commit_poll_budget`).
+const COMMIT_POLL_MIN: std::time::Duration = std::time::Duration::from_micros(20);
+const COMMIT_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(1);
+/// Average sync time above which committers park at once (InnoDB's
+/// innodb_log_wait_for_flush_spin_hwm is 400 µs).
+const COMMIT_POLL_SYNC_LIMIT: std::time::Duration = std::time::Duration::from_micros(500);
+
 thread_local!(static ENCODE_BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(1024)));
 
 /// Bytes of an 8 KiB page image before compression, for statistics.
@@ -456,6 +498,38 @@ mod tests {
             Lsn::ZERO,
             ImagePolicy::Never,
         )
+    }
+
+    /// Committers poll for twice the measured sync time, within bounds, and park at once
+    /// when the device is slow.
+    #[test]
+    fn commit_poll_budget_follows_the_measured_sync_time() {
+        use std::time::Duration;
+        let dir = tempfile::tempdir().unwrap();
+        let wal = test_wal(dir.path(), WAL_BUFFER_BYTES_MIN, SyncMethod::Fdatasync);
+        let budget_for = |avg: Duration| {
+            wal.sync_ns_avg
+                .store(avg.as_nanos() as u64, Ordering::Relaxed);
+            wal.commit_poll_budget()
+        };
+        assert_eq!(budget_for(Duration::ZERO), COMMIT_POLL_MIN);
+        assert_eq!(
+            budget_for(Duration::from_micros(150)),
+            Duration::from_micros(300)
+        );
+        assert_eq!(budget_for(COMMIT_POLL_SYNC_LIMIT), COMMIT_POLL_MAX);
+        assert_eq!(
+            budget_for(COMMIT_POLL_SYNC_LIMIT + Duration::from_micros(1)),
+            Duration::ZERO
+        );
+        // A real flush feeds the average.
+        wal.sync_ns_avg.store(0, Ordering::Relaxed);
+        let (_, end) = wal.insert(
+            &WalRecord::new(Rmgr::Xact, 1, Xid(3)).with_main(vec![7; 16]),
+            &[],
+        );
+        wal.flush(end);
+        assert!(wal.sync_ns_avg.load(Ordering::Relaxed) > 0);
     }
 
     /// Many threads insert records of varied sizes through a ring barely big enough (so
