@@ -193,7 +193,9 @@ impl Engine {
             tracing::warn!("wal_sync_method = none: commits are NOT durable (testing only)");
         }
         let segs = Segments::new(dir, cd.wal_segment_size, settings.wal_sync_method)?;
+        let scan_started = std::time::Instant::now();
         let wal_end = crate::recovery::find_end(&segs, cd.redo_lsn, cd.checkpoint_lsn)?;
+        let scan_took = scan_started.elapsed();
         let crashed = cd.state != DbState::ShutDown || wal_end.end > cd.checkpoint_lsn.add(64);
         let policy = match settings.page_protection {
             PageProtection::Fpw => ImagePolicy::FirstChangeAfterRedo,
@@ -212,7 +214,7 @@ impl Engine {
             settings.shared_buffers_pages,
             relfiles,
             wal.clone(),
-        ));
+        )?);
         pool.set_relation_name(CATALOG_RELFILE, "walrus_catalog");
         let clog = Clog::open(&dir.join("clog"), settings.clog_buffers)
             .map_err(|e| Error::io("open commit-status log", dir.join("clog").display(), e))?;
@@ -226,9 +228,11 @@ impl Engine {
         let mut next_relfile = cd.next_relfile;
         if crashed {
             tracing::info!(
-                "database system was not properly shut down; automatic recovery in progress from redo LSN {} ({} MB of WAL)",
+                "database system was not properly shut down; automatic recovery in progress from redo LSN {} ({} MB of WAL, {} records; end of WAL found and synced in {:.2} s)",
                 cd.redo_lsn,
-                wal_end.end.distance_from(cd.redo_lsn) >> 20
+                wal_end.end.distance_from(cd.redo_lsn) >> 20,
+                wal_end.records,
+                scan_took.as_secs_f64()
             );
             let out =
                 crate::recovery::replay(&wal.segments, &pool, &txn, cd.redo_lsn, wal_end.end)?;

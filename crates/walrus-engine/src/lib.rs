@@ -14,7 +14,8 @@
 //! | `storage`  | page format + checksum, relation files, control file         |
 //! | `io`       | the OS seam and test-only fault injection                    |
 //!
-//! `unsafe` is allowed only in `wal::buffer` (concurrent copies into reserved ranges).
+//! `unsafe` is allowed only in `wal::buffer` (concurrent copies into reserved ranges) and
+//! `buffer::arena` (the pool's page memory, one lazily zero-filled mapping).
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 

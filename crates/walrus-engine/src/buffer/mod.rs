@@ -12,10 +12,13 @@ use walrus_base::limits::PAGE_TABLE_PARTITIONS;
 use walrus_base::{Lsn, PageId, RelFileId};
 
 use crate::error::{Error, Result};
+mod arena;
+
 use crate::storage::page::{self, PageBuf, PageCheck};
 use crate::storage::relfile::RelFiles;
 use crate::wal::record::WalRecord;
 use crate::wal::Wal;
+use arena::{PageArena, PageSlot};
 
 const NO_PAGE: u64 = u64::MAX;
 const FLAG_VALID: u32 = 1;
@@ -51,7 +54,7 @@ impl std::hash::Hasher for PageIdHasher {
 type PageTable = HashMap<PageId, u32, std::hash::BuildHasherDefault<PageIdHasher>>;
 
 struct Frame {
-    latch: RwLock<Box<PageBuf>>,
+    latch: RwLock<PageSlot>,
     page: AtomicU64,
     pin: AtomicU32,
     usage: AtomicU32,
@@ -98,6 +101,8 @@ pub struct BufferPool {
     pub(crate) writer_wake: (Mutex<bool>, Condvar),
     clean_wait: (Mutex<()>, Condvar),
     pub stats: BufferStats,
+    /// The frames' page memory; declared last so it is unmapped after every frame.
+    _arena: PageArena,
 }
 
 /// A pinned page: it stays in its frame until this is dropped.
@@ -108,7 +113,7 @@ pub struct PinnedPage<'a> {
 }
 
 pub struct PageRead<'a> {
-    guard: RwLockReadGuard<'a, Box<PageBuf>>,
+    guard: RwLockReadGuard<'a, PageSlot>,
 }
 
 /// An exclusively latched page. Changing it and logging the change must not be
@@ -118,15 +123,25 @@ pub struct PageWrite<'a> {
     pool: &'a BufferPool,
     frame: u32,
     id: PageId,
-    guard: RwLockWriteGuard<'a, Box<PageBuf>>,
+    guard: RwLockWriteGuard<'a, PageSlot>,
 }
 
 impl BufferPool {
-    pub fn new(nframes: usize, relfiles: Arc<RelFiles>, wal: Arc<Wal>) -> BufferPool {
+    /// Fails only if the page memory cannot be mapped (`shared_buffers` beyond what the
+    /// system allows).
+    pub fn new(nframes: usize, relfiles: Arc<RelFiles>, wal: Arc<Wal>) -> Result<BufferPool> {
         assert!(nframes >= 16, "shared_buffers must hold at least 16 pages");
-        let frames = (0..nframes)
-            .map(|_| Frame {
-                latch: RwLock::new(PageBuf::zeroed()),
+        let (arena, slots) = PageArena::new(nframes).map_err(|e| {
+            Error::io(
+                "map the buffer pool",
+                format!("shared_buffers = {} pages", nframes),
+                e,
+            )
+        })?;
+        let frames = slots
+            .into_iter()
+            .map(|slot| Frame {
+                latch: RwLock::new(slot),
                 page: AtomicU64::new(NO_PAGE),
                 pin: AtomicU32::new(0),
                 usage: AtomicU32::new(0),
@@ -134,7 +149,7 @@ impl BufferPool {
                 rec_lsn: AtomicU64::new(0),
             })
             .collect();
-        BufferPool {
+        Ok(BufferPool {
             frames,
             table: (0..PAGE_TABLE_PARTITIONS)
                 .map(|_| Mutex::new(PageTable::default()))
@@ -149,7 +164,8 @@ impl BufferPool {
             writer_wake: (Mutex::new(false), Condvar::new()),
             clean_wait: (Mutex::new(()), Condvar::new()),
             stats: BufferStats::default(),
-        }
+            _arena: arena,
+        })
     }
 
     pub fn nframes(&self) -> usize {
@@ -239,10 +255,10 @@ impl BufferPool {
             drop(part);
             self.stats.misses.fetch_add(1, Ordering::Relaxed);
             let loaded = if fresh {
-                g.0.fill(0);
+                g.fill(0);
                 Ok(())
             } else {
-                self.load(id, &mut g.0)
+                self.load(id, &mut g[..])
             };
             match loaded {
                 Ok(()) => {
@@ -467,7 +483,7 @@ impl BufferPool {
         }
         let id = unpack(expect);
         let mut copy = PageBuf::zeroed();
-        copy.0.copy_from_slice(&g.0);
+        copy.0.copy_from_slice(&g[..]);
         let lsn = page::lsn(&copy.0);
         // WAL before data: the page may only reach disk once the WAL describing its
         // latest change is durable.
@@ -686,7 +702,7 @@ impl Drop for PinnedPage<'_> {
 impl std::ops::Deref for PageRead<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.guard.0
+        &self.guard[..]
     }
 }
 
@@ -704,7 +720,7 @@ impl LoggedPage for PageWrite<'_> {
         self.id
     }
     fn bytes(&self) -> &[u8] {
-        &self.guard.0
+        &self.guard[..]
     }
     fn mark_dirty(&mut self) {
         PageWrite::mark_dirty(self)
@@ -729,19 +745,19 @@ impl PageWrite<'_> {
         self.pool.mark_frame_dirty(self.frame, Some(lsn));
     }
     pub fn set_lsn(&mut self, lsn: Lsn) {
-        page::set_lsn(&mut self.guard.0, lsn);
+        page::set_lsn(&mut self.guard[..], lsn);
     }
 }
 
 impl std::ops::Deref for PageWrite<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.guard.0
+        &self.guard[..]
     }
 }
 impl std::ops::DerefMut for PageWrite<'_> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut self.guard.0
+        &mut self.guard[..]
     }
 }
 

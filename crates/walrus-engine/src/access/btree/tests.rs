@@ -37,7 +37,7 @@ fn pool(dir: &std::path::Path, frames: usize) -> Arc<BufferPool> {
     ));
     let relfiles = Arc::new(RelFiles::open(dir).unwrap());
     relfiles.create(REL).unwrap();
-    Arc::new(BufferPool::new(frames, relfiles, wal))
+    Arc::new(BufferPool::new(frames, relfiles, wal).unwrap())
 }
 
 fn k(v: u64) -> Vec<u8> {
