@@ -1,5 +1,6 @@
 //! `walrus serve` and `walrus stop`.
 
+use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,16 +73,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let pid_path = a.data.join(PID_FILE);
-    if let Ok(old) = std::fs::read_to_string(&pid_path) {
-        if Path::new(&format!("/proc/{}", old.trim())).exists() {
-            bail!(
-                "another walrus (pid {}) is running on {}; stop it first",
-                old.trim(),
-                a.data.display()
-            );
-        }
-    }
+    let mut pid_file = PidFile::lock(&a.data)?;
     let (engine, report) = Engine::open_with(&a.data, settings)?;
     if let Some(r) = report {
         tracing::info!(
@@ -99,7 +91,10 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         },
     )
     .with_context(|| format!("could not listen on {ip}:{port}"))?;
-    std::fs::write(&pid_path, std::process::id().to_string())?;
+    pid_file.file.set_len(0)?;
+    pid_file
+        .file
+        .write_all(std::process::id().to_string().as_bytes())?;
     tracing::info!(
         "walrus listening on {}, data directory {}",
         server.local_addr()?,
@@ -136,9 +131,54 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     });
     server.run(&shutdown);
     engine.shutdown()?;
-    let _ = std::fs::remove_file(&pid_path);
+    drop(pid_file);
     tracing::info!("walrus stopped");
     Ok(())
+}
+
+/// The data directory's pid file, exclusively locked (an advisory lock) for as long as
+/// this server runs, and removed when it ends. The kernel drops the lock when the process
+/// dies, however it dies, so a pid file left by a crash never blocks a restart — even
+/// when its pid now belongs to an unrelated process, or to a zombie nobody has reaped yet
+/// (checking that the pid exists got both wrong) — and two servers can never recover one
+/// directory at once.
+struct PidFile {
+    path: PathBuf,
+    file: std::fs::File,
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+impl PidFile {
+    fn lock(data: &Path) -> anyhow::Result<PidFile> {
+        let path = data.join(PID_FILE);
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("could not open {}", path.display()))?;
+        match f.try_lock() {
+            Ok(()) => Ok(PidFile { path, file: f }),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut pid = String::new();
+                let _ = f.read_to_string(&mut pid);
+                bail!(
+                    "another walrus (pid {}) is running on {}; stop it first",
+                    pid.trim(),
+                    data.display()
+                )
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(e).with_context(|| format!("could not lock {}", path.display()))
+            }
+        }
+    }
 }
 
 pub fn stop(dir: &Path) -> anyhow::Result<()> {
@@ -151,6 +191,17 @@ pub fn stop(dir: &Path) -> anyhow::Result<()> {
         )
     })?;
     let pid = pid.trim().to_string();
+    // Nobody holds the pid file's lock: the process that wrote it is gone (a crash), and
+    // signalling its pid could hit an unrelated process that reuses the number.
+    if let Ok(f) = std::fs::File::open(&pid_path) {
+        if f.try_lock_shared().is_ok() {
+            bail!(
+                "walrus is not running on {} (its {} is left from pid {pid}, which ended)",
+                dir.display(),
+                PID_FILE
+            );
+        }
+    }
     let st = std::process::Command::new("kill")
         .args(["-TERM", &pid])
         .status()?;

@@ -433,3 +433,45 @@ fn scram_sha_256_password_authentication_with_psql() {
     assert!(again.status.success(), "{}", text(&again));
     srv.stop();
 }
+
+/// The pid file's lock, not the pid in it, says whether a server runs on a directory: a
+/// second server is refused while the first runs; after a kill -9 the leftover pid file
+/// blocks nothing, even when the pid it names is a live process (here: this test), and
+/// `walrus stop` refuses to signal that pid.
+#[test]
+fn pid_file_lock_refuses_a_second_server_but_never_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let port = free_port();
+    let mut srv = ServerProc::start(&data, port);
+    let second = walrus()
+        .args(["serve", "--data"])
+        .arg(&data)
+        .args(["--port", &free_port().to_string()])
+        .output()
+        .expect("run a second walrus serve");
+    assert!(!second.status.success(), "a second server started");
+    let expected = format!("another walrus (pid {}) is running", srv.child.id());
+    assert!(text(&second).contains(&expected), "{}", text(&second));
+
+    srv.child.kill().expect("kill -9 the server");
+    srv.child.wait().unwrap();
+    let pid_file = data.join("walrus.pid");
+    std::fs::write(&pid_file, std::process::id().to_string()).unwrap();
+    let stop = walrus().arg("stop").arg(&data).output().unwrap();
+    assert!(!stop.status.success(), "stop signalled a stale pid");
+    assert!(text(&stop).contains("not running"), "{}", text(&stop));
+
+    let srv = ServerProc::start(&data, port);
+    let mut owner = String::new();
+    for _ in 0..100 {
+        owner = std::fs::read_to_string(&pid_file).unwrap_or_default();
+        if owner.trim() == srv.child.id().to_string() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(owner.trim(), srv.child.id().to_string());
+    srv.stop();
+    assert!(!pid_file.exists(), "a clean stop removes the pid file");
+}
