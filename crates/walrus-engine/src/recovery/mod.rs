@@ -134,7 +134,8 @@ pub fn replay(
             }
         }
         apply(pool, txn, &rec, &mut stats, &mut out, &mut in_progress)?;
-        if last_report.elapsed() > Duration::from_secs(2) {
+        // Reading the clock per record cost 2.5 % of replay (perf): look every 4096.
+        if stats.records % 4096 == 0 && last_report.elapsed() > Duration::from_secs(2) {
             last_report = Instant::now();
             let done = rec.lsn.distance_from(redo);
             let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-6);
