@@ -52,7 +52,7 @@ pub fn find_end(segs: &Segments, redo: Lsn, checkpoint: Lsn) -> Result<WalEnd> {
     let mut r = WalReader::new(segs, redo);
     let mut records = 0;
     let mut saw_checkpoint = checkpoint < redo;
-    // Only where valid WAL ends matters here: validate without copying payloads.
+    // Only where valid WAL ends matters here (decoding borrows, so nothing is copied).
     while let Some(lsn) = r.skip_record()? {
         records += 1;
         if lsn == checkpoint {
@@ -265,8 +265,8 @@ fn apply(
 fn redo_block(rec: &DecodedRecord, i: usize, p: &mut [u8], id: PageId, init: bool) -> Result<()> {
     let b = &rec.blocks[i];
     let r = match rec.rmgr {
-        Rmgr::Heap => crate::access::heap::redo_block(rec.xid, rec.info, i, &b.data, p, id, init),
-        Rmgr::Btree => crate::access::btree::redo_block(rec.info, i, &b.data, &rec.main, p, id),
+        Rmgr::Heap => crate::access::heap::redo_block(rec.xid, rec.info, i, b.data, p, id, init),
+        Rmgr::Btree => crate::access::btree::redo_block(rec.info, i, b.data, rec.main, p, id),
         _ => Err("not a page record".into()),
     };
     r.map_err(|e| bad_record(rec, &e))

@@ -422,17 +422,20 @@ pub fn compact(p: &mut [u8]) {
         count -= 1;
     }
     wr16(p, 22, (HEADER_SIZE + count as usize * LP_SIZE) as u16);
-    let mut items: Vec<(u16, Vec<u8>)> = Vec::new();
-    for n in 1..=count {
-        let lp = line_pointer(p, n);
-        if lp.state == LpState::Normal {
-            items.push((n, item(p, n).to_vec()));
-        }
-    }
+    // Items are read from one copy of the page while they are rewritten in place
+    // (PostgreSQL's compactify_tuples does the same). Copying each item into its own Vec
+    // made every prune, and every PRUNE replayed, one allocation per live tuple: a sixth
+    // of recovery's time.
+    let mut scratch = [0u8; PAGE_SIZE];
+    scratch.copy_from_slice(&p[..PAGE_SIZE]);
     let mut top = special_offset(p);
-    for (n, data) in items {
+    for n in 1..=count {
+        if line_pointer(p, n).state != LpState::Normal {
+            continue;
+        }
+        let data = item(&scratch, n);
         top -= align8(data.len());
-        p[top..top + data.len()].copy_from_slice(&data);
+        p[top..top + data.len()].copy_from_slice(data);
         set_line_pointer(
             p,
             n,
@@ -546,6 +549,37 @@ mod tests {
         compact(&mut p[..]);
         assert!(free_space(&p[..]) > before);
         assert_eq!(item(&p[..], 3), b"cccc");
+    }
+
+    proptest! {
+        /// Compaction keeps every live item's bytes under its line-pointer number, frees
+        /// exactly what `free_space_after_compact` promised, and leaves the items packed
+        /// below the special space without overlap.
+        #[test]
+        fn compact_keeps_live_items_and_frees_the_promised_space(
+            items in proptest::collection::vec(
+                (proptest::collection::vec(any::<u8>(), 1..300), 0u8..3), 1..40),
+        ) {
+            let mut p = fresh();
+            let mut kept = Vec::new();
+            for (data, fate) in &items {
+                let Some(n) = add_item(&mut p[..], data, Placement::Append { reuse_unused: false })
+                else { break };
+                match fate {
+                    0 => kept.push((n, data.clone())),
+                    1 => set_line_pointer(&mut p[..], n, LinePointer { state: LpState::Dead, off: 0, len: 0 }),
+                    _ => set_line_pointer(&mut p[..], n, LinePointer { state: LpState::Unused, off: 0, len: 0 }),
+                }
+            }
+            let promised = free_space_after_compact(&p[..]);
+            compact(&mut p[..]);
+            for (n, data) in &kept {
+                prop_assert_eq!(item(&p[..], *n), &data[..]);
+            }
+            let used: usize = kept.iter().map(|(_, d)| align8(d.len())).sum();
+            prop_assert_eq!(upper(&p[..]), special_offset(&p[..]) - used);
+            prop_assert!(special_offset(&p[..]) - lower(&p[..]) - used >= promised);
+        }
     }
 
     #[test]

@@ -56,39 +56,26 @@ impl<'a> WalReader<'a> {
         self.last
     }
 
-    pub fn next_record(&mut self) -> Result<Option<DecodedRecord>> {
-        self.advance(true)
-    }
-
-    /// Like [`Self::next_record`] (same acceptance, same end), but returns only the
-    /// record's start and copies none of its payload: for finding the end of WAL.
-    pub fn skip_record(&mut self) -> Result<Option<Lsn>> {
-        Ok(self.advance(false)?.map(|r| r.lsn))
-    }
-
-    fn advance(&mut self, copy_payload: bool) -> Result<Option<DecodedRecord>> {
+    /// The next record, borrowing its payload from the reader's window (valid until the
+    /// next call).
+    pub fn next_record(&mut self) -> Result<Option<DecodedRecord<'_>>> {
         if self.end != EndReason::NotYet {
             return Ok(None);
         }
         let pos = self.pos;
-        let Some(hdr) = self.bytes_at(pos, HEADER_SIZE)? else {
+        let Some(off) = self.window_offset(pos, HEADER_SIZE)? else {
             self.end = EndReason::MissingSegment(self.first_missing_segment());
             return Ok(None);
         };
-        let Some(len) = record::header_len(hdr) else {
+        let Some(len) = record::header_len(&self.window[off..off + HEADER_SIZE]) else {
             self.end = EndReason::NoRecord;
             return Ok(None);
         };
-        let Some(bytes) = self.bytes_at(pos, len)? else {
+        let Some(off) = self.window_offset(pos, len)? else {
             self.end = EndReason::MissingSegment(self.first_missing_segment());
             return Ok(None);
         };
-        let decoded = if copy_payload {
-            record::decode(bytes, pos)
-        } else {
-            record::validate(bytes, pos)
-        };
-        match decoded {
+        match record::decode(&self.window[off..off + len], pos) {
             Ok(rec) => {
                 if let Some(last) = self.last {
                     if rec.prev != last {
@@ -110,9 +97,16 @@ impl<'a> WalReader<'a> {
         }
     }
 
-    /// `len` bytes of WAL at `at`, from the window (refilled from `at` when it does not
-    /// hold them). `None`: a segment is missing before `len` bytes could be read.
-    fn bytes_at(&mut self, at: Lsn, len: usize) -> Result<Option<&[u8]>> {
+    /// Like [`Self::next_record`] (same acceptance, same end), but returns only the
+    /// record's start: for finding the end of WAL.
+    pub fn skip_record(&mut self) -> Result<Option<Lsn>> {
+        Ok(self.next_record()?.map(|r| r.lsn))
+    }
+
+    /// Where `len` bytes of WAL at `at` start in the window, refilling the window from
+    /// `at` when it does not hold them. `None`: a segment is missing before `len` bytes
+    /// could be read.
+    fn window_offset(&mut self, at: Lsn, len: usize) -> Result<Option<usize>> {
         let start = self.window_start.0;
         let held = at.0 >= start && at.0 + len as u64 <= start + self.window.len() as u64;
         if !held {
@@ -124,8 +118,7 @@ impl<'a> WalReader<'a> {
                 return Ok(None);
             }
         }
-        let off = (at.0 - self.window_start.0) as usize;
-        Ok(Some(&self.window[off..off + len]))
+        Ok(Some((at.0 - self.window_start.0) as usize))
     }
 
     /// After `bytes_at` returned `None`: the window ends where the missing segment starts.

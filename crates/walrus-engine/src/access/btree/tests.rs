@@ -259,7 +259,7 @@ fn btree_redo_rebuilds_the_same_pages() {
                 .entry(b.page.block.0)
                 .or_insert_with(|| vec![0u8; PAGE_SIZE]);
             if page::lsn(p) < rec.end_lsn {
-                redo_block(rec.info, i, &b.data, &rec.main, p, b.page).unwrap();
+                redo_block(rec.info, i, b.data, rec.main, p, b.page).unwrap();
                 page::set_lsn(p, rec.end_lsn);
             }
         }
