@@ -73,7 +73,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let mut pid_file = PidFile::lock(&a.data)?;
+    // Locked and written before recovery, so `walrus stop` and a second server see this
+    // process while it recovers.
+    let pid_file = PidFile::lock(&a.data)?;
     let (engine, report) = Engine::open_with(&a.data, settings)?;
     if let Some(r) = report {
         tracing::info!(
@@ -91,10 +93,6 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         },
     )
     .with_context(|| format!("could not listen on {ip}:{port}"))?;
-    pid_file.file.set_len(0)?;
-    pid_file
-        .file
-        .write_all(std::process::id().to_string().as_bytes())?;
     tracing::info!(
         "walrus listening on {}, data directory {}",
         server.local_addr()?,
@@ -144,7 +142,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
 /// directory at once.
 struct PidFile {
     path: PathBuf,
-    file: std::fs::File,
+    /// Holds the lock; closing it releases the lock.
+    _file: std::fs::File,
 }
 
 impl Drop for PidFile {
@@ -164,7 +163,11 @@ impl PidFile {
             .open(&path)
             .with_context(|| format!("could not open {}", path.display()))?;
         match f.try_lock() {
-            Ok(()) => Ok(PidFile { path, file: f }),
+            Ok(()) => {
+                f.set_len(0)?;
+                f.write_all(std::process::id().to_string().as_bytes())?;
+                Ok(PidFile { path, _file: f })
+            }
             Err(std::fs::TryLockError::WouldBlock) => {
                 let mut pid = String::new();
                 let _ = f.read_to_string(&mut pid);
@@ -193,14 +196,12 @@ pub fn stop(dir: &Path) -> anyhow::Result<()> {
     let pid = pid.trim().to_string();
     // Nobody holds the pid file's lock: the process that wrote it is gone (a crash), and
     // signalling its pid could hit an unrelated process that reuses the number.
-    if let Ok(f) = std::fs::File::open(&pid_path) {
-        if f.try_lock_shared().is_ok() {
-            bail!(
-                "walrus is not running on {} (its {} is left from pid {pid}, which ended)",
-                dir.display(),
-                PID_FILE
-            );
-        }
+    if !server_holds(&pid_path) {
+        bail!(
+            "walrus is not running on {} (its {} is left from pid {pid}, which ended)",
+            dir.display(),
+            PID_FILE
+        );
     }
     let st = std::process::Command::new("kill")
         .args(["-TERM", &pid])
@@ -209,12 +210,26 @@ pub fn stop(dir: &Path) -> anyhow::Result<()> {
         bail!("could not signal walrus (pid {pid})");
     }
     let start = Instant::now();
-    while pid_path.exists() {
+    while server_holds(&pid_path) {
         if start.elapsed() > Duration::from_secs(120) {
             bail!("walrus (pid {pid}) did not stop within 120 s");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    println!("walrus stopped");
+    if pid_path.exists() {
+        // A clean stop removes the file before the lock goes: this one ended on the
+        // signal itself, during startup or recovery, before its signal handling began.
+        println!("walrus stopped before its shutdown checkpoint (it was still starting); the next start recovers");
+    } else {
+        println!("walrus stopped");
+    }
     Ok(())
+}
+
+/// Whether a running server holds the lock on the pid file at `path`.
+fn server_holds(path: &Path) -> bool {
+    match std::fs::File::open(path) {
+        Ok(f) => f.try_lock_shared().is_err(),
+        Err(_) => false,
+    }
 }
