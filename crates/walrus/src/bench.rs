@@ -101,7 +101,7 @@ fn micro(dir: &Path, secs: Duration, only: Option<&str>) -> anyhow::Result<()> {
 
     let shared = 16.0 * 1024.0 * 8192.0 / 1048576.0;
     println!(
-        "| resident memory during the commit runs, shared_buffers = 128 MB | {:.0} MB (1 thr) / {:.0} MB (16 thr) | shared_buffers {shared:.0} MB | +{:.0} MB |",
+        "| resident memory during the commit runs, shared_buffers = 128 MB (pool pages are faulted in when first used) | {:.0} MB (1 thr) / {:.0} MB (16 thr) | shared_buffers {shared:.0} MB | {:+.0} MB |",
         rss1, rss16, rss16.max(rss1) - shared
     );
     Ok(())
