@@ -7,24 +7,13 @@
 set -u
 SECS=${1:-8}
 REPS=${2:-2}
-PGBIN=/usr/lib/postgresql/15/bin
 WALRUS=${WALRUS:-target/release/walrus}
-id pgrun >/dev/null 2>&1 || useradd -m pgrun
-rm -rf /tmp/gcpg /tmp/gcw; mkdir -p /tmp/gcpg; chown pgrun /tmp/gcpg
-su pgrun -c "$PGBIN/initdb -D /tmp/gcpg/data -U bench >/dev/null 2>&1"
-cat >> /tmp/gcpg/data/postgresql.conf <<CONF
-port = 55443
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '/tmp/gcpg'
-shared_buffers = 128MB
-fsync = on
-synchronous_commit = on
-CONF
-su pgrun -c "$PGBIN/pg_ctl -D /tmp/gcpg/data -l /tmp/gcpg/log -w start" >/dev/null
-su pgrun -c "$PGBIN/createdb -h 127.0.0.1 -p 55443 -U bench bench"
+. "$(dirname "$0")/pg-cluster.sh"
+rm -rf /tmp/gcw
+start_pg /tmp/gcpg 55443 </dev/null
 $WALRUS serve --data /tmp/gcw --port 55444 > /tmp/gcw.log 2>&1 &
 WPID=$!
-trap 'kill -TERM $WPID 2>/dev/null; su pgrun -c "$PGBIN/pg_ctl -D /tmp/gcpg/data -w stop" >/dev/null 2>&1' EXIT
+trap 'kill -TERM $WPID 2>/dev/null; stop_pg /tmp/gcpg' EXIT
 for i in $(seq 1 50); do psql -h 127.0.0.1 -p 55444 -U bench -Atc "select 1" bench >/dev/null 2>&1 && break; sleep 0.2; done
 printf '\\set id random(1, 1000000000)\ninsert into gc (id, v) values (:id, repeat($$x$$, 20));\n' > /tmp/gc.sql
 for port in 55443 55444; do

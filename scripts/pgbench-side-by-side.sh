@@ -8,23 +8,13 @@
 # /tmp/run_walrus.log. `walrus bench compare` (issue 4) is the general harness; this
 # script is exactly issue 3's side-by-side command.
 set -u
-PGBIN=/usr/lib/postgresql/15/bin
-id pgrun >/dev/null 2>&1 || useradd -m pgrun
-rm -rf /tmp/pgside /tmp/walside; mkdir -p /tmp/pgside; chown pgrun /tmp/pgside
-su pgrun -c "$PGBIN/initdb -D /tmp/pgside/data -U bench >/dev/null"
-cat >> /tmp/pgside/data/postgresql.conf <<CONF
-port = 55440
-listen_addresses = '127.0.0.1'
-unix_socket_directories = '/tmp/pgside'
-shared_buffers = 128MB
+. "$(dirname "$0")/pg-cluster.sh"
+rm -rf /tmp/walside
+start_pg /tmp/pgside 55440 <<CONF
 max_wal_size = 1GB
 checkpoint_timeout = 5min
-fsync = on
-synchronous_commit = on
 full_page_writes = on
 CONF
-su pgrun -c "$PGBIN/pg_ctl -D /tmp/pgside/data -l /tmp/pgside/log -w start" >/dev/null
-su pgrun -c "$PGBIN/createdb -h 127.0.0.1 -p 55440 -U bench bench"
 ${WALRUS:-target/release/walrus} serve --data /tmp/walside --port 55441 > /tmp/walside.log 2>&1 &
 WPID=$!
 sleep 2
@@ -49,5 +39,5 @@ for sys in pg walrus; do
   echo "$name: $(grep -E '^tps' $log | head -1) | $(grep 'latency average' $log) | p99 $(p99 $sys)"
 done
 kill -TERM $WPID; wait $WPID
-su pgrun -c "$PGBIN/pg_ctl -D /tmp/pgside/data -w stop" >/dev/null
+stop_pg /tmp/pgside
 echo done

@@ -334,29 +334,27 @@ fn update_on_a_full_page_prunes_dead_versions_and_stays_on_the_page() {
     );
     let (a, b) = (on_first_page[0], on_first_page[1]);
 
-    // Nothing on the full page is dead yet: the new version has to go elsewhere.
-    let mut t = e.begin(Isolation::ReadCommitted);
-    let (tid, _) = get(&mut t, &def, a).unwrap();
-    let RowChange::Done(moved) = t
-        .update(&def, tid, &row(a, "0123456789ABCDEFGHIJ"))
-        .unwrap()
-    else {
-        panic!("update of {a} did not complete");
+    // Updates row `key` in a transaction of its own; returns where the new version went.
+    let update_alone = |key: i32| {
+        let mut t = e.begin(Isolation::ReadCommitted);
+        let (tid, _) = get(&mut t, &def, key).unwrap();
+        let RowChange::Done(new_tid) = t
+            .update(&def, tid, &row(key, "0123456789ABCDEFGHIJ"))
+            .unwrap()
+        else {
+            panic!("update of {key} did not complete");
+        };
+        t.commit().unwrap();
+        new_tid
     };
-    t.commit().unwrap();
+
+    // Nothing on the full page is dead yet: the new version has to go elsewhere.
+    let moved = update_alone(a);
     assert_ne!(moved.block, 0, "a full page has no room without pruning");
 
     // Now `a`'s old version on page 0 is dead to every snapshot: the next update on the
     // page prunes it and fits there.
-    let mut t = e.begin(Isolation::ReadCommitted);
-    let (tid, _) = get(&mut t, &def, b).unwrap();
-    let RowChange::Done(stayed) = t
-        .update(&def, tid, &row(b, "0123456789ABCDEFGHIJ"))
-        .unwrap()
-    else {
-        panic!("update of {b} did not complete");
-    };
-    t.commit().unwrap();
+    let stayed = update_alone(b);
     assert_eq!(
         stayed.block, 0,
         "the update should have pruned page 0 and stayed on it"

@@ -51,7 +51,8 @@ impl PageArena {
         if p == libc::MAP_FAILED {
             return Err(std::io::Error::last_os_error());
         }
-        let base = NonNull::new(p.cast::<u8>()).expect("mmap returned null without failing");
+        let base = NonNull::new(p.cast::<u8>())
+            .ok_or_else(|| std::io::Error::other("mmap returned a null mapping"))?;
         let slots = (0..nframes)
             .map(|i| PageSlot {
                 // SAFETY: `i * PAGE_SIZE + PAGE_SIZE <= len`, so the offset stays inside

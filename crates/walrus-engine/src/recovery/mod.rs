@@ -52,10 +52,9 @@ pub fn find_end(segs: &Segments, redo: Lsn, checkpoint: Lsn) -> Result<WalEnd> {
     let mut r = WalReader::new(segs, redo);
     let mut records = 0;
     let mut saw_checkpoint = checkpoint < redo;
-    // Only where valid WAL ends matters here (decoding borrows, so nothing is copied).
-    while let Some(lsn) = r.skip_record()? {
+    while let Some(rec) = r.next_record()? {
         records += 1;
-        if lsn == checkpoint {
+        if rec.lsn == checkpoint {
             saw_checkpoint = true;
         }
     }

@@ -553,7 +553,7 @@ mod tests {
 
     proptest! {
         /// Compaction keeps every live item's bytes under its line-pointer number, frees
-        /// exactly what `free_space_after_compact` promised, and leaves the items packed
+        /// at least what `free_space_after_compact` promised, and leaves the items packed
         /// below the special space without overlap.
         #[test]
         fn compact_keeps_live_items_and_frees_the_promised_space(

@@ -97,12 +97,6 @@ impl<'a> WalReader<'a> {
         }
     }
 
-    /// Like [`Self::next_record`] (same acceptance, same end), but returns only the
-    /// record's start: for finding the end of WAL.
-    pub fn skip_record(&mut self) -> Result<Option<Lsn>> {
-        Ok(self.next_record()?.map(|r| r.lsn))
-    }
-
     /// Where `len` bytes of WAL at `at` start in the window, refilling the window from
     /// `at` when it does not hold them. `None`: a segment is missing before `len` bytes
     /// could be read.
@@ -121,7 +115,8 @@ impl<'a> WalReader<'a> {
         Ok(Some((at.0 - self.window_start.0) as usize))
     }
 
-    /// After `bytes_at` returned `None`: the window ends where the missing segment starts.
+    /// After `window_offset` returned `None`: the window ends where the missing segment
+    /// starts.
     fn first_missing_segment(&self) -> u64 {
         self.segs
             .segno(self.window_start.add(self.window.len() as u64))

@@ -265,10 +265,9 @@ pub fn header_len(h: &[u8]) -> Option<usize> {
         .then_some(len)
 }
 
-/// Decodes a complete record read at `at`, borrowing its payload from `buf` (replay
-/// copies nothing: per-record allocations were a fifth of its time). `Err` means "not a
-/// valid record here" (the reader treats it as the end of WAL); it never panics on
-/// arbitrary bytes.
+/// Decodes a complete record read at `at`, borrowing its payload from `buf` (so neither
+/// replay nor the end-of-WAL scan copies record bodies). `Err` means "not a valid record
+/// here" (the reader treats it as the end of WAL); it never panics on arbitrary bytes.
 pub fn decode(buf: &[u8], at: Lsn) -> Result<DecodedRecord<'_>, String> {
     if buf.len() < HEADER_SIZE {
         return Err("short header".into());
