@@ -20,7 +20,7 @@ use walrus_base::{Lsn, RelFileId, Tid, Xid, PAGE_SIZE};
 use crate::access::btree::{BTree, UniqueCheck};
 use crate::access::datum::{self, encode_key, encode_row, Datum};
 use crate::access::heap::tuple::{self, TupleHeader, Viewer};
-use crate::access::heap::{Heap, HeapRel, Modify};
+use crate::access::heap::{Fetched, Heap, HeapRel, Modify};
 use crate::buffer::page_writer::PageWriters;
 use crate::buffer::{BufferPool, Writer};
 use crate::catalog::{self, CatalogView, ColumnDef, IndexDef, TableDef, CATALOG_RELFILE};
@@ -91,6 +91,9 @@ struct Inner {
     /// Serializes DDL (PostgreSQL would take AccessExclusive locks; walrus keeps DDL
     /// simple: one at a time).
     ddl_lock: Mutex<()>,
+    /// Index entries scans removed because their heap root was `DEAD`
+    /// (`BTree::delete_dead_entries`).
+    dead_index_entries_removed: AtomicU64,
 }
 
 /// An open walrus engine. Cheap to clone; shut down with [`Engine::shutdown`].
@@ -273,6 +276,7 @@ impl Engine {
             last_checkpoint_at: Mutex::new(Instant::now()),
             shutting_down: AtomicBool::new(false),
             ddl_lock: Mutex::new(()),
+            dead_index_entries_removed: AtomicU64::new(0),
         });
         let engine = Engine {
             inner: inner.clone(),
@@ -324,6 +328,13 @@ impl Engine {
     pub fn txn_manager(&self) -> &TxnManager {
         &self.inner.txn
     }
+    /// Index entries removed by scans that found their heap chain dead to all.
+    pub fn dead_index_entries_removed(&self) -> u64 {
+        self.inner
+            .dead_index_entries_removed
+            .load(Ordering::Relaxed)
+    }
+
     pub fn checkpoint_stats(&self) -> CheckpointStats {
         self.inner.checkpoint_stats.lock().clone()
     }
@@ -1152,14 +1163,25 @@ impl Transaction {
         let types = def.types();
         let mut out = Vec::new();
         let mut seen = HashSet::new();
-        for (_, root) in hits {
-            if let Some((tid, row)) = heap.fetch_visible(root, &viewer)? {
-                if seen.insert(tid) {
-                    let values = datum::decode_row(&row, &types)
-                        .map_err(|e| Error::InvalidInput(e.to_string()))?;
-                    out.push((tid, values));
+        let mut dead = Vec::new();
+        for (key, root) in hits {
+            match heap.fetch_visible(root, &viewer)? {
+                Fetched::Visible(tid, row) => {
+                    if seen.insert(tid) {
+                        let values = datum::decode_row(&row, &types)
+                            .map_err(|e| Error::InvalidInput(e.to_string()))?;
+                        out.push((tid, values));
+                    }
                 }
+                Fetched::Invisible => {}
+                Fetched::DeadRoot => dead.push((key, root)),
             }
+        }
+        if !dead.is_empty() {
+            let removed = tree.delete_dead_entries(&mut dead, &|t| heap.root_is_dead(t))?;
+            self.inner
+                .dead_index_entries_removed
+                .fetch_add(removed as u64, Ordering::Relaxed);
         }
         Ok(out)
     }

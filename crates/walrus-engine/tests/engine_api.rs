@@ -373,3 +373,110 @@ fn update_on_a_full_page_prunes_dead_versions_and_stays_on_the_page() {
     t.commit().unwrap();
     e.shutdown().unwrap();
 }
+
+/// Counts the index entries for `id` (from `explain_missing`'s "N index entries").
+fn index_entries(t: &mut walrus_engine::engine::Transaction, def: &TableDef, id: i32) -> usize {
+    let s = t.explain_missing(def, &def.indexes[0], &[Datum::Int4(id)]);
+    let n = s
+        .split("; ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok());
+    n.unwrap_or_else(|| panic!("no entry count in {s:?}"))
+}
+
+/// A row moved off a full page (a non-HOT update) leaves its old index entry pointing
+/// at a chain that pruning later marks `DEAD`. The first lookup that meets it removes
+/// it (a logged delete, PostgreSQL's kill_prior_tuple), so later lookups of the key stop
+/// visiting it, without waiting for VACUUM; the removal survives a crash. An entry whose
+/// old version an open snapshot can still see is kept.
+#[test]
+fn lookups_remove_index_entries_of_dead_chains() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e); // fillfactor 100: inserts fill each page completely
+    let mut t = e.begin(Isolation::ReadCommitted);
+    for i in 0..400 {
+        t.insert(&def, &row(i, "0123456789abcdefghij")).unwrap();
+    }
+    t.commit().unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let on_first_page: Vec<i32> = (0..400)
+        .filter(|&i| get(&mut t, &def, i).unwrap().0.block == 0)
+        .collect();
+    t.commit().unwrap();
+    let (a, b, c) = (on_first_page[0], on_first_page[1], on_first_page[2]);
+    let update_alone = |key: i32, v: &str| {
+        let mut t = e.begin(Isolation::ReadCommitted);
+        let (tid, _) = get(&mut t, &def, key).unwrap();
+        let RowChange::Done(new_tid) = t.update(&def, tid, &row(key, v)).unwrap() else {
+            panic!("update of {key} did not complete");
+        };
+        t.commit().unwrap();
+        new_tid
+    };
+
+    // `c` moves off the full page while an old snapshot still sees its first version.
+    let mut old_reader = e.begin(Isolation::RepeatableRead);
+    assert_eq!(
+        get(&mut old_reader, &def, c).unwrap().1,
+        row(c, "0123456789abcdefghij")
+    );
+    assert_ne!(update_alone(c, "0123456789ABCDEFGHIJ").block, 0);
+    // `a` moves off too; then an update of `b` prunes page 0 (the prune xid is `c`'s,
+    // which the reader holds back, so prune only what is dead: nothing yet).
+    assert_ne!(update_alone(a, "0123456789ABCDEFGHIJ").block, 0);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    assert_eq!(index_entries(&mut t, &def, a), 2);
+    t.commit().unwrap();
+    // The reader ends: both old versions are dead to all; `b`'s update prunes page 0,
+    // leaving `a`'s and `c`'s old roots DEAD.
+    old_reader.commit().unwrap();
+    assert_eq!(update_alone(b, "0123456789ABCDEFGHIJ").block, 0);
+    assert_eq!(e.dead_index_entries_removed(), 0);
+
+    let mut t = e.begin(Isolation::ReadCommitted);
+    assert_eq!(
+        get(&mut t, &def, a).unwrap().1,
+        row(a, "0123456789ABCDEFGHIJ")
+    );
+    assert_eq!(
+        e.dead_index_entries_removed(),
+        1,
+        "the lookup removes a's dead entry"
+    );
+    assert_eq!(index_entries(&mut t, &def, a), 1);
+    assert_eq!(
+        get(&mut t, &def, a).unwrap().1,
+        row(a, "0123456789ABCDEFGHIJ")
+    );
+    assert_eq!(e.dead_index_entries_removed(), 1, "nothing left to remove");
+    // `c`'s entry is still there until a lookup of `c` meets it.
+    assert_eq!(index_entries(&mut t, &def, c), 2);
+    t.commit().unwrap();
+
+    // A commit makes the logged delete durable (a lookup alone commits nothing); then a
+    // crash: replay removes the entry again.
+    assert_eq!(update_alone(b, "0123456789abcdefghij").block, 0);
+    drop(e);
+    let (e, report) = Engine::open(dir.path()).unwrap();
+    assert!(
+        report.is_some(),
+        "the engine was not shut down: recovery expected"
+    );
+    let def = e.catalog_view().unwrap().table("t").unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    assert_eq!(index_entries(&mut t, &def, a), 1);
+    assert_eq!(
+        get(&mut t, &def, a).unwrap().1,
+        row(a, "0123456789ABCDEFGHIJ")
+    );
+    assert_eq!(
+        get(&mut t, &def, c).unwrap().1,
+        row(c, "0123456789ABCDEFGHIJ")
+    );
+    assert_eq!(index_entries(&mut t, &def, c), 1);
+    assert_eq!(t.scan_all(&def).unwrap().len(), 400);
+    t.commit().unwrap();
+    e.shutdown().unwrap();
+}

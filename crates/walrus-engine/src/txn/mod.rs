@@ -64,6 +64,12 @@ pub struct TxnManager {
     /// Xids below this are covered by a logged NEXT_XID reservation.
     xid_reserved_upto: Mutex<u64>,
     procs: Mutex<(u64, BTreeMap<u64, ProcEntry>)>,
+    /// A global xmin seen recently (refreshed by every snapshot and every exact
+    /// computation): never above the true one, because horizons only advance — a new
+    /// snapshot's xmin is a running xid or `next_xid`, both at or above any earlier
+    /// horizon. Opportunistic pruning reads it instead of scanning the proc array under
+    /// its lock on every attempt (PostgreSQL's GlobalVisState plays the same role).
+    recent_global_xmin: AtomicU64,
     xid_locks: Mutex<HashMap<Xid, Arc<XidLock>>>,
     waits_for: Mutex<HashMap<Xid, Xid>>,
     pub clog: Clog,
@@ -85,6 +91,7 @@ impl TxnManager {
             next_xid: AtomicU64::new(next),
             xid_reserved_upto: Mutex::new(next),
             procs: Mutex::new((0, BTreeMap::new())),
+            recent_global_xmin: AtomicU64::new(Xid::FIRST_NORMAL.0),
             xid_locks: Mutex::new(HashMap::new()),
             waits_for: Mutex::new(HashMap::new()),
             clog,
@@ -148,12 +155,25 @@ impl TxnManager {
     pub fn snapshot(&self, proc: u64) -> Snapshot {
         let mut p = self.procs.lock();
         let xmax = self.next_xid();
-        let mut xip: Vec<Xid> = p.1.values().filter_map(|e| e.xid).collect();
+        let mut xip: Vec<Xid> = Vec::with_capacity(p.1.len());
+        let mut oldest_snapshot = xmax;
+        for e in p.1.values() {
+            if let Some(x) = e.xid {
+                xip.push(x);
+            }
+            if let Some(x) = e.snapshot_xmin {
+                oldest_snapshot = oldest_snapshot.min(x);
+            }
+        }
         xip.sort_unstable();
         let xmin = xip.first().copied().unwrap_or(xmax);
         if let Some(e) = p.1.get_mut(&proc) {
             e.snapshot_xmin = Some(xmin);
         }
+        // The global xmin falls out of the same pass (our own older snapshot_xmin, if
+        // any, only makes it lower: conservative).
+        self.recent_global_xmin
+            .fetch_max(xmin.min(oldest_snapshot).0, Ordering::AcqRel);
         Snapshot { xmin, xmax, xip }
     }
 
@@ -170,7 +190,14 @@ impl TxnManager {
                 m = m.min(x);
             }
         }
+        self.recent_global_xmin.fetch_max(m.0, Ordering::AcqRel);
         m
+    }
+
+    /// A horizon for opportunistic pruning: at or below [`global_xmin`](Self::global_xmin)
+    /// and free to read (no lock). Pruning with an older horizon only removes less.
+    pub fn prune_horizon(&self) -> Xid {
+        Xid(self.recent_global_xmin.load(Ordering::Acquire))
     }
 
     /// Status of `xid` for a writer deciding whether it must wait: an xid still in the
@@ -268,5 +295,54 @@ impl TxnManager {
         self.next_xid.fetch_max(at_least.0, Ordering::AcqRel);
         let mut r = self.xid_reserved_upto.lock();
         *r = (*r).max(at_least.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The cached pruning horizon never passes the exact global xmin (or pruning could
+    /// remove a version an open snapshot still sees), and it advances once the oldest
+    /// snapshot ends and someone takes a new one.
+    #[test]
+    fn prune_horizon_trails_the_global_xmin_and_advances() {
+        let dir = tempfile::tempdir().unwrap();
+        let txn = TxnManager::new(Clog::open(dir.path(), 2).unwrap(), Xid(100));
+        let check = |txn: &TxnManager| {
+            let (cached, exact) = (txn.prune_horizon(), txn.global_xmin());
+            assert!(
+                cached <= exact,
+                "horizon {cached:?} above global xmin {exact:?}"
+            );
+        };
+        // An old reader: a snapshot taken while writer `a` runs keeps `a` in view.
+        let a = txn.begin();
+        let (xa, _) = txn.assign_xid(a);
+        let reader = txn.begin();
+        let old = txn.snapshot(reader);
+        assert_eq!(old.xmin, xa);
+        check(&txn);
+        txn.finish(a, true);
+        // Later writers and snapshots: the reader's xmin still bounds the horizon.
+        let mut last = Xid(0);
+        for _ in 0..5 {
+            let w = txn.begin();
+            txn.assign_xid(w);
+            let s = txn.begin();
+            txn.snapshot(s);
+            check(&txn);
+            assert!(txn.prune_horizon() <= xa, "reader's snapshot ignored");
+            assert!(txn.prune_horizon() >= last, "horizon went backwards");
+            last = txn.prune_horizon();
+            txn.finish(w, true);
+            txn.finish(s, true);
+        }
+        // The reader ends; the next snapshot moves the horizon past `a`.
+        txn.finish(reader, true);
+        let s = txn.begin();
+        txn.snapshot(s);
+        check(&txn);
+        assert!(txn.prune_horizon() > xa, "horizon did not advance");
     }
 }

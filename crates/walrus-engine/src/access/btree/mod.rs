@@ -530,14 +530,7 @@ impl<'a> BTree<'a> {
                 })
                 .collect();
             if !offs.is_empty() {
-                for &o in &offs {
-                    page::remove_item_shift(&mut w, o);
-                }
-                page::compact(&mut w);
-                let d: Vec<u8> = offs.iter().flat_map(|o| o.to_le_bytes()).collect();
-                let mut rec = WalRecord::new(Rmgr::Btree, INFO_DELETE, xid);
-                rec.block(w.id(), false, d);
-                self.pool.log_change(&rec, &mut [&mut w]);
+                self.delete_logged(&mut w, &offs, xid);
                 removed += offs.len();
             }
             if is_rightmost(&w) {
@@ -545,6 +538,79 @@ impl<'a> BTree<'a> {
             }
             block = right_link(&w);
         }
+    }
+
+    /// Removes the items at `offs` (descending) from a latched page and logs one DELETE.
+    fn delete_logged(&self, w: &mut PageWrite<'_>, offs: &[u16], xid: Xid) {
+        debug_assert!(
+            offs.windows(2).all(|p| p[0] > p[1]),
+            "offsets not descending"
+        );
+        for &o in offs {
+            page::remove_item_shift(w, o);
+        }
+        page::compact(w);
+        let d: Vec<u8> = offs.iter().flat_map(|o| o.to_le_bytes()).collect();
+        let mut rec = WalRecord::new(Rmgr::Btree, INFO_DELETE, xid);
+        rec.block(w.id(), false, d);
+        self.pool.log_change(&rec, &mut [w]);
+    }
+
+    /// Removes leaf entries a scan found pointing at heap chains dead to every snapshot
+    /// (PostgreSQL's kill_prior_tuple). PostgreSQL only sets an unlogged LP_DEAD bit;
+    /// walrus sets no unlogged bits on pages (every page write must be covered by the
+    /// protection mode), so the entry is deleted and the delete logged, once per entry.
+    /// Without it, every non-HOT update of a hot row left one more entry that each later
+    /// lookup of the key visited, until a VACUUM.
+    ///
+    /// `still_dead` re-checks each entry's heap root while the leaf is latched
+    /// exclusively (leaf before heap, the unique check's latch order). That check is
+    /// stable: while the entry exists, vacuum has not freed the line pointer (it removes
+    /// index entries first), so a dead root cannot have been reused by a new tuple.
+    /// Returns the number of entries removed.
+    pub fn delete_dead_entries(
+        &self,
+        victims: &mut Vec<(Vec<u8>, Tid)>,
+        still_dead: &dyn Fn(Tid) -> Result<bool>,
+    ) -> Result<usize> {
+        let items: std::collections::BTreeSet<Vec<u8>> = victims
+            .drain(..)
+            .map(|(mut k, t)| {
+                encode_tid_suffix(t, &mut k);
+                k
+            })
+            .collect();
+        let items: Vec<Vec<u8>> = items.into_iter().collect();
+        let mut removed = 0;
+        let mut i = 0;
+        while i < items.len() {
+            let block = self.descend(&items[i], 0)?;
+            let pin = self.pool.read_page(self.pid(block))?;
+            let (pin, _) = self.latch_covering(pin, &items[i])?;
+            let mut w = pin.write();
+            if beyond(&w, &items[i]) {
+                continue; // split meanwhile: descend again
+            }
+            // Every victim this leaf covers (they are sorted), in one record.
+            let mut offs = Vec::new();
+            while i < items.len() && !beyond(&w, &items[i]) {
+                let first = first_data(&w);
+                let pos = page::lower_bound(&w, first, |it| it.cmp(&items[i][..]));
+                if pos <= page::item_count(&w) && page::item(&w, pos) == &items[i][..] {
+                    let (_, tid) = split_tid_suffix(&items[i]).expect("item has a tid suffix");
+                    if still_dead(tid)? {
+                        offs.push(pos);
+                    }
+                }
+                i += 1;
+            }
+            if !offs.is_empty() {
+                offs.reverse();
+                self.delete_logged(&mut w, &offs, Xid::INVALID);
+                removed += offs.len();
+            }
+        }
+        Ok(removed)
     }
 
     /// Builds the tree bottom-up from entries sorted by (key, tid) into an empty tree.

@@ -325,26 +325,51 @@ impl<'a> Heap<'a> {
 
     /// Index fetch: starting at the tid an index points to, follows redirects and the HOT
     /// chain to the version visible to `v`.
-    pub fn fetch_visible(&self, root: Tid, v: &Viewer<'_>) -> Result<Option<(Tid, Vec<u8>)>> {
+    pub fn fetch_visible(&self, root: Tid, v: &Viewer<'_>) -> Result<Fetched> {
         if root.block >= self.nblocks()? {
-            return Ok(None);
+            return Ok(Fetched::Invisible);
         }
         let pin = self.pool.read_page(self.page_id(root.block))?;
-        let (found, walked) = {
+        let horizon = self.txn.prune_horizon();
+        let (found, walked, prunable) = {
             let r = pin.read();
             if page::is_new(&r) {
-                return Ok(None);
+                return Ok(Fetched::Invisible);
             }
-            walk_chain(&r, root, v, self.txn)
+            if root_is_dead(&r, root.offset) {
+                return Ok(Fetched::DeadRoot);
+            }
+            let (found, walked) = walk_chain(&r, root, v, self.txn);
+            let px = page::prune_xid(&r);
+            (found, walked, px != 0 && Xid(px) < horizon)
         };
         // Opportunistic pruning (PostgreSQL's heap_page_prune_opt): a long HOT chain makes
-        // every lookup of the row slower; shorten it when the page is not busy.
-        if walked > PRUNE_CHAIN_LEN {
+        // every lookup of the row slower; shorten it when the page is not busy and some
+        // version on it died before every snapshot (its prune xid is below the horizon).
+        // Without that test, while many open snapshots kept the chain's versions alive,
+        // every lookup of a hot row took the page exclusively and re-planned a prune that
+        // removed nothing: 6 % of the server's CPU at 128 pgbench clients.
+        if walked > PRUNE_CHAIN_LEN && prunable {
             if let Some(mut w) = pin.try_write() {
-                self.prune_latched(&mut w)?;
+                self.prune_with_horizon(&mut w, horizon)?;
             }
         }
-        Ok(found)
+        Ok(match found {
+            Some((tid, row)) => Fetched::Visible(tid, row),
+            None => Fetched::Invisible,
+        })
+    }
+
+    /// Whether the line pointer an index entry points at is `DEAD`: pruning found its
+    /// whole chain dead to every snapshot, and only the index entries keep it. A `DEAD`
+    /// pointer is never reused until vacuum has removed those entries.
+    pub fn root_is_dead(&self, root: Tid) -> Result<bool> {
+        if root.block >= self.nblocks()? {
+            return Ok(false);
+        }
+        let pin = self.pool.read_page(self.page_id(root.block))?;
+        let r = pin.read();
+        Ok(!page::is_new(&r) && root_is_dead(&r, root.offset))
     }
 
     /// Reads a version regardless of visibility (for following update chains).
@@ -551,16 +576,17 @@ impl<'a> Heap<'a> {
         if !reclaimable && px == 0 {
             return Ok(());
         }
-        let horizon = self.txn.global_xmin();
+        let horizon = self.txn.prune_horizon();
         if reclaimable || Xid(px) < horizon {
             self.prune_with_horizon(w, horizon)?;
         }
         Ok(())
     }
 
-    /// Opportunistic pruning of a page the caller holds exclusively: removes versions
-    /// dead to everyone, collapses HOT chains (root becomes a redirect to the first live
-    /// member), sets hint bits, defragments. WAL-logged as one PRUNE record.
+    /// Prunes a page the caller holds exclusively, against the exact global xmin (vacuum):
+    /// removes versions dead to everyone, collapses HOT chains (root becomes a redirect
+    /// to the first live member), sets hint bits, defragments. WAL-logged as one PRUNE
+    /// record. The opportunistic paths use the cheaper `TxnManager::prune_horizon`.
     pub fn prune_latched(&self, w: &mut PageWrite<'_>) -> Result<usize> {
         self.prune_with_horizon(w, self.txn.global_xmin())
     }
@@ -621,6 +647,20 @@ impl<'a> Heap<'a> {
 
 /// Chain members a lookup may walk before it prunes the page.
 const PRUNE_CHAIN_LEN: usize = 4;
+
+/// What an index entry led to.
+pub enum Fetched {
+    /// The version visible to the viewer, and where it is.
+    Visible(Tid, Vec<u8>),
+    /// Nothing this viewer sees (another snapshot may).
+    Invisible,
+    /// A `DEAD` line pointer: nothing any snapshot sees; the entry can go.
+    DeadRoot,
+}
+
+fn root_is_dead(p: &[u8], off: u16) -> bool {
+    off >= 1 && off <= page::item_count(p) && page::line_pointer(p, off).state == LpState::Dead
+}
 
 /// Walks the HOT chain from `root` to the version visible to `v`; returns it and how
 /// many versions were looked at.
