@@ -83,6 +83,8 @@ pub struct Wal {
     group: group_commit::GroupCommit,
     /// Moving average of a flush's sync time, in ns (sets the committers' polling budget).
     sync_ns_avg: AtomicU64,
+    /// The leader's batching rule, learned from its own results (see `lead_flush`).
+    batch_wait: BatchWait,
     space: (Mutex<()>, Condvar),
     compress_images: bool,
     policy: Mutex<ImagePolicy>,
@@ -127,6 +129,7 @@ impl Wal {
             write_state: Mutex::new(BTreeSet::new()),
             group: group_commit::GroupCommit::new(),
             sync_ns_avg: AtomicU64::new(0),
+            batch_wait: BatchWait::default(),
             space: (Mutex::new(()), Condvar::new()),
             compress_images: cfg.compress_images,
             policy: Mutex::new(policy),
@@ -375,16 +378,37 @@ impl Wal {
         // committers a previous flush released a slice to add their commit records),
         // then pick the flush limit. No fixed commit_delay: a round that brings nobody
         // ends the wait, and a lone committer never waits.
+        //
+        // A round can come back empty while committers on the other CPU are still
+        // mid-way through their work (16 threads on 2 CPUs: one quiet round left ~3 of
+        // 16 for the next flush). So the leader waits a second quiet round while such
+        // rounds have recently brought someone often enough, and tries one every 16th
+        // flush to find out; where they rarely do (clients whose next commit is a network
+        // round trip away), the extra round would only delay the flush.
         let mut seen = self.group.queued();
         if seen >= 2 {
+            let quiet_rounds = self
+                .batch_wait
+                .quiet_rounds(self.stats.syncs.load(Ordering::Relaxed));
+            let mut quiet = 0;
+            // Whether a second quiet round was tried, and whether one ever paid.
+            let (mut tried, mut hit) = (false, false);
             for _ in 0..MAX_BATCH_YIELDS {
                 std::thread::yield_now();
                 let now = self.group.queued();
-                if now <= seen {
-                    break;
+                if now > seen {
+                    hit |= quiet == 1;
+                    seen = now;
+                    quiet = 0;
+                } else {
+                    quiet += 1;
+                    tried |= quiet == 2;
+                    if quiet == quiet_rounds {
+                        break;
+                    }
                 }
-                seen = now;
             }
+            self.batch_wait.record(tried, hit);
         }
         // Inserters below `lsn` may still be copying: wait for them (PostgreSQL's
         // WaitXLogInsertionsToFinish). They hold no lock we hold, so this ends.
@@ -459,6 +483,47 @@ impl Wal {
 
 /// Yield rounds a flush leader waits, at most, for its batch to stop growing.
 const MAX_BATCH_YIELDS: usize = 8;
+/// How often (in 1/256ths) a second quiet round must have brought a committer for the
+/// leader to wait one: it costs a round and gains a commit for the batch.
+const LATE_ARRIVALS_FOR_SECOND_ROUND: u64 = 64;
+/// Every this many flushes the leader tries a second quiet round regardless, to notice
+/// when they start to pay.
+const SECOND_ROUND_PROBE_EVERY: u64 = 16;
+
+/// How many quiet rounds (yields that bring no new committer) end a flush leader's wait
+/// for its batch: one, or two while second rounds have recently been bringing committers
+/// often enough. Written only by the flush leader (one at a time), so plain loads and
+/// stores suffice.
+#[derive(Default)]
+struct BatchWait {
+    /// How often a tried second quiet round brought a committer: a moving average, 1/8
+    /// per observation, in 1/256ths.
+    late_arrivals: AtomicU64,
+}
+
+impl BatchWait {
+    /// Quiet rounds for the `flush_no`-th flush.
+    fn quiet_rounds(&self, flush_no: u64) -> usize {
+        let late = self.late_arrivals.load(Ordering::Relaxed);
+        if late >= LATE_ARRIVALS_FOR_SECOND_ROUND
+            || flush_no.is_multiple_of(SECOND_ROUND_PROBE_EVERY)
+        {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Records one wait: whether a second quiet round was reached (`tried`) and whether a
+    /// committer ever arrived after a quiet round (`hit`).
+    fn record(&self, tried: bool, hit: bool) {
+        if tried || hit {
+            let late = self.late_arrivals.load(Ordering::Relaxed);
+            let late = late - late / 8 + if hit { 256 / 8 } else { 0 };
+            self.late_arrivals.store(late, Ordering::Relaxed);
+        }
+    }
+}
 /// Bounds of a committer's polling budget (see `Wal::commit_poll_budget`).
 const COMMIT_POLL_MIN: std::time::Duration = std::time::Duration::from_micros(20);
 const COMMIT_POLL_MAX: std::time::Duration = std::time::Duration::from_millis(1);
@@ -502,6 +567,29 @@ mod tests {
 
     /// Committers poll for twice the measured sync time, within bounds, and park at once
     /// when the device is slow.
+    #[test]
+    fn batch_wait_takes_a_second_round_only_while_it_pays() {
+        let bw = BatchWait::default();
+        // Nothing learned yet: one quiet round, two on every probe.
+        assert_eq!(bw.quiet_rounds(1), 1);
+        assert_eq!(bw.quiet_rounds(SECOND_ROUND_PROBE_EVERY), 2);
+        // Probes that keep finding late committers switch every flush to two rounds.
+        for _ in 0..3 {
+            bw.record(true, true);
+        }
+        assert_eq!(bw.quiet_rounds(1), 2);
+        // Second rounds that bring nobody switch it back.
+        for _ in 0..20 {
+            bw.record(true, false);
+        }
+        assert_eq!(bw.quiet_rounds(1), 1);
+        assert_eq!(bw.quiet_rounds(3 * SECOND_ROUND_PROBE_EVERY), 2);
+        // A wait that never got to a second round teaches nothing.
+        let before = bw.late_arrivals.load(Ordering::Relaxed);
+        bw.record(false, false);
+        assert_eq!(bw.late_arrivals.load(Ordering::Relaxed), before);
+    }
+
     #[test]
     fn commit_poll_budget_follows_the_measured_sync_time() {
         use std::time::Duration;
