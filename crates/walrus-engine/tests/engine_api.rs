@@ -309,6 +309,34 @@ fn ddl_is_transactional() {
     e.shutdown().unwrap();
 }
 
+/// Inserts rows 0..400 into `def` (fillfactor 100: each page filled completely) and
+/// returns the ids that landed on page 0.
+fn fill_pages(e: &Engine, def: &TableDef) -> Vec<i32> {
+    let mut t = e.begin(Isolation::ReadCommitted);
+    for i in 0..400 {
+        t.insert(def, &row(i, "0123456789abcdefghij")).unwrap();
+    }
+    t.commit().unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let on_first_page: Vec<i32> = (0..400)
+        .filter(|&i| get(&mut t, def, i).unwrap().0.block == 0)
+        .collect();
+    t.commit().unwrap();
+    on_first_page
+}
+
+/// Updates row `key` to `v` in a transaction of its own; returns where the new version
+/// went.
+fn update_alone(e: &Engine, def: &TableDef, key: i32, v: &str) -> walrus_base::Tid {
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let (tid, _) = get(&mut t, def, key).unwrap();
+    let RowChange::Done(new_tid) = t.update(def, tid, &row(key, v)).unwrap() else {
+        panic!("update of {key} did not complete");
+    };
+    t.commit().unwrap();
+    new_tid
+}
+
 /// A full page whose old versions have died is pruned by the next update that needs room
 /// on it (the page's prune xid says there may be something to remove), so that update
 /// stays on the page as a HOT update instead of moving the row to another page.
@@ -316,17 +344,8 @@ fn ddl_is_transactional() {
 fn update_on_a_full_page_prunes_dead_versions_and_stays_on_the_page() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(dir.path());
-    let def = table(&e); // fillfactor 100: inserts fill each page completely
-    let mut t = e.begin(Isolation::ReadCommitted);
-    for i in 0..400 {
-        t.insert(&def, &row(i, "0123456789abcdefghij")).unwrap();
-    }
-    t.commit().unwrap();
-    let mut t = e.begin(Isolation::ReadCommitted);
-    let on_first_page: Vec<i32> = (0..400)
-        .filter(|&i| get(&mut t, &def, i).unwrap().0.block == 0)
-        .collect();
-    t.commit().unwrap();
+    let def = table(&e);
+    let on_first_page = fill_pages(&e, &def);
     assert!(
         on_first_page.len() > 20,
         "page 0 holds {} rows",
@@ -334,19 +353,7 @@ fn update_on_a_full_page_prunes_dead_versions_and_stays_on_the_page() {
     );
     let (a, b) = (on_first_page[0], on_first_page[1]);
 
-    // Updates row `key` in a transaction of its own; returns where the new version went.
-    let update_alone = |key: i32| {
-        let mut t = e.begin(Isolation::ReadCommitted);
-        let (tid, _) = get(&mut t, &def, key).unwrap();
-        let RowChange::Done(new_tid) = t
-            .update(&def, tid, &row(key, "0123456789ABCDEFGHIJ"))
-            .unwrap()
-        else {
-            panic!("update of {key} did not complete");
-        };
-        t.commit().unwrap();
-        new_tid
-    };
+    let update_alone = |key: i32| update_alone(&e, &def, key, "0123456789ABCDEFGHIJ");
 
     // Nothing on the full page is dead yet: the new version has to go elsewhere.
     let moved = update_alone(a);
@@ -394,27 +401,10 @@ fn index_entries(t: &mut walrus_engine::engine::Transaction, def: &TableDef, id:
 fn lookups_remove_index_entries_of_dead_chains() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(dir.path());
-    let def = table(&e); // fillfactor 100: inserts fill each page completely
-    let mut t = e.begin(Isolation::ReadCommitted);
-    for i in 0..400 {
-        t.insert(&def, &row(i, "0123456789abcdefghij")).unwrap();
-    }
-    t.commit().unwrap();
-    let mut t = e.begin(Isolation::ReadCommitted);
-    let on_first_page: Vec<i32> = (0..400)
-        .filter(|&i| get(&mut t, &def, i).unwrap().0.block == 0)
-        .collect();
-    t.commit().unwrap();
+    let def = table(&e);
+    let on_first_page = fill_pages(&e, &def);
     let (a, b, c) = (on_first_page[0], on_first_page[1], on_first_page[2]);
-    let update_alone = |key: i32, v: &str| {
-        let mut t = e.begin(Isolation::ReadCommitted);
-        let (tid, _) = get(&mut t, &def, key).unwrap();
-        let RowChange::Done(new_tid) = t.update(&def, tid, &row(key, v)).unwrap() else {
-            panic!("update of {key} did not complete");
-        };
-        t.commit().unwrap();
-        new_tid
-    };
+    let update_alone = |key: i32, v: &str| update_alone(&e, &def, key, v);
 
     // `c` moves off the full page while an old snapshot still sees its first version.
     let mut old_reader = e.begin(Isolation::RepeatableRead);
