@@ -1178,7 +1178,7 @@ impl Transaction {
             }
         }
         if !dead.is_empty() {
-            let removed = tree.delete_dead_entries(&mut dead, &|t| heap.root_is_dead(t))?;
+            let removed = tree.delete_dead_entries(dead, &|t| heap.root_is_dead(t))?;
             self.inner
                 .dead_index_entries_removed
                 .fetch_add(removed as u64, Ordering::Relaxed);

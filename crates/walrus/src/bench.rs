@@ -87,7 +87,7 @@ fn micro(dir: &Path, secs: Duration, only: Option<&str>) -> anyhow::Result<()> {
     // thread keeps a CPU busy. On a small VM whose virtual disk is served by host threads
     // that compete with the vCPUs, a busy vCPU slows every sync; with 16 committers some
     // CPU work always overlaps the sync, while a lone committer's sync runs on idle CPUs.
-    let raw_busy = raw_fdatasync_ops_with_busy_cpu(&dir.join("busy"), secs)?;
+    let raw_busy = raw_fdatasync_ops_with_busy_cpu(dir, secs)?;
     println!(
         "| raw 8 KiB pwrite+fdatasync, another thread spinning | {raw_busy:.0} ops/s | idle {raw:.0}/s | {:.2}× |",
         raw_busy / raw
@@ -139,7 +139,6 @@ pub(crate) fn raw_fdatasync_ops(dir: &Path, secs: Duration) -> anyhow::Result<f6
 
 /// [`raw_fdatasync_ops`] while one other thread spins (no syscalls, no memory traffic).
 fn raw_fdatasync_ops_with_busy_cpu(dir: &Path, secs: Duration) -> anyhow::Result<f64> {
-    std::fs::create_dir_all(dir)?;
     let stop = Arc::new(AtomicBool::new(false));
     let spinner = {
         let stop = stop.clone();

@@ -565,8 +565,8 @@ mod tests {
         )
     }
 
-    /// Committers poll for twice the measured sync time, within bounds, and park at once
-    /// when the device is slow.
+    /// The leader waits a second quiet round only while such rounds have recently been
+    /// bringing committers, and probes with one every 16th flush.
     #[test]
     fn batch_wait_takes_a_second_round_only_while_it_pays() {
         let bw = BatchWait::default();
@@ -590,6 +590,8 @@ mod tests {
         assert_eq!(bw.late_arrivals.load(Ordering::Relaxed), before);
     }
 
+    /// Committers poll for twice the measured sync time, within bounds, and park at once
+    /// when the device is slow.
     #[test]
     fn commit_poll_budget_follows_the_measured_sync_time() {
         use std::time::Duration;

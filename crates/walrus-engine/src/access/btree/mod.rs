@@ -570,37 +570,37 @@ impl<'a> BTree<'a> {
     /// Returns the number of entries removed.
     pub fn delete_dead_entries(
         &self,
-        victims: &mut Vec<(Vec<u8>, Tid)>,
+        victims: Vec<(Vec<u8>, Tid)>,
         still_dead: &dyn Fn(Tid) -> Result<bool>,
     ) -> Result<usize> {
-        let items: std::collections::BTreeSet<Vec<u8>> = victims
-            .drain(..)
+        // Leaf items (`key ++ tid`) in tree order, each with its tid.
+        let mut items: Vec<(Vec<u8>, Tid)> = victims
+            .into_iter()
             .map(|(mut k, t)| {
                 encode_tid_suffix(t, &mut k);
-                k
+                (k, t)
             })
             .collect();
-        let items: Vec<Vec<u8>> = items.into_iter().collect();
+        items.sort_unstable();
+        items.dedup();
         let mut removed = 0;
         let mut i = 0;
         while i < items.len() {
-            let block = self.descend(&items[i], 0)?;
+            let block = self.descend(&items[i].0, 0)?;
             let pin = self.pool.read_page(self.pid(block))?;
-            let (pin, _) = self.latch_covering(pin, &items[i])?;
+            let (pin, _) = self.latch_covering(pin, &items[i].0)?;
             let mut w = pin.write();
-            if beyond(&w, &items[i]) {
+            if beyond(&w, &items[i].0) {
                 continue; // split meanwhile: descend again
             }
             // Every victim this leaf covers (they are sorted), in one record.
+            let first = first_data(&w);
             let mut offs = Vec::new();
-            while i < items.len() && !beyond(&w, &items[i]) {
-                let first = first_data(&w);
-                let pos = page::lower_bound(&w, first, |it| it.cmp(&items[i][..]));
-                if pos <= page::item_count(&w) && page::item(&w, pos) == &items[i][..] {
-                    let (_, tid) = split_tid_suffix(&items[i]).expect("item has a tid suffix");
-                    if still_dead(tid)? {
-                        offs.push(pos);
-                    }
+            while i < items.len() && !beyond(&w, &items[i].0) {
+                let (item, tid) = (&items[i].0[..], items[i].1);
+                let pos = page::lower_bound(&w, first, |it| it.cmp(item));
+                if pos <= page::item_count(&w) && page::item(&w, pos) == item && still_dead(tid)? {
+                    offs.push(pos);
                 }
                 i += 1;
             }
