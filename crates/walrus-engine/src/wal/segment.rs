@@ -51,6 +51,12 @@ pub struct Segments {
     pub segment_size: u64,
     method: SyncMethod,
     open: Mutex<HashMap<u64, Arc<File>>>,
+    /// Serializes changes to the directory's set of segments: creating one (the flush
+    /// leader on the commit path, the checkpointer ahead of it) and recycling (the
+    /// checkpointer). Without it two creators of one segment share a temporary file
+    /// and one rename fails, and a recycle could rename an old segment over one just
+    /// created and already open for writing.
+    files: Mutex<()>,
 }
 
 impl Segments {
@@ -64,6 +70,7 @@ impl Segments {
             segment_size,
             method,
             open: Mutex::new(HashMap::new()),
+            files: Mutex::new(()),
         })
     }
 
@@ -127,6 +134,11 @@ impl Segments {
 
     /// The segment file, created (recycled or zero-filled) if it does not exist.
     fn open_or_create(&self, segno: u64) -> Result<Arc<File>> {
+        if let Some(f) = self.open_existing(segno)? {
+            return Ok(f);
+        }
+        let _files = self.files.lock();
+        // Another thread may have created it while we waited.
         if let Some(f) = self.open_existing(segno)? {
             return Ok(f);
         }
@@ -215,6 +227,7 @@ impl Segments {
         future_max: u64,
     ) -> Result<(usize, usize)> {
         let keep_segno = self.segno(keep_from);
+        let _files = self.files.lock();
         let all = self.list()?;
         let mut next_future = all.last().copied().unwrap_or(0).max(self.segno(current)) + 1;
         let future_limit = self.segno(current) + future_max;
@@ -243,5 +256,36 @@ impl Segments {
     /// Creates segment `segno` ahead of need (called off the commit path).
     pub fn preallocate(&self, segno: u64) -> Result<()> {
         self.open_or_create(segno).map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The flush leader and the checkpointer may create the same segment at once (the
+    /// leader crossing into it while the checkpointer preallocates it): both succeed and
+    /// see one file. Before creation was serialized, one of them failed to rename the
+    /// shared temporary file, and the WAL writer treats that as fatal.
+    #[test]
+    fn concurrent_creators_of_one_segment_both_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let segs = Segments::new(dir.path(), 1 << 16, SyncMethod::None).unwrap();
+        for segno in 1..40 {
+            let barrier = std::sync::Barrier::new(2);
+            std::thread::scope(|s| {
+                let a = s.spawn(|| {
+                    barrier.wait();
+                    segs.preallocate(segno)
+                });
+                barrier.wait();
+                let b = segs.write(Lsn(segno << 16), b"record");
+                a.join().unwrap().unwrap();
+                b.unwrap();
+            });
+            let mut back = [0u8; 6];
+            assert_eq!(segs.read(Lsn(segno << 16), &mut back).unwrap(), 6);
+            assert_eq!(&back, b"record", "segment {segno} lost the write");
+        }
     }
 }
