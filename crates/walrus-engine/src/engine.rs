@@ -19,6 +19,7 @@ use walrus_base::{Lsn, RelFileId, Tid, Xid, PAGE_SIZE};
 
 use crate::access::btree::{BTree, UniqueCheck};
 use crate::access::datum::{self, encode_key, encode_row, Datum};
+use crate::access::heap::activity::{ActivitySnapshot, PendingActivity};
 use crate::access::heap::tuple::{self, TupleHeader, Viewer};
 use crate::access::heap::{Fetched, Heap, HeapRel, Modify};
 use crate::buffer::page_writer::PageWriters;
@@ -32,6 +33,10 @@ use crate::txn::{Snapshot, TxnManager};
 use crate::wal::segment::{Segments, SyncMethod};
 use crate::wal::{ImagePolicy, Wal, WalConfig};
 use crate::xlog;
+
+mod vacuum;
+pub use vacuum::VacuumReport;
+use vacuum::{MaintenanceLocks, VacuumKind};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isolation {
@@ -94,6 +99,12 @@ struct Inner {
     /// Index entries scans removed because their heap root was `DEAD`
     /// (`BTree::delete_dead_entries`).
     dead_index_entries_removed: AtomicU64,
+    /// Which tables a vacuum or uncommitted DDL holds (`engine/vacuum.rs`).
+    maintenance: MaintenanceLocks,
+    /// Wakes the autovacuum thread early (shutdown).
+    autovacuum_wake: (Mutex<bool>, Condvar),
+    /// Autovacuums that stopped because DDL wanted their table.
+    autovacuums_canceled: AtomicU64,
 }
 
 /// An open walrus engine. Cheap to clone; shut down with [`Engine::shutdown`].
@@ -106,6 +117,7 @@ pub struct Engine {
 struct Background {
     page_writers: PageWriters,
     checkpointer: Option<JoinHandle<()>>,
+    autovacuum: Option<JoinHandle<()>>,
 }
 
 impl Engine {
@@ -277,6 +289,9 @@ impl Engine {
             shutting_down: AtomicBool::new(false),
             ddl_lock: Mutex::new(()),
             dead_index_entries_removed: AtomicU64::new(0),
+            maintenance: MaintenanceLocks::default(),
+            autovacuum_wake: (Mutex::new(false), Condvar::new()),
+            autovacuums_canceled: AtomicU64::new(0),
         });
         let engine = Engine {
             inner: inner.clone(),
@@ -297,9 +312,26 @@ impl Engine {
             .name("walrus-checkpointer".into())
             .spawn(move || checkpointer_loop(&ckpt_inner))
             .map_err(|e| Error::io("start checkpointer thread", "", e))?;
+        let autovacuum = if inner.settings.autovacuum {
+            // A handle without the background threads: they are joined through the
+            // engine's own handle, and this one must not keep them alive.
+            let av = Engine {
+                inner: inner.clone(),
+                background: Arc::new(Mutex::new(None)),
+            };
+            Some(
+                std::thread::Builder::new()
+                    .name("walrus-autovacuum".into())
+                    .spawn(move || vacuum::autovacuum_loop(&av))
+                    .map_err(|e| Error::io("start autovacuum thread", "", e))?,
+            )
+        } else {
+            None
+        };
         *engine.background.lock() = Some(Background {
             page_writers,
             checkpointer: Some(checkpointer),
+            autovacuum,
         });
         // Refresh relation names for error messages.
         if let Ok(view) = engine.catalog_view() {
@@ -354,6 +386,8 @@ impl Engine {
             catalog_changed: false,
             interrupt: None,
             finished: false,
+            activity: Vec::new(),
+            ddl_holds: Vec::new(),
         }
     }
 
@@ -382,8 +416,15 @@ impl Engine {
             return Ok(());
         }
         self.request_checkpoint();
+        {
+            *self.inner.autovacuum_wake.0.lock() = true;
+            self.inner.autovacuum_wake.1.notify_all();
+        }
         let bg = self.background.lock().take();
         if let Some(mut bg) = bg {
+            if let Some(h) = bg.autovacuum.take() {
+                let _ = h.join();
+            }
             if let Some(h) = bg.checkpointer.take() {
                 let _ = h.join();
             }
@@ -400,36 +441,55 @@ impl Engine {
     /// VACUUM: prunes every page, removes index entries of dead rows, frees their line
     /// pointers. Returns the number of dead row versions reclaimed.
     pub fn vacuum(&self, table: &str) -> Result<usize> {
-        let view = self.catalog_view()?;
-        let def = view.table(table)?;
-        self.vacuum_relation(&def)
+        Ok(self
+            .vacuum_with(Some(table), None)?
+            .first()
+            .map_or(0, |r| r.removed as usize))
     }
 
-    fn vacuum_relation(&self, def: &TableDef) -> Result<usize> {
-        let inner = &self.inner;
-        let rel = inner.rel(def.relfile, def.fillfactor);
-        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
-        let nblocks = heap.nblocks()?;
-        let mut dead: Vec<Tid> = Vec::new();
-        for b in 0..nblocks {
-            dead.extend(heap.vacuum_collect(b)?);
+    /// VACUUM of one table or (`None`) of every table, with what each did. `interrupt`
+    /// (a session's cancel flag) stops it between pages; what it finished stays done.
+    pub fn vacuum_with(
+        &self,
+        table: Option<&str>,
+        interrupt: Option<&AtomicBool>,
+    ) -> Result<Vec<VacuumReport>> {
+        let names: Vec<String> = match table {
+            Some(t) => vec![t.to_string()],
+            None => self.catalog_view()?.tables.keys().cloned().collect(),
+        };
+        let mut reports = Vec::new();
+        for name in &names {
+            match self.vacuum_table(name, VacuumKind::Manual, interrupt) {
+                Ok(Some(r)) => reports.push(r),
+                Ok(None) => {}
+                // Dropped since the list was read.
+                Err(Error::UndefinedTable(_)) if table.is_none() => {}
+                Err(e) => return Err(e),
+            }
         }
-        if dead.is_empty() {
-            return Ok(0);
-        }
-        let set: HashSet<Tid> = dead.iter().copied().collect();
-        for idx in &def.indexes {
-            BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name)
-                .delete_tids(&set, Xid::INVALID)?;
-        }
-        let mut by_block: std::collections::BTreeMap<u32, Vec<u16>> = Default::default();
-        for t in &dead {
-            by_block.entry(t.block).or_default().push(t.offset);
-        }
-        for (b, offs) in by_block {
-            heap.vacuum_release(b, &offs)?;
-        }
-        Ok(dead.len())
+        Ok(reports)
+    }
+
+    /// Whether a vacuum (manual or automatic) of the table is running now.
+    pub fn vacuum_in_progress(&self, def: &TableDef) -> bool {
+        self.inner.maintenance.vacuum_running(def.relfile)
+    }
+
+    /// Autovacuums that stopped early because DDL wanted their table.
+    pub fn autovacuums_canceled(&self) -> u64 {
+        self.inner.autovacuums_canceled.load(Ordering::Relaxed)
+    }
+
+    /// The table's activity counters (`pg_stat_user_tables`); zeros for a table not
+    /// touched since the engine opened.
+    pub fn table_activity(&self, def: &TableDef) -> ActivitySnapshot {
+        self.inner
+            .rels
+            .read()
+            .get(&def.relfile)
+            .map(|r| r.activity.snapshot())
+            .unwrap_or_default()
     }
 
     /// Debugging aid: the raw header of the version at `tid` and its xids' status.
@@ -451,12 +511,11 @@ impl Engine {
     }
 
     pub fn vacuum_all(&self) -> Result<usize> {
-        let view = self.catalog_view()?;
-        let mut n = 0;
-        for t in view.tables.values() {
-            n += self.vacuum_relation(t)?;
-        }
-        Ok(n)
+        Ok(self
+            .vacuum_with(None, None)?
+            .iter()
+            .map(|r| r.removed as usize)
+            .sum())
     }
 
     /// Reads every page of every relation from disk and verifies its checksum (an
@@ -667,6 +726,11 @@ pub struct Transaction {
     catalog_changed: bool,
     interrupt: Option<Arc<AtomicBool>>,
     finished: bool,
+    /// This transaction's row changes per table, added to the tables' counters when it
+    /// ends (a handful of tables: a linear search beats hashing).
+    activity: Vec<(Arc<HeapRel>, PendingActivity)>,
+    /// Tables its DDL holds against vacuum until it ends (`engine/vacuum.rs`).
+    ddl_holds: Vec<RelFileId>,
 }
 
 impl Transaction {
@@ -724,6 +788,39 @@ impl Transaction {
     fn mark_write(&mut self) -> Xid {
         self.wrote = true;
         self.ensure_xid()
+    }
+
+    /// The pending counters of `rel`'s table.
+    fn activity_of(&mut self, rel: &Arc<HeapRel>) -> &mut PendingActivity {
+        let i = match self.activity.iter().position(|(r, _)| Arc::ptr_eq(r, rel)) {
+            Some(i) => i,
+            None => {
+                self.activity
+                    .push((rel.clone(), PendingActivity::default()));
+                self.activity.len() - 1
+            }
+        };
+        &mut self.activity[i].1
+    }
+
+    /// Holds `table` against vacuum until this transaction ends (DDL that changes its
+    /// index set or removes its files).
+    fn hold_for_ddl(&mut self, table: RelFileId) -> Result<()> {
+        self.inner
+            .maintenance
+            .begin_ddl(table, self.interrupt.as_deref())?;
+        self.ddl_holds.push(table);
+        Ok(())
+    }
+
+    /// The transaction ended: publish its row counts and let go of its tables.
+    fn end_bookkeeping(&mut self, committed: bool) {
+        for (rel, pending) in self.activity.drain(..) {
+            rel.activity.end_transaction(&pending, committed);
+        }
+        for table in self.ddl_holds.drain(..) {
+            self.inner.maintenance.end_ddl(table);
+        }
     }
 
     // ---- catalog ---------------------------------------------------------------------
@@ -845,6 +942,7 @@ impl Transaction {
         if view.tables.contains_key(name) || view.index_names().any(|n| n == name) {
             return Err(Error::DuplicateTable(name.to_string()));
         }
+        self.hold_for_ddl(def.relfile)?;
         if primary && def.indexes.iter().any(|i| i.primary) {
             return Err(Error::InvalidInput(format!(
                 "multiple primary keys for table \"{table}\" are not allowed"
@@ -929,6 +1027,7 @@ impl Transaction {
         let _ddl = inner.ddl_lock.lock();
         let view = self.catalog()?;
         let def = view.table(name)?;
+        self.hold_for_ddl(def.relfile)?;
         for i in &def.indexes {
             let tid = view
                 .entry_tid(false, &i.name)
@@ -951,6 +1050,7 @@ impl Transaction {
         let _ddl = inner.ddl_lock.lock();
         let view = self.catalog()?;
         let def = view.table(name)?;
+        self.hold_for_ddl(def.relfile)?;
         let tid = view
             .entry_tid(true, name)
             .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
@@ -1022,6 +1122,7 @@ impl Transaction {
         encode_row(values, &mut row);
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let tid = Heap::new(&self.inner.pool, &self.inner.txn, &rel).insert(xid, self.cid, &row)?;
+        self.activity_of(&rel).inserted += 1;
         for idx in &def.indexes {
             self.index_insert(def, idx, values, tid)?;
         }
@@ -1277,6 +1378,9 @@ impl Transaction {
             let (m, hot) = heap.update(tid, xid, self.cid, &row, hot_ok)?;
             match m {
                 Modify::Done(new_tid) => {
+                    let a = self.activity_of(&rel);
+                    a.updated += 1;
+                    a.hot_updated += hot as u64;
                     if !hot {
                         for idx in &def.indexes {
                             self.index_insert(def, idx, new_values, new_tid)?;
@@ -1301,7 +1405,10 @@ impl Transaction {
         loop {
             self.check_interrupt()?;
             match heap.delete(tid, xid, self.cid)? {
-                Modify::Done(t) => return Ok(RowChange::Done(t)),
+                Modify::Done(t) => {
+                    self.activity_of(&rel).deleted += 1;
+                    return Ok(RowChange::Done(t));
+                }
                 other => {
                     if let Some(r) = self.resolve_conflict(&heap, def, other)? {
                         return Ok(r);
@@ -1368,6 +1475,7 @@ impl Transaction {
         let inner = self.inner.clone();
         let Some(xid) = self.xid else {
             inner.txn.finish(self.proc, true);
+            self.end_bookkeeping(true);
             return Ok(());
         };
         let wal = &inner.pool.wal;
@@ -1380,16 +1488,21 @@ impl Transaction {
             inner.txn.clog.set_status(xid, XidStatus::Committed);
         }
         inner.txn.finish(self.proc, true);
+        let mut unlinked = Ok(());
         for r in self.dropped.drain(..) {
             inner.pool.discard_relation(r);
-            inner.pool.relfiles.unlink(r)?;
+            if let Err(e) = inner.pool.relfiles.unlink(r) {
+                unlinked = unlinked.and(Err(e));
+            }
             inner.rels.write().remove(&r);
         }
         if self.catalog_changed {
             inner.catalog_version.fetch_add(1, Ordering::AcqRel);
             *inner.catalog_cache.write() = None;
         }
-        Ok(())
+        // Last: a vacuum waiting for this DDL must find the new catalog.
+        self.end_bookkeeping(true);
+        unlinked
     }
 
     pub fn rollback(mut self) -> Result<()> {
@@ -1413,15 +1526,21 @@ impl Transaction {
                 inner.txn.clog.set_status(xid, XidStatus::Aborted);
             }
             inner.txn.finish(self.proc, false);
+            let mut unlinked = Ok(());
             for r in created {
                 inner.pool.discard_relation(r);
-                inner.pool.relfiles.unlink(r)?;
+                if let Err(e) = inner.pool.relfiles.unlink(r) {
+                    unlinked = unlinked.and(Err(e));
+                }
                 inner.rels.write().remove(&r);
             }
+            self.end_bookkeeping(false);
+            unlinked
         } else {
             inner.txn.finish(self.proc, false);
+            self.end_bookkeeping(false);
+            Ok(())
         }
-        Ok(())
     }
 }
 

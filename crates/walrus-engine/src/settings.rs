@@ -40,6 +40,16 @@ pub struct Settings {
     pub pagewriter_threads: usize,
     pub bgwriter_delay: Duration,
     pub clog_buffers: usize,
+    /// Autovacuum (PostgreSQL's settings and defaults; see `engine/vacuum.rs`).
+    pub autovacuum: bool,
+    pub autovacuum_naptime: Duration,
+    pub autovacuum_vacuum_threshold: u64,
+    pub autovacuum_vacuum_scale_factor: f64,
+    pub autovacuum_vacuum_cost_delay: Duration,
+    pub autovacuum_vacuum_cost_limit: u64,
+    /// Cost-based delay of manual VACUUM (off by default, as in PostgreSQL).
+    pub vacuum_cost_delay: Duration,
+    pub vacuum_cost_limit: u64,
     /// Everything else in the file (server settings such as `port`), kept for `SHOW`.
     pub extra: Vec<(String, String)>,
 }
@@ -60,6 +70,14 @@ impl Default for Settings {
             pagewriter_threads: 1,
             bgwriter_delay: Duration::from_millis(10),
             clog_buffers: 32,
+            autovacuum: true,
+            autovacuum_naptime: Duration::from_secs(60),
+            autovacuum_vacuum_threshold: 50,
+            autovacuum_vacuum_scale_factor: 0.2,
+            autovacuum_vacuum_cost_delay: Duration::from_millis(2),
+            autovacuum_vacuum_cost_limit: 200,
+            vacuum_cost_delay: Duration::ZERO,
+            vacuum_cost_limit: 200,
             extra: Vec::new(),
         }
     }
@@ -98,6 +116,19 @@ pagewriter_threads = 1
 bgwriter_delay = "10ms"
 # Commit-status log pages kept in memory.
 clog_buffers = 32
+# Autovacuum: every autovacuum_naptime, vacuum each table with more dead row versions
+# than autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor * live rows,
+# sleeping autovacuum_vacuum_cost_delay after each autovacuum_vacuum_cost_limit of work
+# (a page visited costs 1, a page changed 20 more).
+autovacuum = "on"
+autovacuum_naptime = "1min"
+autovacuum_vacuum_threshold = 50
+autovacuum_vacuum_scale_factor = 0.2
+autovacuum_vacuum_cost_delay = "2ms"
+autovacuum_vacuum_cost_limit = 200
+# The same delay for manual VACUUM (0: none).
+vacuum_cost_delay = "0ms"
+vacuum_cost_limit = 200
 # Server settings.
 port = 5433
 listen_addresses = "127.0.0.1"
@@ -257,6 +288,52 @@ impl Settings {
                     .filter(|n| (2..=1024).contains(n))
                     .ok_or_else(|| bad("expected 2..1024"))?
             }
+            "autovacuum" => {
+                self.autovacuum = parse_bool(value).ok_or_else(|| bad("expected on or off"))?
+            }
+            "autovacuum_naptime" => {
+                self.autovacuum_naptime = parse_duration(value)
+                    .filter(|d| {
+                        *d >= Duration::from_millis(10) && *d <= Duration::from_secs(86_400)
+                    })
+                    .ok_or_else(|| bad("expected a duration between 10ms and 1 day"))?
+            }
+            "autovacuum_vacuum_threshold" => {
+                self.autovacuum_vacuum_threshold = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n <= i32::MAX as u64)
+                    .ok_or_else(|| bad("expected 0..2147483647"))?
+            }
+            "autovacuum_vacuum_scale_factor" => {
+                self.autovacuum_vacuum_scale_factor = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|f| (0.0..=100.0).contains(f))
+                    .ok_or_else(|| bad("expected a number between 0 and 100"))?
+            }
+            "autovacuum_vacuum_cost_delay" | "vacuum_cost_delay" => {
+                let d = parse_duration(value)
+                    .filter(|d| *d <= Duration::from_millis(100))
+                    .ok_or_else(|| bad("expected a duration between 0 and 100ms"))?;
+                if name == "vacuum_cost_delay" {
+                    self.vacuum_cost_delay = d;
+                } else {
+                    self.autovacuum_vacuum_cost_delay = d;
+                }
+            }
+            "autovacuum_vacuum_cost_limit" | "vacuum_cost_limit" => {
+                let n = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| (1..=10_000).contains(n))
+                    .ok_or_else(|| bad("expected 1..10000"))?;
+                if name == "vacuum_cost_limit" {
+                    self.vacuum_cost_limit = n;
+                } else {
+                    self.autovacuum_vacuum_cost_limit = n;
+                }
+            }
             _ => {
                 self.extra.retain(|(k, _)| k != name);
                 self.extra.push((name.to_string(), value.to_string()));
@@ -332,5 +409,13 @@ mod tests {
         let err = s.apply_toml("shared_buffers = [1, 2]").unwrap_err();
         assert!(err.to_string().contains("shared_buffers"), "{err}");
         assert!(s.set("page_protection", "dwb").is_err());
+        assert!(s.autovacuum && s.autovacuum_naptime == Duration::from_secs(60));
+        assert_eq!(s.autovacuum_vacuum_cost_delay, Duration::from_millis(2));
+        s.set("autovacuum_naptime", "250ms").unwrap();
+        assert_eq!(s.autovacuum_naptime, Duration::from_millis(250));
+        let err = s.set("autovacuum_naptime", "0").unwrap_err();
+        assert!(err.to_string().contains("autovacuum_naptime"), "{err}");
+        assert!(s.set("autovacuum_vacuum_scale_factor", "-1").is_err());
+        assert!(s.set("autovacuum_vacuum_cost_limit", "0").is_err());
     }
 }

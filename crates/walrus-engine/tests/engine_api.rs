@@ -12,12 +12,27 @@ use walrus_engine::engine::{Isolation, RowChange};
 use walrus_engine::{Engine, Error};
 
 fn engine(dir: &std::path::Path) -> Engine {
-    let cfg = walrus_engine::settings::default_config_text(1 << 20)
-        .replace("shared_buffers = \"128MB\"", "shared_buffers = \"4MB\"")
-        .replace(
-            "wal_sync_method = \"fdatasync\"",
-            "wal_sync_method = \"none\"",
-        );
+    engine_with(dir, &[])
+}
+
+/// An engine whose configuration file sets `name = value` for each of `sets` (values
+/// as TOML writes them) over a small test configuration.
+fn engine_with(dir: &std::path::Path, sets: &[(&str, &str)]) -> Engine {
+    let mut sets = sets.to_vec();
+    sets.extend([
+        ("shared_buffers", "\"4MB\""),
+        ("wal_sync_method", "\"none\""),
+    ]);
+    let cfg: String = walrus_engine::settings::default_config_text(1 << 20)
+        .lines()
+        .map(|line| {
+            let name = line.split(" = ").next().unwrap_or("");
+            match sets.iter().find(|(n, _)| *n == name) {
+                Some((n, v)) => format!("{n} = {v}\n"),
+                None => format!("{line}\n"),
+            }
+        })
+        .collect();
     Engine::init(dir, Some(&cfg)).unwrap();
     Engine::open(dir).unwrap().0
 }
@@ -467,6 +482,147 @@ fn lookups_remove_index_entries_of_dead_chains() {
     );
     assert_eq!(index_entries(&mut t, &def, c), 1);
     assert_eq!(t.scan_all(&def).unwrap().len(), 400);
+    t.commit().unwrap();
+    e.shutdown().unwrap();
+}
+
+/// All entries of `def`'s index named `name`, dead or alive.
+fn entries_of(e: &Engine, def: &TableDef, name: &str) -> usize {
+    let idx = def.indexes.iter().find(|i| i.name == name).unwrap();
+    walrus_engine::access::btree::BTree::open(e.pool(), idx.relfile, idx.unique, &idx.name)
+        .range(Bound::Unbounded, Bound::Unbounded)
+        .unwrap()
+        .len()
+}
+
+/// Moves rows `keys` to new ids (`+ shift`): non-HOT updates, each leaving an index
+/// entry behind; 100 rows per transaction.
+fn move_rows(e: &Engine, def: &TableDef, keys: std::ops::Range<i32>, shift: i32) {
+    let keys: Vec<i32> = keys.collect();
+    for chunk in keys.chunks(100) {
+        let mut t = e.begin(Isolation::ReadCommitted);
+        for &k in chunk {
+            let (tid, v) = get(&mut t, def, k).unwrap();
+            let Datum::Text(text) = &v[1] else { panic!() };
+            assert!(matches!(
+                t.update(def, tid, &row(k + shift, text)).unwrap(),
+                RowChange::Done(_)
+            ));
+        }
+        t.commit().unwrap();
+    }
+}
+
+/// Polls `cond` every 10 ms for at most `secs` seconds.
+fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Autovacuum vacuums a table once its dead row versions exceed threshold + scale
+/// factor × live rows, removing the dead versions' index entries, and records it in the
+/// table's counters (`pg_stat_user_tables`); with `autovacuum = off` nothing happens
+/// until a manual VACUUM, which is counted apart.
+#[test]
+fn autovacuum_reclaims_dead_rows_and_their_index_entries() {
+    for on in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine_with(
+            dir.path(),
+            &[
+                ("autovacuum", if on { "\"on\"" } else { "\"off\"" }),
+                ("autovacuum_naptime", "\"50ms\""),
+            ],
+        );
+        let def = table(&e);
+        let mut t = e.begin(Isolation::ReadCommitted);
+        for i in 0..1000 {
+            t.insert(&def, &row(i, "some text")).unwrap();
+        }
+        t.commit().unwrap();
+        // 600 dead versions > 50 + 0.2 × 1000.
+        move_rows(&e, &def, 0..600, 10_000);
+        let a = e.table_activity(&def);
+        assert_eq!((a.inserted, a.updated, a.hot_updated), (1000, 600, 0));
+        if on {
+            // (One may already have run while the updates went on.)
+            wait_until(30, "autovacuum to remove the dead entries", || {
+                let a = e.table_activity(&def);
+                a.autovacuums >= 1 && a.dead == 0 && entries_of(&e, &def, "t_pkey") == 1000
+            });
+        } else {
+            std::thread::sleep(Duration::from_millis(500));
+            let a = e.table_activity(&def);
+            assert_eq!((a.autovacuums, a.dead), (0, 600), "autovacuum = off");
+            assert!(entries_of(&e, &def, "t_pkey") > 1000);
+            e.vacuum("t").unwrap();
+        }
+        let a = e.table_activity(&def);
+        assert_eq!(entries_of(&e, &def, "t_pkey"), 1000, "autovacuum {on}");
+        assert_eq!((a.live, a.dead), (1000, 0), "autovacuum {on}: {a:?}");
+        if on {
+            assert!(a.autovacuums >= 1 && a.vacuums == 0 && a.last_autovacuum.is_some());
+        } else {
+            assert_eq!((a.autovacuums, a.vacuums), (0, 1));
+            assert!(a.last_vacuum.is_some() && a.last_autovacuum.is_none());
+        }
+        let mut t = e.begin(Isolation::ReadCommitted);
+        assert_eq!(t.scan_all(&def).unwrap().len(), 1000);
+        assert_eq!(
+            get(&mut t, &def, 10_005).unwrap().1,
+            row(10_005, "some text")
+        );
+        t.commit().unwrap();
+        e.shutdown().unwrap();
+    }
+}
+
+/// DDL that changes a table's indexes cancels an autovacuum of it (which would
+/// otherwise free line pointers whose entries in the new index it never removed); the
+/// next autovacuum cleans the new index too.
+#[test]
+fn ddl_cancels_a_running_autovacuum_and_the_next_one_cleans_the_new_index() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every page visited costs the whole limit: the vacuum crawls (10-40 ms a page).
+    let e = engine_with(
+        dir.path(),
+        &[
+            ("autovacuum_naptime", "\"50ms\""),
+            ("autovacuum_vacuum_cost_limit", "1"),
+            ("autovacuum_vacuum_cost_delay", "\"10ms\""),
+        ],
+    );
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    for i in 0..4000 {
+        t.insert(&def, &row(i, "0123456789abcdefghij")).unwrap();
+    }
+    t.commit().unwrap();
+    move_rows(&e, &def, 0..2000, 100_000);
+    wait_until(30, "an autovacuum to start", || e.vacuum_in_progress(&def));
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.create_index("t", "t_v", &[1], false, false).unwrap();
+    t.commit().unwrap();
+    assert!(
+        e.autovacuums_canceled() >= 1,
+        "CREATE INDEX cancels the autovacuum"
+    );
+    let def = e.catalog_view().unwrap().table("t").unwrap();
+    // New dead versions with entries in both indexes; only vacuum removes those in
+    // t_v (no lookup goes through it).
+    move_rows(&e, &def, 2000..3000, 100_000);
+    assert!(entries_of(&e, &def, "t_v") > 4000);
+    wait_until(120, "autovacuum to clean both indexes", || {
+        entries_of(&e, &def, "t_v") == 4000 && entries_of(&e, &def, "t_pkey") == 4000
+    });
+    let mut t = e.begin(Isolation::ReadCommitted);
+    assert_eq!(t.scan_all(&def).unwrap().len(), 4000);
     t.commit().unwrap();
     e.shutdown().unwrap();
 }

@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::access::heap::activity::ActivitySnapshot;
 use walrus_engine::catalog::{IndexDef, TableDef};
 use walrus_engine::engine::CheckpointStats;
 
@@ -30,6 +31,10 @@ const NS_INFORMATION_SCHEMA: i64 = 13_000;
 const ROLE_OID: i64 = 10;
 const AM_HEAP: i64 = 2;
 const AM_BTREE: i64 = 403;
+
+/// PostgreSQL 15's `pg_stat_user_tables`. Counters walrus does not keep (scans, rows
+/// read, analyze) are NULL rather than a made-up zero.
+const STAT_TABLES_COLUMNS: &str = "relid:o schemaname:t relname:t seq_scan:l seq_tup_read:l idx_scan:l idx_tup_fetch:l n_tup_ins:l n_tup_upd:l n_tup_del:l n_tup_hot_upd:l n_live_tup:l n_dead_tup:l n_mod_since_analyze:l n_ins_since_vacuum:l last_vacuum:z last_autovacuum:z last_analyze:z last_autoanalyze:z vacuum_count:l autovacuum_count:l analyze_count:l autoanalyze_count:l";
 
 /// Column lists in a compact form: `name:type` with o = oid (int8), t = text, b = bool,
 /// s = int2, i = int4, l = int8, f = float8, n = numeric, z = timestamptz.
@@ -50,6 +55,8 @@ const TABLES: &[(&str, &str)] = &[
     ("pg_indexes", "schemaname:t tablename:t indexname:t tablespace:t indexdef:t"),
     ("pg_stat_wal", "wal_records:l wal_fpi:l wal_bytes:n wal_buffers_full:l wal_write:l wal_sync:l wal_write_time:f wal_sync_time:f stats_reset:z"),
     ("pg_stat_bgwriter", "checkpoints_timed:l checkpoints_req:l checkpoint_write_time:f checkpoint_sync_time:f buffers_checkpoint:l buffers_clean:l maxwritten_clean:l buffers_backend:l buffers_backend_fsync:l buffers_alloc:l stats_reset:z"),
+    ("pg_stat_user_tables", STAT_TABLES_COLUMNS),
+    ("pg_stat_all_tables", STAT_TABLES_COLUMNS),
     ("pg_inherits", "inhrelid:o inhparent:o inhseqno:i inhdetachpending:b"),
     ("pg_partitioned_table", "partrelid:o partstrat:t partnatts:s partdefid:o partattrs:t partclass:t partcollation:t partexprs:t"),
     ("pg_attrdef", "oid:o adrelid:o adnum:s adbin:t"),
@@ -158,6 +165,8 @@ pub(crate) type VirtualTable = (Vec<(&'static str, TypeId)>, Vec<Vec<Datum>>);
 /// engine counters, read once per statement.
 pub(crate) struct Snapshot {
     tables: Vec<Arc<TableDef>>,
+    /// Each table's counters, in `tables` order.
+    activity: Vec<ActivitySnapshot>,
     user: String,
     database: String,
     wal_records: u64,
@@ -191,8 +200,10 @@ impl Snapshot {
         let engine = session.engine();
         let wal = engine.wal();
         let pool = engine.pool();
+        let activity = tables.iter().map(|t| engine.table_activity(t)).collect();
         Ok(Snapshot {
             tables,
+            activity,
             user: session
                 .setting("session_authorization")
                 .filter(|u| !u.is_empty())
@@ -652,6 +663,47 @@ impl Snapshot {
                 Datum::Float8(0.0),
                 Datum::Float8(0.0),
             ]],
+            "pg_stat_user_tables" | "pg_stat_all_tables" => {
+                let l = |v: u64| Datum::Int8(v as i64);
+                let when = |t: Option<std::time::SystemTime>| match t {
+                    Some(t) => Datum::TimestampTz(crate::value::unix_micros_to_pg(
+                        t.duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_micros() as i64),
+                    )),
+                    None => Datum::Null,
+                };
+                self.tables
+                    .iter()
+                    .zip(&self.activity)
+                    .map(|(tbl, a)| {
+                        vec![
+                            o(relfile_oid(tbl.relfile)),
+                            t("public"),
+                            t(&tbl.name),
+                            n.clone(),
+                            n.clone(),
+                            n.clone(),
+                            n.clone(),
+                            l(a.inserted),
+                            l(a.updated),
+                            l(a.deleted),
+                            l(a.hot_updated),
+                            l(a.live),
+                            l(a.dead),
+                            n.clone(),
+                            n.clone(),
+                            when(a.last_vacuum),
+                            when(a.last_autovacuum),
+                            n.clone(),
+                            n.clone(),
+                            l(a.vacuums),
+                            l(a.autovacuums),
+                            l(0),
+                            l(0),
+                        ]
+                    })
+                    .collect()
+            }
             "pg_stat_bgwriter" => {
                 let c = &self.checkpoints;
                 vec![vec![

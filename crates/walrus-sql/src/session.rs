@@ -186,6 +186,22 @@ impl Session {
             "max_wal_size".into(),
             format!("{}MB", s.max_wal_size_bytes >> 20),
         );
+        settings.insert(
+            "autovacuum".into(),
+            if s.autovacuum { "on" } else { "off" }.into(),
+        );
+        settings.insert(
+            "autovacuum_naptime".into(),
+            format!("{}ms", s.autovacuum_naptime.as_millis()),
+        );
+        settings.insert(
+            "autovacuum_vacuum_threshold".into(),
+            s.autovacuum_vacuum_threshold.to_string(),
+        );
+        settings.insert(
+            "autovacuum_vacuum_scale_factor".into(),
+            s.autovacuum_vacuum_scale_factor.to_string(),
+        );
         Session {
             engine,
             txn: None,
@@ -664,11 +680,12 @@ impl Session {
                         "VACUUM cannot run inside a transaction block",
                     ));
                 }
+                // A cancel request stops it between pages; what it finished stays done.
                 if tables.is_empty() {
-                    self.engine.vacuum_all()?;
+                    self.engine.vacuum_with(None, Some(&self.interrupt))?;
                 } else {
                     for t in tables {
-                        self.engine.vacuum(&t)?;
+                        self.engine.vacuum_with(Some(&t), Some(&self.interrupt))?;
                     }
                 }
                 Ok(Outcome::Done(QueryResult::tag("VACUUM")))

@@ -352,3 +352,34 @@ fn cached_parses_bind_again_at_every_execution() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `pg_stat_user_tables` counts what committed (a rolled-back insert adds only a dead
+/// version), and a VACUUM recounts live and dead rows and is recorded.
+#[test]
+fn pg_stat_user_tables_counts_rows_and_vacuums() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = session(dir.path());
+    ok(&mut s, "create table t(id int primary key, v int)");
+    ok(
+        &mut s,
+        "insert into t select g, 0 from generate_series(1, 100) g",
+    );
+    ok(&mut s, "update t set v = 1 where id <= 30");
+    ok(&mut s, "delete from t where id > 90");
+    ok(&mut s, "begin");
+    ok(&mut s, "insert into t values (1000, 0)");
+    ok(&mut s, "rollback");
+    let stats = "select relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, n_live_tup, n_dead_tup, vacuum_count, autovacuum_count, last_vacuum is null from pg_stat_user_tables";
+    // Dead: 30 old versions + 10 deleted rows + 1 rolled-back insert.
+    assert_eq!(flat(&rows(&mut s, stats)), ["t|100|30|30|10|90|41|0|0|t"]);
+    ok(&mut s, "vacuum t");
+    assert_eq!(flat(&rows(&mut s, stats)), ["t|100|30|30|10|90|0|1|0|f"]);
+    assert_eq!(
+        flat(&rows(
+            &mut s,
+            "select count(*) from pg_catalog.pg_stat_all_tables where relid = 't'::regclass"
+        )),
+        ["1"]
+    );
+    assert_eq!(flat(&rows(&mut s, "show autovacuum")), ["on"]);
+}

@@ -331,10 +331,16 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         h.join().map_err(|_| anyhow::anyhow!("worker panicked"))??;
     }
     let dead_entries = engine.dead_index_entries_removed();
+    let autovacuums: u64 = engine
+        .catalog_view()?
+        .tables
+        .values()
+        .map(|t| engine.table_activity(t).autovacuums)
+        .sum();
     engine.shutdown()?;
     let n = committed.load(Ordering::Relaxed);
     println!(
-        "committed {n} ({:.0} tps); index entries of dead chains removed by lookups: {dead_entries}",
+        "committed {n} ({:.0} tps); index entries of dead chains removed by lookups: {dead_entries}; autovacuums: {autovacuums}",
         n as f64 / started.elapsed().as_secs_f64()
     );
     Ok(())

@@ -8,6 +8,8 @@
 //! The directory is reused across cycles, so each cycle also recovers from the state the
 //! previous check left (it exits without a clean shutdown).
 //!
+//! Autovacuum runs every 50 ms in the child, so kills also land mid-vacuum.
+//!
 //! Cycles: 20 per mode by default; `WALRUS_CRASH_CYCLES=300` for the long mode.
 //! `WALRUS_TEST_SEED` replays the kill timings of a failed run.
 
@@ -25,7 +27,11 @@ fn cycles() -> u64 {
 }
 
 fn crash_cycles(sets: &[&str]) {
-    let c = Cluster::new(sets);
+    // Autovacuum wakes every 50 ms, so vacuums (prunes, index deletes, line pointers
+    // freed) are in flight when the kills land.
+    let mut sets = sets.to_vec();
+    sets.push("autovacuum_naptime=50ms");
+    let c = Cluster::new(&sets);
     let mut rng = Rng::from_env();
     for cycle in 0..cycles() {
         let mut child = c.start_workload(8, &[]);

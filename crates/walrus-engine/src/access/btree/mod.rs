@@ -515,28 +515,56 @@ impl<'a> BTree<'a> {
             .collect())
     }
 
-    /// Vacuum: removes every leaf entry whose tid is in `dead`.
-    pub fn delete_tids(&self, dead: &HashSet<Tid>, xid: Xid) -> Result<usize> {
+    /// Vacuum: removes every leaf entry whose tid is in `dead`, walking the leaves left
+    /// to right. A leaf is read under a shared latch and re-latched exclusively only if
+    /// it holds a victim, so concurrent lookups mostly pass; a split in between only
+    /// moves entries right, where the walk still goes. `on_leaf(changed)` is called after
+    /// each leaf (vacuum's cost accounting and cancellation: an error stops the walk,
+    /// and the entries not yet removed are found again by the next vacuum).
+    pub fn delete_tids(
+        &self,
+        dead: &HashSet<Tid>,
+        xid: Xid,
+        on_leaf: &mut dyn FnMut(bool) -> Result<()>,
+    ) -> Result<usize> {
+        let victims = |p: &[u8]| -> Vec<u16> {
+            (first_data(p)..=page::item_count(p))
+                .rev()
+                .filter(|&o| {
+                    split_tid_suffix(page::item(p, o)).is_some_and(|(_, t)| dead.contains(&t))
+                })
+                .collect()
+        };
         let mut block = self.descend(&[], 0)?;
         let mut removed = 0;
         loop {
             let pin = self.pool.read_page(self.pid(block))?;
-            let mut w = pin.write();
-            let first = first_data(&w);
-            let offs: Vec<u16> = (first..=page::item_count(&w))
-                .rev()
-                .filter(|&o| {
-                    split_tid_suffix(page::item(&w, o)).is_some_and(|(_, t)| dead.contains(&t))
-                })
-                .collect();
-            if !offs.is_empty() {
-                self.delete_logged(&mut w, &offs, xid);
-                removed += offs.len();
-            }
-            if is_rightmost(&w) {
+            let any = {
+                let r = pin.read();
+                if victims(&r).is_empty() {
+                    Some((is_rightmost(&r), right_link(&r)))
+                } else {
+                    None
+                }
+            };
+            let (rightmost, next, changed) = match any {
+                Some((rightmost, next)) => (rightmost, next, false),
+                None => {
+                    let mut w = pin.write();
+                    let offs = victims(&w);
+                    if !offs.is_empty() {
+                        self.delete_logged(&mut w, &offs, xid);
+                        removed += offs.len();
+                    }
+                    (is_rightmost(&w), right_link(&w), !offs.is_empty())
+                }
+            };
+            drop(pin);
+            on_leaf(changed)?;
+            if rightmost {
                 return Ok(removed);
             }
-            block = right_link(&w);
+            block = next;
         }
     }
 

@@ -205,7 +205,10 @@ fn btree_delete_tids_and_bulk_build() {
     );
     assert_eq!(t.lookup(&k(77_777)).unwrap(), vec![entries[77_777].1]);
     let dead: HashSet<Tid> = entries.iter().step_by(3).map(|(_, t)| *t).collect();
-    assert_eq!(t.delete_tids(&dead, Xid(3)).unwrap(), dead.len());
+    assert_eq!(
+        t.delete_tids(&dead, Xid(3), &mut |_| Ok(())).unwrap(),
+        dead.len()
+    );
     let left = t.range(Bound::Unbounded, Bound::Unbounded).unwrap();
     assert_eq!(left.len(), entries.len() - dead.len());
     assert!(left.iter().all(|(_, t)| !dead.contains(t)));
@@ -249,7 +252,7 @@ fn btree_redo_rebuilds_the_same_pages() {
         .unwrap();
     }
     let dead: HashSet<Tid> = (0..8000).step_by(5).map(|i| Tid::new(i, 1)).collect();
-    t.delete_tids(&dead, Xid(3)).unwrap();
+    t.delete_tids(&dead, Xid(3), &mut |_| Ok(())).unwrap();
     let end = pool.wal.flush_all();
     let mut pages: BTreeMap<u32, Vec<u8>> = BTreeMap::new();
     let mut r = WalReader::new(&pool.wal.segments, Lsn::ZERO);

@@ -1,5 +1,6 @@
 #![doc = include_str!("README.md")]
 
+pub mod activity;
 pub mod tuple;
 
 use std::collections::BTreeSet;
@@ -32,6 +33,8 @@ pub struct HeapRel {
     last_block: Vec<Mutex<Option<u32>>>,
     /// Blocks known to have at least a fifth of a page free (filled by prune/vacuum).
     fsm: Mutex<BTreeSet<u32>>,
+    /// Row counts for `pg_stat_user_tables` and autovacuum.
+    pub activity: activity::TableActivity,
 }
 
 const INSERT_TARGETS: usize = 4;
@@ -47,6 +50,7 @@ impl HeapRel {
             fillfactor: fillfactor.clamp(10, 100),
             last_block: (0..INSERT_TARGETS).map(|_| Mutex::new(None)).collect(),
             fsm: Mutex::new(BTreeSet::new()),
+            activity: activity::TableActivity::default(),
         }
     }
 }
@@ -608,19 +612,41 @@ impl<'a> Heap<'a> {
         Ok(plan.removed())
     }
 
-    /// Vacuum, phase 1 for one block: prune it and return the tids of dead line
-    /// pointers (whose index entries must go before the pointers can be reused).
-    pub fn vacuum_collect(&self, block: u32) -> Result<Vec<Tid>> {
+    /// Vacuum, phase 1 for one block: prune it, push the tids of its dead line pointers
+    /// onto `dead` (their index entries must go before the pointers can be reused) and
+    /// count the rows left on it. Returns whether the prune changed the page.
+    pub fn vacuum_collect(
+        &self,
+        block: u32,
+        dead: &mut Vec<Tid>,
+        counts: &mut VacuumCounts,
+    ) -> Result<bool> {
         let pin = self.pool.read_page(self.page_id(block))?;
         let mut w = pin.write();
         if page::is_new(&w) {
-            return Ok(Vec::new());
+            return Ok(false);
         }
-        self.prune_latched(&mut w)?;
-        Ok((1..=page::item_count(&w))
-            .filter(|&o| page::line_pointer(&w, o).state == LpState::Dead)
-            .map(|o| Tid::new(block, o))
-            .collect())
+        let pruned = self.prune_latched(&mut w)?;
+        counts.pruned += pruned as u64;
+        for o in 1..=page::item_count(&w) {
+            match page::line_pointer(&w, o).state {
+                LpState::Dead => dead.push(Tid::new(block, o)),
+                LpState::Normal => {
+                    if let Some(mut h) = TupleHeader::read(page::item(&w, o)) {
+                        tuple::set_hints(&mut h, self.txn);
+                        if h.has(tuple::XMIN_COMMITTED) {
+                            if h.xmax.is_valid() && h.has(tuple::XMAX_COMMITTED) {
+                                counts.dead_left += 1;
+                            } else {
+                                counts.live += 1;
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(pruned > 0)
     }
 
     /// Vacuum, phase 3: the index entries for `offs` are gone; free the line pointers.
@@ -643,6 +669,18 @@ impl<'a> Heap<'a> {
         }
         Ok(())
     }
+}
+
+/// What a vacuum found on the pages it visited, after pruning them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VacuumCounts {
+    /// Versions the vacuum's prunes removed (their line pointers became unused, a
+    /// redirect, or `DEAD`).
+    pub pruned: u64,
+    /// Versions whose inserter committed and that no committed transaction deleted.
+    pub live: u64,
+    /// Versions deleted by a committed transaction some snapshot may still see.
+    pub dead_left: u64,
 }
 
 /// Chain members a lookup may walk before it prunes the page.

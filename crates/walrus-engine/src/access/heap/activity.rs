@@ -1,0 +1,147 @@
+//! Per-table activity counters: PostgreSQL's `pg_stat_user_tables`, and what autovacuum
+//! decides from.
+//!
+//! A transaction counts its own inserts, updates and deletes privately
+//! ([`PendingActivity`]) and adds them here when it ends, so a rolled-back update counts
+//! its new version as dead, not the old one. The counters live in memory only: as in
+//! PostgreSQL after a crash, they start from zero when the engine opens, and the first
+//! vacuum of a table recounts its live and dead rows.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::SystemTime;
+
+use parking_lot::Mutex;
+
+/// Cumulative counters of one table (one relation file: TRUNCATE starts a new set).
+#[derive(Default)]
+pub struct TableActivity {
+    inserted: AtomicU64,
+    updated: AtomicU64,
+    hot_updated: AtomicU64,
+    deleted: AtomicU64,
+    /// Estimates: commits add to them while a vacuum counts, and a vacuum overwrites
+    /// them with what it counted, as PostgreSQL's do.
+    live: AtomicI64,
+    dead: AtomicI64,
+    vacuums: AtomicU64,
+    autovacuums: AtomicU64,
+    last_vacuum: Mutex<Option<SystemTime>>,
+    last_autovacuum: Mutex<Option<SystemTime>>,
+}
+
+/// One transaction's changes to one table, not yet visible in [`TableActivity`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PendingActivity {
+    pub inserted: u64,
+    pub updated: u64,
+    pub hot_updated: u64,
+    pub deleted: u64,
+}
+
+/// A copy of the counters, as `pg_stat_user_tables` shows them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ActivitySnapshot {
+    pub inserted: u64,
+    pub updated: u64,
+    pub hot_updated: u64,
+    pub deleted: u64,
+    pub live: u64,
+    pub dead: u64,
+    pub vacuums: u64,
+    pub autovacuums: u64,
+    pub last_vacuum: Option<SystemTime>,
+    pub last_autovacuum: Option<SystemTime>,
+}
+
+impl TableActivity {
+    /// Adds a finished transaction's changes. Committed: its deletes and the old
+    /// versions of its updates are dead. Rolled back: its inserts and the new versions
+    /// of its updates are dead, and nothing else changed.
+    pub fn end_transaction(&self, p: &PendingActivity, committed: bool) {
+        if committed {
+            self.inserted.fetch_add(p.inserted, Ordering::Relaxed);
+            self.updated.fetch_add(p.updated, Ordering::Relaxed);
+            self.hot_updated.fetch_add(p.hot_updated, Ordering::Relaxed);
+            self.deleted.fetch_add(p.deleted, Ordering::Relaxed);
+            self.live
+                .fetch_add(p.inserted as i64 - p.deleted as i64, Ordering::Relaxed);
+            self.dead
+                .fetch_add((p.updated + p.deleted) as i64, Ordering::Relaxed);
+        } else {
+            self.dead
+                .fetch_add((p.inserted + p.updated) as i64, Ordering::Relaxed);
+        }
+    }
+
+    /// A vacuum finished: it counted `live` rows and `dead_left` dead versions it could
+    /// not remove yet (some snapshot may still see them).
+    pub fn vacuumed(&self, live: u64, dead_left: u64, auto: bool) {
+        self.live.store(live as i64, Ordering::Relaxed);
+        self.dead.store(dead_left as i64, Ordering::Relaxed);
+        let now = Some(SystemTime::now());
+        if auto {
+            self.autovacuums.fetch_add(1, Ordering::Relaxed);
+            *self.last_autovacuum.lock() = now;
+        } else {
+            self.vacuums.fetch_add(1, Ordering::Relaxed);
+            *self.last_vacuum.lock() = now;
+        }
+    }
+
+    /// Dead row versions (estimate, never negative).
+    pub fn dead(&self) -> u64 {
+        self.dead.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Live rows (estimate, never negative).
+    pub fn live(&self) -> u64 {
+        self.live.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    pub fn snapshot(&self) -> ActivitySnapshot {
+        ActivitySnapshot {
+            inserted: self.inserted.load(Ordering::Relaxed),
+            updated: self.updated.load(Ordering::Relaxed),
+            hot_updated: self.hot_updated.load(Ordering::Relaxed),
+            deleted: self.deleted.load(Ordering::Relaxed),
+            live: self.live(),
+            dead: self.dead(),
+            vacuums: self.vacuums.load(Ordering::Relaxed),
+            autovacuums: self.autovacuums.load(Ordering::Relaxed),
+            last_vacuum: *self.last_vacuum.lock(),
+            last_autovacuum: *self.last_autovacuum.lock(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_and_rollback_count_different_versions_dead() {
+        let a = TableActivity::default();
+        let p = PendingActivity {
+            inserted: 10,
+            updated: 4,
+            hot_updated: 3,
+            deleted: 2,
+        };
+        a.end_transaction(&p, true);
+        let s = a.snapshot();
+        assert_eq!(
+            (s.inserted, s.updated, s.hot_updated, s.deleted),
+            (10, 4, 3, 2)
+        );
+        assert_eq!((s.live, s.dead), (8, 6));
+        a.end_transaction(&p, false);
+        let s = a.snapshot();
+        // A rollback adds no inserts or updates, only dead versions (10 new rows and
+        // 4 new versions).
+        assert_eq!((s.inserted, s.updated, s.live, s.dead), (10, 4, 8, 20));
+        a.vacuumed(8, 1, true);
+        let s = a.snapshot();
+        assert_eq!((s.live, s.dead, s.autovacuums, s.vacuums), (8, 1, 1, 0));
+        assert!(s.last_autovacuum.is_some() && s.last_vacuum.is_none());
+    }
+}

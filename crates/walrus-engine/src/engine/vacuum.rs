@@ -1,0 +1,492 @@
+//! VACUUM and autovacuum (DESIGN §7).
+//!
+//! A vacuum of one table runs in three phases: prune every page and collect its `DEAD`
+//! line pointers, delete the index entries that point at them, then free the pointers.
+//! The third phase is only safe because nothing else frees or reuses those pointers in
+//! between, and because every index of the table was cleaned. [`MaintenanceLocks`]
+//! guarantees both:
+//! - two vacuums of one table never overlap (the second would delete index entries of
+//!   a pointer the first already freed and an insert reused);
+//! - DDL that changes a table's index set or removes its files (CREATE INDEX, DROP
+//!   TABLE, TRUNCATE) holds the table from the statement until its transaction ends,
+//!   so a vacuum never misses an index built after it read the catalog, nor works on
+//!   files being unlinked. DDL cancels an autovacuum of the table and waits for a
+//!   manual one, as PostgreSQL's lock conflicts do.
+//!
+//! Autovacuum is one background thread. Every `autovacuum_naptime` it vacuums each
+//! table whose dead row versions exceed `autovacuum_vacuum_threshold +
+//! autovacuum_vacuum_scale_factor × live rows` (PostgreSQL's rule and defaults),
+//! skipping a table another vacuum or DDL holds. It throttles itself with PostgreSQL's
+//! cost model (a page visited costs 1, a page dirtied 20 more; after
+//! `autovacuum_vacuum_cost_limit` it sleeps `autovacuum_vacuum_cost_delay`), so it
+//! takes a bounded share of the page writers' and the WAL's bandwidth from the
+//! foreground.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use walrus_base::{RelFileId, Tid, Xid};
+
+use super::{Engine, Inner};
+use crate::access::btree::BTree;
+use crate::access::heap::{Heap, VacuumCounts};
+use crate::catalog::TableDef;
+use crate::error::{Error, Result};
+
+/// Who holds each table for maintenance (see the module comment).
+#[derive(Default)]
+pub(super) struct MaintenanceLocks {
+    tables: Mutex<HashMap<RelFileId, TableHold>>,
+    released: Condvar,
+}
+
+#[derive(Default)]
+struct TableHold {
+    /// The running vacuum, and its cancel flag if it is an autovacuum.
+    vacuum: Option<Option<Arc<AtomicBool>>>,
+    /// DDL statements of transactions that have not ended.
+    ddl: usize,
+}
+
+/// A vacuum's hold on one table; released on drop.
+pub(super) struct VacuumGuard<'a> {
+    locks: &'a MaintenanceLocks,
+    relfile: RelFileId,
+    /// Set by DDL that wants the table: an autovacuum stops at its next page.
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl Drop for VacuumGuard<'_> {
+    fn drop(&mut self) {
+        let mut t = self.locks.tables.lock();
+        if let Some(h) = t.get_mut(&self.relfile) {
+            h.vacuum = None;
+            if h.ddl == 0 {
+                t.remove(&self.relfile);
+            }
+        }
+        self.locks.released.notify_all();
+    }
+}
+
+/// How long a waiter sleeps between checks of its interrupt flag.
+const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+impl MaintenanceLocks {
+    /// Autovacuum: takes the table if nobody holds it.
+    pub(super) fn try_vacuum(&self, relfile: RelFileId) -> Option<VacuumGuard<'_>> {
+        let mut t = self.tables.lock();
+        let h = t.entry(relfile).or_default();
+        if h.vacuum.is_some() || h.ddl > 0 {
+            return None;
+        }
+        let cancel = Arc::new(AtomicBool::new(false));
+        h.vacuum = Some(Some(cancel.clone()));
+        Some(VacuumGuard {
+            locks: self,
+            relfile,
+            cancel,
+        })
+    }
+
+    /// Manual VACUUM: cancels an autovacuum of the table and waits for it, another
+    /// manual vacuum, or DDL to let go.
+    pub(super) fn vacuum(
+        &self,
+        relfile: RelFileId,
+        interrupt: Option<&AtomicBool>,
+    ) -> Result<VacuumGuard<'_>> {
+        let mut t = self.tables.lock();
+        loop {
+            let h = t.entry(relfile).or_default();
+            match &h.vacuum {
+                None if h.ddl == 0 => {
+                    let cancel = Arc::new(AtomicBool::new(false));
+                    h.vacuum = Some(None);
+                    return Ok(VacuumGuard {
+                        locks: self,
+                        relfile,
+                        cancel,
+                    });
+                }
+                Some(Some(auto_cancel)) => auto_cancel.store(true, Ordering::Release),
+                _ => {}
+            }
+            self.released.wait_for(&mut t, WAIT_SLICE);
+            if interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
+                if t.get(&relfile)
+                    .is_some_and(|h| h.vacuum.is_none() && h.ddl == 0)
+                {
+                    t.remove(&relfile);
+                }
+                return Err(Error::Canceled);
+            }
+        }
+    }
+
+    /// DDL on the table: cancels an autovacuum, waits for a manual vacuum, then holds
+    /// the table until [`MaintenanceLocks::end_ddl`] (the transaction's end).
+    pub(super) fn begin_ddl(
+        &self,
+        relfile: RelFileId,
+        interrupt: Option<&AtomicBool>,
+    ) -> Result<()> {
+        let mut t = self.tables.lock();
+        loop {
+            let h = t.entry(relfile).or_default();
+            match &h.vacuum {
+                None => {
+                    h.ddl += 1;
+                    return Ok(());
+                }
+                Some(Some(auto_cancel)) => auto_cancel.store(true, Ordering::Release),
+                Some(None) => {}
+            }
+            self.released.wait_for(&mut t, WAIT_SLICE);
+            if interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
+                return Err(Error::Canceled);
+            }
+        }
+    }
+
+    pub(super) fn vacuum_running(&self, relfile: RelFileId) -> bool {
+        self.tables
+            .lock()
+            .get(&relfile)
+            .is_some_and(|h| h.vacuum.is_some())
+    }
+
+    pub(super) fn end_ddl(&self, relfile: RelFileId) {
+        let mut t = self.tables.lock();
+        let h = t
+            .get_mut(&relfile)
+            .expect("end_ddl without begin_ddl: maintenance holds unbalanced");
+        assert!(h.ddl > 0, "end_ddl without begin_ddl");
+        h.ddl -= 1;
+        if h.ddl == 0 && h.vacuum.is_none() {
+            t.remove(&relfile);
+        }
+        self.released.notify_all();
+    }
+}
+
+/// Vacuum's cost-based delay (PostgreSQL's `vacuum_cost_*`), and its stop check.
+struct Throttle<'a> {
+    limit: u64,
+    delay: Duration,
+    balance: u64,
+    stop: [Option<&'a AtomicBool>; 3],
+    pages: u64,
+    dirtied: u64,
+}
+
+/// Cost of a page a vacuum visits, and the extra cost of one it changes (PostgreSQL's
+/// `vacuum_cost_page_hit` and `vacuum_cost_page_dirty`).
+const COST_PAGE: u64 = 1;
+const COST_DIRTY: u64 = 20;
+
+impl Throttle<'_> {
+    fn charge(&mut self, dirtied: bool) -> Result<()> {
+        self.pages += 1;
+        self.balance += COST_PAGE;
+        if dirtied {
+            self.dirtied += 1;
+            self.balance += COST_DIRTY;
+        }
+        if self
+            .stop
+            .iter()
+            .flatten()
+            .any(|f| f.load(Ordering::Relaxed))
+        {
+            return Err(Error::Canceled);
+        }
+        if !self.delay.is_zero() && self.balance >= self.limit {
+            // As PostgreSQL: sleep in proportion to the overshoot, at most 4 delays.
+            let nap = self
+                .delay
+                .mul_f64(self.balance as f64 / self.limit as f64)
+                .min(self.delay * 4);
+            std::thread::sleep(nap);
+            self.balance = 0;
+        }
+        Ok(())
+    }
+}
+
+/// What one vacuum of a table did.
+#[derive(Clone, Debug, Default)]
+pub struct VacuumReport {
+    pub table: String,
+    pub pages_scanned: u64,
+    pub pages_dirtied: u64,
+    /// Dead line pointers freed (each a row version no snapshot could see).
+    pub removed: u64,
+    pub index_entries_removed: u64,
+    pub counts: VacuumCounts,
+    pub elapsed: Duration,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum VacuumKind {
+    Manual,
+    Auto,
+}
+
+impl Engine {
+    /// Vacuums one table, holding it against other vacuums and DDL. `Ok(None)`: an
+    /// autovacuum found the table held or gone and skipped it.
+    pub(super) fn vacuum_table(
+        &self,
+        name: &str,
+        kind: VacuumKind,
+        interrupt: Option<&AtomicBool>,
+    ) -> Result<Option<VacuumReport>> {
+        let inner = &self.inner;
+        let locks = &inner.maintenance;
+        loop {
+            let def = self.catalog_view()?.table(name)?;
+            let guard = match kind {
+                VacuumKind::Auto => match locks.try_vacuum(def.relfile) {
+                    Some(g) => g,
+                    None => return Ok(None),
+                },
+                VacuumKind::Manual => locks.vacuum(def.relfile, interrupt)?,
+            };
+            // Held now: the table's files and index set cannot change until we let go.
+            // Re-read the catalog in case DDL committed before we took the hold.
+            let now = match self.catalog_view()?.table(name) {
+                Ok(d) => d,
+                Err(_) if kind == VacuumKind::Auto => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if now.relfile != def.relfile || now.indexes != def.indexes {
+                if kind == VacuumKind::Auto {
+                    return Ok(None);
+                }
+                continue;
+            }
+            let s = &inner.settings;
+            let (delay, limit) = match kind {
+                VacuumKind::Auto => (
+                    s.autovacuum_vacuum_cost_delay,
+                    s.autovacuum_vacuum_cost_limit,
+                ),
+                VacuumKind::Manual => (s.vacuum_cost_delay, s.vacuum_cost_limit),
+            };
+            let mut throttle = Throttle {
+                limit: limit.max(1),
+                delay,
+                balance: 0,
+                stop: [
+                    Some(&guard.cancel),
+                    interrupt,
+                    (kind == VacuumKind::Auto).then_some(&inner.shutting_down),
+                ],
+                pages: 0,
+                dirtied: 0,
+            };
+            let report = vacuum_relation(inner, &now, &mut throttle)?;
+            inner.rel(now.relfile, now.fillfactor).activity.vacuumed(
+                report.counts.live,
+                report.counts.dead_left,
+                kind == VacuumKind::Auto,
+            );
+            drop(guard);
+            return Ok(Some(report));
+        }
+    }
+}
+
+fn vacuum_relation(
+    inner: &Inner,
+    def: &TableDef,
+    throttle: &mut Throttle<'_>,
+) -> Result<VacuumReport> {
+    let started = Instant::now();
+    let rel = inner.rel(def.relfile, def.fillfactor);
+    let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+    let nblocks = heap.nblocks()?;
+    let mut dead: Vec<Tid> = Vec::new();
+    let mut counts = VacuumCounts::default();
+    for b in 0..nblocks {
+        let changed = heap.vacuum_collect(b, &mut dead, &mut counts)?;
+        throttle.charge(changed)?;
+    }
+    let mut index_entries_removed = 0;
+    if !dead.is_empty() {
+        let set: HashSet<Tid> = dead.iter().copied().collect();
+        for idx in &def.indexes {
+            index_entries_removed += BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name)
+                .delete_tids(&set, Xid::INVALID, &mut |changed| throttle.charge(changed))?
+                as u64;
+        }
+        let mut by_block: BTreeMap<u32, Vec<u16>> = BTreeMap::new();
+        for t in &dead {
+            by_block.entry(t.block).or_default().push(t.offset);
+        }
+        for (b, offs) in by_block {
+            heap.vacuum_release(b, &offs)?;
+            throttle.charge(true)?;
+        }
+    }
+    Ok(VacuumReport {
+        table: def.name.clone(),
+        pages_scanned: throttle.pages,
+        pages_dirtied: throttle.dirtied,
+        removed: dead.len() as u64,
+        index_entries_removed,
+        counts,
+        elapsed: started.elapsed(),
+    })
+}
+
+/// The autovacuum thread: see the module comment.
+pub(super) fn autovacuum_loop(engine: &Engine) {
+    let inner = &engine.inner;
+    let s = &inner.settings;
+    loop {
+        {
+            let mut woken = inner.autovacuum_wake.0.lock();
+            if !*woken {
+                inner
+                    .autovacuum_wake
+                    .1
+                    .wait_for(&mut woken, s.autovacuum_naptime);
+            }
+            *woken = false;
+        }
+        if inner.shutting_down.load(Ordering::Acquire) {
+            return;
+        }
+        let view = match engine.catalog_view() {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::warn!("autovacuum: could not read the catalog: {e}");
+                continue;
+            }
+        };
+        for def in view.tables.values() {
+            if inner.shutting_down.load(Ordering::Acquire) {
+                return;
+            }
+            // A table nobody touched since the engine opened has no counters.
+            let Some(rel) = inner.rels.read().get(&def.relfile).cloned() else {
+                continue;
+            };
+            let (dead, live) = (rel.activity.dead(), rel.activity.live());
+            let threshold = s.autovacuum_vacuum_threshold
+                + (s.autovacuum_vacuum_scale_factor * live as f64) as u64;
+            if dead <= threshold {
+                continue;
+            }
+            match engine.vacuum_table(&def.name, VacuumKind::Auto, None) {
+                Ok(Some(r)) => tracing::info!(
+                    "automatic vacuum of table \"{}\": pages: {} scanned, {} dirtied; tuples: {} pruned, {} remain, {} are dead but not yet removable; dead line pointers freed: {}, their index entries removed: {}; {:.1} ms",
+                    r.table,
+                    r.pages_scanned,
+                    r.pages_dirtied,
+                    r.counts.pruned,
+                    r.counts.live,
+                    r.counts.dead_left,
+                    r.removed,
+                    r.index_entries_removed,
+                    r.elapsed.as_secs_f64() * 1e3
+                ),
+                Ok(None) => {}
+                Err(Error::Canceled) => {
+                    if !inner.shutting_down.load(Ordering::Acquire) {
+                        inner.autovacuums_canceled.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tracing::info!(
+                        "canceling automatic vacuum of table \"{}\" (DDL or shutdown wants it)",
+                        def.name
+                    )
+                }
+                Err(e) => tracing::warn!("automatic vacuum of table \"{}\" failed: {e}", def.name),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maintenance_locks_order_vacuums_and_ddl() {
+        let locks = MaintenanceLocks::default();
+        let r = RelFileId(16384);
+        // Two vacuums of one table never overlap; autovacuum skips a held table.
+        let g = locks.try_vacuum(r).expect("free table");
+        assert!(locks.try_vacuum(r).is_none());
+        assert!(
+            locks.try_vacuum(RelFileId(16385)).is_some(),
+            "other tables are free"
+        );
+        // DDL cancels the autovacuum, and proceeds once it lets go.
+        std::thread::scope(|s| {
+            let ddl = s.spawn(|| locks.begin_ddl(r, None));
+            while !g.cancel.load(Ordering::Acquire) {
+                std::thread::yield_now();
+            }
+            drop(g);
+            ddl.join().unwrap().unwrap();
+        });
+        // Until the DDL's transaction ends, no vacuum starts; a manual one waits (and
+        // gives up when interrupted).
+        assert!(locks.try_vacuum(r).is_none());
+        let interrupted = AtomicBool::new(true);
+        assert!(matches!(
+            locks.vacuum(r, Some(&interrupted)),
+            Err(Error::Canceled)
+        ));
+        std::thread::scope(|s| {
+            let manual = s.spawn(|| {
+                locks
+                    .vacuum(r, None)
+                    .map(|g| g.cancel.load(Ordering::Relaxed))
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            locks.end_ddl(r);
+            // A manual vacuum is never cancelled by its own flag.
+            assert!(!manual.join().unwrap().unwrap());
+        });
+        assert!(locks.tables.lock().is_empty(), "holds released");
+        // A manual vacuum is not cancelled by DDL: DDL waits for it.
+        let g = locks.vacuum(r, None).unwrap();
+        std::thread::scope(|s| {
+            let ddl = s.spawn(|| locks.begin_ddl(r, None));
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(!g.cancel.load(Ordering::Acquire));
+            assert!(!ddl.is_finished(), "DDL must wait for the manual vacuum");
+            drop(g);
+            ddl.join().unwrap().unwrap();
+        });
+        locks.end_ddl(r);
+    }
+
+    #[test]
+    fn throttle_sleeps_after_the_cost_limit_and_stops_when_asked() {
+        let stop = AtomicBool::new(false);
+        let mut t = Throttle {
+            limit: 42,
+            delay: Duration::from_millis(5),
+            balance: 0,
+            stop: [Some(&stop), None, None],
+            pages: 0,
+            dirtied: 0,
+        };
+        let started = Instant::now();
+        // Two dirtied pages cost 42: one sleep of one delay.
+        t.charge(true).unwrap();
+        t.charge(true).unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(5));
+        assert_eq!((t.pages, t.dirtied, t.balance), (2, 2, 0));
+        stop.store(true, Ordering::Relaxed);
+        assert!(matches!(t.charge(false), Err(Error::Canceled)));
+    }
+}
