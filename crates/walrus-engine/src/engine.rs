@@ -34,9 +34,11 @@ use crate::wal::segment::{Segments, SyncMethod};
 use crate::wal::{ImagePolicy, Wal, WalConfig};
 use crate::xlog;
 
+mod table_locks;
 mod vacuum;
+use table_locks::TableLocks;
+use vacuum::VacuumKind;
 pub use vacuum::VacuumReport;
-use vacuum::{MaintenanceLocks, VacuumKind};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isolation {
@@ -99,8 +101,8 @@ struct Inner {
     /// Index entries scans removed because their heap root was `DEAD`
     /// (`BTree::delete_dead_entries`).
     dead_index_entries_removed: AtomicU64,
-    /// Which tables a vacuum or uncommitted DDL holds (`engine/vacuum.rs`).
-    maintenance: MaintenanceLocks,
+    /// Which tables writers, DDL and vacuums hold (`engine/table_locks.rs`).
+    table_locks: TableLocks,
     /// Wakes the autovacuum thread early (shutdown).
     autovacuum_wake: (Mutex<bool>, Condvar),
     /// Autovacuums that stopped because DDL wanted their table.
@@ -289,7 +291,7 @@ impl Engine {
             shutting_down: AtomicBool::new(false),
             ddl_lock: Mutex::new(()),
             dead_index_entries_removed: AtomicU64::new(0),
-            maintenance: MaintenanceLocks::default(),
+            table_locks: TableLocks::default(),
             autovacuum_wake: (Mutex::new(false), Condvar::new()),
             autovacuums_canceled: AtomicU64::new(0),
         });
@@ -387,7 +389,7 @@ impl Engine {
             interrupt: None,
             finished: false,
             activity: Vec::new(),
-            ddl_holds: Vec::new(),
+            table_holds: Vec::new(),
         }
     }
 
@@ -473,7 +475,7 @@ impl Engine {
 
     /// Whether a vacuum (manual or automatic) of the table is running now.
     pub fn vacuum_in_progress(&self, def: &TableDef) -> bool {
-        self.inner.maintenance.vacuum_running(def.relfile)
+        self.inner.table_locks.vacuum_running(def.relfile)
     }
 
     /// Autovacuums that stopped early because DDL wanted their table.
@@ -729,8 +731,9 @@ pub struct Transaction {
     /// This transaction's row changes per table, added to the tables' counters when it
     /// ends (a handful of tables: a linear search beats hashing).
     activity: Vec<(Arc<HeapRel>, PendingActivity)>,
-    /// Tables its DDL holds against vacuum until it ends (`engine/vacuum.rs`).
-    ddl_holds: Vec<RelFileId>,
+    /// Tables it holds as a writer or through DDL until it ends
+    /// (`engine/table_locks.rs`).
+    table_holds: Vec<RelFileId>,
 }
 
 impl Transaction {
@@ -803,14 +806,69 @@ impl Transaction {
         &mut self.activity[i].1
     }
 
-    /// Holds `table` against vacuum until this transaction ends (DDL that changes its
-    /// index set or removes its files).
-    fn hold_for_ddl(&mut self, table: RelFileId) -> Result<()> {
-        self.inner
-            .maintenance
-            .begin_ddl(table, self.interrupt.as_deref())?;
-        self.ddl_holds.push(table);
-        Ok(())
+    /// For DDL that changes `table`'s index set or removes its files: holds the table
+    /// until this transaction ends (after its other writers and any vacuum let go),
+    /// then takes `ddl_lock`; returns the catalog and the table as they are under both.
+    /// The hold comes first because its wait must not happen under `ddl_lock`: a
+    /// writer of the table that then ran DDL itself would wait for `ddl_lock`, a wait
+    /// the deadlock check cannot see.
+    fn lock_for_ddl<'i>(
+        &mut self,
+        inner: &'i Inner,
+        table: &str,
+    ) -> Result<(
+        parking_lot::MutexGuard<'i, ()>,
+        Arc<CatalogView>,
+        Arc<TableDef>,
+    )> {
+        loop {
+            let relfile = self.catalog()?.table(table)?.relfile;
+            if !self.holds_ddl(relfile) {
+                let xid = self.mark_write();
+                inner
+                    .table_locks
+                    .begin_ddl(relfile, xid, &inner.txn, self.interrupt.as_deref())?;
+                if !self.table_holds.contains(&relfile) {
+                    self.table_holds.push(relfile);
+                }
+            }
+            let guard = inner.ddl_lock.lock();
+            let view = self.catalog()?;
+            let def = view.table(table)?;
+            // DDL that committed before the hold may have replaced the table's file.
+            if def.relfile == relfile {
+                return Ok((guard, view, def));
+            }
+        }
+    }
+
+    fn holds_ddl(&self, relfile: RelFileId) -> bool {
+        self.xid
+            .is_some_and(|x| self.inner.table_locks.ddl_holder(relfile) == Some(x))
+    }
+
+    /// Before the first row change of `def`'s table in this transaction: waits for DDL
+    /// on it, registers as a writer, and returns the table's definition as it is now.
+    /// DDL that committed since the caller read `def` shows here: a new index is used
+    /// from now on; a table dropped or truncated (its tids no longer mean anything) is
+    /// an error, as PostgreSQL reports one after waiting for the DDL's lock.
+    fn lock_for_write(&mut self, def: &TableDef) -> Result<Option<Arc<TableDef>>> {
+        if self.table_holds.contains(&def.relfile) {
+            return Ok(None);
+        }
+        let xid = self.mark_write();
+        self.inner.table_locks.lock_for_write(
+            def.relfile,
+            xid,
+            &self.inner.txn,
+            self.interrupt.as_deref(),
+        )?;
+        self.table_holds.push(def.relfile);
+        let now = self.table(&def.name)?;
+        if now.relfile != def.relfile {
+            return Err(Error::TableRewritten(def.name.clone()));
+        }
+        Ok((now.indexes != def.indexes).then_some(now))
     }
 
     /// The transaction ended: publish its row counts and let go of its tables.
@@ -818,8 +876,10 @@ impl Transaction {
         for (rel, pending) in self.activity.drain(..) {
             rel.activity.end_transaction(&pending, committed);
         }
-        for table in self.ddl_holds.drain(..) {
-            self.inner.maintenance.end_ddl(table);
+        if let Some(xid) = self.xid {
+            for table in self.table_holds.drain(..) {
+                self.inner.table_locks.release(table, xid);
+            }
         }
     }
 
@@ -936,13 +996,10 @@ impl Transaction {
         primary: bool,
     ) -> Result<()> {
         let inner = self.inner.clone();
-        let _ddl = inner.ddl_lock.lock();
-        let view = self.catalog()?;
-        let def = view.table(table)?;
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, table)?;
         if view.tables.contains_key(name) || view.index_names().any(|n| n == name) {
             return Err(Error::DuplicateTable(name.to_string()));
         }
-        self.hold_for_ddl(def.relfile)?;
         if primary && def.indexes.iter().any(|i| i.primary) {
             return Err(Error::InvalidInput(format!(
                 "multiple primary keys for table \"{table}\" are not allowed"
@@ -1024,10 +1081,7 @@ impl Transaction {
 
     pub fn drop_table(&mut self, name: &str) -> Result<()> {
         let inner = self.inner.clone();
-        let _ddl = inner.ddl_lock.lock();
-        let view = self.catalog()?;
-        let def = view.table(name)?;
-        self.hold_for_ddl(def.relfile)?;
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, name)?;
         for i in &def.indexes {
             let tid = view
                 .entry_tid(false, &i.name)
@@ -1047,10 +1101,7 @@ impl Transaction {
     /// are unlinked when the transaction commits.
     pub fn truncate(&mut self, name: &str) -> Result<()> {
         let inner = self.inner.clone();
-        let _ddl = inner.ddl_lock.lock();
-        let view = self.catalog()?;
-        let def = view.table(name)?;
-        self.hold_for_ddl(def.relfile)?;
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, name)?;
         let tid = view
             .entry_tid(true, name)
             .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
@@ -1116,6 +1167,8 @@ impl Transaction {
 
     pub fn insert(&mut self, def: &TableDef, values: &[Datum]) -> Result<Tid> {
         self.check_interrupt()?;
+        let fresh = self.lock_for_write(def)?;
+        let def = fresh.as_deref().unwrap_or(def);
         Transaction::check_row(def, values)?;
         let xid = self.mark_write();
         let mut row = Vec::new();
@@ -1355,6 +1408,8 @@ impl Transaction {
     }
 
     pub fn update(&mut self, def: &TableDef, tid: Tid, new_values: &[Datum]) -> Result<RowChange> {
+        let fresh = self.lock_for_write(def)?;
+        let def = fresh.as_deref().unwrap_or(def);
         Transaction::check_row(def, new_values)?;
         let xid = self.mark_write();
         let rel = self.inner.rel(def.relfile, def.fillfactor);
@@ -1398,6 +1453,8 @@ impl Transaction {
     }
 
     pub fn delete(&mut self, def: &TableDef, tid: Tid) -> Result<RowChange> {
+        let fresh = self.lock_for_write(def)?;
+        let def = fresh.as_deref().unwrap_or(def);
         let xid = self.mark_write();
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let inner = self.inner.clone();

@@ -57,6 +57,9 @@ pub enum Error {
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),
 
+    #[error("relation \"{0}\" was truncated or dropped and recreated by a concurrent transaction; retry the statement")]
+    TableRewritten(String),
+
     #[error("relation \"{0}\" already exists")]
     DuplicateTable(String),
 
@@ -100,7 +103,7 @@ impl Error {
             Error::ChecksumMismatch { .. } | Error::Misdirected { .. } => "XX001",
             Error::BadDataDirectory { .. } | Error::BadWal(_) | Error::Decode { .. } => "XX002",
             Error::UniqueViolation { .. } => "23505",
-            Error::SerializationFailure => "40001",
+            Error::SerializationFailure | Error::TableRewritten(_) => "40001",
             Error::Deadlock { .. } => "40P01",
             Error::Canceled => "57014",
             Error::UndefinedTable(_) => "42P01",
@@ -117,7 +120,10 @@ impl Error {
 
     /// Whether retrying the whole transaction may succeed (40001 / 40P01).
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::SerializationFailure | Error::Deadlock { .. })
+        matches!(
+            self,
+            Error::SerializationFailure | Error::Deadlock { .. } | Error::TableRewritten(_)
+        )
     }
 }
 

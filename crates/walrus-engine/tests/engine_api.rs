@@ -626,3 +626,84 @@ fn ddl_cancels_a_running_autovacuum_and_the_next_one_cleans_the_new_index() {
     t.commit().unwrap();
     e.shutdown().unwrap();
 }
+
+/// CREATE INDEX waits for the table's open writers and then indexes their rows; a
+/// writer still holding the table's old definition (read before the index existed)
+/// maintains the new index too. Without table locks the index silently missed rows.
+#[test]
+fn create_index_waits_for_writers_and_every_later_row_is_indexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    let mut open_writer = e.begin(Isolation::ReadCommitted);
+    open_writer.insert(&def, &row(1, "first")).unwrap();
+    std::thread::scope(|s| {
+        let ddl = s.spawn(|| {
+            let mut t = e.begin(Isolation::ReadCommitted);
+            t.create_index("t", "t_v", &[1], false, false)?;
+            t.commit()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!ddl.is_finished(), "CREATE INDEX must wait for the open writer");
+        open_writer.commit().unwrap();
+        ddl.join().unwrap().unwrap();
+    });
+    // `def` predates t_v: the insert must still reach it.
+    let mut stale = e.begin(Isolation::ReadCommitted);
+    stale.insert(&def, &row(2, "second")).unwrap();
+    stale.commit().unwrap();
+    let now = e.catalog_view().unwrap().table("t").unwrap();
+    assert_eq!(entries_of(&e, &now, "t_v"), 2);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let by_v = t
+        .index_lookup(&now, &now.indexes[1], &[Datum::Text("second".into())])
+        .unwrap();
+    assert_eq!(by_v.len(), 1);
+    t.commit().unwrap();
+    e.shutdown().unwrap();
+}
+
+/// A writer whose table was dropped, or truncated, by a transaction that committed
+/// meanwhile gets a clear error (42P01, or 40001 to retry) instead of writing into
+/// the unlinked files; DROP waits for the table's open writers.
+#[test]
+fn writes_after_a_concurrent_drop_or_truncate_fail_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(1, "x")).unwrap();
+    t.commit().unwrap();
+
+    let mut late = e.begin(Isolation::ReadCommitted);
+    let mut tr = e.begin(Isolation::ReadCommitted);
+    tr.truncate("t").unwrap();
+    tr.commit().unwrap();
+    let err = late.insert(&def, &row(2, "y")).unwrap_err();
+    assert!(matches!(err, Error::TableRewritten(_)), "{err}");
+    assert_eq!(err.sqlstate(), "40001");
+    drop(late);
+
+    let def = e.catalog_view().unwrap().table("t").unwrap();
+    let mut open_writer = e.begin(Isolation::ReadCommitted);
+    open_writer.insert(&def, &row(3, "z")).unwrap();
+    std::thread::scope(|s| {
+        let drop_t = s.spawn(|| {
+            let mut t = e.begin(Isolation::ReadCommitted);
+            t.drop_table("t")?;
+            t.commit()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!drop_t.is_finished(), "DROP TABLE must wait for the open writer");
+        open_writer.commit().unwrap();
+        drop_t.join().unwrap().unwrap();
+    });
+    let mut late = e.begin(Isolation::ReadCommitted);
+    let err = late.insert(&def, &row(4, "w")).unwrap_err();
+    assert!(matches!(err, Error::UndefinedTable(_)), "{err}");
+    drop(late);
+    e.shutdown().unwrap();
+    let (e, _) = Engine::open(dir.path()).unwrap();
+    assert!(e.catalog_view().unwrap().tables.is_empty());
+    e.shutdown().unwrap();
+}

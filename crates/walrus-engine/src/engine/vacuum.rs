@@ -3,8 +3,8 @@
 //! A vacuum of one table runs in three phases: prune every page and collect its `DEAD`
 //! line pointers, delete the index entries that point at them, then free the pointers.
 //! The third phase is only safe because nothing else frees or reuses those pointers in
-//! between, and because every index of the table was cleaned. [`MaintenanceLocks`]
-//! guarantees both:
+//! between, and because every index of the table was cleaned. The table locks
+//! (`table_locks.rs`) guarantee both:
 //! - two vacuums of one table never overlap (the second would delete index entries of
 //!   a pointer the first already freed and an insert reused);
 //! - DDL that changes a table's index set or removes its files (CREATE INDEX, DROP
@@ -22,156 +22,17 @@
 //! takes a bounded share of the page writers' and the WAL's bandwidth from the
 //! foreground.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
-use walrus_base::{RelFileId, Tid, Xid};
+use walrus_base::{Tid, Xid};
 
 use super::{Engine, Inner};
 use crate::access::btree::BTree;
 use crate::access::heap::{Heap, VacuumCounts};
 use crate::catalog::TableDef;
 use crate::error::{Error, Result};
-
-/// Who holds each table for maintenance (see the module comment).
-#[derive(Default)]
-pub(super) struct MaintenanceLocks {
-    tables: Mutex<HashMap<RelFileId, TableHold>>,
-    released: Condvar,
-}
-
-#[derive(Default)]
-struct TableHold {
-    /// The running vacuum, and its cancel flag if it is an autovacuum.
-    vacuum: Option<Option<Arc<AtomicBool>>>,
-    /// DDL statements of transactions that have not ended.
-    ddl: usize,
-}
-
-/// A vacuum's hold on one table; released on drop.
-pub(super) struct VacuumGuard<'a> {
-    locks: &'a MaintenanceLocks,
-    relfile: RelFileId,
-    /// Set by DDL that wants the table: an autovacuum stops at its next page.
-    pub cancel: Arc<AtomicBool>,
-}
-
-impl Drop for VacuumGuard<'_> {
-    fn drop(&mut self) {
-        let mut t = self.locks.tables.lock();
-        if let Some(h) = t.get_mut(&self.relfile) {
-            h.vacuum = None;
-            if h.ddl == 0 {
-                t.remove(&self.relfile);
-            }
-        }
-        self.locks.released.notify_all();
-    }
-}
-
-/// How long a waiter sleeps between checks of its interrupt flag.
-const WAIT_SLICE: Duration = Duration::from_millis(50);
-
-impl MaintenanceLocks {
-    /// Autovacuum: takes the table if nobody holds it.
-    pub(super) fn try_vacuum(&self, relfile: RelFileId) -> Option<VacuumGuard<'_>> {
-        let mut t = self.tables.lock();
-        let h = t.entry(relfile).or_default();
-        if h.vacuum.is_some() || h.ddl > 0 {
-            return None;
-        }
-        let cancel = Arc::new(AtomicBool::new(false));
-        h.vacuum = Some(Some(cancel.clone()));
-        Some(VacuumGuard {
-            locks: self,
-            relfile,
-            cancel,
-        })
-    }
-
-    /// Manual VACUUM: cancels an autovacuum of the table and waits for it, another
-    /// manual vacuum, or DDL to let go.
-    pub(super) fn vacuum(
-        &self,
-        relfile: RelFileId,
-        interrupt: Option<&AtomicBool>,
-    ) -> Result<VacuumGuard<'_>> {
-        let mut t = self.tables.lock();
-        loop {
-            let h = t.entry(relfile).or_default();
-            match &h.vacuum {
-                None if h.ddl == 0 => {
-                    let cancel = Arc::new(AtomicBool::new(false));
-                    h.vacuum = Some(None);
-                    return Ok(VacuumGuard {
-                        locks: self,
-                        relfile,
-                        cancel,
-                    });
-                }
-                Some(Some(auto_cancel)) => auto_cancel.store(true, Ordering::Release),
-                _ => {}
-            }
-            self.released.wait_for(&mut t, WAIT_SLICE);
-            if interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
-                if t.get(&relfile)
-                    .is_some_and(|h| h.vacuum.is_none() && h.ddl == 0)
-                {
-                    t.remove(&relfile);
-                }
-                return Err(Error::Canceled);
-            }
-        }
-    }
-
-    /// DDL on the table: cancels an autovacuum, waits for a manual vacuum, then holds
-    /// the table until [`MaintenanceLocks::end_ddl`] (the transaction's end).
-    pub(super) fn begin_ddl(
-        &self,
-        relfile: RelFileId,
-        interrupt: Option<&AtomicBool>,
-    ) -> Result<()> {
-        let mut t = self.tables.lock();
-        loop {
-            let h = t.entry(relfile).or_default();
-            match &h.vacuum {
-                None => {
-                    h.ddl += 1;
-                    return Ok(());
-                }
-                Some(Some(auto_cancel)) => auto_cancel.store(true, Ordering::Release),
-                Some(None) => {}
-            }
-            self.released.wait_for(&mut t, WAIT_SLICE);
-            if interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
-                return Err(Error::Canceled);
-            }
-        }
-    }
-
-    pub(super) fn vacuum_running(&self, relfile: RelFileId) -> bool {
-        self.tables
-            .lock()
-            .get(&relfile)
-            .is_some_and(|h| h.vacuum.is_some())
-    }
-
-    pub(super) fn end_ddl(&self, relfile: RelFileId) {
-        let mut t = self.tables.lock();
-        let h = t
-            .get_mut(&relfile)
-            .expect("end_ddl without begin_ddl: maintenance holds unbalanced");
-        assert!(h.ddl > 0, "end_ddl without begin_ddl");
-        h.ddl -= 1;
-        if h.ddl == 0 && h.vacuum.is_none() {
-            t.remove(&relfile);
-        }
-        self.released.notify_all();
-    }
-}
 
 /// Vacuum's cost-based delay (PostgreSQL's `vacuum_cost_*`), and its stop check.
 struct Throttle<'a> {
@@ -246,7 +107,7 @@ impl Engine {
         interrupt: Option<&AtomicBool>,
     ) -> Result<Option<VacuumReport>> {
         let inner = &self.inner;
-        let locks = &inner.maintenance;
+        let locks = &inner.table_locks;
         loop {
             let def = self.catalog_view()?.table(name)?;
             let guard = match kind {
@@ -415,59 +276,6 @@ pub(super) fn autovacuum_loop(engine: &Engine) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn maintenance_locks_order_vacuums_and_ddl() {
-        let locks = MaintenanceLocks::default();
-        let r = RelFileId(16384);
-        // Two vacuums of one table never overlap; autovacuum skips a held table.
-        let g = locks.try_vacuum(r).expect("free table");
-        assert!(locks.try_vacuum(r).is_none());
-        assert!(
-            locks.try_vacuum(RelFileId(16385)).is_some(),
-            "other tables are free"
-        );
-        // DDL cancels the autovacuum, and proceeds once it lets go.
-        std::thread::scope(|s| {
-            let ddl = s.spawn(|| locks.begin_ddl(r, None));
-            while !g.cancel.load(Ordering::Acquire) {
-                std::thread::yield_now();
-            }
-            drop(g);
-            ddl.join().unwrap().unwrap();
-        });
-        // Until the DDL's transaction ends, no vacuum starts; a manual one waits (and
-        // gives up when interrupted).
-        assert!(locks.try_vacuum(r).is_none());
-        let interrupted = AtomicBool::new(true);
-        assert!(matches!(
-            locks.vacuum(r, Some(&interrupted)),
-            Err(Error::Canceled)
-        ));
-        std::thread::scope(|s| {
-            let manual = s.spawn(|| {
-                locks
-                    .vacuum(r, None)
-                    .map(|g| g.cancel.load(Ordering::Relaxed))
-            });
-            std::thread::sleep(Duration::from_millis(20));
-            locks.end_ddl(r);
-            // A manual vacuum is never cancelled by its own flag.
-            assert!(!manual.join().unwrap().unwrap());
-        });
-        assert!(locks.tables.lock().is_empty(), "holds released");
-        // A manual vacuum is not cancelled by DDL: DDL waits for it.
-        let g = locks.vacuum(r, None).unwrap();
-        std::thread::scope(|s| {
-            let ddl = s.spawn(|| locks.begin_ddl(r, None));
-            std::thread::sleep(Duration::from_millis(20));
-            assert!(!g.cancel.load(Ordering::Acquire));
-            assert!(!ddl.is_finished(), "DDL must wait for the manual vacuum");
-            drop(g);
-            ddl.join().unwrap().unwrap();
-        });
-        locks.end_ddl(r);
-    }
 
     #[test]
     fn throttle_sleeps_after_the_cost_limit_and_stops_when_asked() {
