@@ -644,7 +644,10 @@ fn create_index_waits_for_writers_and_every_later_row_is_indexed() {
             t.commit()
         });
         std::thread::sleep(Duration::from_millis(50));
-        assert!(!ddl.is_finished(), "CREATE INDEX must wait for the open writer");
+        assert!(
+            !ddl.is_finished(),
+            "CREATE INDEX must wait for the open writer"
+        );
         open_writer.commit().unwrap();
         ddl.join().unwrap().unwrap();
     });
@@ -694,7 +697,10 @@ fn writes_after_a_concurrent_drop_or_truncate_fail_cleanly() {
             t.commit()
         });
         std::thread::sleep(Duration::from_millis(50));
-        assert!(!drop_t.is_finished(), "DROP TABLE must wait for the open writer");
+        assert!(
+            !drop_t.is_finished(),
+            "DROP TABLE must wait for the open writer"
+        );
         open_writer.commit().unwrap();
         drop_t.join().unwrap().unwrap();
     });
