@@ -627,6 +627,27 @@ fn ddl_cancels_a_running_autovacuum_and_the_next_one_cleans_the_new_index() {
     e.shutdown().unwrap();
 }
 
+/// Runs `ddl` in its own transaction beside `open_writer` (which wrote to the table):
+/// it must wait until the writer commits, then succeed.
+fn ddl_waits_for(
+    e: &Engine,
+    open_writer: walrus_engine::engine::Transaction,
+    what: &str,
+    ddl: impl FnOnce(&mut walrus_engine::engine::Transaction) -> walrus_engine::Result<()> + Send,
+) {
+    std::thread::scope(|s| {
+        let ddl = s.spawn(|| {
+            let mut t = e.begin(Isolation::ReadCommitted);
+            ddl(&mut t)?;
+            t.commit()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!ddl.is_finished(), "{what} must wait for the open writer");
+        open_writer.commit().unwrap();
+        ddl.join().unwrap().unwrap();
+    });
+}
+
 /// CREATE INDEX waits for the table's open writers and then indexes their rows; a
 /// writer still holding the table's old definition (read before the index existed)
 /// maintains the new index too. Without table locks the index silently missed rows.
@@ -637,19 +658,8 @@ fn create_index_waits_for_writers_and_every_later_row_is_indexed() {
     let def = table(&e);
     let mut open_writer = e.begin(Isolation::ReadCommitted);
     open_writer.insert(&def, &row(1, "first")).unwrap();
-    std::thread::scope(|s| {
-        let ddl = s.spawn(|| {
-            let mut t = e.begin(Isolation::ReadCommitted);
-            t.create_index("t", "t_v", &[1], false, false)?;
-            t.commit()
-        });
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(
-            !ddl.is_finished(),
-            "CREATE INDEX must wait for the open writer"
-        );
-        open_writer.commit().unwrap();
-        ddl.join().unwrap().unwrap();
+    ddl_waits_for(&e, open_writer, "CREATE INDEX", |t| {
+        t.create_index("t", "t_v", &[1], false, false)
     });
     // `def` predates t_v: the insert must still reach it.
     let mut stale = e.begin(Isolation::ReadCommitted);
@@ -690,20 +700,7 @@ fn writes_after_a_concurrent_drop_or_truncate_fail_cleanly() {
     let def = e.catalog_view().unwrap().table("t").unwrap();
     let mut open_writer = e.begin(Isolation::ReadCommitted);
     open_writer.insert(&def, &row(3, "z")).unwrap();
-    std::thread::scope(|s| {
-        let drop_t = s.spawn(|| {
-            let mut t = e.begin(Isolation::ReadCommitted);
-            t.drop_table("t")?;
-            t.commit()
-        });
-        std::thread::sleep(Duration::from_millis(50));
-        assert!(
-            !drop_t.is_finished(),
-            "DROP TABLE must wait for the open writer"
-        );
-        open_writer.commit().unwrap();
-        drop_t.join().unwrap().unwrap();
-    });
+    ddl_waits_for(&e, open_writer, "DROP TABLE", |t| t.drop_table("t"));
     let mut late = e.begin(Isolation::ReadCommitted);
     let err = late.insert(&def, &row(4, "w")).unwrap_err();
     assert!(matches!(err, Error::UndefinedTable(_)), "{err}");
