@@ -390,6 +390,7 @@ impl Engine {
             finished: false,
             activity: Vec::new(),
             table_holds: Vec::new(),
+            write_defs: Vec::new(),
         }
     }
 
@@ -510,6 +511,37 @@ impl Engine {
             ),
             other => format!("{other:?}"),
         }
+    }
+
+    /// Debugging aid: the HOT chain from `tid` (following HOT ctids on the page), each
+    /// member's header and row.
+    pub fn debug_chain(&self, def: &TableDef, tid: Tid) -> String {
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
+        let mut out = String::new();
+        let mut t = tid;
+        for _ in 0..20 {
+            match heap.read_version(t) {
+                Ok(Some((h, row))) => {
+                    let vals = datum::decode_row(&row, &def.types());
+                    out.push_str(&format!(
+                        " [{t:?} {h:?} xmin:{:?} xmax:{:?} row:{vals:?}]",
+                        self.inner.txn.status(h.xmin),
+                        h.xmax.is_valid().then(|| self.inner.txn.status(h.xmax))
+                    ));
+                    if h.has(tuple::HOT_UPDATED) && h.ctid.block == tid.block {
+                        t = h.ctid;
+                    } else {
+                        break;
+                    }
+                }
+                other => {
+                    out.push_str(&format!(" [{t:?} {other:?}]"));
+                    break;
+                }
+            }
+        }
+        out
     }
 
     pub fn vacuum_all(&self) -> Result<usize> {
@@ -734,6 +766,10 @@ pub struct Transaction {
     /// Tables it holds as a writer or through DDL until it ends
     /// (`engine/table_locks.rs`).
     table_holds: Vec<RelFileId>,
+    /// The definitions of the tables it writes, as of its registration as their writer
+    /// (no other transaction's DDL can change them until it ends). A caller may still
+    /// pass a definition it read earlier, before a concurrent CREATE INDEX committed.
+    write_defs: Vec<Arc<TableDef>>,
 }
 
 impl Transaction {
@@ -832,6 +868,9 @@ impl Transaction {
                     self.table_holds.push(relfile);
                 }
             }
+            // This transaction's DDL changes the table: from now on its callers' own
+            // reads of the definition are the current ones.
+            self.write_defs.retain(|d| d.relfile != relfile);
             let guard = inner.ddl_lock.lock();
             let view = self.catalog()?;
             let def = view.table(table)?;
@@ -853,7 +892,15 @@ impl Transaction {
     /// from now on; a table dropped or truncated (its tids no longer mean anything) is
     /// an error, as PostgreSQL reports one after waiting for the DDL's lock.
     fn lock_for_write(&mut self, def: &TableDef) -> Result<Option<Arc<TableDef>>> {
+        if let Some(current) = self.write_defs.iter().find(|d| d.relfile == def.relfile) {
+            if std::ptr::eq(current.as_ref(), def) || current.indexes == def.indexes {
+                return Ok(None);
+            }
+            return Ok(Some(current.clone()));
+        }
         if self.table_holds.contains(&def.relfile) {
+            // Held through this transaction's own DDL: the caller's definition is this
+            // transaction's own view of the table.
             return Ok(None);
         }
         let xid = self.mark_write();
@@ -868,6 +915,7 @@ impl Transaction {
         if now.relfile != def.relfile {
             return Err(Error::TableRewritten(def.name.clone()));
         }
+        self.write_defs.push(now.clone());
         Ok((now.indexes != def.indexes).then_some(now))
     }
 
@@ -1035,7 +1083,7 @@ impl Transaction {
         let types = def.types();
         for b in 0..heap.nblocks()? {
             let mut rows = Vec::new();
-            heap.scan_block(b, &viewer, &mut rows)?;
+            heap.scan_block_roots(b, &viewer, &mut rows)?;
             for (tid, row) in rows {
                 let values = datum::decode_row(&row, &types)
                     .map_err(|e| Error::InvalidInput(e.to_string()))?;
@@ -1497,19 +1545,26 @@ impl Transaction {
                 if self.isolation == Isolation::RepeatableRead {
                     return Err(Error::SerializationFailure);
                 }
-                let Some(mut t) = next else {
+                let Some((mut t, mut creator)) = next else {
                     return Ok(Some(RowChange::Gone));
                 };
-                // Follow the update chain to the newest version.
+                // Follow the update chain to the newest version. A version whose xmin
+                // is not the previous version's xmax is another row's tuple in a slot
+                // that was freed and reused: the chain was pruned away, the row is gone
+                // (PostgreSQL's prior-xmax check).
                 for _ in 0..10_000 {
                     let Some((h, row)) = heap.read_version(t)? else {
                         return Ok(Some(RowChange::Gone));
                     };
+                    if h.xmin != creator {
+                        return Ok(Some(RowChange::Gone));
+                    }
                     if !tuple_is_live_head(&h, &self.inner.txn) {
                         if h.has(tuple::UPDATED)
                             && self.inner.txn.status_for_write(h.xmax) == XidStatus::Committed
                         {
                             t = h.ctid;
+                            creator = h.xmax;
                             continue;
                         }
                         if self.inner.txn.status_for_write(h.xmax) == XidStatus::Committed {
@@ -1626,11 +1681,12 @@ fn tuple_is_live_head(h: &TupleHeader, txn: &TxnManager) -> bool {
 /// may become live (in progress)?
 fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> UniqueCheck {
     let txn = heap.txn;
-    let mut t = root;
-    for _ in 0..1000 {
-        let Ok(Some((h, _))) = heap.read_version(t) else {
-            return UniqueCheck::NotLive;
-        };
+    // The chain as one consistent picture (see `Heap::chain_headers`); statuses are
+    // read afterwards, outside the page latch.
+    let Ok(chain) = heap.chain_headers(root) else {
+        return UniqueCheck::NotLive;
+    };
+    for h in chain {
         let xmin_ok = if h.xmin == me {
             true
         } else {
@@ -1655,11 +1711,6 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> UniqueCheck {
             if !deleted {
                 return UniqueCheck::Live;
             }
-        }
-        if h.has(tuple::HOT_UPDATED) && h.ctid.block == root.block {
-            t = h.ctid;
-        } else {
-            return UniqueCheck::NotLive;
         }
     }
     UniqueCheck::NotLive

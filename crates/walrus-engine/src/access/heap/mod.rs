@@ -66,7 +66,9 @@ pub enum Modify {
     /// A committed transaction changed the row after our snapshot: its newest version
     /// (None if it was deleted). READ COMMITTED re-checks that version; REPEATABLE READ
     /// fails with a serialization error.
-    Concurrent(Option<Tid>),
+    /// Carries the newer version's tid and the xid that created it (the old version's
+    /// xmax), so a follower can tell the version from a later tuple in a reused slot.
+    Concurrent(Option<(Tid, Xid)>),
     /// This transaction already changed the row (in this or an earlier command).
     SelfModified,
 }
@@ -327,6 +329,82 @@ impl<'a> Heap<'a> {
         Ok(())
     }
 
+    /// The headers of the HOT chain an index entry leads to, read under one latch: a
+    /// prune (exclusive latch) may free the chain's dead prefix and a HOT update reuse a
+    /// freed slot, so a walk that latched each member separately could step from a
+    /// stale pointer into another row's tuple. Each successor must also have been
+    /// created by its predecessor's updater (PostgreSQL's prior-xmax check).
+    pub fn chain_headers(&self, root: Tid) -> Result<Vec<TupleHeader>> {
+        let mut out = Vec::new();
+        if root.block >= self.nblocks()? {
+            return Ok(out);
+        }
+        let pin = self.pool.read_page(self.page_id(root.block))?;
+        let r = pin.read();
+        if page::is_new(&r) {
+            return Ok(out);
+        }
+        let Some(mut off) = resolve_offset(&r, root.offset) else {
+            return Ok(out);
+        };
+        for _ in 0..=page::item_count(&r) {
+            let Some(h) = TupleHeader::read(page::item(&r, off)) else {
+                break;
+            };
+            if out.last().is_some_and(|p: &TupleHeader| p.xmax != h.xmin) {
+                break;
+            }
+            let next =
+                (h.has(tuple::HOT_UPDATED) && h.ctid.block == root.block).then_some(h.ctid.offset);
+            out.push(h);
+            match next {
+                Some(n)
+                    if n >= 1
+                        && n <= page::item_count(&r)
+                        && page::line_pointer(&r, n).state == LpState::Normal =>
+                {
+                    off = n
+                }
+                _ => break,
+            }
+        }
+        Ok(out)
+    }
+
+    /// Index build: the version of each HOT chain on `block` visible to `v`, with the
+    /// chain's *root* tid, where an index entry must point (PostgreSQL's root offsets in
+    /// its index build scan). An entry at a heap-only member would dangle once pruning
+    /// frees that member, which it does without looking at any index.
+    pub fn scan_block_roots(
+        &self,
+        block: u32,
+        v: &Viewer<'_>,
+        out: &mut Vec<(Tid, Vec<u8>)>,
+    ) -> Result<()> {
+        let pin = self.pool.read_page(self.page_id(block))?;
+        let r = pin.read();
+        if page::is_new(&r) {
+            return Ok(());
+        }
+        for off in 1..=page::item_count(&r) {
+            let is_root = match page::line_pointer(&r, off).state {
+                LpState::Redirect => true,
+                LpState::Normal => {
+                    TupleHeader::read(page::item(&r, off)).is_some_and(|h| !h.has(tuple::HEAP_ONLY))
+                }
+                _ => false,
+            };
+            if !is_root {
+                continue;
+            }
+            let root = Tid::new(block, off);
+            if let (Some((_, row)), _) = walk_chain(&r, root, v, self.txn) {
+                out.push((root, row));
+            }
+        }
+        Ok(())
+    }
+
     /// Index fetch: starting at the tid an index points to, follows redirects and the HOT
     /// chain to the version visible to `v`.
     pub fn fetch_visible(&self, root: Tid, v: &Viewer<'_>) -> Result<Fetched> {
@@ -407,9 +485,9 @@ impl<'a> Heap<'a> {
         }
         match self.txn.status_for_write(h.xmax) {
             crate::txn::clog::XidStatus::Aborted => None,
-            crate::txn::clog::XidStatus::Committed => {
-                Some(Modify::Concurrent(h.has(tuple::UPDATED).then_some(h.ctid)))
-            }
+            crate::txn::clog::XidStatus::Committed => Some(Modify::Concurrent(
+                h.has(tuple::UPDATED).then_some((h.ctid, h.xmax)),
+            )),
             _ => Some(Modify::WouldBlock(h.xmax)),
         }
     }
