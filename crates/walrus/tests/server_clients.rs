@@ -475,3 +475,46 @@ fn pid_file_lock_refuses_a_second_server_but_never_a_restart() {
     srv.stop();
     assert!(!pid_file.exists(), "a clean stop removes the pid file");
 }
+
+/// Autovacuum through the server: under pgbench, the small hot tables pass their
+/// threshold (50 + 0.2 × rows) within seconds; `pg_stat_user_tables` shows the runs and
+/// the row counts, through psql, and the TPC-B invariant holds afterwards.
+#[test]
+fn autovacuum_runs_under_pgbench_and_pg_stat_user_tables_shows_it() {
+    if !clients_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let conf = tmp.path().join("av.toml");
+    std::fs::write(&conf, "autovacuum_naptime = \"200ms\"\n").unwrap();
+    let srv = ServerProc::start_with(
+        &tmp.path().join("data"),
+        free_port(),
+        &["--config", conf.to_str().unwrap()],
+    );
+    assert_eq!(srv.scalar("show autovacuum"), "on");
+    let init = srv.pgbench(&["-i", "-s", "1", "-q"]);
+    assert!(init.status.success(), "{}", text(&init));
+    let run = srv.pgbench(&["-c", "4", "-j", "2", "-T", "3", "-M", "prepared"]);
+    assert!(run.status.success(), "{}", text(&run));
+    let q = "select autovacuum_count > 0, n_live_tup, n_tup_upd > 0 from pg_stat_user_tables where relname = 'pgbench_tellers'";
+    let start = Instant::now();
+    loop {
+        let row = srv.scalar(q);
+        if row.starts_with("t|") {
+            assert_eq!(row, "t|10|t", "tellers after an autovacuum");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "no autovacuum of pgbench_tellers: {row}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        srv.scalar("select count(*) from pg_stat_user_tables where relname like 'pgbench_%'"),
+        "4"
+    );
+    srv.invariant();
+    srv.stop();
+}
