@@ -35,6 +35,7 @@ use crate::wal::{ImagePolicy, Wal, WalConfig};
 use crate::xlog;
 
 mod table_locks;
+mod table_stats;
 mod vacuum;
 use table_locks::TableLocks;
 use vacuum::VacuumKind;
@@ -314,6 +315,8 @@ impl Engine {
             .name("walrus-checkpointer".into())
             .spawn(move || checkpointer_loop(&ckpt_inner))
             .map_err(|e| Error::io("start checkpointer thread", "", e))?;
+        // Before autovacuum starts: its first round decides from these counters.
+        engine.load_table_stats(crashed);
         let autovacuum = if inner.settings.autovacuum {
             // A handle without the background threads: they are joined through the
             // engine's own handle, and this one must not keep them alive.
@@ -433,6 +436,10 @@ impl Engine {
             }
             run_checkpoint(&self.inner, CheckpointReason::Shutdown)?;
             bg.page_writers.stop();
+        }
+        if let Err(e) = self.save_table_stats() {
+            // Advisory: the counters restart from zero, as after a crash.
+            tracing::warn!("could not save table statistics: {e}");
         }
         let mut c = self.inner.control.lock();
         let mut d = c.data().clone();

@@ -837,3 +837,55 @@ fn writers_ddl_and_vacuums_race_and_every_index_stays_exact() {
     t.commit().unwrap();
     e.shutdown().unwrap();
 }
+
+/// Table counters survive a clean restart (as PostgreSQL's statistics file does) and
+/// start from zero after a crash; a damaged statistics file is ignored, not fatal.
+#[test]
+fn table_counters_survive_a_clean_restart_but_not_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    for i in 0..20 {
+        t.insert(&def, &row(i, "x")).unwrap();
+    }
+    t.commit().unwrap();
+    move_rows(&e, &def, 0..5, 100);
+    e.vacuum("t").unwrap();
+    move_rows(&e, &def, 5..8, 100);
+    let before = e.table_activity(&def);
+    assert_eq!(
+        (before.inserted, before.updated, before.vacuums),
+        (20, 8, 1)
+    );
+    assert_eq!((before.live, before.dead), (20, 3));
+    e.shutdown().unwrap();
+
+    let (e, _) = Engine::open(dir.path()).unwrap();
+    assert_eq!(
+        e.table_activity(&def),
+        before,
+        "restored after a clean shutdown"
+    );
+    // A crash (no shutdown): the next open starts from zero.
+    move_rows(&e, &def, 8..9, 100);
+    drop(e);
+    let (e, report) = Engine::open(dir.path()).unwrap();
+    assert!(report.is_some(), "that was a crash");
+    assert_eq!(e.table_activity(&def), Default::default());
+    e.shutdown().unwrap();
+
+    // A damaged file is reported and ignored.
+    std::fs::write(
+        dir.path().join("table_stats"),
+        "walrus table stats v1\n1 2 x\n",
+    )
+    .unwrap();
+    let (e, _) = Engine::open(dir.path()).unwrap();
+    assert_eq!(e.table_activity(&def), Default::default());
+    assert!(
+        !dir.path().join("table_stats").exists(),
+        "the file is consumed"
+    );
+    e.shutdown().unwrap();
+}

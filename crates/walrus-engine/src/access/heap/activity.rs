@@ -3,9 +3,10 @@
 //!
 //! A transaction counts its own inserts, updates and deletes privately
 //! ([`PendingActivity`]) and adds them here when it ends, so a rolled-back update counts
-//! its new version as dead, not the old one. The counters live in memory only: as in
-//! PostgreSQL after a crash, they start from zero when the engine opens, and the first
-//! vacuum of a table recounts its live and dead rows.
+//! its new version as dead, not the old one. The counters live in memory; a clean
+//! shutdown saves them and the next open restores them (`engine/table_stats.rs`). After
+//! a crash they start from zero, as PostgreSQL's do, and the first vacuum of a table
+//! recounts its live and dead rows.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::SystemTime;
@@ -96,6 +97,20 @@ impl TableActivity {
     /// Live rows (estimate, never negative).
     pub fn live(&self) -> u64 {
         self.live.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Puts back counters saved at a clean shutdown (`engine/table_stats.rs`).
+    pub fn restore(&self, s: &ActivitySnapshot) {
+        self.inserted.store(s.inserted, Ordering::Relaxed);
+        self.updated.store(s.updated, Ordering::Relaxed);
+        self.hot_updated.store(s.hot_updated, Ordering::Relaxed);
+        self.deleted.store(s.deleted, Ordering::Relaxed);
+        self.live.store(s.live as i64, Ordering::Relaxed);
+        self.dead.store(s.dead as i64, Ordering::Relaxed);
+        self.vacuums.store(s.vacuums, Ordering::Relaxed);
+        self.autovacuums.store(s.autovacuums, Ordering::Relaxed);
+        *self.last_vacuum.lock() = s.last_vacuum;
+        *self.last_autovacuum.lock() = s.last_autovacuum;
     }
 
     pub fn snapshot(&self) -> ActivitySnapshot {
