@@ -520,37 +520,6 @@ impl Engine {
         }
     }
 
-    /// Debugging aid: the HOT chain from `tid` (following HOT ctids on the page), each
-    /// member's header and row.
-    pub fn debug_chain(&self, def: &TableDef, tid: Tid) -> String {
-        let rel = self.inner.rel(def.relfile, def.fillfactor);
-        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
-        let mut out = String::new();
-        let mut t = tid;
-        for _ in 0..20 {
-            match heap.read_version(t) {
-                Ok(Some((h, row))) => {
-                    let vals = datum::decode_row(&row, &def.types());
-                    out.push_str(&format!(
-                        " [{t:?} {h:?} xmin:{:?} xmax:{:?} row:{vals:?}]",
-                        self.inner.txn.status(h.xmin),
-                        h.xmax.is_valid().then(|| self.inner.txn.status(h.xmax))
-                    ));
-                    if h.has(tuple::HOT_UPDATED) && h.ctid.block == tid.block {
-                        t = h.ctid;
-                    } else {
-                        break;
-                    }
-                }
-                other => {
-                    out.push_str(&format!(" [{t:?} {other:?}]"));
-                    break;
-                }
-            }
-        }
-        out
-    }
-
     pub fn vacuum_all(&self) -> Result<usize> {
         Ok(self
             .vacuum_with(None, None)?

@@ -768,7 +768,7 @@ fn writers_ddl_and_vacuums_race_and_every_index_stays_exact() {
                                     .lookup(&key)
                                     .unwrap()
                                     .into_iter()
-                                    .map(|tid| format!("{tid:?}:{}", e.debug_chain(&def, tid)))
+                                    .map(|tid| format!("{tid:?}: {}", e.debug_version(&def, tid)))
                                     .collect();
                                 panic!("re-insert of {k} (deleted {tid:?}) failed: {err:?}; entries {entries:?}");
                             }

@@ -665,12 +665,10 @@ impl Snapshot {
             ]],
             "pg_stat_user_tables" | "pg_stat_all_tables" => {
                 let l = |v: u64| Datum::Int8(v as i64);
-                let when = |t: Option<std::time::SystemTime>| match t {
-                    Some(t) => Datum::TimestampTz(crate::value::unix_micros_to_pg(
-                        t.duration_since(std::time::UNIX_EPOCH)
-                            .map_or(0, |d| d.as_micros() as i64),
-                    )),
-                    None => Datum::Null,
+                let when = |t: Option<std::time::SystemTime>| {
+                    t.map_or(Datum::Null, |t| {
+                        Datum::TimestampTz(crate::value::system_time_to_pg(t))
+                    })
                 };
                 self.tables
                     .iter()

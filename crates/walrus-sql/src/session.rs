@@ -20,7 +20,7 @@ use walrus_engine::Engine;
 use crate::error::{SqlError, SqlResult};
 use crate::expr::{coerce, eval, function_args, function_name, type_from_sql, Scope};
 use crate::utility::{self, Utility};
-use crate::value::{parse_text, unix_micros_to_pg};
+use crate::value::{parse_text, system_time_to_pg};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Column {
@@ -105,11 +105,7 @@ impl SettingsView {
 }
 
 fn now_micros() -> i64 {
-    let us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0);
-    unix_micros_to_pg(us)
+    system_time_to_pg(std::time::SystemTime::now())
 }
 
 pub(crate) fn ident(i: &ast::Ident) -> String {

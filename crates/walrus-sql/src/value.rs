@@ -39,6 +39,14 @@ pub fn unix_micros_to_pg(us: i64) -> i64 {
     us - PG_EPOCH_DAYS * USECS_PER_DAY
 }
 
+/// A wall-clock time as a PostgreSQL timestamp (microseconds since 2000-01-01 UTC).
+pub fn system_time_to_pg(t: std::time::SystemTime) -> i64 {
+    let us = t
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as i64);
+    unix_micros_to_pg(us)
+}
+
 fn parse_date_part(s: &str) -> Option<i64> {
     let mut it = s.splitn(3, '-');
     let (y, m, d) = (

@@ -22,7 +22,7 @@
 //! takes a bounded share of the page writers' and the WAL's bandwidth from the
 //! foreground.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -185,12 +185,10 @@ fn vacuum_relation(
                 .delete_tids(&set, Xid::INVALID, &mut |changed| throttle.charge(changed))?
                 as u64;
         }
-        let mut by_block: BTreeMap<u32, Vec<u16>> = BTreeMap::new();
-        for t in &dead {
-            by_block.entry(t.block).or_default().push(t.offset);
-        }
-        for (b, offs) in by_block {
-            heap.vacuum_release(b, &offs)?;
+        // Collected block by block, in order: each run is one page's pointers.
+        for page in dead.chunk_by(|a, b| a.block == b.block) {
+            let offs: Vec<u16> = page.iter().map(|t| t.offset).collect();
+            heap.vacuum_release(page[0].block, &offs)?;
             throttle.charge(true)?;
         }
     }

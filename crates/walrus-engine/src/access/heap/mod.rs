@@ -309,64 +309,40 @@ impl<'a> Heap<'a> {
         v: &Viewer<'_>,
         out: &mut Vec<(Tid, Vec<u8>)>,
     ) -> Result<()> {
+        self.with_block(block, |r| {
+            for off in 1..=page::item_count(r) {
+                if page::line_pointer(r, off).state != LpState::Normal {
+                    continue;
+                }
+                let t = page::item(r, off);
+                let Some(h) = TupleHeader::read(t) else {
+                    continue;
+                };
+                if tuple::visible(&h, v, self.txn) {
+                    out.push((Tid::new(block, off), t[TUPLE_HEADER_SIZE..].to_vec()));
+                }
+            }
+        })
+    }
+
+    /// Runs `f` on `block` under a shared latch, unless the page is new (all zeros).
+    fn with_block(&self, block: u32, f: impl FnOnce(&[u8])) -> Result<()> {
         let pin = self.pool.read_page(self.page_id(block))?;
         let r = pin.read();
-        if page::is_new(&r) {
-            return Ok(());
-        }
-        for off in 1..=page::item_count(&r) {
-            if page::line_pointer(&r, off).state != LpState::Normal {
-                continue;
-            }
-            let t = page::item(&r, off);
-            let Some(h) = TupleHeader::read(t) else {
-                continue;
-            };
-            if tuple::visible(&h, v, self.txn) {
-                out.push((Tid::new(block, off), t[TUPLE_HEADER_SIZE..].to_vec()));
-            }
+        if !page::is_new(&r) {
+            f(&r);
         }
         Ok(())
     }
 
-    /// The headers of the HOT chain an index entry leads to, read under one latch: a
-    /// prune (exclusive latch) may free the chain's dead prefix and a HOT update reuse a
-    /// freed slot, so a walk that latched each member separately could step from a
-    /// stale pointer into another row's tuple. Each successor must also have been
-    /// created by its predecessor's updater (PostgreSQL's prior-xmax check).
+    /// The headers of the HOT chain an index entry leads to, oldest first, read under
+    /// one latch (see [`chain_members`]).
     pub fn chain_headers(&self, root: Tid) -> Result<Vec<TupleHeader>> {
         let mut out = Vec::new();
-        if root.block >= self.nblocks()? {
-            return Ok(out);
-        }
-        let pin = self.pool.read_page(self.page_id(root.block))?;
-        let r = pin.read();
-        if page::is_new(&r) {
-            return Ok(out);
-        }
-        let Some(mut off) = resolve_offset(&r, root.offset) else {
-            return Ok(out);
-        };
-        for _ in 0..=page::item_count(&r) {
-            let Some(h) = TupleHeader::read(page::item(&r, off)) else {
-                break;
-            };
-            if out.last().is_some_and(|p: &TupleHeader| p.xmax != h.xmin) {
-                break;
-            }
-            let next =
-                (h.has(tuple::HOT_UPDATED) && h.ctid.block == root.block).then_some(h.ctid.offset);
-            out.push(h);
-            match next {
-                Some(n)
-                    if n >= 1
-                        && n <= page::item_count(&r)
-                        && page::line_pointer(&r, n).state == LpState::Normal =>
-                {
-                    off = n
-                }
-                _ => break,
-            }
+        if root.block < self.nblocks()? {
+            self.with_block(root.block, |r| {
+                out.extend(chain_members(r, root.offset).map(|(_, h)| h));
+            })?;
         }
         Ok(out)
     }
@@ -381,28 +357,23 @@ impl<'a> Heap<'a> {
         v: &Viewer<'_>,
         out: &mut Vec<(Tid, Vec<u8>)>,
     ) -> Result<()> {
-        let pin = self.pool.read_page(self.page_id(block))?;
-        let r = pin.read();
-        if page::is_new(&r) {
-            return Ok(());
-        }
-        for off in 1..=page::item_count(&r) {
-            let is_root = match page::line_pointer(&r, off).state {
-                LpState::Redirect => true,
-                LpState::Normal => {
-                    TupleHeader::read(page::item(&r, off)).is_some_and(|h| !h.has(tuple::HEAP_ONLY))
+        self.with_block(block, |r| {
+            for off in 1..=page::item_count(r) {
+                let is_root = match page::line_pointer(r, off).state {
+                    LpState::Redirect => true,
+                    LpState::Normal => TupleHeader::read(page::item(r, off))
+                        .is_some_and(|h| !h.has(tuple::HEAP_ONLY)),
+                    _ => false,
+                };
+                if !is_root {
+                    continue;
                 }
-                _ => false,
-            };
-            if !is_root {
-                continue;
+                let root = Tid::new(block, off);
+                if let (Some((_, row)), _) = walk_chain(r, root, v, self.txn) {
+                    out.push((root, row));
+                }
             }
-            let root = Tid::new(block, off);
-            if let (Some((_, row)), _) = walk_chain(&r, root, v, self.txn) {
-                out.push((root, row));
-            }
-        }
-        Ok(())
+        })
     }
 
     /// Index fetch: starting at the tid an index points to, follows redirects and the HOT
@@ -786,39 +757,50 @@ fn walk_chain(
     v: &Viewer<'_>,
     txn: &TxnManager,
 ) -> (Option<(Tid, Vec<u8>)>, usize) {
-    let mut off = root.offset;
     let mut walked = 0;
-    for _ in 0..=page::item_count(r) {
-        if off == 0 || off > page::item_count(r) {
-            return (None, walked);
-        }
-        let lp = page::line_pointer(r, off);
-        match lp.state {
-            LpState::Redirect => {
-                off = lp.off;
-                continue;
-            }
-            LpState::Normal => {}
-            _ => return (None, walked),
-        }
+    for (off, h) in chain_members(r, root.offset) {
         walked += 1;
-        let t = page::item(r, off);
-        let Some(h) = TupleHeader::read(t) else {
-            return (None, walked);
-        };
         if tuple::visible(&h, v, txn) {
+            let t = page::item(r, off);
             return (
                 Some((Tid::new(root.block, off), t[TUPLE_HEADER_SIZE..].to_vec())),
                 walked,
             );
         }
-        if h.has(tuple::HOT_UPDATED) && h.ctid.block == root.block {
-            off = h.ctid.offset;
-        } else {
-            return (None, walked);
-        }
     }
     (None, walked)
+}
+
+/// The members of the HOT chain at `root` on page `p` (latched by the caller), oldest
+/// first, with their offsets: a redirect at the root is followed, then HOT ctids on the
+/// page. Every chain walk goes through here, under one latch: a prune (exclusive latch)
+/// may free a chain's dead prefix and a HOT update reuse the slot, so a walk latching
+/// each member separately could step from a stale pointer into another row's tuple.
+/// The walk also stops at a successor its predecessor's updater did not create
+/// (PostgreSQL's prior-xmax check) or that is not a normal tuple.
+fn chain_members(p: &[u8], root: u16) -> impl Iterator<Item = (u16, TupleHeader)> + '_ {
+    let block = page::page_id(p).block.0;
+    let mut next = resolve_offset(p, root);
+    let mut prior_xmax: Option<Xid> = None;
+    let mut steps = 0;
+    std::iter::from_fn(move || {
+        let off = next.take()?;
+        steps += 1;
+        if steps > page::item_count(p) as usize
+            || page::line_pointer(p, off).state != LpState::Normal
+        {
+            return None;
+        }
+        let h = TupleHeader::read(page::item(p, off))?;
+        if prior_xmax.is_some_and(|x| x != h.xmin) {
+            return None;
+        }
+        if h.has(tuple::HOT_UPDATED) && h.ctid.block == block {
+            next = Some(h.ctid.offset).filter(|&n| n >= 1 && n <= page::item_count(p));
+            prior_xmax = Some(h.xmax);
+        }
+        Some((off, h))
+    })
 }
 
 fn resolve_offset(p: &[u8], off: u16) -> Option<u16> {
