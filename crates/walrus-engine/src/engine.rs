@@ -55,6 +55,9 @@ pub enum CheckpointReason {
     Requested,
     Shutdown,
     EndOfRecovery,
+    /// A WAL segment could not be created for lack of disk space: a checkpoint lets the
+    /// old segments be recycled into the ones needed next.
+    WalSpace,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -211,6 +214,10 @@ impl Engine {
             tracing::warn!("wal_sync_method = none: commits are NOT durable (testing only)");
         }
         let segs = Segments::new(dir, cd.wal_segment_size, settings.wal_sync_method)?;
+        let leftovers = segs.remove_temp_files()?;
+        if leftovers > 0 {
+            tracing::info!("removed {leftovers} half-created WAL segment file(s)");
+        }
         let scan_started = std::time::Instant::now();
         let wal_end = crate::recovery::find_end(&segs, cd.redo_lsn, cd.checkpoint_lsn)?;
         let scan_took = scan_started.elapsed();
@@ -586,6 +593,8 @@ impl Inner {
 }
 
 fn checkpointer_loop(inner: &Arc<Inner>) {
+    // The last preallocation found the disk full (logged once per episode).
+    let mut wal_space_short = false;
     loop {
         let requested = {
             let mut r = inner.checkpoint_request.0.lock();
@@ -609,6 +618,8 @@ fn checkpointer_loop(inner: &Arc<Inner>) {
             Some(CheckpointReason::WalSize)
         } else if since >= inner.settings.checkpoint_timeout && wal_since > 0 {
             Some(CheckpointReason::Timed)
+        } else if wal_space_short && wal_since >= inner.settings.wal_segment_size {
+            Some(CheckpointReason::WalSpace)
         } else {
             None
         };
@@ -617,8 +628,22 @@ fn checkpointer_loop(inner: &Arc<Inner>) {
                 tracing::error!("checkpoint failed: {e}");
             }
         }
-        if let Err(e) = wal.preallocate_next() {
-            tracing::warn!("could not preallocate a WAL segment: {e}");
+        match wal.preallocate_next() {
+            Ok(()) if wal_space_short => {
+                tracing::info!("WAL segments can be created again");
+                wal_space_short = false;
+            }
+            Ok(()) => {}
+            Err(e) if e.is_out_of_space() => {
+                if !wal_space_short {
+                    tracing::warn!(
+                        "could not preallocate a WAL segment: {e}; writes fail with SQLSTATE \
+                         53100 until space is freed or a checkpoint recycles old segments"
+                    );
+                }
+                wal_space_short = true;
+            }
+            Err(e) => tracing::warn!("could not preallocate a WAL segment: {e}"),
         }
     }
 }
@@ -862,6 +887,22 @@ impl Transaction {
             .is_some_and(|x| self.inner.table_locks.ddl_holder(relfile) == Some(x))
     }
 
+    /// Before any change: a full disk must show as this operation's error, before it has
+    /// changed a page (see `Wal::ensure_headroom`).
+    fn before_write(&self) -> Result<()> {
+        self.inner.pool.wal.ensure_headroom()?;
+        let next = self.inner.txn.next_xid().0;
+        let clog = &self.inner.txn.clog;
+        clog.reserve_space(next, next + CLOG_HEADROOM_XIDS)
+            .map_err(|e| {
+                Error::io(
+                    "extend commit-status log",
+                    self.inner.dir.join("clog").display(),
+                    e,
+                )
+            })
+    }
+
     /// Before the first row change of `def`'s table in this transaction: waits for DDL
     /// on it, registers as a writer, and returns the table's definition as it is now.
     /// DDL that committed since the caller read `def` shows here: a new index is used
@@ -984,6 +1025,7 @@ impl Transaction {
         columns: Vec<ColumnDef>,
         fillfactor: u8,
     ) -> Result<Arc<TableDef>> {
+        self.before_write()?;
         let inner = self.inner.clone();
         let _ddl = inner.ddl_lock.lock();
         if columns.len() > walrus_base::limits::COLUMNS_MAX {
@@ -1019,6 +1061,7 @@ impl Transaction {
         unique: bool,
         primary: bool,
     ) -> Result<()> {
+        self.before_write()?;
         let inner = self.inner.clone();
         let (_ddl, view, def) = self.lock_for_ddl(&inner, table)?;
         if view.tables.contains_key(name) || view.index_names().any(|n| n == name) {
@@ -1104,6 +1147,7 @@ impl Transaction {
     }
 
     pub fn drop_table(&mut self, name: &str) -> Result<()> {
+        self.before_write()?;
         let inner = self.inner.clone();
         let (_ddl, view, def) = self.lock_for_ddl(&inner, name)?;
         for i in &def.indexes {
@@ -1124,6 +1168,7 @@ impl Transaction {
     /// TRUNCATE: the table and its indexes get new, empty relation files; the old ones
     /// are unlinked when the transaction commits.
     pub fn truncate(&mut self, name: &str) -> Result<()> {
+        self.before_write()?;
         let inner = self.inner.clone();
         let (_ddl, view, def) = self.lock_for_ddl(&inner, name)?;
         let tid = view
@@ -1190,6 +1235,7 @@ impl Transaction {
     }
 
     pub fn insert(&mut self, def: &TableDef, values: &[Datum]) -> Result<Tid> {
+        self.before_write()?;
         self.check_interrupt()?;
         let fresh = self.lock_for_write(def)?;
         let def = fresh.as_deref().unwrap_or(def);
@@ -1432,6 +1478,7 @@ impl Transaction {
     }
 
     pub fn update(&mut self, def: &TableDef, tid: Tid, new_values: &[Datum]) -> Result<RowChange> {
+        self.before_write()?;
         let fresh = self.lock_for_write(def)?;
         let def = fresh.as_deref().unwrap_or(def);
         Transaction::check_row(def, new_values)?;
@@ -1477,6 +1524,7 @@ impl Transaction {
     }
 
     pub fn delete(&mut self, def: &TableDef, tid: Tid) -> Result<RowChange> {
+        self.before_write()?;
         let fresh = self.lock_for_write(def)?;
         let def = fresh.as_deref().unwrap_or(def);
         let xid = self.mark_write();
@@ -1719,3 +1767,7 @@ pub fn datum_text(d: &Datum) -> String {
         Datum::Date(v) => v.to_string(),
     }
 }
+
+/// Xids beyond the next one whose commit-status space a writer makes sure of (two pages'
+/// worth): far more than the transactions that can start between two checks.
+const CLOG_HEADROOM_XIDS: u64 = 2 * crate::txn::clog::XIDS_PER_PAGE;

@@ -6,11 +6,14 @@ use walrus_base::{Lsn, PageId, Xid};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("could not {what} \"{path}\": {source}")]
+    /// PostgreSQL's wording: `could not extend file "base/16385": No space left on
+    /// device`. The OS error is part of the message, not a separate source, so a printer
+    /// that walks the source chain does not say it twice.
+    #[error("could not {what} \"{path}\": {}", os_text(cause))]
     Io {
         what: &'static str,
         path: String,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 
     #[error(
@@ -92,13 +95,14 @@ impl Error {
         Error::Io {
             what,
             path: path.to_string(),
-            source,
+            cause: source,
         }
     }
 
     /// PostgreSQL SQLSTATE for this error, so the server layer never spells one itself.
     pub fn sqlstate(&self) -> &'static str {
         match self {
+            e if e.is_out_of_space() => "53100",
             Error::Io { .. } => "58030",
             Error::ChecksumMismatch { .. } | Error::Misdirected { .. } => "XX001",
             Error::BadDataDirectory { .. } | Error::BadWal(_) | Error::Decode { .. } => "XX002",
@@ -118,6 +122,12 @@ impl Error {
         }
     }
 
+    /// A full disk (or quota): the operation changed nothing and may succeed once space
+    /// is freed.
+    pub fn is_out_of_space(&self) -> bool {
+        matches!(self, Error::Io { cause, .. } if crate::io::is_out_of_space(cause))
+    }
+
     /// Whether retrying the whole transaction may succeed (40001 / 40P01).
     pub fn is_retryable(&self) -> bool {
         matches!(
@@ -127,4 +137,45 @@ impl Error {
     }
 }
 
+/// An OS error as `strerror` spells it, without Rust's " (os error N)" suffix.
+fn os_text(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match e.raw_os_error() {
+        Some(code) => text
+            .strip_suffix(&format!(" (os error {code})"))
+            .map(str::to_string)
+            .unwrap_or(text),
+        None => text,
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A full disk is SQLSTATE 53100 with the OS's words once, as PostgreSQL prints it;
+    /// other I/O errors stay 58030.
+    #[test]
+    fn a_full_disk_is_53100_and_says_so_once() {
+        let full = Error::io(
+            "extend file",
+            "base/16384",
+            std::io::Error::from_raw_os_error(libc::ENOSPC),
+        );
+        assert_eq!(full.sqlstate(), "53100");
+        assert!(full.is_out_of_space());
+        assert_eq!(
+            full.to_string(),
+            "could not extend file \"base/16384\": No space left on device"
+        );
+        assert!(std::error::Error::source(&full).is_none());
+        let quota = Error::io("write", "x", std::io::Error::from_raw_os_error(libc::EDQUOT));
+        assert_eq!(quota.sqlstate(), "53100");
+        let other = Error::io("read", "x", std::io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(other.sqlstate(), "58030");
+        assert!(!other.is_out_of_space());
+        assert_eq!(other.to_string(), "could not read \"x\": Input/output error");
+    }
+}

@@ -120,7 +120,14 @@ fn decode_param(bytes: &[u8], binary: bool, ty: Option<TypeId>) -> Result<Datum,
 }
 
 fn send_error(out: &mut Out, e: &SqlError) {
-    out.error(b'E', "ERROR", e.sqlstate, &e.message, e.detail.as_deref());
+    out.error(
+        b'E',
+        "ERROR",
+        e.sqlstate,
+        &e.message,
+        e.detail.as_deref(),
+        e.hint.as_deref(),
+    );
 }
 
 fn row_description(out: &mut Out, cols: &[Column], formats: &[i16]) {
@@ -179,6 +186,7 @@ pub fn serve(
             "53300",
             "sorry, too many clients already",
             None,
+            None,
         );
         stream.write_all(&out.buf)?;
         return Ok(());
@@ -201,6 +209,7 @@ pub fn serve(
                     "FATAL",
                     "28P01",
                     &format!("password authentication failed for user \"{user}\""),
+                    None,
                     None,
                 );
                 stream.write_all(&out.buf)?;
@@ -410,6 +419,7 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
                     "FATAL",
                     "08P01",
                     &format!("invalid frontend message type {}", other as char),
+                    None,
                     None,
                 );
                 stream.write_all(&out.buf)?;

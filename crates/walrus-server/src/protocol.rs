@@ -272,6 +272,7 @@ impl Out {
         code: &str,
         message: &str,
         detail: Option<&str>,
+        hint: Option<&str>,
     ) {
         let at = self.begin(kind);
         for (f, v) in [
@@ -283,9 +284,11 @@ impl Out {
             self.buf.push(f);
             self.cstr(v);
         }
-        if let Some(d) = detail {
-            self.buf.push(b'D');
-            self.cstr(d);
+        for (f, v) in [(b'D', detail), (b'H', hint)] {
+            if let Some(v) = v {
+                self.buf.push(f);
+                self.cstr(v);
+            }
         }
         self.buf.push(0);
         self.end(at);

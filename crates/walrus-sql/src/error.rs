@@ -6,6 +6,8 @@ pub struct SqlError {
     pub sqlstate: &'static str,
     pub message: String,
     pub detail: Option<String>,
+    /// PostgreSQL's HINT field: what the user can do about it.
+    pub hint: Option<String>,
 }
 
 impl SqlError {
@@ -14,6 +16,7 @@ impl SqlError {
             sqlstate,
             message: message.into(),
             detail: None,
+            hint: None,
         }
     }
     pub fn unsupported(what: impl Into<String>) -> SqlError {
@@ -30,10 +33,14 @@ impl From<walrus_engine::Error> for SqlError {
             walrus_engine::Error::UniqueViolation { detail, .. } => Some(detail.clone()),
             _ => None,
         };
+        // PostgreSQL's hint for a full disk; the operation failed before changing
+        // anything, so freeing space and retrying is all it takes.
+        let hint = (e.sqlstate() == "53100").then(|| "Check free disk space.".to_string());
         SqlError {
             sqlstate: e.sqlstate(),
             message: e.to_string(),
             detail,
+            hint,
         }
     }
 }

@@ -42,6 +42,9 @@ struct Throttle<'a> {
     stop: [Option<&'a AtomicBool>; 3],
     pages: u64,
     dirtied: u64,
+    /// Checked per page: on a full disk the vacuum stops with an error before its next
+    /// page (a vacuum after a checkpoint logs an image of every page it changes).
+    wal: Option<&'a crate::wal::Wal>,
 }
 
 /// Cost of a page a vacuum visits, and the extra cost of one it changes (PostgreSQL's
@@ -51,6 +54,9 @@ const COST_DIRTY: u64 = 20;
 
 impl Throttle<'_> {
     fn charge(&mut self, dirtied: bool) -> Result<()> {
+        if let Some(wal) = self.wal {
+            wal.ensure_headroom()?;
+        }
         self.pages += 1;
         self.balance += COST_PAGE;
         if dirtied {
@@ -149,6 +155,7 @@ impl Engine {
                 ],
                 pages: 0,
                 dirtied: 0,
+                wal: Some(&inner.pool.wal),
             };
             let report = vacuum_relation(inner, &now, &mut throttle)?;
             inner.rel(now.relfile, now.fillfactor).activity.vacuumed(
@@ -285,6 +292,7 @@ mod tests {
             stop: [Some(&stop), None, None],
             pages: 0,
             dirtied: 0,
+            wal: None,
         };
         let started = Instant::now();
         // Two dirtied pages cost 42: one sleep of one delay.

@@ -26,6 +26,43 @@ pub fn write_page_at(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()
     file.write_all_at(buf, offset)
 }
 
+/// Gives `file` disk space for the byte range `[from, to)` and makes it at least `to`
+/// bytes long; the new range reads as zeros. `fallocate` where the filesystem has it,
+/// else zero pages written one chunk at a time. Fails with `ENOSPC` when the disk is full.
+pub fn reserve_space(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if to <= from {
+        return Ok(());
+    }
+    // SAFETY: `file` is an open descriptor for the whole call; fallocate reads no memory.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, from as i64, (to - from) as i64) };
+    if rc == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if !matches!(
+        err.raw_os_error(),
+        Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS)
+    ) {
+        return Err(err);
+    }
+    // Never write zeros over a page that is already there: bytes up to the current end
+    // of the file may hold pages (recovery writes blocks past the reserved size).
+    let zeros = vec![0u8; PAGE_SIZE * 16];
+    let mut at = from.max(file.metadata()?.len());
+    while at < to {
+        let n = zeros.len().min((to - at) as usize);
+        file.write_all_at(&zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Whether an I/O error means the disk (or the user's quota) is full.
+pub fn is_out_of_space(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
 /// Reads one page; bytes beyond the end of the file read as zeros (a block that was
 /// allocated but never written).
 pub fn read_page_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {

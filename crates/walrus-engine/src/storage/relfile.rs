@@ -5,9 +5,15 @@
 //! 1. Block numbers are handed out by [`RelFiles::allocate_block`] from an in-memory
 //!    counter; the file itself is extended ahead of it in chunks so no allocation waits on
 //!    a filesystem size change while holding a page latch.
-//! 2. A write marks the file for the next checkpoint's sync ([`RelFiles::sync_pending`]);
+//! 2. Extension *reserves disk space* (`fallocate`, or zero pages where the filesystem
+//!    cannot): a full disk shows as an error of the operation that needed the block,
+//!    before it changed anything (SQLSTATE 53100), never later as a page write that
+//!    cannot land. Code past its point of no return (a B-tree split whose first half is
+//!    logged) reserves room up front ([`RelFiles::reserve`]) and allocates with
+//!    [`RelFiles::allocate_block_committed`], which cannot fail for lack of space.
+//! 3. A write marks the file for the next checkpoint's sync ([`RelFiles::sync_pending`]);
 //!    nothing is fsynced per write (DESIGN §2).
-//! 3. A block beyond the end of the file reads as zeros: allocation is not WAL-logged, so
+//! 4. A block beyond the end of the file reads as zeros: allocation is not WAL-logged, so
 //!    after a crash an allocated block may simply not exist yet; the first WAL record
 //!    touching it initialises it.
 
@@ -29,8 +35,10 @@ struct RelFile {
     file: File,
     /// Blocks handed out (logical size).
     nblocks: AtomicU32,
-    /// Blocks the file physically has room for.
-    physical_blocks: Mutex<u32>,
+    /// Blocks the file has disk space for; written under `extend`.
+    physical_blocks: AtomicU32,
+    /// Serializes allocation and extension.
+    extend: Mutex<()>,
 }
 
 pub struct RelFiles {
@@ -79,7 +87,8 @@ impl RelFiles {
         let rf = Arc::new(RelFile {
             file,
             nblocks: AtomicU32::new(blocks),
-            physical_blocks: Mutex::new(blocks),
+            physical_blocks: AtomicU32::new(blocks),
+            extend: Mutex::new(()),
         });
         files.insert(relfile, rf.clone());
         Ok(rf)
@@ -112,19 +121,75 @@ impl RelFiles {
         Ok(self.get(relfile)?.nblocks.load(Ordering::Acquire))
     }
 
-    /// Hands out the next block number, extending the file ahead in chunks.
+    /// Hands out the next block number, extending the file ahead in chunks. On a full
+    /// disk it fails without handing out anything.
     pub fn allocate_block(&self, relfile: RelFileId) -> Result<u32> {
         let rf = self.get(relfile)?;
-        let block = rf.nblocks.fetch_add(1, Ordering::AcqRel);
-        let mut phys = rf.physical_blocks.lock();
-        if block >= *phys {
-            let target = block + EXTEND_CHUNK_BLOCKS;
-            rf.file
-                .set_len(target as u64 * PAGE_SIZE as u64)
-                .map_err(|e| Error::io("extend file", self.path(relfile).display(), e))?;
-            *phys = target;
-        }
+        let _g = rf.extend.lock();
+        let block = rf.nblocks.load(Ordering::Acquire);
+        self.extend_to(&rf, relfile, block + 1)?;
+        rf.nblocks.fetch_max(block + 1, Ordering::AcqRel);
         Ok(block)
+    }
+
+    /// Like [`RelFiles::allocate_block`], for a caller that can no longer fail (it has
+    /// logged half of a change): when no disk space is left the file grows sparsely, the
+    /// block gets its space when first written, and until then the page writer's writes
+    /// of it fail and are retried while the WAL holds the page. Callers reserve room
+    /// first, so this fallback is for concurrent reservers outrunning each other.
+    pub fn allocate_block_committed(&self, relfile: RelFileId) -> Result<u32> {
+        let rf = self.get(relfile)?;
+        let _g = rf.extend.lock();
+        let block = rf.nblocks.load(Ordering::Acquire);
+        if let Err(e) = self.extend_to(&rf, relfile, block + 1) {
+            tracing::warn!("{e}; extending it without reserving space");
+            let len = (block as u64 + 1) * PAGE_SIZE as u64;
+            if rf.file.metadata().map(|m| m.len()).unwrap_or(0) < len {
+                rf.file
+                    .set_len(len)
+                    .map_err(|e| Error::io("extend file", self.path(relfile).display(), e))?;
+            }
+            rf.physical_blocks.fetch_max(block + 1, Ordering::AcqRel);
+        }
+        rf.nblocks.fetch_max(block + 1, Ordering::AcqRel);
+        Ok(block)
+    }
+
+    /// Makes sure the next `blocks` allocations find disk space, so that an operation
+    /// can fail on a full disk before it changes anything. Cheap when room is there.
+    pub fn reserve(&self, relfile: RelFileId, blocks: u32) -> Result<()> {
+        let rf = self.get(relfile)?;
+        let need = |rf: &RelFile| rf.nblocks.load(Ordering::Acquire) + blocks;
+        if rf.physical_blocks.load(Ordering::Acquire) >= need(&rf) {
+            return Ok(());
+        }
+        let _g = rf.extend.lock();
+        self.extend_to(&rf, relfile, need(&rf))
+    }
+
+    /// With `extend` held: gives the file disk space for at least `blocks` blocks, a
+    /// chunk ahead when the disk has it, exactly `blocks` when it has only that.
+    fn extend_to(&self, rf: &RelFile, relfile: RelFileId, blocks: u32) -> Result<()> {
+        let phys = rf.physical_blocks.load(Ordering::Acquire);
+        if blocks <= phys {
+            return Ok(());
+        }
+        let mut target = blocks.max(phys + EXTEND_CHUNK_BLOCKS);
+        loop {
+            match crate::io::reserve_space(
+                &rf.file,
+                phys as u64 * PAGE_SIZE as u64,
+                target as u64 * PAGE_SIZE as u64,
+            ) {
+                Ok(()) => break,
+                Err(e) if crate::io::is_out_of_space(&e) && target > blocks => target = blocks,
+                Err(e) => {
+                    return Err(Error::io("extend file", self.path(relfile).display(), e));
+                }
+            }
+        }
+        rf.physical_blocks.store(target, Ordering::Release);
+        Ok(())
     }
 
     /// Recovery: block `id` exists (a WAL record touched it), so later allocation must not
@@ -189,4 +254,36 @@ pub fn sync_dir(dir: &Path) -> Result<()> {
     let f = File::open(dir).map_err(|e| Error::io("open directory", dir.display(), e))?;
     f.sync_all()
         .map_err(|e| Error::io("fsync directory", dir.display(), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Allocation reserves real space a chunk ahead (the file is not sparse), a
+    /// reservation beyond the chunk extends at once, and a committed allocation hands out
+    /// the next block like a normal one.
+    #[test]
+    fn allocation_reserves_disk_space_ahead() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let files = RelFiles::open(dir.path()).unwrap();
+        let rel = RelFileId(16384);
+        files.create(rel).unwrap();
+        assert_eq!(files.allocate_block(rel).unwrap(), 0);
+        assert_eq!(files.allocate_block(rel).unwrap(), 1);
+        let meta = std::fs::metadata(files.path(rel)).unwrap();
+        let chunk = EXTEND_CHUNK_BLOCKS as u64 * PAGE_SIZE as u64;
+        assert_eq!(meta.len(), chunk);
+        assert!(
+            meta.blocks() * 512 >= chunk,
+            "extension left the file sparse: {} bytes allocated",
+            meta.blocks() * 512
+        );
+        files.reserve(rel, EXTEND_CHUNK_BLOCKS + 10).unwrap();
+        let len = std::fs::metadata(files.path(rel)).unwrap().len();
+        assert!(len >= (2 + EXTEND_CHUNK_BLOCKS as u64 + 10) * PAGE_SIZE as u64);
+        assert_eq!(files.allocate_block_committed(rel).unwrap(), 2);
+        assert_eq!(files.nblocks(rel).unwrap(), 3);
+    }
 }

@@ -148,6 +148,9 @@ pub struct Clog {
     touched: Mutex<HashSet<u64>>,
     /// Clock hand for slot replacement (used under `pool_lock` only).
     hand: std::sync::atomic::AtomicUsize,
+    /// Segment files for xids below this have their disk space (see `reserve_upto`).
+    space_ready_upto: std::sync::atomic::AtomicU64,
+    space_lock: Mutex<()>,
 }
 
 impl Clog {
@@ -170,6 +173,8 @@ impl Clog {
             counters: Counters::default(),
             touched: Mutex::new(HashSet::new()),
             hand: std::sync::atomic::AtomicUsize::new(0),
+            space_ready_upto: std::sync::atomic::AtomicU64::new(0),
+            space_lock: Mutex::new(()),
         })
     }
 
@@ -335,6 +340,30 @@ impl Clog {
                 u.done.1.notify_all();
             }
         }
+    }
+
+    /// Gives the segment files for xids from `next` up to `upto` their whole disk space, so that
+    /// writing a status page later (at a checkpoint or an eviction, where a failure would
+    /// be fatal) cannot find the disk full. Called before a transaction writes anything:
+    /// a full disk is then that operation's error. One atomic load when the space is
+    /// there.
+    pub fn reserve_space(&self, next: u64, upto: u64) -> std::io::Result<()> {
+        if self.space_ready_upto.load(Relaxed) >= upto {
+            return Ok(());
+        }
+        let _one = self.space_lock.lock();
+        let xids_per_seg = XIDS_PER_PAGE * PAGES_PER_SEGMENT;
+        let from = self.space_ready_upto.load(Relaxed).max(next) / xids_per_seg;
+        let to = upto.div_ceil(xids_per_seg);
+        for seg in from..to {
+            crate::io::reserve_space(
+                &self.open_seg(seg)?,
+                0,
+                PAGES_PER_SEGMENT * CLOG_PAGE_BYTES as u64,
+            )?;
+        }
+        self.space_ready_upto.fetch_max(to * xids_per_seg, Relaxed);
+        Ok(())
     }
 
     fn seg_path(&self, seg: u64) -> PathBuf {

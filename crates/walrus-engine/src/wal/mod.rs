@@ -76,6 +76,11 @@ pub struct Wal {
     /// Cached copy of `Reserve::redo` for the lock-free image decision.
     redo_lsn: AtomicU64,
     written: CachePadded<AtomicU64>,
+    /// Copy of `Reserve::pos` for the lock-free headroom check.
+    reserved_pos: CachePadded<AtomicU64>,
+    /// Every segment below this LSN exists (see `ensure_headroom`).
+    segments_ready_upto: AtomicU64,
+    headroom_lock: Mutex<()>,
     flushed: CachePadded<AtomicU64>,
     /// Segments written since their last sync.
     write_state: Mutex<BTreeSet<u64>>,
@@ -125,6 +130,9 @@ impl Wal {
                 .collect(),
             redo_lsn: AtomicU64::new(redo.0),
             written: CachePadded::new(AtomicU64::new(end.0)),
+            reserved_pos: CachePadded::new(AtomicU64::new(end.0)),
+            segments_ready_upto: AtomicU64::new(0),
+            headroom_lock: Mutex::new(()),
             flushed: CachePadded::new(AtomicU64::new(end.0)),
             write_state: Mutex::new(BTreeSet::new()),
             group: group_commit::GroupCommit::new(),
@@ -211,6 +219,7 @@ impl Wal {
                 let prev = r.last_start;
                 r.pos = start.add(len);
                 r.last_start = start;
+                self.reserved_pos.store(r.pos.0, Ordering::Relaxed);
                 self.slots[slot]
                     .in_progress
                     .store(start.0, Ordering::Release);
@@ -470,6 +479,32 @@ impl Wal {
             .store(p == ImagePolicy::FirstChangeAfterRedo, Ordering::Release);
     }
 
+    /// Called before an operation that writes WAL changes anything: makes sure the
+    /// segments for the next [`WAL_HEADROOM_BYTES`] exist, creating them now if needed.
+    /// The flush leader then never has to create a segment itself, where a full disk
+    /// could only abort the process; here a full disk is an error of this one operation
+    /// (SQLSTATE 53100) and the rest of the system carries on. One atomic load when the
+    /// segments are there.
+    pub fn ensure_headroom(&self) -> Result<()> {
+        let want = self.reserved_pos.load(Ordering::Relaxed) + WAL_HEADROOM_BYTES;
+        if self.segments_ready_upto.load(Ordering::Acquire) >= want {
+            return Ok(());
+        }
+        let _one = self.headroom_lock.lock();
+        let from = self
+            .segments
+            .segno(Lsn(self.reserved_pos.load(Ordering::Relaxed)));
+        let to = self.segments.segno(Lsn(want - 1));
+        for segno in from..=to {
+            if !self.segments.exists(segno) {
+                self.segments.preallocate(segno)?;
+            }
+        }
+        self.segments_ready_upto
+            .fetch_max((to + 1) * self.segments.segment_size, Ordering::Release);
+        Ok(())
+    }
+
     /// Makes sure the segment after the current one exists, so the writer rarely has to
     /// create one on the commit path.
     pub fn preallocate_next(&self) -> Result<()> {
@@ -481,6 +516,9 @@ impl Wal {
     }
 }
 
+/// WAL an operation may produce after `Wal::ensure_headroom` let it start: far more than
+/// one row change with its page images and splits, times every session at once.
+pub const WAL_HEADROOM_BYTES: u64 = 4 << 20;
 /// Yield rounds a flush leader waits, at most, for its batch to stop growing.
 const MAX_BATCH_YIELDS: usize = 8;
 /// How often (in 1/256ths) a second quiet round must have brought a committer for the

@@ -74,6 +74,27 @@ impl Segments {
         })
     }
 
+    /// Removes segment files left half-created by a crash or a full disk (`*.tmp`): they
+    /// hold no WAL, only disk space. Called when the engine opens the log for writing.
+    pub fn remove_temp_files(&self) -> Result<usize> {
+        let rd = std::fs::read_dir(&self.dir)
+            .map_err(|e| Error::io("read directory", self.dir.display(), e))?;
+        let mut removed = 0;
+        for ent in rd.flatten() {
+            if ent
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.ends_with(".tmp"))
+            {
+                let p = ent.path();
+                std::fs::remove_file(&p)
+                    .map_err(|e| Error::io("remove temporary WAL file", p.display(), e))?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     pub fn path(&self, segno: u64) -> PathBuf {
         self.dir.join(format!("{segno:016X}"))
     }
@@ -150,8 +171,11 @@ impl Segments {
         let mut off = 0;
         while off < self.segment_size {
             let n = zeros.len().min((self.segment_size - off) as usize);
-            f.write_all_at(&zeros[..n], off)
-                .map_err(|e| Error::io("zero-fill WAL segment", tmp.display(), e))?;
+            if let Err(e) = f.write_all_at(&zeros[..n], off) {
+                // A full disk: give back what the half-made segment took.
+                let _ = std::fs::remove_file(&tmp);
+                return Err(Error::io("zero-fill WAL segment", tmp.display(), e));
+            }
             off += n as u64;
         }
         if let Err(e) = f.sync_all() {

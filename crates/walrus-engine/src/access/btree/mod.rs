@@ -328,6 +328,15 @@ impl<'a> BTree<'a> {
             self.pool.log_change(&rec, &mut [&mut w]);
             return Ok(());
         }
+        if lvl == 0 {
+            // A leaf split is the last point where this insert can fail having changed
+            // nothing; once its first half is logged the cascade up to a new root must
+            // not. So a full disk shows here (usually one atomic compare; an fallocate
+            // under the latch once per extension chunk).
+            self.pool
+                .relfiles
+                .reserve(self.relfile, SPLIT_BLOCKS_RESERVED)?;
+        }
         self.split_and_insert(w, item, pos, xid)
     }
 
@@ -361,7 +370,7 @@ impl<'a> BTree<'a> {
         }
         let right_items = items.split_off(split);
         let sep = item_key(&right_items[0], lvl).to_vec();
-        let new_block = self.pool.relfiles.allocate_block(self.relfile)?;
+        let new_block = self.pool.relfiles.allocate_block_committed(self.relfile)?;
         let rid = self.pid(new_block);
         let rpin = self.pool.new_page(rid)?;
         let mut rw = rpin.write();
@@ -423,7 +432,7 @@ impl<'a> BTree<'a> {
         if root == lid.block.0 {
             // Grow a new root while still holding both halves, so nobody can split the
             // right half and look for a parent that does not exist yet.
-            let nb = self.pool.relfiles.allocate_block(self.relfile)?;
+            let nb = self.pool.relfiles.allocate_block_committed(self.relfile)?;
             let nid = self.pid(nb);
             let npin = self.pool.new_page(nid)?;
             let mpin = self.pool.read_page(self.pid(META_BLOCK))?;
@@ -676,6 +685,9 @@ impl<'a> BTree<'a> {
                 .collect::<Result<_>>()?;
             let mut uplinks = Vec::with_capacity(groups.len());
             for (g, range) in groups.iter().enumerate() {
+                // An index build logs an image of every page it makes: on a full disk it
+                // fails here, between pages, not in the WAL writer.
+                self.pool.wal.ensure_headroom()?;
                 let id = self.pid(blocks[g]);
                 let right = blocks.get(g + 1).copied().unwrap_or(NO_BLOCK);
                 let pin = self.pool.new_page(id)?;
@@ -738,6 +750,10 @@ impl<'a> BTree<'a> {
         Ok(self.root()?.1)
     }
 }
+
+/// Blocks an insert reserves before it starts: a split at every level of a tree far taller
+/// than any real one (eight levels of 8 KiB pages) plus a new root.
+const SPLIT_BLOCKS_RESERVED: u32 = 9;
 
 fn split_overflow(name: &str) -> Error {
     Error::InvalidInput(format!(
