@@ -171,11 +171,18 @@ mod tests {
             "could not extend file \"base/16384\": No space left on device"
         );
         assert!(std::error::Error::source(&full).is_none());
-        let quota = Error::io("write", "x", std::io::Error::from_raw_os_error(libc::EDQUOT));
+        let quota = Error::io(
+            "write",
+            "x",
+            std::io::Error::from_raw_os_error(libc::EDQUOT),
+        );
         assert_eq!(quota.sqlstate(), "53100");
         let other = Error::io("read", "x", std::io::Error::from_raw_os_error(libc::EIO));
         assert_eq!(other.sqlstate(), "58030");
         assert!(!other.is_out_of_space());
-        assert_eq!(other.to_string(), "could not read \"x\": Input/output error");
+        assert_eq!(
+            other.to_string(),
+            "could not read \"x\": Input/output error"
+        );
     }
 }
