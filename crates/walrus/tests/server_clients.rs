@@ -682,9 +682,16 @@ fn full_disk_fails_writes_with_53100_and_loses_nothing() {
         "insert into t select g, repeat('b', 500) from generate_series(100001, 120000) g",
     ));
     assert_eq!(srv.scalar("select count(*) from t"), "2000");
-    // Updates in place need no new pages, only WAL: they run until the WAL segments are
-    // used up (a clean 53100 from then on), and run again once the checkpointer has
-    // recycled old segments into new ones, all on the full disk.
+    // Updates in place need no new pages, only WAL, and no WAL segment can be created:
+    // they keep running because checkpoints recycle old segments into the ones needed
+    // next (any refusal must still be a clean 53100). Before, the first segment the WAL
+    // writer could not create aborted the server.
+    let lsn = |srv: &ServerProc| {
+        let t = srv.scalar("select pg_current_wal_lsn()");
+        let (hi, lo) = t.split_once('/').unwrap();
+        u64::from_str_radix(hi, 16).unwrap() << 32 | u64::from_str_radix(lo, 16).unwrap()
+    };
+    let wal_before = lsn(&srv);
     let (mut done, mut refused, mut last) = (0, 0, 'a');
     for i in 0..40u8 {
         let c = (b'c' + i % 24) as char;
@@ -701,8 +708,15 @@ fn full_disk_fails_writes_with_53100_and_loses_nothing() {
             refused += 1;
         }
     }
-    eprintln!("in-place updates on the full disk: {done} done, {refused} refused");
-    assert!(done > 0, "no update succeeded on the full disk");
+    let wal_written = lsn(&srv) - wal_before;
+    eprintln!(
+        "in-place updates on the full disk: {done} done, {refused} refused, {wal_written} bytes of WAL"
+    );
+    assert!(
+        wal_written > 3 * (4 << 20),
+        "the updates wrote only {wal_written} bytes of WAL: no segment needed recycling"
+    );
+    assert!(done > refused, "{done} updates done, {refused} refused");
     assert_eq!(
         srv.scalar(&format!(
             "select count(*) from t where id <= 500 and pad = repeat('{last}', 500)"

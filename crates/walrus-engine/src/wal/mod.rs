@@ -505,12 +505,18 @@ impl Wal {
         Ok(())
     }
 
-    /// Makes sure the segment after the current one exists, so the writer rarely has to
-    /// create one on the commit path.
+    /// The checkpointer's preallocation: the segments writers will ask for
+    /// (`ensure_headroom`) and one more, so writers rarely create one themselves, and a
+    /// full disk shows here first, one segment before any writer is refused, while a
+    /// checkpoint can still recycle old segments in time.
     pub fn preallocate_next(&self) -> Result<()> {
-        let next = self.segments.segno(self.insert_lsn()) + 1;
-        if !self.segments.exists(next) {
-            self.segments.preallocate(next)?;
+        let insert = self.insert_lsn();
+        let from = self.segments.segno(insert) + 1;
+        let to = self.segments.segno(insert.add(WAL_HEADROOM_BYTES)) + 1;
+        for segno in from..=to {
+            if !self.segments.exists(segno) {
+                self.segments.preallocate(segno)?;
+            }
         }
         Ok(())
     }
