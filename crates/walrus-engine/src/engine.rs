@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::settings::{PageProtection, Settings};
 use crate::storage::control::{ControlData, ControlFile, DbState, FORMAT_VERSION};
 use crate::txn::clog::{Clog, XidStatus};
-use crate::txn::{Snapshot, TxnManager};
+use crate::txn::{LockWait, Snapshot, TxnManager};
 use crate::wal::segment::{Segments, SyncMethod};
 use crate::wal::{ImagePolicy, Wal, WalConfig};
 use crate::xlog;
@@ -397,6 +397,7 @@ impl Engine {
             dropped: Vec::new(),
             catalog_changed: false,
             interrupt: None,
+            lock_timeout: None,
             finished: false,
             activity: Vec::new(),
             table_holds: Vec::new(),
@@ -760,6 +761,8 @@ pub struct Transaction {
     dropped: Vec<RelFileId>,
     catalog_changed: bool,
     interrupt: Option<Arc<AtomicBool>>,
+    /// PostgreSQL's `lock_timeout` for this transaction's lock waits (`None`: wait on).
+    lock_timeout: Option<Duration>,
     finished: bool,
     /// This transaction's row changes per table, added to the tables' counters when it
     /// ends (a handful of tables: a linear search beats hashing).
@@ -782,6 +785,17 @@ impl Transaction {
     }
     pub fn set_interrupt(&mut self, flag: Arc<AtomicBool>) {
         self.interrupt = Some(flag);
+    }
+    /// Bounds each lock wait from now on (`None`: no bound); the session sets it per
+    /// statement from `lock_timeout`.
+    pub fn set_lock_timeout(&mut self, timeout: Option<Duration>) {
+        self.lock_timeout = timeout;
+    }
+    fn lock_wait(&self) -> LockWait<'_> {
+        LockWait {
+            interrupt: self.interrupt.as_deref(),
+            timeout: self.lock_timeout,
+        }
     }
     fn check_interrupt(&self) -> Result<()> {
         if self
@@ -864,7 +878,7 @@ impl Transaction {
                 let xid = self.mark_write();
                 inner
                     .table_locks
-                    .begin_ddl(relfile, xid, &inner.txn, self.interrupt.as_deref())?;
+                    .begin_ddl(relfile, xid, &inner.txn, self.lock_wait())?;
                 if !self.table_holds.contains(&relfile) {
                     self.table_holds.push(relfile);
                 }
@@ -925,7 +939,7 @@ impl Transaction {
             def.relfile,
             xid,
             &self.inner.txn,
-            self.interrupt.as_deref(),
+            self.lock_wait(),
         )?;
         self.table_holds.push(def.relfile);
         let now = self.table(&def.name)?;
@@ -1276,9 +1290,15 @@ impl Transaction {
             chain_liveness(&heap, existing, xid)
         };
         let interrupt = self.interrupt.clone();
+        let timeout = self.lock_timeout;
         let txn = &inner.txn;
-        let mut wait =
-            |holder: Xid| -> Result<()> { txn.wait_for(xid, holder, interrupt.as_deref()) };
+        let mut wait = |holder: Xid| -> Result<()> {
+            let how = LockWait {
+                interrupt: interrupt.as_deref(),
+                timeout,
+            };
+            txn.wait_for(xid, holder, how)
+        };
         tree.insert(&key, tid, xid, &mut check, &mut wait)
             .map_err(|e| match e {
                 Error::UniqueViolation { index, .. } => {
@@ -1560,9 +1580,7 @@ impl Transaction {
             Modify::Done(_) => unreachable!("handled by caller"),
             Modify::SelfModified => Ok(Some(RowChange::SelfModified)),
             Modify::WouldBlock(holder) => {
-                self.inner
-                    .txn
-                    .wait_for(xid, holder, self.interrupt.as_deref())?;
+                self.inner.txn.wait_for(xid, holder, self.lock_wait())?;
                 Ok(None)
             }
             Modify::Concurrent(next) => {

@@ -57,6 +57,10 @@ pub enum Error {
     #[error("canceling statement due to user request")]
     Canceled,
 
+    /// PostgreSQL's `lock_timeout` expired while waiting for a lock.
+    #[error("canceling statement due to lock timeout")]
+    LockTimeout,
+
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),
 
@@ -110,6 +114,7 @@ impl Error {
             Error::SerializationFailure | Error::TableRewritten(_) => "40001",
             Error::Deadlock { .. } => "40P01",
             Error::Canceled => "57014",
+            Error::LockTimeout => "55P03",
             Error::UndefinedTable(_) => "42P01",
             Error::DuplicateTable(_) => "42P07",
             Error::UndefinedColumn(_) => "42703",

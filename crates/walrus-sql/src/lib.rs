@@ -17,6 +17,7 @@ pub mod expr;
 mod pg_catalog;
 pub(crate) mod query;
 pub(crate) mod session;
+mod timeout;
 pub mod utility;
 pub mod value;
 

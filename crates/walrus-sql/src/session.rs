@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sqlparser::ast::{
     self, AlterTableOperation, ColumnOption, Expr, ObjectType, SetExpr, Statement, TableConstraint,
@@ -67,6 +68,10 @@ pub struct Session {
     settings: Arc<BTreeMap<String, String>>,
     now: i64,
     interrupt: Arc<AtomicBool>,
+    /// `statement_timeout` and `lock_timeout` in ms (0: off), kept parsed: read at every
+    /// statement.
+    statement_timeout_ms: u64,
+    lock_timeout_ms: u64,
     /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
     prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
     /// Parsed extended-protocol statements by SQL text ([`Session::execute_cached`]).
@@ -145,6 +150,8 @@ fn default_settings() -> BTreeMap<String, String> {
         ("default_transaction_isolation", "read committed"),
         ("max_identifier_length", "63"),
         ("search_path", "\"$user\", public"),
+        ("statement_timeout", "0"),
+        ("lock_timeout", "0"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -207,6 +214,8 @@ impl Session {
             settings: Arc::new(settings),
             now: now_micros(),
             interrupt: Arc::new(AtomicBool::new(false)),
+            statement_timeout_ms: 0,
+            lock_timeout_ms: 0,
             prepared: BTreeMap::new(),
             parse_cache: std::collections::HashMap::new(),
         }
@@ -509,10 +518,37 @@ impl Session {
         if !self.in_block {
             self.now = now_micros();
         }
+        let lock_timeout =
+            (self.lock_timeout_ms > 0).then(|| Duration::from_millis(self.lock_timeout_ms));
+        if let Some(t) = self.txn.as_mut() {
+            t.set_lock_timeout(lock_timeout);
+        }
+        let timer = (self.statement_timeout_ms > 0).then(|| {
+            crate::timeout::arm(
+                Duration::from_millis(self.statement_timeout_ms),
+                self.interrupt.clone(),
+            )
+        });
         let result = match st {
             Parsed::Utility(u) => self.utility(u.clone()),
             Parsed::Sql(s) => self.statement(s, params),
             _ => unreachable!("handled above"),
+        };
+        let result = match timer.map(crate::timeout::Armed::disarm) {
+            // The timer set the interrupt flag: this statement's cancel, or a late one
+            // that must not cancel the next statement.
+            Some(true) => {
+                self.interrupt
+                    .store(false, std::sync::atomic::Ordering::Release);
+                match result {
+                    Err(e) if e.sqlstate == "57014" => Err(SqlError::new(
+                        "57014",
+                        "canceling statement due to statement timeout",
+                    )),
+                    r => r,
+                }
+            }
+            _ => result,
         };
         match result {
             Ok(out) => {
@@ -555,6 +591,9 @@ impl Session {
             });
             let mut t = self.engine.begin(iso);
             t.set_interrupt(self.interrupt.clone());
+            t.set_lock_timeout(
+                (self.lock_timeout_ms > 0).then(|| Duration::from_millis(self.lock_timeout_ms)),
+            );
             self.txn = Some(t);
         }
         let t = self.txn.as_mut().expect("just created");
@@ -611,6 +650,11 @@ impl Session {
             Some("reset") => {
                 let name = words.get(1).copied().unwrap_or("");
                 let defaults = default_settings();
+                for n in ["statement_timeout", "lock_timeout"] {
+                    if name == "all" || name == n {
+                        *self.time_setting(n).expect("a time setting") = 0;
+                    }
+                }
                 if name == "all" {
                     Arc::make_mut(&mut self.settings).extend(defaults);
                 } else if let Some(v) = defaults.get(name) {
@@ -655,10 +699,25 @@ impl Session {
                 if name.is_empty() || value.is_empty() {
                     return Err(SqlError::syntax("syntax error at end of input"));
                 }
-                let value = value.trim_matches('\'').to_string();
-                Arc::make_mut(&mut self.settings).insert(name.to_ascii_lowercase(), value);
+                let mut value = value.trim_matches('\'').to_string();
+                let name = name.to_ascii_lowercase();
+                if let Some(slot) = self.time_setting(&name) {
+                    let ms = crate::timeout::parse_ms(&name, &value)?;
+                    *slot = ms;
+                    value = crate::timeout::show_ms(ms);
+                }
+                Arc::make_mut(&mut self.settings).insert(name, value);
                 Ok(QueryResult::tag("SET"))
             }
+        }
+    }
+
+    /// The parsed value behind a time setting the session enforces.
+    fn time_setting(&mut self, name: &str) -> Option<&mut u64> {
+        match name {
+            "statement_timeout" => Some(&mut self.statement_timeout_ms),
+            "lock_timeout" => Some(&mut self.lock_timeout_ms),
+            _ => None,
         }
     }
 

@@ -288,3 +288,88 @@ fn bad_statements_get_postgres_sqlstates() {
     assert_eq!(scalar(&mut s, "select 1"), Datum::Int4(1));
     e.shutdown().unwrap();
 }
+
+/// `lock_timeout` and `statement_timeout` do what PostgreSQL's do (they used to be
+/// accepted by SET and ignored, so a client relying on them waited forever): a lock wait
+/// past `lock_timeout` fails with 55P03, a statement past `statement_timeout` with 57014
+/// "due to statement timeout"; the session and the lock holder carry on; RESET and 0
+/// turn them off; a bad value is 22023 and leaves the old one.
+#[test]
+fn lock_timeout_and_statement_timeout_cancel_with_postgres_errors() {
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut holder = Session::new(e.clone());
+    let mut s = Session::new(e.clone());
+    ok(&mut holder, "create table k (id int primary key, v int)");
+    ok(&mut holder, "insert into k values (1, 0)");
+    ok(&mut holder, "begin");
+    ok(&mut holder, "update k set v = 1 where id = 1");
+
+    ok(&mut s, "set lock_timeout = '150ms'");
+    assert_eq!(
+        scalar(&mut s, "show lock_timeout"),
+        Datum::Text("150ms".into())
+    );
+    let t = Instant::now();
+    match s
+        .execute("update k set v = 2 where id = 1", &[])
+        .pop()
+        .unwrap()
+    {
+        Err(e) => {
+            assert_eq!(e.sqlstate, "55P03", "{e}");
+            assert_eq!(e.message, "canceling statement due to lock timeout");
+        }
+        Ok(o) => panic!("the update did not wait for the row lock: {o:?}"),
+    }
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(140) && waited < Duration::from_secs(20),
+        "lock_timeout of 150 ms gave up after {waited:?}"
+    );
+    // A bad value is refused and the old one stays.
+    assert_eq!(err(&mut s, "set lock_timeout = 'soon'"), "22023");
+    assert_eq!(
+        scalar(&mut s, "show lock_timeout"),
+        Datum::Text("150ms".into())
+    );
+    ok(&mut s, "reset lock_timeout");
+
+    // statement_timeout cancels a lock wait too, with its own message, and a sleep.
+    ok(&mut s, "set statement_timeout = 200");
+    assert_eq!(
+        scalar(&mut s, "show statement_timeout"),
+        Datum::Text("200ms".into())
+    );
+    for sql in ["update k set v = 3 where id = 1", "select pg_sleep(30)"] {
+        let t = Instant::now();
+        match s.execute(sql, &[]).pop().unwrap() {
+            Err(e) => {
+                assert_eq!(e.sqlstate, "57014", "{sql}: {e}");
+                assert_eq!(e.message, "canceling statement due to statement timeout");
+            }
+            Ok(o) => panic!("{sql} outlived statement_timeout: {o:?}"),
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{sql}: {:?}",
+            t.elapsed()
+        );
+    }
+    // The session goes on, and a statement that finishes in time is not canceled by
+    // the timer it armed.
+    for _ in 0..20 {
+        assert_eq!(scalar(&mut s, "select 1"), Datum::Int4(1));
+    }
+    ok(&mut s, "set statement_timeout = 0");
+    assert_eq!(
+        scalar(&mut s, "show statement_timeout"),
+        Datum::Text("0".into())
+    );
+
+    // The holder was never disturbed; once it commits, the row is free again.
+    ok(&mut holder, "commit");
+    ok(&mut s, "update k set v = 4 where id = 1");
+    assert_eq!(scalar(&mut s, "select v from k"), Datum::Int4(4));
+}

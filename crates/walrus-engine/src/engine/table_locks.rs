@@ -27,7 +27,7 @@ use parking_lot::{Condvar, Mutex};
 use walrus_base::{RelFileId, Xid};
 
 use crate::error::{Error, Result};
-use crate::txn::TxnManager;
+use crate::txn::{LockWait, TxnManager};
 
 #[derive(Default)]
 pub(super) struct TableLocks {
@@ -145,7 +145,7 @@ impl TableLocks {
         relfile: RelFileId,
         xid: Xid,
         txn: &TxnManager,
-        interrupt: Option<&AtomicBool>,
+        how: LockWait<'_>,
     ) -> Result<()> {
         loop {
             let ddl = {
@@ -159,7 +159,7 @@ impl TableLocks {
                     }
                 }
             };
-            txn.wait_for(xid, ddl, interrupt)?;
+            txn.wait_for(xid, ddl, how)?;
             // The DDL transaction ended; its hold goes a moment later.
             std::thread::yield_now();
         }
@@ -173,9 +173,9 @@ impl TableLocks {
         relfile: RelFileId,
         xid: Xid,
         txn: &TxnManager,
-        interrupt: Option<&AtomicBool>,
+        how: LockWait<'_>,
     ) -> Result<()> {
-        let result = self.begin_ddl_inner(relfile, xid, txn, interrupt);
+        let result = self.begin_ddl_inner(relfile, xid, txn, how);
         if result.is_err() {
             let mut t = self.tables.lock();
             if let Some(h) = t.get_mut(&relfile) {
@@ -195,7 +195,7 @@ impl TableLocks {
         relfile: RelFileId,
         xid: Xid,
         txn: &TxnManager,
-        interrupt: Option<&AtomicBool>,
+        how: LockWait<'_>,
     ) -> Result<()> {
         loop {
             let blocker = {
@@ -220,12 +220,12 @@ impl TableLocks {
             };
             match blocker {
                 Blocker::Vacuum => {
-                    if interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
+                    if how.interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
                         return Err(Error::Canceled);
                     }
                 }
                 Blocker::Txn(other) => {
-                    txn.wait_for(xid, other, interrupt)?;
+                    txn.wait_for(xid, other, how)?;
                     std::thread::yield_now();
                 }
             }
@@ -293,12 +293,14 @@ mod tests {
             }
         }
         fn write(&mut self, r: RelFileId) -> Result<()> {
-            self.locks.lock_for_write(r, self.xid, self.txn, None)?;
+            self.locks
+                .lock_for_write(r, self.xid, self.txn, LockWait::default())?;
             self.hold(r);
             Ok(())
         }
         fn ddl(&mut self, r: RelFileId) -> Result<()> {
-            self.locks.begin_ddl(r, self.xid, self.txn, None)?;
+            self.locks
+                .begin_ddl(r, self.xid, self.txn, LockWait::default())?;
             self.hold(r);
             Ok(())
         }

@@ -5,7 +5,7 @@ pub mod clog;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use walrus_base::Xid;
@@ -57,6 +57,15 @@ pub struct TxnStats {
     pub aborts: AtomicU64,
     pub row_lock_waits: AtomicU64,
     pub deadlocks: AtomicU64,
+}
+
+/// How a wait for another transaction's lock may end early: the session's interrupt flag
+/// (a cancel request or `statement_timeout`), and `lock_timeout` (PostgreSQL's, per
+/// wait: SQLSTATE 55P03).
+#[derive(Clone, Copy, Default)]
+pub struct LockWait<'a> {
+    pub interrupt: Option<&'a AtomicBool>,
+    pub timeout: Option<Duration>,
 }
 
 pub struct TxnManager {
@@ -249,7 +258,7 @@ impl TxnManager {
 
     /// Waits until `holder` ends (row-lock wait). Detects deadlocks through the
     /// waits-for graph; `interrupt` is polled so a cancel request ends the wait.
-    pub fn wait_for(&self, waiter: Xid, holder: Xid, interrupt: Option<&AtomicBool>) -> Result<()> {
+    pub fn wait_for(&self, waiter: Xid, holder: Xid, how: LockWait<'_>) -> Result<()> {
         let lock = match self.xid_locks.lock().get(&holder) {
             Some(l) => l.clone(),
             None => return Ok(()),
@@ -272,18 +281,25 @@ impl TxnManager {
             wf.insert(waiter, holder);
         }
         self.stats.row_lock_waits.fetch_add(1, Ordering::Relaxed);
+        let deadline = how.timeout.map(|t| Instant::now() + t);
         let result = loop {
             let mut done = lock.done.lock();
             if *done {
                 break Ok(());
             }
-            lock.cv.wait_for(&mut done, Duration::from_millis(50));
+            // Wake at least every 50 ms to look at the interrupt flag.
+            let slice = Instant::now() + Duration::from_millis(50);
+            lock.cv
+                .wait_until(&mut done, deadline.map_or(slice, |d| d.min(slice)));
             if *done {
                 break Ok(());
             }
             drop(done);
-            if interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
+            if how.interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
                 break Err(Error::Canceled);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break Err(Error::LockTimeout);
             }
         };
         self.waits_for.lock().remove(&waiter);
