@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::Engine;
@@ -259,12 +260,48 @@ pub fn serve(
     result
 }
 
+/// Waits up to `limit` for the client to send something; false when it sent nothing.
+fn wait_for_input(stream: &TcpStream, limit: Duration) -> io::Result<bool> {
+    stream.set_read_timeout(Some(limit))?;
+    let got = match stream.peek(&mut [0u8; 1]) {
+        Ok(_) => true,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            false
+        }
+        Err(e) => return Err(e),
+    };
+    stream.set_read_timeout(None)?;
+    Ok(got)
+}
+
 fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()> {
     let mut prepared: HashMap<String, Prepared> = HashMap::new();
     let mut portals: HashMap<String, Portal> = HashMap::new();
     let mut skip_until_sync = false;
+    // Whether the last thing sent was ReadyForQuery: only then is the client "idle".
+    let mut ready_sent = true;
     loop {
+        if let Some(limit) = s.idle_in_transaction_timeout().filter(|_| ready_sent) {
+            if !wait_for_input(stream, limit)? {
+                out.error(
+                    b'E',
+                    "FATAL",
+                    "25P03",
+                    "terminating connection due to idle-in-transaction timeout",
+                    None,
+                    None,
+                );
+                stream.write_all(&out.buf)?;
+                return Ok(());
+            }
+        }
         let msg = read_message(stream)?;
+        ready_sent = matches!(msg.kind, b'Q' | b'S');
         if skip_until_sync && msg.kind != b'S' && msg.kind != b'X' {
             continue;
         }

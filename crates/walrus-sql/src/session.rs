@@ -72,6 +72,7 @@ pub struct Session {
     /// statement.
     statement_timeout_ms: u64,
     lock_timeout_ms: u64,
+    idle_in_transaction_timeout_ms: u64,
     /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
     prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
     /// Parsed extended-protocol statements by SQL text ([`Session::execute_cached`]).
@@ -152,6 +153,7 @@ fn default_settings() -> BTreeMap<String, String> {
         ("search_path", "\"$user\", public"),
         ("statement_timeout", "0"),
         ("lock_timeout", "0"),
+        ("idle_in_transaction_session_timeout", "0"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -216,9 +218,19 @@ impl Session {
             interrupt: Arc::new(AtomicBool::new(false)),
             statement_timeout_ms: 0,
             lock_timeout_ms: 0,
+            idle_in_transaction_timeout_ms: 0,
             prepared: BTreeMap::new(),
             parse_cache: std::collections::HashMap::new(),
         }
+    }
+
+    /// PostgreSQL's `idle_in_transaction_session_timeout`: how long the connection may
+    /// wait for the client's next command while a transaction is open (`None`: no
+    /// limit). The server ends the session when it passes (FATAL 25P03), which rolls the
+    /// transaction back and lets go of its locks and snapshot.
+    pub fn idle_in_transaction_timeout(&self) -> Option<Duration> {
+        (self.idle_in_transaction_timeout_ms > 0 && self.transaction_status() != b'I')
+            .then(|| Duration::from_millis(self.idle_in_transaction_timeout_ms))
     }
 
     /// The cancel flag: set it from another thread to interrupt the running statement.
@@ -650,7 +662,11 @@ impl Session {
             Some("reset") => {
                 let name = words.get(1).copied().unwrap_or("");
                 let defaults = default_settings();
-                for n in ["statement_timeout", "lock_timeout"] {
+                for n in [
+                    "statement_timeout",
+                    "lock_timeout",
+                    "idle_in_transaction_session_timeout",
+                ] {
                     if name == "all" || name == n {
                         *self.time_setting(n).expect("a time setting") = 0;
                     }
@@ -717,6 +733,7 @@ impl Session {
         match name {
             "statement_timeout" => Some(&mut self.statement_timeout_ms),
             "lock_timeout" => Some(&mut self.lock_timeout_ms),
+            "idle_in_transaction_session_timeout" => Some(&mut self.idle_in_transaction_timeout_ms),
             _ => None,
         }
     }

@@ -60,4 +60,44 @@ with psycopg.connect(host="127.0.0.1", port=port, user="bench", dbname="bench", 
         assert got == [Decimal("12345.678"), Decimal("-0.0001")], got
         cur.execute("select price from drv_num where id = %s", (1,))
         assert cur.fetchone() == (Decimal("12345.678"),)
+
+# Timeouts as PostgreSQL has them (SET used to accept them and do nothing).
+import time
+
+with psycopg.connect(host="127.0.0.1", port=port, user="bench", dbname="bench", autocommit=True) as setup:
+    setup.execute("create table drv_lock (id int primary key, v int)")
+    setup.execute("insert into drv_lock values (1, 0)")
+holder = psycopg.connect(host="127.0.0.1", port=port, user="bench", dbname="bench")
+holder.execute("update drv_lock set v = 1 where id = 1")  # holds the row lock, open txn
+with psycopg.connect(host="127.0.0.1", port=port, user="bench", dbname="bench", autocommit=True) as other:
+    other.execute("set lock_timeout = '200ms'")
+    t = time.monotonic()
+    try:
+        other.execute("update drv_lock set v = 2 where id = 1")
+        raise AssertionError("lock_timeout did not end the wait")
+    except psycopg.errors.LockNotAvailable as e:
+        assert "lock timeout" in str(e), e
+    assert time.monotonic() - t < 20
+    other.execute("set lock_timeout = 0")
+    other.execute("set statement_timeout = '300ms'")
+    try:
+        other.execute("select pg_sleep(30)")
+        raise AssertionError("statement_timeout did not cancel")
+    except psycopg.errors.QueryCanceled as e:
+        assert "statement timeout" in str(e), e
+    assert other.execute("select 1").fetchone() == (1,)
+    other.execute("set statement_timeout = 0")
+    # The holder idles in its transaction past idle_in_transaction_session_timeout: the
+    # server ends its session, which rolls back and frees the row for others at once.
+    holder.execute("set idle_in_transaction_session_timeout = '300ms'")
+    time.sleep(1.5)
+    try:
+        holder.execute("select 1")
+        raise AssertionError("the idle transaction's session survived")
+    except psycopg.errors.IdleInTransactionSessionTimeout:
+        pass  # SQLSTATE 25P03, PostgreSQL's FATAL
+    other.execute("set lock_timeout = '5s'")
+    other.execute("update drv_lock set v = 3 where id = 1")
+    assert other.execute("select v from drv_lock").fetchone() == (3,)
+holder.close()
 print("OK")
