@@ -1283,9 +1283,9 @@ impl Transaction {
         let tree = BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name);
         // NULLs never conflict (SQL semantics).
         let unique = idx.unique && !keyvals.iter().any(|d| d.is_null());
-        let mut check = |existing: Tid| -> UniqueCheck {
+        let mut check = |existing: Tid| -> Result<UniqueCheck> {
             if !unique || existing == tid {
-                return UniqueCheck::NotLive;
+                return Ok(UniqueCheck::NotLive);
             }
             chain_liveness(&heap, existing, xid)
         };
@@ -1721,13 +1721,12 @@ fn tuple_is_live_head(h: &TupleHeader, txn: &TxnManager) -> bool {
 
 /// Unique check: does the HOT chain starting at `root` hold a version that is live or
 /// may become live (in progress)?
-fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> UniqueCheck {
+fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> Result<UniqueCheck> {
     let txn = heap.txn;
     // The chain as one consistent picture (see `Heap::chain_headers`); statuses are
-    // read afterwards, outside the page latch.
-    let Ok(chain) = heap.chain_headers(root) else {
-        return UniqueCheck::NotLive;
-    };
+    // read afterwards, outside the page latch. A page that cannot be read (a checksum
+    // failure) is an error: treating it as "no live duplicate" would let a duplicate in.
+    let chain = heap.chain_headers(root)?;
     for h in chain {
         let xmin_ok = if h.xmin == me {
             true
@@ -1735,7 +1734,7 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> UniqueCheck {
             match txn.status_for_write(h.xmin) {
                 XidStatus::Committed => true,
                 XidStatus::Aborted => false,
-                _ => return UniqueCheck::WaitFor(h.xmin),
+                _ => return Ok(UniqueCheck::WaitFor(h.xmin)),
             }
         };
         if xmin_ok {
@@ -1746,16 +1745,16 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> UniqueCheck {
                     match txn.status_for_write(h.xmax) {
                         XidStatus::Committed => true,
                         XidStatus::Aborted => false,
-                        _ => return UniqueCheck::WaitFor(h.xmax),
+                        _ => return Ok(UniqueCheck::WaitFor(h.xmax)),
                     }
                 }
             };
             if !deleted {
-                return UniqueCheck::Live;
+                return Ok(UniqueCheck::Live);
             }
         }
     }
-    UniqueCheck::NotLive
+    Ok(UniqueCheck::NotLive)
 }
 
 fn bound_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {

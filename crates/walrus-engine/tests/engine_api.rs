@@ -889,3 +889,37 @@ fn table_counters_survive_a_clean_restart_but_not_a_crash() {
     );
     e.shutdown().unwrap();
 }
+
+/// A unique check that meets an unreadable heap page (a checksum failure) reports it. It
+/// used to take the unreadable row for "not live" and let the duplicate in: a damaged
+/// page then cost a uniqueness violation on top.
+#[test]
+fn a_unique_check_on_a_damaged_heap_page_is_an_error_not_a_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let relfile;
+    let on_first_page;
+    {
+        let e = engine(dir.path());
+        let def = table(&e);
+        relfile = def.relfile;
+        on_first_page = fill_pages(&e, &def);
+        e.shutdown().unwrap();
+    }
+    // Flip a bit in the middle of block 0 (its tuples), on disk.
+    let path = dir.path().join("base").join(relfile.0.to_string());
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[6000] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+
+    let (e, _) = Engine::open(dir.path()).unwrap();
+    let def = e.catalog_view().unwrap().table("t").unwrap();
+    let key = on_first_page[0];
+    let mut t = e.begin(Isolation::ReadCommitted);
+    // The new row itself goes to a later page (block 0 is full); only the unique check
+    // reads block 0.
+    let err = t
+        .insert(&def, &row(key, "duplicate"))
+        .expect_err("a duplicate of a row on a damaged page was accepted");
+    assert_eq!(err.sqlstate(), "XX001", "{err}");
+    t.rollback().unwrap();
+}

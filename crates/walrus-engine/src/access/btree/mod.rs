@@ -231,7 +231,7 @@ impl<'a> BTree<'a> {
         key: &[u8],
         tid: Tid,
         xid: Xid,
-        check: &mut dyn FnMut(Tid) -> UniqueCheck,
+        check: &mut dyn FnMut(Tid) -> Result<UniqueCheck>,
         wait: &mut dyn FnMut(Xid) -> Result<()>,
     ) -> Result<()> {
         if key.len() > BTREE_KEY_BYTES_MAX {
@@ -269,7 +269,7 @@ impl<'a> BTree<'a> {
     fn unique_check(
         &self,
         key: &[u8],
-        check: &mut dyn FnMut(Tid) -> UniqueCheck,
+        check: &mut dyn FnMut(Tid) -> Result<UniqueCheck>,
     ) -> Result<UniqueCheck> {
         let mut block = self.descend(key, 0)?;
         loop {
@@ -289,7 +289,7 @@ impl<'a> BTree<'a> {
                 if k != key {
                     return Ok(UniqueCheck::NotLive);
                 }
-                match check(t) {
+                match check(t)? {
                     UniqueCheck::NotLive => {}
                     other => return Ok(other),
                 }

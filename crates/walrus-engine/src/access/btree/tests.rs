@@ -49,8 +49,8 @@ fn wide(v: u64) -> Vec<u8> {
     x.extend_from_slice(&[0xAA; 92]);
     x
 }
-fn no_check(_: Tid) -> UniqueCheck {
-    UniqueCheck::NotLive
+fn no_check(_: Tid) -> Result<UniqueCheck> {
+    Ok(UniqueCheck::NotLive)
 }
 fn no_wait(_: Xid) -> Result<()> {
     Ok(())
@@ -113,7 +113,7 @@ fn btree_unique_checks_call_back() {
             &k(5),
             Tid::new(0, 2),
             Xid(3),
-            &mut |_| UniqueCheck::Live,
+            &mut |_| Ok(UniqueCheck::Live),
             &mut no_wait,
         )
         .unwrap_err();
@@ -127,9 +127,9 @@ fn btree_unique_checks_call_back() {
         &mut |_| {
             if first {
                 first = false;
-                UniqueCheck::WaitFor(Xid(9))
+                Ok(UniqueCheck::WaitFor(Xid(9)))
             } else {
-                UniqueCheck::NotLive
+                Ok(UniqueCheck::NotLive)
             }
         },
         &mut |x| {
