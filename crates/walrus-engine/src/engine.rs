@@ -310,6 +310,7 @@ impl Engine {
         if crashed {
             engine.checkpoint(CheckpointReason::EndOfRecovery)?;
         }
+        inner.pool.relfiles.stop_creating_missing();
         // Mark the directory in use: a crash from here on is detected at the next open.
         {
             let mut c = inner.control.lock();

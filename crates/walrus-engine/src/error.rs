@@ -107,6 +107,7 @@ impl Error {
     pub fn sqlstate(&self) -> &'static str {
         match self {
             e if e.is_out_of_space() => "53100",
+            Error::Io { cause, .. } if cause.kind() == std::io::ErrorKind::NotFound => "58P01",
             Error::Io { .. } => "58030",
             Error::ChecksumMismatch { .. } | Error::Misdirected { .. } => "XX001",
             Error::BadDataDirectory { .. } | Error::BadWal(_) | Error::Decode { .. } => "XX002",

@@ -923,3 +923,35 @@ fn a_unique_check_on_a_damaged_heap_page_is_an_error_not_a_duplicate() {
     assert_eq!(err.sqlstate(), "XX001", "{err}");
     t.rollback().unwrap();
 }
+
+/// A reader holding a table's definition from before a DROP committed (readers take no
+/// table lock) gets an error for the vanished file, and leaves no file behind: file
+/// numbers are never reused, so before, it silently recreated an empty one that nothing
+/// ever removed. Recovery still recreates what its WAL touches (crash tests).
+#[test]
+fn a_reader_racing_a_drop_gets_an_error_and_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    fill_pages(&e, &def);
+    e.shutdown().unwrap();
+    // Reopen so the table's pages are not in the buffer pool.
+    let (e, _) = Engine::open(dir.path()).unwrap();
+    let def = e.catalog_view().unwrap().table("t").unwrap();
+    let path = dir.path().join("base").join(def.relfile.0.to_string());
+    assert!(path.exists());
+    let mut d = e.begin(Isolation::ReadCommitted);
+    d.drop_table("t").unwrap();
+    d.commit().unwrap();
+    assert!(!path.exists(), "DROP removed the file");
+    let mut reader = e.begin(Isolation::ReadCommitted);
+    let err = reader
+        .scan_all(&def)
+        .expect_err("a scan of a dropped table's file succeeded");
+    assert_eq!(err.sqlstate(), "58P01", "{err}");
+    reader.rollback().unwrap();
+    assert!(
+        !path.exists(),
+        "the reader recreated the dropped table's file"
+    );
+}

@@ -43,6 +43,11 @@ struct RelFile {
 
 pub struct RelFiles {
     dir: PathBuf,
+    /// Whether asking for a file that does not exist creates it: only while recovery
+    /// replays (WAL may touch a relation whose file a later DROP removed). Afterwards a
+    /// file is made only by [`RelFiles::create`], so a reader racing a DROP gets an error
+    /// instead of leaving an empty file behind.
+    create_missing: std::sync::atomic::AtomicBool,
     files: RwLock<HashMap<RelFileId, Arc<RelFile>>>,
     sync_pending: Mutex<HashSet<RelFileId>>,
 }
@@ -54,6 +59,7 @@ impl RelFiles {
             .map_err(|e| Error::io("create directory", dir.display(), e))?;
         Ok(RelFiles {
             dir,
+            create_missing: std::sync::atomic::AtomicBool::new(true),
             files: RwLock::new(HashMap::new()),
             sync_pending: Mutex::new(HashSet::new()),
         })
@@ -63,7 +69,16 @@ impl RelFiles {
         self.dir.join(relfile.0.to_string())
     }
 
+    /// Recovery is over: from now on only [`RelFiles::create`] makes files.
+    pub fn stop_creating_missing(&self) {
+        self.create_missing.store(false, Ordering::Release);
+    }
+
     fn get(&self, relfile: RelFileId) -> Result<Arc<RelFile>> {
+        self.get_or_create(relfile, self.create_missing.load(Ordering::Acquire))
+    }
+
+    fn get_or_create(&self, relfile: RelFileId, create: bool) -> Result<Arc<RelFile>> {
         if let Some(f) = self.files.read().get(&relfile) {
             return Ok(f.clone());
         }
@@ -75,7 +90,7 @@ impl RelFiles {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
+            .create(create)
             .truncate(false)
             .open(&path)
             .map_err(|e| Error::io("open file", path.display(), e))?;
@@ -96,7 +111,7 @@ impl RelFiles {
 
     /// Creates (or opens) the file of a relation.
     pub fn create(&self, relfile: RelFileId) -> Result<()> {
-        self.get(relfile).map(|_| ())
+        self.get_or_create(relfile, true).map(|_| ())
     }
 
     pub fn exists(&self, relfile: RelFileId) -> bool {
