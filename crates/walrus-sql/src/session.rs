@@ -73,10 +73,21 @@ pub struct Session {
     statement_timeout_ms: u64,
     lock_timeout_ms: u64,
     idle_in_transaction_timeout_ms: u64,
+    /// Settings changed inside the current transaction block, with their values from
+    /// before it (see [`Session::restore_block_settings`]).
+    block_undo: Vec<SettingUndo>,
     /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
     prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
     /// Parsed extended-protocol statements by SQL text ([`Session::execute_cached`]).
     parse_cache: std::collections::HashMap<String, Arc<Vec<Parsed>>>,
+}
+
+/// A setting's value from before the current transaction block changed it.
+struct SettingUndo {
+    name: String,
+    old: Option<String>,
+    /// Changed only with SET LOCAL: restored at COMMIT too.
+    local: bool,
 }
 
 /// Distinct SQL texts whose parse a session keeps (cleared when full).
@@ -219,6 +230,7 @@ impl Session {
             statement_timeout_ms: 0,
             lock_timeout_ms: 0,
             idle_in_transaction_timeout_ms: 0,
+            block_undo: Vec::new(),
             prepared: BTreeMap::new(),
             parse_cache: std::collections::HashMap::new(),
         }
@@ -579,6 +591,7 @@ impl Session {
     }
 
     fn end_block(&mut self, commit: bool) -> SqlResult<()> {
+        self.restore_block_settings(commit);
         self.in_block = false;
         self.failed = false;
         self.block_isolation = None;
@@ -662,6 +675,14 @@ impl Session {
             Some("reset") => {
                 let name = words.get(1).copied().unwrap_or("");
                 let defaults = default_settings();
+                let names: Vec<String> = if name == "all" {
+                    defaults.keys().cloned().collect()
+                } else {
+                    vec![name.to_string()]
+                };
+                for n in names {
+                    self.remember_for_block(&n, false);
+                }
                 for n in [
                     "statement_timeout",
                     "lock_timeout",
@@ -681,10 +702,9 @@ impl Session {
             _ => {
                 // SET [SESSION|LOCAL] name {=|TO} value | SET TRANSACTION ISOLATION LEVEL ...
                 let mut rest: Vec<&str> = s.split_whitespace().skip(1).collect();
-                if matches!(
-                    rest.first().map(|w| w.to_ascii_lowercase()).as_deref(),
-                    Some("session") | Some("local")
-                ) {
+                let scope = rest.first().map(|w| w.to_ascii_lowercase());
+                let local = scope.as_deref() == Some("local");
+                if matches!(scope.as_deref(), Some("session") | Some("local")) {
                     rest.remove(0);
                 }
                 let text = rest.join(" ");
@@ -717,14 +737,62 @@ impl Session {
                 }
                 let mut value = value.trim_matches('\'').to_string();
                 let name = name.to_ascii_lowercase();
+                if local && !self.in_block {
+                    // PostgreSQL warns and changes nothing: there is no transaction for
+                    // the value to last until.
+                    return Ok(QueryResult::tag("SET"));
+                }
                 if let Some(slot) = self.time_setting(&name) {
                     let ms = crate::timeout::parse_ms(&name, &value)?;
                     *slot = ms;
                     value = crate::timeout::show_ms(ms);
                 }
+                self.remember_for_block(&name, local);
                 Arc::make_mut(&mut self.settings).insert(name, value);
                 Ok(QueryResult::tag("SET"))
             }
+        }
+    }
+
+    /// Before a SET or RESET of `name` inside a transaction block: keeps its value from
+    /// before the block (once per name) for the block's end.
+    fn remember_for_block(&mut self, name: &str, local: bool) {
+        if !self.in_block {
+            return;
+        }
+        if let Some(u) = self.block_undo.iter_mut().find(|u| u.name == name) {
+            u.local &= local;
+            return;
+        }
+        let old = self.settings.get(name).cloned();
+        self.block_undo.push(SettingUndo {
+            name: name.to_string(),
+            old,
+            local,
+        });
+    }
+
+    /// At the end of a transaction block, as PostgreSQL: a rollback undoes every SET and
+    /// RESET made in it; a commit keeps them, except SET LOCAL, which lasts only until
+    /// the block ends. (A `SET LOCAL statement_timeout` in one transaction must not
+    /// cancel statements of the next.)
+    fn restore_block_settings(&mut self, committed: bool) {
+        for u in std::mem::take(&mut self.block_undo) {
+            if committed && !u.local {
+                continue;
+            }
+            if let Some(slot) = self.time_setting(&u.name) {
+                *slot = u
+                    .old
+                    .as_deref()
+                    .and_then(|v| crate::timeout::parse_ms(&u.name, v).ok())
+                    .unwrap_or(0);
+            }
+            let map = Arc::make_mut(&mut self.settings);
+            match u.old {
+                Some(v) => map.insert(u.name, v),
+                None => map.remove(&u.name),
+            };
         }
     }
 

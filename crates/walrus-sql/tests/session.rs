@@ -373,3 +373,56 @@ fn lock_timeout_and_statement_timeout_cancel_with_postgres_errors() {
     ok(&mut s, "update k set v = 4 where id = 1");
     assert_eq!(scalar(&mut s, "select v from k"), Datum::Int4(4));
 }
+
+/// Settings inside a transaction block follow PostgreSQL: SET LOCAL lasts until the block
+/// ends, a ROLLBACK undoes every SET and RESET of the block, a COMMIT keeps plain SETs,
+/// and SET LOCAL outside a block changes nothing. (They all used to stick, so a
+/// `SET LOCAL statement_timeout` in one transaction cancelled statements of later ones.)
+#[test]
+fn set_local_and_rolled_back_sets_end_with_their_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = Session::new(e);
+    let show = |s: &mut Session, name: &str| scalar(s, &format!("show {name}"));
+    let text = |v: &str| Datum::Text(v.into());
+
+    ok(&mut s, "set local statement_timeout = '1s'");
+    assert_eq!(
+        show(&mut s, "statement_timeout"),
+        text("0"),
+        "outside a block"
+    );
+
+    ok(&mut s, "begin");
+    ok(&mut s, "set local statement_timeout = 50");
+    assert_eq!(show(&mut s, "statement_timeout"), text("50ms"));
+    ok(&mut s, "set lock_timeout = '2s'");
+    ok(&mut s, "commit");
+    assert_eq!(
+        show(&mut s, "statement_timeout"),
+        text("0"),
+        "SET LOCAL ended"
+    );
+    assert_eq!(
+        show(&mut s, "lock_timeout"),
+        text("2s"),
+        "a plain SET stays"
+    );
+    // The local timeout is really gone, not just its display.
+    ok(&mut s, "select pg_sleep(0.2)");
+
+    ok(&mut s, "begin");
+    ok(&mut s, "set lock_timeout = '5s'");
+    ok(&mut s, "set datestyle = 'German'");
+    ok(&mut s, "reset statement_timeout");
+    ok(&mut s, "rollback");
+    assert_eq!(show(&mut s, "lock_timeout"), text("2s"), "rolled back");
+    assert_eq!(show(&mut s, "datestyle"), text("ISO, MDY"), "rolled back");
+
+    // A failed block's COMMIT is a rollback: its SETs go too.
+    ok(&mut s, "begin");
+    ok(&mut s, "set lock_timeout = 0");
+    err(&mut s, "select * from no_such_table");
+    ok(&mut s, "commit");
+    assert_eq!(show(&mut s, "lock_timeout"), text("2s"));
+}
