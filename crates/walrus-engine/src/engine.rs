@@ -1290,16 +1290,9 @@ impl Transaction {
             }
             chain_liveness(&heap, existing, xid)
         };
-        let interrupt = self.interrupt.clone();
-        let timeout = self.lock_timeout;
+        let how = self.lock_wait();
         let txn = &inner.txn;
-        let mut wait = |holder: Xid| -> Result<()> {
-            let how = LockWait {
-                interrupt: interrupt.as_deref(),
-                timeout,
-            };
-            txn.wait_for(xid, holder, how)
-        };
+        let mut wait = |holder: Xid| -> Result<()> { txn.wait_for(xid, holder, how) };
         tree.insert(&key, tid, xid, &mut check, &mut wait)
             .map_err(|e| match e {
                 Error::UniqueViolation { index, .. } => {

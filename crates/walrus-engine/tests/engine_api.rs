@@ -955,3 +955,44 @@ fn a_reader_racing_a_drop_gets_an_error_and_leaves_no_file() {
         "the reader recreated the dropped table's file"
     );
 }
+
+/// lock_timeout also bounds DDL waiting for a manual VACUUM of its table (a vacuum is not
+/// a transaction, so that wait is the table locks' own, not the row-lock wait).
+#[test]
+fn ddl_waiting_for_a_manual_vacuum_honours_lock_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every page costs the whole limit: the vacuum crawls.
+    let e = engine_with(
+        dir.path(),
+        &[
+            ("vacuum_cost_limit", "1"),
+            ("vacuum_cost_delay", "\"10ms\""),
+        ],
+    );
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    for i in 0..4000 {
+        t.insert(&def, &row(i, "0123456789abcdefghij")).unwrap();
+    }
+    t.commit().unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let vacuum = s.spawn(|| e.vacuum_with(Some("t"), Some(&stop)));
+        wait_until(30, "the vacuum to start", || e.vacuum_in_progress(&def));
+        let mut ddl = e.begin(Isolation::ReadCommitted);
+        ddl.set_lock_timeout(Some(Duration::from_millis(100)));
+        let started = std::time::Instant::now();
+        let err = ddl
+            .create_index("t", "t_v", &[1], false, false)
+            .expect_err("CREATE INDEX ran beside a manual VACUUM");
+        assert_eq!(err.sqlstate(), "55P03", "{err}");
+        assert!(started.elapsed() < Duration::from_secs(20));
+        ddl.rollback().unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        let _ = vacuum.join().unwrap();
+    });
+    // The table is free again: the index builds.
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.create_index("t", "t_v", &[1], false, false).unwrap();
+    t.commit().unwrap();
+}

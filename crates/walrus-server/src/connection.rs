@@ -181,16 +181,12 @@ pub fn serve(
         }
     };
     if over_limit {
-        out.error(
-            b'E',
-            "FATAL",
+        return send_fatal(
+            &mut stream,
+            &mut out,
             "53300",
             "sorry, too many clients already",
-            None,
-            None,
         );
-        stream.write_all(&out.buf)?;
-        return Ok(());
     }
     let get = |k: &str| {
         params
@@ -205,16 +201,12 @@ pub fn serve(
             Ok(()) => {}
             Err(crate::auth::AuthError::Failed(why)) => {
                 tracing::info!("authentication failed for user \"{user}\": {why}");
-                out.error(
-                    b'E',
-                    "FATAL",
+                return send_fatal(
+                    &mut stream,
+                    &mut out,
                     "28P01",
                     &format!("password authentication failed for user \"{user}\""),
-                    None,
-                    None,
                 );
-                stream.write_all(&out.buf)?;
-                return Ok(());
             }
             Err(crate::auth::AuthError::Io(e)) => return Err(e),
         }
@@ -260,6 +252,12 @@ pub fn serve(
     result
 }
 
+/// Sends a FATAL error and ends the session (the caller returns what this returns).
+fn send_fatal(stream: &mut TcpStream, out: &mut Out, code: &str, message: &str) -> io::Result<()> {
+    out.error(b'E', "FATAL", code, message, None, None);
+    stream.write_all(&out.buf)
+}
+
 /// Waits up to `limit` for the client to send something; false when it sent nothing.
 fn wait_for_input(stream: &TcpStream, limit: Duration) -> io::Result<bool> {
     stream.set_read_timeout(Some(limit))?;
@@ -288,16 +286,12 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
     loop {
         if let Some(limit) = s.idle_in_transaction_timeout().filter(|_| ready_sent) {
             if !wait_for_input(stream, limit)? {
-                out.error(
-                    b'E',
-                    "FATAL",
+                return send_fatal(
+                    stream,
+                    out,
                     "25P03",
                     "terminating connection due to idle-in-transaction timeout",
-                    None,
-                    None,
                 );
-                stream.write_all(&out.buf)?;
-                return Ok(());
             }
         }
         let msg = read_message(stream)?;
@@ -451,16 +445,12 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
             b'X' => return Ok(()),
             b'd' | b'c' | b'f' => {} // stray COPY messages outside COPY are ignored, as PostgreSQL does
             other => {
-                out.error(
-                    b'E',
-                    "FATAL",
+                return send_fatal(
+                    stream,
+                    out,
                     "08P01",
                     &format!("invalid frontend message type {}", other as char),
-                    None,
-                    None,
                 );
-                stream.write_all(&out.buf)?;
-                return Ok(());
             }
         }
     }

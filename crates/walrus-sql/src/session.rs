@@ -542,21 +542,25 @@ impl Session {
         if !self.in_block {
             self.now = now_micros();
         }
-        let lock_timeout =
-            (self.lock_timeout_ms > 0).then(|| Duration::from_millis(self.lock_timeout_ms));
+        let lock_timeout = self.lock_timeout();
         if let Some(t) = self.txn.as_mut() {
             t.set_lock_timeout(lock_timeout);
         }
-        let timer = (self.statement_timeout_ms > 0).then(|| {
-            crate::timeout::arm(
-                Duration::from_millis(self.statement_timeout_ms),
-                self.interrupt.clone(),
-            )
-        });
-        let result = match st {
-            Parsed::Utility(u) => self.utility(u.clone()),
-            Parsed::Sql(s) => self.statement(s, params),
-            _ => unreachable!("handled above"),
+        let timer = match self.statement_timeout_ms {
+            0 => Ok(None),
+            ms => crate::timeout::arm(Duration::from_millis(ms), self.interrupt.clone()).map(Some),
+        };
+        // A timer that cannot be armed fails the statement like any other error of it.
+        let (timer, result) = match timer {
+            Ok(timer) => (
+                timer,
+                match st {
+                    Parsed::Utility(u) => self.utility(u.clone()),
+                    Parsed::Sql(s) => self.statement(s, params),
+                    _ => unreachable!("handled above"),
+                },
+            ),
+            Err(e) => (None, Err(e)),
         };
         let result = match timer.map(crate::timeout::Armed::disarm) {
             // The timer set the interrupt flag: this statement's cancel, or a late one
@@ -616,9 +620,7 @@ impl Session {
             });
             let mut t = self.engine.begin(iso);
             t.set_interrupt(self.interrupt.clone());
-            t.set_lock_timeout(
-                (self.lock_timeout_ms > 0).then(|| Duration::from_millis(self.lock_timeout_ms)),
-            );
+            t.set_lock_timeout(self.lock_timeout());
             self.txn = Some(t);
         }
         let t = self.txn.as_mut().expect("just created");
@@ -681,21 +683,10 @@ impl Session {
                     vec![name.to_string()]
                 };
                 for n in names {
-                    self.remember_for_block(&n, false);
-                }
-                for n in [
-                    "statement_timeout",
-                    "lock_timeout",
-                    "idle_in_transaction_session_timeout",
-                ] {
-                    if name == "all" || name == n {
-                        *self.time_setting(n).expect("a time setting") = 0;
+                    if let Some(v) = defaults.get(&n) {
+                        self.remember_for_block(&n, false);
+                        self.put_setting(&n, Some(v.clone()));
                     }
-                }
-                if name == "all" {
-                    Arc::make_mut(&mut self.settings).extend(defaults);
-                } else if let Some(v) = defaults.get(name) {
-                    Arc::make_mut(&mut self.settings).insert(name.to_string(), v.clone());
                 }
                 Ok(QueryResult::tag("RESET"))
             }
@@ -742,13 +733,11 @@ impl Session {
                     // the value to last until.
                     return Ok(QueryResult::tag("SET"));
                 }
-                if let Some(slot) = self.time_setting(&name) {
-                    let ms = crate::timeout::parse_ms(&name, &value)?;
-                    *slot = ms;
-                    value = crate::timeout::show_ms(ms);
+                if self.time_setting(&name).is_some() {
+                    value = crate::timeout::show_ms(crate::timeout::parse_ms(&name, &value)?);
                 }
                 self.remember_for_block(&name, local);
-                Arc::make_mut(&mut self.settings).insert(name, value);
+                self.put_setting(&name, Some(value));
                 Ok(QueryResult::tag("SET"))
             }
         }
@@ -778,22 +767,30 @@ impl Session {
     /// cancel statements of the next.)
     fn restore_block_settings(&mut self, committed: bool) {
         for u in std::mem::take(&mut self.block_undo) {
-            if committed && !u.local {
-                continue;
+            if !committed || u.local {
+                self.put_setting(&u.name, u.old);
             }
-            if let Some(slot) = self.time_setting(&u.name) {
-                *slot = u
-                    .old
-                    .as_deref()
-                    .and_then(|v| crate::timeout::parse_ms(&u.name, v).ok())
-                    .unwrap_or(0);
-            }
-            let map = Arc::make_mut(&mut self.settings);
-            match u.old {
-                Some(v) => map.insert(u.name, v),
-                None => map.remove(&u.name),
-            };
         }
+    }
+
+    /// Sets a setting (`None`: removes it), keeping the parsed value of a time setting
+    /// in step with its text. The text was validated when it was first set.
+    fn put_setting(&mut self, name: &str, value: Option<String>) {
+        if let Some(slot) = self.time_setting(name) {
+            *slot = value
+                .as_deref()
+                .and_then(|v| crate::timeout::parse_ms(name, v).ok())
+                .unwrap_or(0);
+        }
+        let map = Arc::make_mut(&mut self.settings);
+        match value {
+            Some(v) => map.insert(name.to_string(), v),
+            None => map.remove(name),
+        };
+    }
+
+    fn lock_timeout(&self) -> Option<Duration> {
+        (self.lock_timeout_ms > 0).then(|| Duration::from_millis(self.lock_timeout_ms))
     }
 
     /// The parsed value behind a time setting the session enforces.

@@ -16,6 +16,7 @@ use crate::error::{SqlError, SqlResult};
 
 /// An armed timeout; dropping or disarming it before it fires cancels it.
 pub(crate) struct Armed {
+    timers: &'static Timers,
     key: (Instant, u64),
     fired: Arc<AtomicBool>,
 }
@@ -38,16 +39,30 @@ struct Timers {
     changed: Condvar,
 }
 
-fn timers() -> &'static Timers {
+/// The timer thread, started at the first armed timeout. A thread that cannot be
+/// started (the process is out of threads or memory) is that statement's error, and the
+/// next statement tries again.
+fn timers() -> SqlResult<&'static Timers> {
     static TIMERS: OnceLock<&'static Timers> = OnceLock::new();
-    TIMERS.get_or_init(|| {
-        let t: &'static Timers = Box::leak(Box::default());
-        std::thread::Builder::new()
-            .name("walrus-timeouts".into())
-            .spawn(move || fire_loop(t))
-            .expect("spawn the timeout thread");
-        t
-    })
+    static STARTING: Mutex<()> = Mutex::new(());
+    if let Some(t) = TIMERS.get() {
+        return Ok(t);
+    }
+    let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(t) = TIMERS.get() {
+        return Ok(t);
+    }
+    let t: &'static Timers = Box::leak(Box::default());
+    std::thread::Builder::new()
+        .name("walrus-timeouts".into())
+        .spawn(move || fire_loop(t))
+        .map_err(|e| {
+            SqlError::new(
+                "53000",
+                format!("could not start the statement_timeout timer: {e}"),
+            )
+        })?;
+    Ok(TIMERS.get_or_init(|| t))
 }
 
 fn fire_loop(t: &Timers) {
@@ -76,8 +91,8 @@ fn fire_loop(t: &Timers) {
 }
 
 /// Sets `interrupt` after `after`, unless disarmed first.
-pub(crate) fn arm(after: Duration, interrupt: Arc<AtomicBool>) -> Armed {
-    let t = timers();
+pub(crate) fn arm(after: Duration, interrupt: Arc<AtomicBool>) -> SqlResult<Armed> {
+    let t = timers()?;
     let fired = Arc::new(AtomicBool::new(false));
     let mut g = t.due.lock().unwrap_or_else(|e| e.into_inner());
     g.armed += 1;
@@ -94,7 +109,11 @@ pub(crate) fn arm(after: Duration, interrupt: Arc<AtomicBool>) -> Armed {
     if first {
         t.changed.notify_one();
     }
-    Armed { key, fired }
+    Ok(Armed {
+        timers: t,
+        key,
+        fired,
+    })
 }
 
 impl Armed {
@@ -106,8 +125,8 @@ impl Armed {
 
 impl Drop for Armed {
     fn drop(&mut self) {
-        let t = timers();
-        t.due
+        self.timers
+            .due
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .at
@@ -191,7 +210,7 @@ mod tests {
     #[test]
     fn an_armed_timeout_fires_and_a_disarmed_one_does_not() {
         let flag = Arc::new(AtomicBool::new(false));
-        let a = arm(Duration::from_millis(20), flag.clone());
+        let a = arm(Duration::from_millis(20), flag.clone()).unwrap();
         let start = Instant::now();
         while !flag.load(Ordering::Acquire) {
             assert!(start.elapsed() < Duration::from_secs(10), "never fired");
@@ -199,7 +218,7 @@ mod tests {
         }
         assert!(a.disarm());
         let quiet = Arc::new(AtomicBool::new(false));
-        let b = arm(Duration::from_millis(30), quiet.clone());
+        let b = arm(Duration::from_millis(30), quiet.clone()).unwrap();
         assert!(!b.disarm());
         std::thread::sleep(Duration::from_millis(80));
         assert!(!quiet.load(Ordering::Acquire), "a disarmed timeout fired");

@@ -61,6 +61,17 @@ impl ServerProc {
         Self::spawn(cmd, data, port)
     }
 
+    /// A server on `dir/data` with `settings` in an extra configuration file.
+    fn start_configured(dir: &Path, settings: &str) -> ServerProc {
+        let conf = dir.join("extra.toml");
+        std::fs::write(&conf, settings).unwrap();
+        Self::start_with(
+            &dir.join("data"),
+            free_port(),
+            &["--config", conf.to_str().unwrap()],
+        )
+    }
+
     /// Starts `cmd` (a `walrus serve` command line) and waits until it listens on `port`;
     /// `data` is its data directory as this process sees it.
     fn spawn(mut cmd: Command, data: &Path, port: u16) -> ServerProc {
@@ -409,13 +420,7 @@ fn scram_sha_256_password_authentication_with_psql() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let conf = tmp.path().join("auth.toml");
-    std::fs::write(&conf, "password = \"s3cret pass\"\n").unwrap();
-    let srv = ServerProc::start_with(
-        &tmp.path().join("data"),
-        free_port(),
-        &["--config", conf.to_str().unwrap()],
-    );
+    let srv = ServerProc::start_configured(tmp.path(), "password = \"s3cret pass\"\n");
     let run = |password: Option<&str>| {
         let mut c = Command::new("psql");
         c.args(["-X", "-A", "-t", "-w", "-h", "127.0.0.1", "-p"])
@@ -497,13 +502,7 @@ fn autovacuum_runs_under_pgbench_and_pg_stat_user_tables_shows_it() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let conf = tmp.path().join("av.toml");
-    std::fs::write(&conf, "autovacuum_naptime = \"200ms\"\n").unwrap();
-    let srv = ServerProc::start_with(
-        &tmp.path().join("data"),
-        free_port(),
-        &["--config", conf.to_str().unwrap()],
-    );
+    let srv = ServerProc::start_configured(tmp.path(), "autovacuum_naptime = \"200ms\"\n");
     assert_eq!(srv.scalar("show autovacuum"), "on");
     let init = srv.pgbench(&["-i", "-s", "1", "-q"]);
     assert!(init.status.success(), "{}", text(&init));

@@ -68,13 +68,22 @@ pub(super) struct VacuumGuard<'a> {
 impl Drop for VacuumGuard<'_> {
     fn drop(&mut self) {
         let mut t = self.locks.tables.lock();
-        if let Some(h) = t.get_mut(&self.relfile) {
-            h.vacuum = None;
-            if h.is_free() {
-                t.remove(&self.relfile);
-            }
-        }
+        let_go(&mut t, self.relfile, |h| h.vacuum = None);
         self.locks.released.notify_all();
+    }
+}
+
+/// Applies `change` to the table's hold, if any, and forgets a hold left empty.
+fn let_go(
+    t: &mut HashMap<RelFileId, TableHold>,
+    relfile: RelFileId,
+    change: impl FnOnce(&mut TableHold),
+) {
+    if let Some(h) = t.get_mut(&relfile) {
+        change(h);
+        if h.is_free() {
+            t.remove(&relfile);
+        }
     }
 }
 
@@ -129,9 +138,7 @@ impl TableLocks {
             }
             self.released.wait_for(&mut t, WAIT_SLICE);
             if interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
-                if t.get(&relfile).is_some_and(TableHold::is_free) {
-                    t.remove(&relfile);
-                }
+                let_go(&mut t, relfile, |_| {});
                 return Err(Error::Canceled);
             }
         }
@@ -177,15 +184,11 @@ impl TableLocks {
     ) -> Result<()> {
         let result = self.begin_ddl_inner(relfile, xid, txn, how);
         if result.is_err() {
-            let mut t = self.tables.lock();
-            if let Some(h) = t.get_mut(&relfile) {
+            let_go(&mut self.tables.lock(), relfile, |h| {
                 if h.ddl_waiting == Some(xid) {
                     h.ddl_waiting = None;
                 }
-                if h.is_free() {
-                    t.remove(&relfile);
-                }
-            }
+            });
         }
         result
     }
@@ -197,6 +200,9 @@ impl TableLocks {
         txn: &TxnManager,
         how: LockWait<'_>,
     ) -> Result<()> {
+        // A vacuum is not a transaction, so its wait is here, not in `wait_for`: the
+        // same interrupt and lock_timeout apply.
+        let vacuum_deadline = how.timeout.map(|t| std::time::Instant::now() + t);
         loop {
             let blocker = {
                 let mut t = self.tables.lock();
@@ -223,6 +229,9 @@ impl TableLocks {
                     if how.interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
                         return Err(Error::Canceled);
                     }
+                    if vacuum_deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                        return Err(Error::LockTimeout);
+                    }
                 }
                 Blocker::Txn(other) => {
                     txn.wait_for(xid, other, how)?;
@@ -248,19 +257,19 @@ impl TableLocks {
     /// `xid` ended: drops its writer and DDL holds on the table.
     pub(super) fn release(&self, relfile: RelFileId, xid: Xid) {
         let mut t = self.tables.lock();
-        let h = t
-            .get_mut(&relfile)
-            .expect("release of a table hold never taken: table holds unbalanced");
-        h.writers.retain(|w| *w != xid);
-        if h.ddl == Some(xid) {
-            h.ddl = None;
-        }
-        if h.ddl_waiting == Some(xid) {
-            h.ddl_waiting = None;
-        }
-        if h.is_free() {
-            t.remove(&relfile);
-        }
+        assert!(
+            t.contains_key(&relfile),
+            "release of a table hold never taken: table holds unbalanced"
+        );
+        let_go(&mut t, relfile, |h| {
+            h.writers.retain(|w| *w != xid);
+            if h.ddl == Some(xid) {
+                h.ddl = None;
+            }
+            if h.ddl_waiting == Some(xid) {
+                h.ddl_waiting = None;
+            }
+        });
         self.released.notify_all();
     }
 }

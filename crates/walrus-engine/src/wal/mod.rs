@@ -495,11 +495,7 @@ impl Wal {
             .segments
             .segno(Lsn(self.reserved_pos.load(Ordering::Relaxed)));
         let to = self.segments.segno(Lsn(want - 1));
-        for segno in from..=to {
-            if !self.segments.exists(segno) {
-                self.segments.preallocate(segno)?;
-            }
-        }
+        self.make_segments(from, to)?;
         self.segments_ready_upto
             .fetch_max((to + 1) * self.segments.segment_size, Ordering::Release);
         Ok(())
@@ -510,9 +506,14 @@ impl Wal {
     /// full disk shows here first, one segment before any writer is refused, while a
     /// checkpoint can still recycle old segments in time.
     pub fn preallocate_next(&self) -> Result<()> {
-        let insert = self.insert_lsn();
-        let from = self.segments.segno(insert) + 1;
-        let to = self.segments.segno(insert.add(WAL_HEADROOM_BYTES)) + 1;
+        let insert = self.reserved_pos.load(Ordering::Relaxed);
+        let from = self.segments.segno(Lsn(insert)) + 1;
+        let to = self.segments.segno(Lsn(insert + WAL_HEADROOM_BYTES)) + 1;
+        self.make_segments(from, to)
+    }
+
+    /// Creates (recycled or zero-filled) the segments `from..=to` that do not exist.
+    fn make_segments(&self, from: u64, to: u64) -> Result<()> {
         for segno in from..=to {
             if !self.segments.exists(segno) {
                 self.segments.preallocate(segno)?;
