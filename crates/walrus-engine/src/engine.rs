@@ -39,7 +39,7 @@ mod table_stats;
 mod vacuum;
 use table_locks::TableLocks;
 use vacuum::VacuumKind;
-pub use vacuum::VacuumReport;
+pub use vacuum::{FreezeReport, VacuumReport};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Isolation {
@@ -111,6 +111,11 @@ struct Inner {
     autovacuum_wake: (Mutex<bool>, Condvar),
     /// Autovacuums that stopped because DDL wanted their table.
     autovacuums_canceled: AtomicU64,
+    /// One freeze pass at a time (`engine/vacuum.rs`).
+    freeze_lock: Mutex<()>,
+    /// A finished freeze pass's cutoff and the end of its WAL: the clog below the
+    /// cutoff goes at the first checkpoint whose redo point is past that WAL.
+    clog_truncate_pending: Mutex<Option<(Xid, Lsn)>>,
 }
 
 /// An open walrus engine. Cheap to clone; shut down with [`Engine::shutdown`].
@@ -302,6 +307,8 @@ impl Engine {
             table_locks: TableLocks::default(),
             autovacuum_wake: (Mutex::new(false), Condvar::new()),
             autovacuums_canceled: AtomicU64::new(0),
+            freeze_lock: Mutex::new(()),
+            clog_truncate_pending: Mutex::new(None),
         });
         let engine = Engine {
             inner: inner.clone(),
@@ -479,7 +486,7 @@ impl Engine {
         };
         let mut reports = Vec::new();
         for name in &names {
-            match self.vacuum_table(name, VacuumKind::Manual, interrupt) {
+            match self.vacuum_table(name, VacuumKind::Manual, interrupt, None) {
                 Ok(Some(r)) => reports.push(r),
                 Ok(None) => {}
                 // Dropped since the list was read.
@@ -488,6 +495,25 @@ impl Engine {
             }
         }
         Ok(reports)
+    }
+
+    /// VACUUM FREEZE. Of one table: a vacuum that also gives every tuple the hint bits
+    /// for its xids below the global xmin. Of the whole database (`None`): a freeze pass
+    /// over every table and the catalog, after which the next checkpoint deletes the
+    /// commit-status log segments below the pass's cutoff (`engine/vacuum.rs`).
+    pub fn vacuum_freeze(
+        &self,
+        table: Option<&str>,
+        interrupt: Option<&AtomicBool>,
+    ) -> Result<Option<FreezeReport>> {
+        match table {
+            Some(t) => {
+                let cutoff = self.inner.txn.global_xmin();
+                self.vacuum_table(t, VacuumKind::Manual, interrupt, Some(cutoff))?;
+                Ok(None)
+            }
+            None => self.freeze_pass(VacuumKind::Manual, interrupt),
+        }
     }
 
     /// Whether a vacuum (manual or automatic) of the table is running now.
@@ -518,9 +544,9 @@ impl Engine {
         match heap.read_version(tid) {
             Ok(Some((h, _))) => format!(
                 "{h:?} xmin:{:?} xmax:{:?}",
-                self.inner.txn.status(h.xmin),
+                tuple::xmin_status_for_write(&h, &self.inner.txn),
                 if h.xmax.is_valid() {
-                    Some(self.inner.txn.status(h.xmax))
+                    Some(tuple::xmax_status_for_write(&h, &self.inner.txn))
                 } else {
                     None
                 }
@@ -713,6 +739,7 @@ fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<()> {
     let (recycled, removed) = wal
         .segments
         .recycle_before(redo, wal.insert_lsn(), keep_future)?;
+    vacuum::truncate_clog_after_checkpoint(inner, redo);
     let ms = started.elapsed().as_millis() as u64;
     *inner.last_checkpoint_at.lock() = Instant::now();
     {
@@ -1450,17 +1477,16 @@ impl Transaction {
             for _ in 0..50 {
                 match heap.read_version(cur) {
                     Ok(Some((h, _))) => {
-                        let xs = |x: Xid| {
-                            if x.is_valid() {
-                                format!("{}:{:?}", x.0, self.inner.txn.status(x))
-                            } else {
-                                "-".into()
-                            }
+                        let txn = &self.inner.txn;
+                        let xmax = if h.xmax.is_valid() {
+                            format!("{}:{:?}", h.xmax.0, tuple::xmax_status_for_write(&h, txn))
+                        } else {
+                            "-".into()
                         };
                         out.push_str(&format!(
-                            " {cur} xmin {} xmax {} mask {:#x} ->{}",
-                            xs(h.xmin),
-                            xs(h.xmax),
+                            " {cur} xmin {}:{:?} xmax {xmax} mask {:#x} ->{}",
+                            h.xmin.0,
+                            tuple::xmin_status_for_write(&h, txn),
                             h.infomask,
                             h.ctid
                         ));
@@ -1596,14 +1622,13 @@ impl Transaction {
                         return Ok(Some(RowChange::Gone));
                     }
                     if !tuple_is_live_head(&h, &self.inner.txn) {
-                        if h.has(tuple::UPDATED)
-                            && self.inner.txn.status_for_write(h.xmax) == XidStatus::Committed
-                        {
+                        let xmax_status = tuple::xmax_status_for_write(&h, &self.inner.txn);
+                        if h.has(tuple::UPDATED) && xmax_status == XidStatus::Committed {
                             t = h.ctid;
                             creator = h.xmax;
                             continue;
                         }
-                        if self.inner.txn.status_for_write(h.xmax) == XidStatus::Committed {
+                        if xmax_status == XidStatus::Committed {
                             return Ok(Some(RowChange::Gone));
                         }
                     }
@@ -1710,7 +1735,7 @@ fn tuple_is_live_head(h: &TupleHeader, txn: &TxnManager) -> bool {
     // instead of building on a commit snapshots do not see yet.
     !h.xmax.is_valid()
         || h.has(tuple::XMAX_INVALID)
-        || txn.status_for_write(h.xmax) != XidStatus::Committed
+        || tuple::xmax_status_for_write(h, txn) != XidStatus::Committed
 }
 
 /// Unique check: does the HOT chain starting at `root` hold a version that is live or
@@ -1725,7 +1750,7 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> Result<UniqueCheck> {
         let xmin_ok = if h.xmin == me {
             true
         } else {
-            match txn.status_for_write(h.xmin) {
+            match tuple::xmin_status_for_write(&h, txn) {
                 XidStatus::Committed => true,
                 XidStatus::Aborted => false,
                 _ => return Ok(UniqueCheck::WaitFor(h.xmin)),
@@ -1736,7 +1761,7 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> Result<UniqueCheck> {
                 if h.xmax == me {
                     true
                 } else {
-                    match txn.status_for_write(h.xmax) {
+                    match tuple::xmax_status_for_write(&h, txn) {
                         XidStatus::Committed => true,
                         XidStatus::Aborted => false,
                         _ => return Ok(UniqueCheck::WaitFor(h.xmax)),

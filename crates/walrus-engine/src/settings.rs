@@ -47,6 +47,10 @@ pub struct Settings {
     pub autovacuum_vacuum_scale_factor: f64,
     pub autovacuum_vacuum_cost_delay: Duration,
     pub autovacuum_vacuum_cost_limit: u64,
+    /// Xids the commit-status log may hold before autovacuum runs a freeze pass over
+    /// every table so the oldest segments can be truncated (PostgreSQL's name; walrus's
+    /// 64-bit xids never wrap, so this bounds disk use, not a wraparound horizon).
+    pub autovacuum_freeze_max_age: u64,
     /// Cost-based delay of manual VACUUM (off by default, as in PostgreSQL).
     pub vacuum_cost_delay: Duration,
     pub vacuum_cost_limit: u64,
@@ -76,6 +80,7 @@ impl Default for Settings {
             autovacuum_vacuum_scale_factor: 0.2,
             autovacuum_vacuum_cost_delay: Duration::from_millis(2),
             autovacuum_vacuum_cost_limit: 200,
+            autovacuum_freeze_max_age: 200_000_000,
             vacuum_cost_delay: Duration::ZERO,
             vacuum_cost_limit: 200,
             extra: Vec::new(),
@@ -126,6 +131,9 @@ autovacuum_vacuum_threshold = 50
 autovacuum_vacuum_scale_factor = 0.2
 autovacuum_vacuum_cost_delay = "2ms"
 autovacuum_vacuum_cost_limit = 200
+# When the commit-status log holds more transactions than this (256 KiB per million),
+# autovacuum freezes every table and the next checkpoint deletes the old segments.
+autovacuum_freeze_max_age = 200000000
 # The same delay for manual VACUUM (0: none).
 vacuum_cost_delay = "0ms"
 vacuum_cost_limit = 200
@@ -298,6 +306,13 @@ impl Settings {
                     })
                     .ok_or_else(|| bad("expected a duration between 10ms and 1 day"))?
             }
+            "autovacuum_freeze_max_age" => {
+                self.autovacuum_freeze_max_age = value
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| (100_000..=(1u64 << 62)).contains(n))
+                    .ok_or_else(|| bad("expected 100000..4611686018427387904"))?
+            }
             "autovacuum_vacuum_threshold" => {
                 self.autovacuum_vacuum_threshold = value
                     .parse::<u64>()
@@ -417,5 +432,9 @@ mod tests {
         assert!(err.to_string().contains("autovacuum_naptime"), "{err}");
         assert!(s.set("autovacuum_vacuum_scale_factor", "-1").is_err());
         assert!(s.set("autovacuum_vacuum_cost_limit", "0").is_err());
+        assert_eq!(s.autovacuum_freeze_max_age, 200_000_000);
+        s.set("autovacuum_freeze_max_age", "1000000").unwrap();
+        assert_eq!(s.autovacuum_freeze_max_age, 1_000_000);
+        assert!(s.set("autovacuum_freeze_max_age", "10").is_err());
     }
 }

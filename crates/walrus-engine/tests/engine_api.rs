@@ -996,3 +996,158 @@ fn ddl_waiting_for_a_manual_vacuum_honours_lock_timeout() {
     t.create_index("t", "t_v", &[1], false, false).unwrap();
     t.commit().unwrap();
 }
+
+/// Clog truncation: a freeze pass gives every old tuple durable hint bits, the next
+/// checkpoint deletes the commit-status segments below its cutoff, and every kind of
+/// old row (committed, aborted insert, committed and aborted delete, updated) still
+/// answers right — to readers, unique checks and writers — after the truncation, a
+/// clean restart and a crash. Without the pass the same checkpoint truncates nothing.
+#[test]
+fn a_freeze_pass_lets_a_checkpoint_truncate_the_clog_and_every_answer_stays_right() {
+    use walrus_base::Xid;
+    use walrus_engine::engine::CheckpointReason;
+    use walrus_engine::txn::clog::XIDS_PER_SEGMENT;
+
+    let dir = tempfile::tempdir().unwrap();
+    let clog = dir.path().join("clog");
+    let seg_file = |seg: u64| clog.join(format!("{seg:012X}"));
+    let e = engine(dir.path());
+    let def = table(&e);
+    // Old rows, one transaction each, all with xids in clog segment 0.
+    let one = |f: &dyn Fn(&mut walrus_engine::engine::Transaction), commit: bool| {
+        let mut t = e.begin(Isolation::ReadCommitted);
+        f(&mut t);
+        if commit {
+            t.commit().unwrap()
+        } else {
+            t.rollback().unwrap()
+        }
+    };
+    for i in 1..=40 {
+        one(
+            &|t| {
+                t.insert(&def, &row(i, "old")).unwrap();
+            },
+            true,
+        );
+    }
+    for i in 1000..1005 {
+        one(
+            &|t| {
+                t.insert(&def, &row(i, "aborted")).unwrap();
+            },
+            false,
+        );
+    }
+    let change = |t: &mut walrus_engine::engine::Transaction, id: i32, new: Option<&str>| {
+        let (tid, _) = get(t, &def, id).unwrap();
+        let r = match new {
+            Some(v) => t.update(&def, tid, &row(id, v)).unwrap(),
+            None => t.delete(&def, tid).unwrap(),
+        };
+        assert!(matches!(r, RowChange::Done(_)), "{r:?}");
+    };
+    for i in 1..=5 {
+        one(&|t| change(t, i, None), true); // deleted
+    }
+    for i in 6..=10 {
+        one(&|t| change(t, i, None), false); // delete rolled back
+    }
+    for i in 11..=15 {
+        one(&|t| change(t, i, Some("new")), true); // updated
+    }
+    for i in 16..=20 {
+        one(&|t| change(t, i, Some("lost")), false); // update rolled back
+    }
+    // Jump three segments ahead (as a long-running server would get there).
+    e.txn_manager()
+        .advance_next_xid(Xid(3 * XIDS_PER_SEGMENT + 100));
+    for i in 2000..2005 {
+        one(
+            &|t| {
+                t.insert(&def, &row(i, "young")).unwrap();
+            },
+            true,
+        );
+    }
+    assert!(seg_file(0).exists() && seg_file(3).exists());
+
+    let check = |e: &Engine, when: &str| {
+        let mut t = e.begin(Isolation::ReadCommitted);
+        let mut ids: Vec<(i32, String)> = t
+            .scan_all(&def)
+            .unwrap()
+            .into_iter()
+            .map(|(_, r)| match (&r[0], &r[1]) {
+                (Datum::Int4(i), Datum::Text(v)) => (*i, v.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        ids.sort();
+        let mut want: Vec<(i32, String)> = (6..=40)
+            .map(|i| {
+                (
+                    i,
+                    if (11..=15).contains(&i) { "new" } else { "old" }.to_string(),
+                )
+            })
+            .chain((2000..2005).map(|i| (i, "young".to_string())))
+            .collect();
+        want.sort();
+        assert_eq!(ids, want, "{when}: the visible rows");
+        // The unique check sees old committed rows (and not deleted or aborted ones).
+        let dup = t.insert(&def, &row(30, "dup"));
+        assert!(
+            matches!(dup, Err(Error::UniqueViolation { .. })),
+            "{when}: {dup:?}"
+        );
+        t.rollback().unwrap();
+        let mut t = e.begin(Isolation::ReadCommitted);
+        t.insert(&def, &row(3, "reused key")).unwrap();
+        t.insert(&def, &row(1001, "reused key")).unwrap();
+        t.rollback().unwrap();
+        // Writers change old rows whose last deleter rolled back.
+        let mut t = e.begin(Isolation::ReadCommitted);
+        change(&mut t, 7, Some("changed"));
+        change(&mut t, 17, None);
+        t.rollback().unwrap();
+    };
+
+    // A checkpoint without a freeze pass truncates nothing.
+    e.checkpoint(CheckpointReason::Requested).unwrap();
+    assert!(seg_file(0).exists());
+    assert_eq!(e.txn_manager().clog.oldest_xid(), Xid(0));
+
+    let report = e
+        .vacuum_freeze(None, None)
+        .unwrap()
+        .expect("a manual pass completes");
+    assert!(report.cutoff.0 > 3 * XIDS_PER_SEGMENT, "{report:?}");
+    assert!(report.pages_dirtied > 0, "{report:?}");
+    assert!(seg_file(0).exists(), "nothing goes before a checkpoint");
+    check(&e, "frozen, not truncated");
+    e.checkpoint(CheckpointReason::Requested).unwrap();
+    assert!(!seg_file(0).exists(), "segment 0 was truncated");
+    assert_eq!(e.txn_manager().clog.oldest_xid(), Xid(3 * XIDS_PER_SEGMENT));
+    check(&e, "after truncation");
+
+    // A clean restart reads the frozen pages back from disk.
+    e.shutdown().unwrap();
+    let (e, _) = Engine::open(dir.path()).unwrap();
+    assert_eq!(
+        e.txn_manager().clog.oldest_xid(),
+        Xid(3 * XIDS_PER_SEGMENT),
+        "the lowest segment file left is the truncation point"
+    );
+    check(&e, "after a clean restart");
+
+    // A crash after changes to frozen pages: recovery replays onto them.
+    let mut t = e.begin(Isolation::ReadCommitted);
+    change(&mut t, 40, Some("old")); // same value: a new version on a frozen page
+    t.commit().unwrap();
+    drop(e);
+    let (e, report) = Engine::open(dir.path()).unwrap();
+    assert!(report.is_some(), "that was a crash");
+    check(&e, "after a crash");
+    e.shutdown().unwrap();
+}

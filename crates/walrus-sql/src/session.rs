@@ -810,7 +810,7 @@ impl Session {
                 Ok(Outcome::Done(QueryResult::tag("CHECKPOINT")))
             }
             Utility::Analyze => Ok(Outcome::Done(QueryResult::tag("ANALYZE"))),
-            Utility::Vacuum { tables } => {
+            Utility::Vacuum { tables, freeze } => {
                 if self.in_block {
                     return Err(SqlError::new(
                         "25001",
@@ -818,11 +818,24 @@ impl Session {
                     ));
                 }
                 // A cancel request stops it between pages; what it finished stays done.
-                if tables.is_empty() {
-                    self.engine.vacuum_with(None, Some(&self.interrupt))?;
-                } else {
-                    for t in tables {
-                        self.engine.vacuum_with(Some(&t), Some(&self.interrupt))?;
+                let interrupt = Some(&*self.interrupt);
+                match (tables.is_empty(), freeze) {
+                    (true, false) => {
+                        self.engine.vacuum_with(None, interrupt)?;
+                    }
+                    // Every table and the catalog: lets the next checkpoint truncate
+                    // the commit-status log.
+                    (true, true) => {
+                        self.engine.vacuum_freeze(None, interrupt)?;
+                    }
+                    (false, _) => {
+                        for t in tables {
+                            if freeze {
+                                self.engine.vacuum_freeze(Some(&t), interrupt)?;
+                            } else {
+                                self.engine.vacuum_with(Some(&t), interrupt)?;
+                            }
+                        }
                     }
                 }
                 Ok(Outcome::Done(QueryResult::tag("VACUUM")))

@@ -7,10 +7,17 @@ use crate::error::{SqlError, SqlResult};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Utility {
-    Vacuum { tables: Vec<String> },
+    /// `freeze`: FREEZE, alone or in the option list (`FREEZE false` turns it off).
+    Vacuum {
+        tables: Vec<String>,
+        freeze: bool,
+    },
     Analyze,
     Checkpoint,
-    CopyFrom { table: String, columns: Vec<String> },
+    CopyFrom {
+        table: String,
+        columns: Vec<String>,
+    },
 }
 
 fn words(sql: &str) -> Vec<String> {
@@ -68,21 +75,28 @@ pub fn parse(sql: &str) -> SqlResult<Option<Utility>> {
         "vacuum" => {
             let mut i = 1;
             let mut tables = Vec::new();
+            let mut freeze = false;
             while i < w.len() {
                 let lw = w[i].to_ascii_lowercase();
                 match lw.as_str() {
                     "(" => {
-                        // Option list: skip to the closing parenthesis.
+                        // Option list: only FREEZE [boolean] matters here.
                         while i < w.len() && w[i] != ")" {
+                            if w[i].eq_ignore_ascii_case("freeze") {
+                                let arg = w.get(i + 1).map(|a| a.to_ascii_lowercase());
+                                freeze =
+                                    !matches!(arg.as_deref(), Some("false" | "off" | "0" | "no"));
+                            }
                             i += 1;
                         }
                     }
-                    "analyze" | "analyse" | "full" | "verbose" | "freeze" | ")" | "," => {}
+                    "freeze" => freeze = true,
+                    "analyze" | "analyse" | "full" | "verbose" | ")" | "," => {}
                     _ => tables.push(ident(&w[i])),
                 }
                 i += 1;
             }
-            Ok(Some(Utility::Vacuum { tables }))
+            Ok(Some(Utility::Vacuum { tables, freeze }))
         }
         "copy" => {
             let table = w
@@ -181,13 +195,29 @@ mod tests {
         assert_eq!(
             parse("vacuum analyze pgbench_branches").unwrap(),
             Some(Utility::Vacuum {
-                tables: vec!["pgbench_branches".into()]
+                tables: vec!["pgbench_branches".into()],
+                freeze: false
             })
         );
         assert_eq!(
             parse("VACUUM (FREEZE, VERBOSE) t").unwrap(),
             Some(Utility::Vacuum {
-                tables: vec!["t".into()]
+                tables: vec!["t".into()],
+                freeze: true
+            })
+        );
+        assert_eq!(
+            parse("vacuum freeze").unwrap(),
+            Some(Utility::Vacuum {
+                tables: vec![],
+                freeze: true
+            })
+        );
+        assert_eq!(
+            parse("VACUUM (VERBOSE, FREEZE off) a, b").unwrap(),
+            Some(Utility::Vacuum {
+                tables: vec!["a".into(), "b".into()],
+                freeze: false
             })
         );
         assert_eq!(parse("CHECKPOINT").unwrap(), Some(Utility::Checkpoint));

@@ -426,3 +426,40 @@ fn set_local_and_rolled_back_sets_end_with_their_block() {
     ok(&mut s, "commit");
     assert_eq!(show(&mut s, "lock_timeout"), text("2s"));
 }
+
+/// `VACUUM FREEZE` of the whole database is a freeze pass: the next `CHECKPOINT`
+/// deletes the commit-status segments below its cutoff, and the rows read the same.
+/// `VACUUM (FREEZE) t` of one table and `VACUUM FREEZE` inside a block behave as in
+/// PostgreSQL (a vacuum; 25001).
+#[test]
+fn vacuum_freeze_then_checkpoint_truncates_the_commit_status_log() {
+    use walrus_engine::txn::clog::XIDS_PER_SEGMENT;
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = Session::new(e.clone());
+    ok(&mut s, "create table f (id int primary key, v text)");
+    ok(&mut s, "insert into f values (1, 'a'), (2, 'b'), (3, 'c')");
+    ok(&mut s, "begin");
+    ok(&mut s, "insert into f values (4, 'rolled back')");
+    ok(&mut s, "rollback");
+    ok(&mut s, "delete from f where id = 2");
+    let txn = e.txn_manager();
+    txn.advance_next_xid(walrus_base::Xid(txn.next_xid().0 + 2 * XIDS_PER_SEGMENT));
+    ok(&mut s, "insert into f values (5, 'e')");
+    ok(&mut s, "VACUUM (FREEZE) f");
+    ok(&mut s, "checkpoint");
+    let seg0 = dir.path().join("clog").join(format!("{:012X}", 0));
+    assert!(seg0.exists(), "one table's freeze does not truncate");
+    ok(&mut s, "begin");
+    assert_eq!(err(&mut s, "vacuum freeze"), "25001");
+    ok(&mut s, "rollback");
+    assert_eq!(ok(&mut s, "VACUUM FREEZE").tag, "VACUUM");
+    ok(&mut s, "checkpoint");
+    assert!(!seg0.exists(), "segment 0 truncated");
+    let q = ok(&mut s, "select id, v from f order by id");
+    let got: Vec<String> = q.rows.iter().map(|r| format!("{:?}", r[1])).collect();
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(err(&mut s, "insert into f values (3, 'dup')"), "23505");
+    ok(&mut s, "insert into f values (2, 'key of a deleted row')");
+    ok(&mut s, "update f set v = 'z' where id = 1");
+}

@@ -43,6 +43,11 @@ pub struct RunArgs {
     /// Where acknowledged commits are appended.
     #[arg(long)]
     acks: PathBuf,
+    /// Every this many ms, move the xid counter a commit-status log segment ahead (0 =
+    /// never), as years of transactions would: autovacuum's freeze passes and the clog
+    /// truncations they allow then run within a crash test's short cycles.
+    #[arg(long, default_value_t = 0)]
+    xid_jump_ms: u64,
     /// Extra settings, `name=value`, applied over walrus.toml.
     #[arg(long = "set")]
     set: Vec<String>,
@@ -217,6 +222,7 @@ pub fn demo(data: &std::path::Path, seconds: u64, threads: usize) -> anyhow::Res
         seconds,
         checkpoint_ms: 30_000,
         acks: data.join("demo-acks"),
+        xid_jump_ms: 0,
         set: Vec::new(),
     })?;
     println!(
@@ -316,8 +322,16 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let mut last_ckpt = Instant::now();
+    let mut last_jump = Instant::now();
     while a.seconds == 0 || started.elapsed() < Duration::from_secs(a.seconds) {
         std::thread::sleep(Duration::from_millis(10));
+        if a.xid_jump_ms > 0 && last_jump.elapsed() >= Duration::from_millis(a.xid_jump_ms) {
+            let txn = engine.txn_manager();
+            txn.advance_next_xid(walrus_base::Xid(
+                txn.next_xid().0 + walrus_engine::txn::clog::XIDS_PER_SEGMENT,
+            ));
+            last_jump = Instant::now();
+        }
         if last_ckpt.elapsed() >= Duration::from_millis(a.checkpoint_ms) {
             engine.checkpoint(CheckpointReason::Requested)?;
             last_ckpt = Instant::now();

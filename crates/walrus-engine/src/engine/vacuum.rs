@@ -13,6 +13,18 @@
 //!   files being unlinked. DDL cancels an autovacuum of the table and waits for a
 //!   manual one, as PostgreSQL's lock conflicts do.
 //!
+//! A **freeze pass** (`Engine::freeze_pass`, DESIGN §6) lets the commit-status log be
+//! truncated. It takes a cutoff (the global xmin: every xid below it has finished),
+//! then vacuums every table and the catalog relation with `freeze_block` after each
+//! page's prune, so every remaining tuple carries WAL-logged hint bits for its xids
+//! below the cutoff. Once every relation is done, `(cutoff, end of the pass's WAL)` is
+//! left for the checkpointer: the first checkpoint whose redo point is past that WAL
+//! has flushed every frozen page, and only then deletes the clog segments below the
+//! cutoff. A crash before that replays the FREEZE records (they carry the bits, not
+//! a clog lookup); a crash after it finds the hints on disk. Tables created during the
+//! pass hold only xids at or above the cutoff. A pass that skips a table (autovacuum
+//! yields to DDL) truncates nothing; the next one starts over.
+//!
 //! Autovacuum is one background thread. Every `autovacuum_naptime` it vacuums each
 //! table whose dead row versions exceed `autovacuum_vacuum_threshold +
 //! autovacuum_vacuum_scale_factor × live rows` (PostgreSQL's rule and defaults),
@@ -31,7 +43,7 @@ use walrus_base::{Tid, Xid};
 use super::{Engine, Inner};
 use crate::access::btree::BTree;
 use crate::access::heap::{Heap, VacuumCounts};
-use crate::catalog::TableDef;
+use crate::catalog::{TableDef, CATALOG_RELFILE};
 use crate::error::{Error, Result};
 
 /// Vacuum's cost-based delay (PostgreSQL's `vacuum_cost_*`), and its stop check.
@@ -111,6 +123,7 @@ impl Engine {
         name: &str,
         kind: VacuumKind,
         interrupt: Option<&AtomicBool>,
+        freeze: Option<Xid>,
     ) -> Result<Option<VacuumReport>> {
         let inner = &self.inner;
         let locks = &inner.table_locks;
@@ -136,28 +149,8 @@ impl Engine {
                 }
                 continue;
             }
-            let s = &inner.settings;
-            let (delay, limit) = match kind {
-                VacuumKind::Auto => (
-                    s.autovacuum_vacuum_cost_delay,
-                    s.autovacuum_vacuum_cost_limit,
-                ),
-                VacuumKind::Manual => (s.vacuum_cost_delay, s.vacuum_cost_limit),
-            };
-            let mut throttle = Throttle {
-                limit: limit.max(1),
-                delay,
-                balance: 0,
-                stop: [
-                    Some(&guard.cancel),
-                    interrupt,
-                    (kind == VacuumKind::Auto).then_some(&inner.shutting_down),
-                ],
-                pages: 0,
-                dirtied: 0,
-                wal: Some(&inner.pool.wal),
-            };
-            let report = vacuum_relation(inner, &now, &mut throttle)?;
+            let mut throttle = Throttle::new(inner, kind, [Some(&guard.cancel), interrupt]);
+            let report = vacuum_relation(inner, &now, &mut throttle, freeze)?;
             inner.rel(now.relfile, now.fillfactor).activity.vacuumed(
                 report.counts.live,
                 report.counts.dead_left,
@@ -169,10 +162,127 @@ impl Engine {
     }
 }
 
+impl<'a> Throttle<'a> {
+    /// The cost limits of `kind`; an autovacuum also stops at shutdown.
+    fn new(inner: &'a Inner, kind: VacuumKind, stop: [Option<&'a AtomicBool>; 2]) -> Self {
+        let s = &inner.settings;
+        let (delay, limit) = match kind {
+            VacuumKind::Auto => (
+                s.autovacuum_vacuum_cost_delay,
+                s.autovacuum_vacuum_cost_limit,
+            ),
+            VacuumKind::Manual => (s.vacuum_cost_delay, s.vacuum_cost_limit),
+        };
+        Throttle {
+            limit: limit.max(1),
+            delay,
+            balance: 0,
+            stop: [
+                stop[0],
+                stop[1],
+                (kind == VacuumKind::Auto).then_some(&inner.shutting_down),
+            ],
+            pages: 0,
+            dirtied: 0,
+            wal: Some(&inner.pool.wal),
+        }
+    }
+}
+
+/// What a freeze pass did.
+#[derive(Clone, Debug)]
+pub struct FreezeReport {
+    /// Every tuple's xids below this have durable hint bits once the pass's WAL is
+    /// behind a checkpoint's redo point.
+    pub cutoff: Xid,
+    /// Relations (tables and the catalog) passed over.
+    pub relations: usize,
+    /// Pages the pass changed (prunes and FREEZE records).
+    pub pages_dirtied: u64,
+    pub elapsed: Duration,
+}
+
+impl Engine {
+    /// A freeze pass over every table and the catalog (see the module comment).
+    /// `Ok(None)`: an autovacuum pass skipped a table another vacuum or DDL held, so
+    /// nothing may be truncated yet.
+    pub(super) fn freeze_pass(
+        &self,
+        kind: VacuumKind,
+        interrupt: Option<&AtomicBool>,
+    ) -> Result<Option<FreezeReport>> {
+        let inner = &self.inner;
+        let _one = inner.freeze_lock.lock();
+        let started = Instant::now();
+        // Every xid below the global xmin has finished, and a transaction that starts
+        // from now on gets a larger one (xids are assigned under the same lock).
+        let cutoff = inner.txn.global_xmin();
+        let names: Vec<String> = self.catalog_view()?.tables.keys().cloned().collect();
+        let mut pages_dirtied = 0;
+        for name in &names {
+            match self.vacuum_table(name, kind, interrupt, Some(cutoff)) {
+                Ok(Some(r)) => pages_dirtied += r.pages_dirtied,
+                Ok(None) => return Ok(None),
+                // Dropped since the list was read: its files and tuples are gone.
+                Err(Error::UndefinedTable(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        // The catalog relation: its rows hold the xids of the DDL that wrote them.
+        // Only frozen, not vacuumed: concurrent DDL writes it, and its dead line
+        // pointers cost little (a catalog row changes once per DDL).
+        let mut throttle = Throttle::new(inner, kind, [interrupt, None]);
+        let rel = inner.rel(CATALOG_RELFILE, 100);
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        for b in 0..heap.nblocks()? {
+            let changed = heap.freeze_block(b, cutoff)?;
+            throttle.charge(changed)?;
+        }
+        pages_dirtied += throttle.dirtied;
+        let upto = inner.pool.wal.insert_lsn();
+        let mut pending = inner.clog_truncate_pending.lock();
+        if pending.is_none_or(|(c, _)| c <= cutoff) {
+            *pending = Some((cutoff, upto));
+        }
+        Ok(Some(FreezeReport {
+            cutoff,
+            relations: names.len() + 1,
+            pages_dirtied,
+            elapsed: started.elapsed(),
+        }))
+    }
+}
+
+/// After a checkpoint whose redo point is `redo`: deletes the clog segments a finished
+/// freeze pass made unnecessary, if its WAL is behind `redo` (see the module comment).
+pub(super) fn truncate_clog_after_checkpoint(inner: &Inner, redo: walrus_base::Lsn) {
+    let ready = {
+        let mut pending = inner.clog_truncate_pending.lock();
+        match *pending {
+            Some((cutoff, upto)) if upto <= redo => {
+                *pending = None;
+                Some(cutoff)
+            }
+            _ => None,
+        }
+    };
+    let Some(cutoff) = ready else { return };
+    match inner.txn.clog.truncate_below(cutoff) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            "commit-status log truncated: {n} segment(s) removed; statuses kept from xid {}",
+            inner.txn.clog.oldest_xid()
+        ),
+        // Harmless: the files stay, and the next pass tries again.
+        Err(e) => tracing::warn!("could not truncate the commit-status log: {e}"),
+    }
+}
+
 fn vacuum_relation(
     inner: &Inner,
     def: &TableDef,
     throttle: &mut Throttle<'_>,
+    freeze: Option<Xid>,
 ) -> Result<VacuumReport> {
     let started = Instant::now();
     let rel = inner.rel(def.relfile, def.fillfactor);
@@ -181,7 +291,10 @@ fn vacuum_relation(
     let mut dead: Vec<Tid> = Vec::new();
     let mut counts = VacuumCounts::default();
     for b in 0..nblocks {
-        let changed = heap.vacuum_collect(b, &mut dead, &mut counts)?;
+        let mut changed = heap.vacuum_collect(b, &mut dead, &mut counts)?;
+        if let Some(cutoff) = freeze {
+            changed |= heap.freeze_block(b, cutoff)?;
+        }
         throttle.charge(changed)?;
     }
     let mut index_entries_removed = 0;
@@ -249,7 +362,7 @@ pub(super) fn autovacuum_loop(engine: &Engine) {
             if dead <= threshold {
                 continue;
             }
-            match engine.vacuum_table(&def.name, VacuumKind::Auto, None) {
+            match engine.vacuum_table(&def.name, VacuumKind::Auto, None, None) {
                 Ok(Some(r)) => tracing::info!(
                     "automatic vacuum of table \"{}\": pages: {} scanned, {} dirtied; tuples: {} pruned, {} remain, {} are dead but not yet removable; dead line pointers freed: {}, their index entries removed: {}; {:.1} ms",
                     r.table,
@@ -275,12 +388,80 @@ pub(super) fn autovacuum_loop(engine: &Engine) {
                 Err(e) => tracing::warn!("automatic vacuum of table \"{}\" failed: {e}", def.name),
             }
         }
+        let age = inner.txn.next_xid().0 - inner.txn.clog.oldest_xid().0;
+        if age > s.autovacuum_freeze_max_age && inner.clog_truncate_pending.lock().is_none() {
+            match engine.freeze_pass(VacuumKind::Auto, None) {
+                Ok(Some(r)) => tracing::info!(
+                    "automatic freeze pass: {} relations, {} pages changed, cutoff xid {}; {:.1} ms",
+                    r.relations,
+                    r.pages_dirtied,
+                    r.cutoff,
+                    r.elapsed.as_secs_f64() * 1e3
+                ),
+                Ok(None) => tracing::info!("automatic freeze pass skipped a busy table; retrying later"),
+                Err(Error::Canceled) => {}
+                Err(e) => tracing::warn!("automatic freeze pass failed: {e}"),
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::access::datum::{Datum, TypeId};
+    use crate::catalog::ColumnDef;
+    use crate::engine::Isolation;
+    use crate::txn::clog::XIDS_PER_SEGMENT;
+
+    /// The clog goes only at a checkpoint whose redo point is past the whole pass: an
+    /// earlier redo point means recovery could replay the commit records of xids below
+    /// the cutoff (and could find a frozen page on disk without its hints).
+    #[test]
+    fn truncation_waits_for_a_redo_point_past_the_freeze_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        Engine::init(dir.path(), None).unwrap();
+        let (e, _) = Engine::open(dir.path()).unwrap();
+        let mut t = e.begin(Isolation::ReadCommitted);
+        let col = ColumnDef {
+            name: "v".into(),
+            ty: TypeId::Int8,
+            not_null: false,
+        };
+        let def = t.create_table("t", vec![col], 100).unwrap();
+        t.commit().unwrap();
+        let mut t = e.begin(Isolation::ReadCommitted);
+        t.insert(&def, &[Datum::Int8(1)]).unwrap();
+        t.commit().unwrap();
+        e.txn_manager()
+            .advance_next_xid(Xid(2 * XIDS_PER_SEGMENT + 7));
+        let mut t = e.begin(Isolation::ReadCommitted);
+        t.insert(&def, &[Datum::Int8(2)]).unwrap();
+        t.commit().unwrap();
+        let inner = &e.inner;
+        let before_pass = inner.pool.wal.insert_lsn();
+        let r = e.freeze_pass(VacuumKind::Manual, None).unwrap().unwrap();
+        assert!(
+            r.cutoff.0 > 2 * XIDS_PER_SEGMENT && r.relations == 2,
+            "{r:?}"
+        );
+        let seg0 = dir.path().join("clog").join(format!("{:012X}", 0));
+        inner.txn.clog.flush_all().unwrap(); // as the checkpoint does before it truncates
+        truncate_clog_after_checkpoint(inner, before_pass);
+        assert!(
+            seg0.exists(),
+            "a redo point inside the pass truncated the clog"
+        );
+        assert!(
+            inner.clog_truncate_pending.lock().is_some(),
+            "still pending"
+        );
+        truncate_clog_after_checkpoint(inner, inner.pool.wal.insert_lsn());
+        assert!(!seg0.exists());
+        assert_eq!(inner.txn.clog.oldest_xid(), Xid(2 * XIDS_PER_SEGMENT));
+        assert!(inner.clog_truncate_pending.lock().is_none());
+        e.shutdown().unwrap();
+    }
 
     #[test]
     fn throttle_sleeps_after_the_cost_limit_and_stops_when_asked() {

@@ -20,6 +20,15 @@
 //! Dekker pattern the loom model checker cannot verify; the loom test in this file found
 //! the interleaving it could not exclude, and this layout removes the question.)
 //!
+//! Truncation (`truncate_below`): segment files whose xids all lie below a freeze
+//! pass's cutoff are deleted, lowest first, by the checkpoint that made the pass's
+//! hint bits durable (DESIGN §6, `engine/vacuum.rs`). Every tuple still holding such an
+//! xid carries a hint bit with its final status, so no reader needs the file again; a
+//! lookup below `oldest_xid` means a page escaped the pass, and stops that caller with
+//! a panic naming the xid rather than answer "aborted" from a missing file. The lowest
+//! segment file present is the truncation point after a restart: files go lowest first,
+//! so a crash mid-truncation leaves a contiguous suffix.
+//!
 //! No checksums on clog pages, on purpose: status bits only ever go from 0 (in
 //! progress) to a final value, every checkpoint fsyncs the clog before it completes, and
 //! recovery replays commit/abort records from the redo LSN. So a torn clog page holds, in
@@ -151,11 +160,17 @@ pub struct Clog {
     /// Segment files for xids below this have their disk space (see `reserve_upto`).
     space_ready_upto: std::sync::atomic::AtomicU64,
     space_lock: Mutex<()>,
+    /// Statuses of xids below this were truncated away (see the module comment).
+    oldest_xid: AtomicU64,
 }
+
+/// Xids one segment file holds.
+pub const XIDS_PER_SEGMENT: u64 = XIDS_PER_PAGE * PAGES_PER_SEGMENT;
 
 impl Clog {
     pub fn open(dir: &Path, slots: usize) -> std::io::Result<Clog> {
         std::fs::create_dir_all(dir)?;
+        let oldest_seg = Clog::segments_in(dir)?.first().copied().unwrap_or(0);
         let slots = (0..slots.max(2))
             .map(|_| Slot {
                 state: AtomicU64::new(NO_PAGE << PIN_BITS),
@@ -175,7 +190,84 @@ impl Clog {
             hand: std::sync::atomic::AtomicUsize::new(0),
             space_ready_upto: std::sync::atomic::AtomicU64::new(0),
             space_lock: Mutex::new(()),
+            oldest_xid: AtomicU64::new(oldest_seg * XIDS_PER_SEGMENT),
         })
+    }
+
+    /// The segment numbers of the files in `dir`, ascending (other names are ignored).
+    fn segments_in(dir: &Path) -> std::io::Result<Vec<u64>> {
+        let mut segs = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            let name = e?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.len() == 12 {
+                if let Ok(n) = u64::from_str_radix(name, 16) {
+                    segs.push(n);
+                }
+            }
+        }
+        segs.sort_unstable();
+        Ok(segs)
+    }
+
+    /// Statuses of xids below this are gone (truncated); tuples carry them as hint bits.
+    pub fn oldest_xid(&self) -> Xid {
+        Xid(self.oldest_xid.load(SeqCst))
+    }
+
+    /// Deletes the segment files whose xids all lie below `cutoff`, lowest first, and
+    /// returns how many went. The caller guarantees that every tuple with an xid below
+    /// `cutoff` has durable hint bits (a freeze pass whose WAL a completed checkpoint's
+    /// redo point has passed). Xids at or above the current next xid are never below a
+    /// cutoff, so the segment of the next xid stays.
+    pub fn truncate_below(&self, cutoff: Xid) -> std::io::Result<usize> {
+        let keep_from = cutoff.0 / XIDS_PER_SEGMENT;
+        let _g = self.lock_pool();
+        let old = self.oldest_xid.load(SeqCst) / XIDS_PER_SEGMENT;
+        if keep_from <= old {
+            return Ok(0);
+        }
+        // Lookups below the new point fail loudly from now on; the resident pages there
+        // are clean (the checkpoint flushed them, and no xid there changes status).
+        self.oldest_xid.store(keep_from * XIDS_PER_SEGMENT, SeqCst);
+        for s in self.slots.iter() {
+            let page = s.page();
+            if page != NO_PAGE && page != REPLACING && page / PAGES_PER_SEGMENT < keep_from {
+                assert!(
+                    !s.dirty.load(SeqCst),
+                    "clog page {page} is dirty below the truncation point"
+                );
+                // Claim it as the replacer does (pins drain first), then empty it.
+                let mut cur = s.state.load(SeqCst);
+                while let Err(now) = s.state.compare_exchange_weak(
+                    cur,
+                    (REPLACING << PIN_BITS) | (cur & PIN_MASK),
+                    SeqCst,
+                    SeqCst,
+                ) {
+                    cur = now;
+                }
+                s.seq.fetch_add(1, SeqCst);
+                while s.pins() != 0 {
+                    crate::sync::spin_loop();
+                }
+                s.set_page(NO_PAGE);
+                s.seq.fetch_add(1, SeqCst);
+            }
+        }
+        self.touched.lock().retain(|&seg| seg >= keep_from);
+        let mut removed = 0;
+        for seg in Clog::segments_in(&self.dir)? {
+            if seg >= keep_from {
+                break;
+            }
+            std::fs::remove_file(self.seg_path(seg))?;
+            removed += 1;
+        }
+        if removed > 0 {
+            File::open(&self.dir)?.sync_all()?;
+        }
+        Ok(removed)
     }
 
     fn locate(xid: Xid) -> (u64, usize, u32) {
@@ -231,6 +323,12 @@ impl Clog {
             assert!(xid.is_valid(), "clog lookup of the invalid xid");
             return XidStatus::Committed;
         }
+        assert!(
+            xid.0 >= self.oldest_xid.load(SeqCst),
+            "status of xid {xid} was truncated from the commit-status log (oldest kept: {}): \
+             a tuple holding it has no hint bits, so a freeze pass missed its page",
+            self.oldest_xid.load(SeqCst)
+        );
         let (page, word, shift) = Clog::locate(xid);
         loop {
             if let Some(v) = self.read_word(page, word) {
@@ -271,6 +369,10 @@ impl Clog {
         assert!(
             xid.0 >= Xid::FIRST_NORMAL.0,
             "status of a special xid is fixed"
+        );
+        assert!(
+            xid.0 >= self.oldest_xid.load(SeqCst),
+            "status of xid {xid} set below the commit-status log's truncation point"
         );
         let (page, word, shift) = Clog::locate(xid);
         if let Some(s) = self.pin(page) {
@@ -605,6 +707,40 @@ mod tests {
         assert_eq!(after.fast_path_sets - before.fast_path_sets, 4989);
         assert_eq!(after.lock_waits, before.lock_waits);
         assert_eq!(after.group_updates, before.group_updates);
+    }
+
+    #[test]
+    fn truncation_deletes_whole_segments_below_the_cutoff_and_lookups_there_fail_loudly() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = XIDS_PER_SEGMENT;
+        let xids = [Xid(5), Xid(seg + 5), Xid(2 * seg + 5), Xid(3 * seg + 5)];
+        {
+            let c = Clog::open(dir.path(), 2).unwrap();
+            for x in xids {
+                c.set_status(x, XidStatus::Committed);
+            }
+            c.flush_all().unwrap();
+            assert_eq!(c.oldest_xid(), Xid(0));
+            // A cutoff inside segment 2 keeps segment 2.
+            assert_eq!(c.truncate_below(Xid(2 * seg + 100)).unwrap(), 2);
+            assert_eq!(c.oldest_xid(), Xid(2 * seg));
+            assert_eq!(c.truncate_below(Xid(seg)).unwrap(), 0, "never backwards");
+            assert_eq!(c.get_status(xids[2]), XidStatus::Committed);
+            let below =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.get_status(xids[1])));
+            assert!(below.is_err(), "a truncated status is not answered");
+            c.set_status(Xid(3 * seg + 6), XidStatus::Aborted);
+            c.flush_all().unwrap();
+        }
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(!names.contains(&format!("{:012X}", 0)) && !names.contains(&format!("{:012X}", 1)));
+        let c = Clog::open(dir.path(), 2).unwrap();
+        assert_eq!(c.oldest_xid(), Xid(2 * seg), "found again from the files");
+        assert_eq!(c.get_status(xids[3]), XidStatus::Committed);
+        assert_eq!(c.get_status(Xid(3 * seg + 6)), XidStatus::Aborted);
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub struct Cluster {
     pub data: PathBuf,
     pub acks: PathBuf,
     pub sets: Vec<String>,
+    /// Extra `tpcb-run` arguments.
+    pub run_args: Vec<String>,
 }
 
 impl Cluster {
@@ -46,6 +48,7 @@ impl Cluster {
             data,
             acks,
             sets: sets.iter().map(|s| s.to_string()).collect(),
+            run_args: Vec::new(),
             _tmp: tmp,
         }
     }
@@ -66,6 +69,7 @@ impl Cluster {
             .arg("--acks")
             .arg(&self.acks)
             .args(["--threads", &threads.to_string(), "--checkpoint-ms", "150"])
+            .args(&self.run_args)
             .args(self.set_args())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -22,6 +22,10 @@ pub const INFO_UPDATE_TWO_PAGES: u8 = 3;
 pub const INFO_DELETE: u8 = 4;
 pub const INFO_PRUNE: u8 = 5;
 pub const INFO_VACUUM: u8 = 6;
+/// Hint bits a freeze pass sets so the clog can be truncated: unlike the hints pruning
+/// sets in passing, these are logged, because a page that lost them in a crash would
+/// need a truncated clog segment again.
+pub const INFO_FREEZE: u8 = 7;
 
 /// Per-relation state kept in memory: where to insert next and which pages have room.
 pub struct HeapRel {
@@ -454,7 +458,7 @@ impl<'a> Heap<'a> {
         if h.xmax == xid {
             return Some(Modify::SelfModified);
         }
-        match self.txn.status_for_write(h.xmax) {
+        match tuple::xmax_status_for_write(h, self.txn) {
             crate::txn::clog::XidStatus::Aborted => None,
             crate::txn::clog::XidStatus::Committed => Some(Modify::Concurrent(
                 h.has(tuple::UPDATED).then_some((h.ctid, h.xmax)),
@@ -696,6 +700,38 @@ impl<'a> Heap<'a> {
             }
         }
         Ok(pruned > 0)
+    }
+
+    /// Freeze pass for one block: gives every tuple the hint bits for its xids below
+    /// `cutoff` (see [`tuple::freeze_bits`]), WAL-logged as one FREEZE record. Returns
+    /// whether the page changed (a page frozen before changes no more).
+    pub fn freeze_block(&self, block: u32, cutoff: Xid) -> Result<bool> {
+        let pin = self.pool.read_page(self.page_id(block))?;
+        let mut w = pin.write();
+        if page::is_new(&w) {
+            return Ok(false);
+        }
+        let mut d = Vec::new();
+        for o in 1..=page::item_count(&w) {
+            if page::line_pointer(&w, o).state != LpState::Normal {
+                continue;
+            }
+            if let Some(h) = TupleHeader::read(page::item(&w, o)) {
+                let bits = tuple::freeze_bits(&h, cutoff, self.txn);
+                if bits != 0 {
+                    d.extend_from_slice(&o.to_le_bytes());
+                    d.extend_from_slice(&bits.to_le_bytes());
+                }
+            }
+        }
+        if d.is_empty() {
+            return Ok(false);
+        }
+        apply_freeze(&mut w, &d).map_err(Error::InvalidInput)?;
+        let mut rec = WalRecord::new(Rmgr::Heap, INFO_FREEZE, Xid::INVALID);
+        rec.block(w.id(), false, d);
+        self.pool.log_change(&rec, &mut [&mut w]);
+        Ok(true)
     }
 
     /// Vacuum, phase 3: the index entries for `offs` are gone; free the line pointers.
@@ -988,6 +1024,27 @@ fn apply_prune(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// FREEZE record data: `offset u16 | bits u16` per tuple; the bits are ORed into its
+/// infomask (hint bits only ever go from unset to their final value).
+fn apply_freeze(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
+    if !d.len().is_multiple_of(4) {
+        return Err(format!("freeze record of {} bytes", d.len()));
+    }
+    let count = page::item_count(p);
+    for c in d.chunks(4) {
+        let o = u16::from_le_bytes([c[0], c[1]]);
+        let bits = u16::from_le_bytes([c[2], c[3]]);
+        if o == 0 || o > count || page::line_pointer(p, o).state != LpState::Normal {
+            return Err(format!("freeze of offset {o}, which holds no tuple"));
+        }
+        let t = page::item_mut(p, o);
+        let mut h = TupleHeader::read(t).ok_or_else(|| format!("short tuple at {o}"))?;
+        h.infomask |= bits;
+        h.write(t);
+    }
+    Ok(())
+}
+
 fn apply_vacuum(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
     let count = page::item_count(p);
     for c in d.chunks(2) {
@@ -1034,6 +1091,7 @@ pub fn redo_block(
         (INFO_UPDATE_TWO_PAGES, 1) => apply_new_side(page_bytes, data, xid).map(|_| ()),
         (INFO_PRUNE, 0) => apply_prune(page_bytes, data),
         (INFO_VACUUM, 0) => apply_vacuum(page_bytes, data),
+        (INFO_FREEZE, 0) => apply_freeze(page_bytes, data),
         _ => Err(format!(
             "unknown heap record info {info} block {block_index}"
         )),
@@ -1096,6 +1154,22 @@ mod tests {
         let h = TupleHeader::read(page::item(&p, 1)).unwrap();
         assert_eq!((h.xmax, h.cmax, h.ctid), (Xid(11), 5, Tid::new(3, 2)));
         assert!(h.has(tuple::UPDATED) && !h.has(tuple::XMAX_INVALID));
+    }
+
+    #[test]
+    fn freeze_redo_ors_hint_bits_and_refuses_damaged_records() {
+        let (mut p, _) = page();
+        let t = tuple::build(&TupleHeader::new(Xid(10), 0, 0), b"row");
+        apply_new_side(&mut p, &new_side(1, &t, Xid(10)), Xid(10)).unwrap();
+        let mut d = 1u16.to_le_bytes().to_vec();
+        d.extend_from_slice(&tuple::XMIN_COMMITTED.to_le_bytes());
+        apply_freeze(&mut p, &d).unwrap();
+        let h = TupleHeader::read(page::item(&p, 1)).unwrap();
+        assert!(h.has(tuple::XMIN_COMMITTED) && h.has(tuple::XMAX_INVALID));
+        assert_eq!(h.xmin, Xid(10), "freezing keeps the xid");
+        for bad in [&d[..3], &[2u8, 0, 1, 0][..], &[0u8, 0, 1, 0][..]] {
+            assert!(apply_freeze(&mut p, bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -163,6 +163,54 @@ pub fn dead_to_all(h: &TupleHeader, horizon: Xid, txn: &TxnManager) -> bool {
     ) && h.xmax < horizon
 }
 
+/// A writer's view of a tuple's xmin ([`TxnManager::status_for_write`]), answered from
+/// the hint bits for an xid whose clog segment was truncated: there only the hints
+/// know, and they are final (such an xid is far below every running one).
+pub fn xmin_status_for_write(h: &TupleHeader, txn: &TxnManager) -> XidStatus {
+    hinted_status_for_write(txn, h.xmin, h.has(XMIN_COMMITTED), h.has(XMIN_INVALID))
+}
+
+/// [`xmin_status_for_write`] for the tuple's xmax.
+pub fn xmax_status_for_write(h: &TupleHeader, txn: &TxnManager) -> XidStatus {
+    hinted_status_for_write(txn, h.xmax, h.has(XMAX_COMMITTED), h.has(XMAX_INVALID))
+}
+
+fn hinted_status_for_write(
+    txn: &TxnManager,
+    xid: Xid,
+    hinted_committed: bool,
+    hinted_invalid: bool,
+) -> XidStatus {
+    if xid < txn.clog.oldest_xid() {
+        if hinted_committed {
+            return XidStatus::Committed;
+        }
+        if hinted_invalid {
+            return XidStatus::Aborted;
+        }
+    }
+    txn.status_for_write(xid)
+}
+
+/// The hint bits a freeze pass adds so that no reader needs the clog for an xid below
+/// `cutoff` again (every such xid has finished: `cutoff` is at most the global xmin).
+/// Zero when the tuple needs none.
+pub fn freeze_bits(h: &TupleHeader, cutoff: Xid, txn: &TxnManager) -> u16 {
+    let mut add = 0;
+    let final_bits = |xid: Xid, committed: u16, invalid: u16| match txn.status(xid) {
+        XidStatus::Committed => committed,
+        XidStatus::Aborted => invalid,
+        s => panic!("xid {xid} below the freeze cutoff {cutoff} is still {s:?}"),
+    };
+    if h.xmin < cutoff && h.infomask & (XMIN_COMMITTED | XMIN_INVALID) == 0 {
+        add |= final_bits(h.xmin, XMIN_COMMITTED, XMIN_INVALID);
+    }
+    if h.xmax.is_valid() && h.xmax < cutoff && h.infomask & (XMAX_COMMITTED | XMAX_INVALID) == 0 {
+        add |= final_bits(h.xmax, XMAX_COMMITTED, XMAX_INVALID);
+    }
+    add
+}
+
 /// Sets hint bits from the clog; returns whether anything changed.
 pub fn set_hints(h: &mut TupleHeader, txn: &TxnManager) -> bool {
     let before = h.infomask;
