@@ -14,6 +14,7 @@
 
 pub mod error;
 pub mod expr;
+mod guc;
 mod pg_catalog;
 pub(crate) mod query;
 pub(crate) mod session;

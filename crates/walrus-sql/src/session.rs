@@ -659,12 +659,9 @@ impl Session {
                 } else {
                     name
                 };
-                let v = self.setting(name).ok_or_else(|| {
-                    SqlError::new(
-                        "42704",
-                        format!("unrecognized configuration parameter \"{name}\""),
-                    )
-                })?;
+                let v = self
+                    .setting(name)
+                    .ok_or_else(|| crate::guc::unrecognized(name))?;
                 Ok(QueryResult {
                     tag: "SHOW".into(),
                     columns: vec![Column {
@@ -686,6 +683,14 @@ impl Session {
                     if let Some(v) = defaults.get(&n) {
                         self.remember_for_block(&n, false);
                         self.put_setting(&n, Some(v.clone()));
+                    } else if name != "all" {
+                        // A parameter with no walrus default (application_name, ...):
+                        // back to unset.
+                        crate::guc::check_settable(&n)?;
+                        if self.settings.contains_key(&n) {
+                            self.remember_for_block(&n, false);
+                            self.put_setting(&n, None);
+                        }
                     }
                 }
                 Ok(QueryResult::tag("RESET"))
@@ -709,6 +714,15 @@ impl Session {
                     }
                     return Ok(QueryResult::tag("SET"));
                 }
+                // PostgreSQL's two special forms.
+                let lower_text = text.to_ascii_lowercase();
+                let text = if let Some(v) = lower_text.strip_prefix("time zone ") {
+                    format!("timezone = {}", &text[text.len() - v.len()..])
+                } else if let Some(v) = lower_text.strip_prefix("names ") {
+                    format!("client_encoding = {}", &text[text.len() - v.len()..])
+                } else {
+                    text
+                };
                 let (name, value) = match text.split_once('=') {
                     Some((n, v)) => (n.trim().to_string(), v.trim().to_string()),
                     None => {
@@ -727,7 +741,8 @@ impl Session {
                     return Err(SqlError::syntax("syntax error at end of input"));
                 }
                 let mut value = value.trim_matches('\'').to_string();
-                let name = name.to_ascii_lowercase();
+                let name = name.trim_matches('"').to_ascii_lowercase();
+                crate::guc::check_settable(&name)?;
                 if local && !self.in_block {
                     // PostgreSQL warns and changes nothing: there is no transaction for
                     // the value to last until.

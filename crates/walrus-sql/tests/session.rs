@@ -280,12 +280,35 @@ fn bad_statements_get_postgres_sqlstates() {
         ("select nosuchfn(1)", "42883"),
         ("show nosuchsetting", "42704"),
         ("vacuum nosuch", "42P01"),
+        // A misspelt parameter is an error, not a setting kept silently.
+        ("set statment_timeout = 5", "42704"),
+        ("reset nosuchsetting", "42704"),
+        ("set shared_buffers = '1GB'", "55P02"),
+        ("set server_version to '9'", "55P02"),
     ];
     for (sql, want) in cases {
         assert_eq!(err(&mut s, sql), *want, "{sql}");
         assert_eq!(s.transaction_status(), b'I', "session usable after {sql}");
     }
     assert_eq!(scalar(&mut s, "select 1"), Datum::Int4(1));
+    // What clients do set is accepted: PostgreSQL parameters, custom placeholders, and
+    // SET TIME ZONE / SET NAMES.
+    for sql in [
+        "set application_name = 'walrus test'",
+        "SET extra_float_digits = 3",
+        "set \"DateStyle\" to 'ISO, MDY'",
+        "set myapp.tenant = 'acme'",
+        "set time zone 'UTC'",
+        "set names 'UTF8'",
+        "reset application_name",
+    ] {
+        ok(&mut s, sql);
+    }
+    assert_eq!(
+        scalar(&mut s, "show myapp.tenant"),
+        Datum::Text("acme".into())
+    );
+    assert_eq!(scalar(&mut s, "show timezone"), Datum::Text("UTC".into()));
     e.shutdown().unwrap();
 }
 
