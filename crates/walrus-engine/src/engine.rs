@@ -113,6 +113,8 @@ struct Inner {
     autovacuums_canceled: AtomicU64,
     /// One freeze pass at a time (`engine/vacuum.rs`).
     freeze_lock: Mutex<()>,
+    /// Freeze passes completed (manual and automatic).
+    freeze_passes: AtomicU64,
     /// A finished freeze pass's cutoff and the end of its WAL: the clog below the
     /// cutoff goes at the first checkpoint whose redo point is past that WAL.
     clog_truncate_pending: Mutex<Option<(Xid, Lsn)>>,
@@ -308,6 +310,7 @@ impl Engine {
             autovacuum_wake: (Mutex::new(false), Condvar::new()),
             autovacuums_canceled: AtomicU64::new(0),
             freeze_lock: Mutex::new(()),
+            freeze_passes: AtomicU64::new(0),
             clog_truncate_pending: Mutex::new(None),
         });
         let engine = Engine {
@@ -514,6 +517,11 @@ impl Engine {
             }
             None => self.freeze_pass(VacuumKind::Manual, interrupt),
         }
+    }
+
+    /// Freeze passes completed since the engine opened (manual and automatic).
+    pub fn freeze_passes(&self) -> u64 {
+        self.inner.freeze_passes.load(Ordering::Relaxed)
     }
 
     /// Whether a vacuum (manual or automatic) of the table is running now.

@@ -1151,3 +1151,49 @@ fn a_freeze_pass_lets_a_checkpoint_truncate_the_clog_and_every_answer_stays_righ
     check(&e, "after a crash");
     e.shutdown().unwrap();
 }
+
+/// Autovacuum starts a freeze pass once the clog holds more than
+/// `autovacuum_freeze_max_age` xids — but not while an old snapshot holds the global
+/// xmin in the oldest segment (the pass could free nothing, and would rescan every table
+/// each naptime); the checkpoint after the pass truncates.
+#[test]
+fn autovacuum_freezes_when_the_clog_is_old_but_not_while_a_snapshot_pins_it() {
+    use walrus_base::Xid;
+    use walrus_engine::engine::CheckpointReason;
+    use walrus_engine::txn::clog::XIDS_PER_SEGMENT;
+
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_with(
+        dir.path(),
+        &[
+            ("autovacuum_naptime", "\"20ms\""),
+            ("autovacuum_freeze_max_age", "1000000"),
+        ],
+    );
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(1, "old")).unwrap();
+    t.commit().unwrap();
+    // An old snapshot: REPEATABLE READ keeps its xmin until it ends.
+    let mut old = e.begin(Isolation::RepeatableRead);
+    assert_eq!(old.scan_all(&def).unwrap().len(), 1);
+    e.txn_manager()
+        .advance_next_xid(Xid(2 * XIDS_PER_SEGMENT + 9));
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(2, "young")).unwrap();
+    t.commit().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        e.freeze_passes(),
+        0,
+        "a pass ran while a snapshot pinned segment 0"
+    );
+    old.rollback().unwrap();
+    wait_until(10, "an automatic freeze pass", || e.freeze_passes() > 0);
+    e.checkpoint(CheckpointReason::Requested).unwrap();
+    assert_eq!(e.txn_manager().clog.oldest_xid(), Xid(2 * XIDS_PER_SEGMENT));
+    let mut t = e.begin(Isolation::ReadCommitted);
+    assert_eq!(t.scan_all(&def).unwrap().len(), 2);
+    t.rollback().unwrap();
+    e.shutdown().unwrap();
+}

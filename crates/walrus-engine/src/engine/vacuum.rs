@@ -45,6 +45,7 @@ use crate::access::btree::BTree;
 use crate::access::heap::{Heap, VacuumCounts};
 use crate::catalog::{TableDef, CATALOG_RELFILE};
 use crate::error::{Error, Result};
+use crate::txn::clog::XIDS_PER_SEGMENT;
 
 /// Vacuum's cost-based delay (PostgreSQL's `vacuum_cost_*`), and its stop check.
 struct Throttle<'a> {
@@ -244,6 +245,7 @@ impl Engine {
         if pending.is_none_or(|(c, _)| c <= cutoff) {
             *pending = Some((cutoff, upto));
         }
+        inner.freeze_passes.fetch_add(1, Ordering::Relaxed);
         Ok(Some(FreezeReport {
             cutoff,
             relations: names.len() + 1,
@@ -388,8 +390,15 @@ pub(super) fn autovacuum_loop(engine: &Engine) {
                 Err(e) => tracing::warn!("automatic vacuum of table \"{}\" failed: {e}", def.name),
             }
         }
-        let age = inner.txn.next_xid().0 - inner.txn.clog.oldest_xid().0;
-        if age > s.autovacuum_freeze_max_age && inner.clog_truncate_pending.lock().is_none() {
+        let oldest = inner.txn.clog.oldest_xid().0;
+        let age = inner.txn.next_xid().0 - oldest;
+        // Only when a pass could free a segment: an old snapshot holding the global
+        // xmin in the oldest segment would otherwise cost a full pass every naptime.
+        let could_free = inner.txn.global_xmin().0 / XIDS_PER_SEGMENT > oldest / XIDS_PER_SEGMENT;
+        if age > s.autovacuum_freeze_max_age
+            && could_free
+            && inner.clog_truncate_pending.lock().is_none()
+        {
             match engine.freeze_pass(VacuumKind::Auto, None) {
                 Ok(Some(r)) => tracing::info!(
                     "automatic freeze pass: {} relations, {} pages changed, cutoff xid {}; {:.1} ms",
@@ -412,7 +421,6 @@ mod tests {
     use crate::access::datum::{Datum, TypeId};
     use crate::catalog::ColumnDef;
     use crate::engine::Isolation;
-    use crate::txn::clog::XIDS_PER_SEGMENT;
 
     /// The clog goes only at a checkpoint whose redo point is past the whole pass: an
     /// earlier redo point means recovery could replay the commit records of xids below
