@@ -92,6 +92,11 @@ pub enum Error {
 
     #[error("the database system is shutting down or failed earlier (at {0}); restart it")]
     Unusable(Lsn),
+
+    /// An always-on invariant check failed inside background work (reported, not
+    /// propagated as a panic: see `engine/vacuum.rs`).
+    #[error("internal error: {0}")]
+    Internal(String),
 }
 
 impl Error {
@@ -125,6 +130,7 @@ impl Error {
             Error::FeatureNotSupported(_) => "0A000",
             Error::RowTooBig { .. } => "54000",
             Error::Unusable(_) => "57P03",
+            Error::Internal(_) => "XX000",
         }
     }
 

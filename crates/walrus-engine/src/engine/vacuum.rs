@@ -325,6 +325,22 @@ fn vacuum_relation(
     })
 }
 
+/// Runs one piece of autovacuum work, turning a panic (an always-on invariant check that
+/// failed, such as a clog lookup below the truncation point) into that piece's error, as
+/// PostgreSQL logs a failed autovacuum worker and carries on: otherwise the thread would
+/// end and no table would be vacuumed again until a restart. Latches, pins and table
+/// holds are guards, released while the panic unwinds.
+fn contained<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|p| {
+        let what = p
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| p.downcast_ref::<&str>().copied())
+            .unwrap_or("a panic");
+        Err(Error::Internal(format!("autovacuum stopped: {what}")))
+    })
+}
+
 /// The autovacuum thread: see the module comment.
 pub(super) fn autovacuum_loop(engine: &Engine) {
     let inner = &engine.inner;
@@ -364,7 +380,7 @@ pub(super) fn autovacuum_loop(engine: &Engine) {
             if dead <= threshold {
                 continue;
             }
-            match engine.vacuum_table(&def.name, VacuumKind::Auto, None, None) {
+            match contained(|| engine.vacuum_table(&def.name, VacuumKind::Auto, None, None)) {
                 Ok(Some(r)) => tracing::info!(
                     "automatic vacuum of table \"{}\": pages: {} scanned, {} dirtied; tuples: {} pruned, {} remain, {} are dead but not yet removable; dead line pointers freed: {}, their index entries removed: {}; {:.1} ms",
                     r.table,
@@ -399,7 +415,7 @@ pub(super) fn autovacuum_loop(engine: &Engine) {
             && could_free
             && inner.clog_truncate_pending.lock().is_none()
         {
-            match engine.freeze_pass(VacuumKind::Auto, None) {
+            match contained(|| engine.freeze_pass(VacuumKind::Auto, None)) {
                 Ok(Some(r)) => tracing::info!(
                     "automatic freeze pass: {} relations, {} pages changed, cutoff xid {}; {:.1} ms",
                     r.relations,
@@ -469,6 +485,16 @@ mod tests {
         assert_eq!(inner.txn.clog.oldest_xid(), Xid(2 * XIDS_PER_SEGMENT));
         assert!(inner.clog_truncate_pending.lock().is_none());
         e.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_panic_in_autovacuum_work_is_that_works_error() {
+        let r: Result<()> = contained(|| panic!("status of xid {} was truncated", 42));
+        match r {
+            Err(Error::Internal(m)) => assert!(m.contains("xid 42 was truncated"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(contained(|| Ok(7)).unwrap(), 7);
     }
 
     #[test]
