@@ -191,6 +191,7 @@ impl Engine {
                 redo_lsn: Lsn::ZERO,
                 next_xid: Xid::FIRST_NORMAL,
                 next_relfile: RelFileId::FIRST_USER.0,
+                clog_oldest: Xid(0),
             },
         )?;
         crate::storage::relfile::sync_dir(dir)?;
@@ -248,8 +249,22 @@ impl Engine {
             wal.clone(),
         )?);
         pool.set_relation_name(CATALOG_RELFILE, "walrus_catalog");
-        let clog = Clog::open(&dir.join("clog"), settings.clog_buffers)
-            .map_err(|e| Error::io("open commit-status log", dir.join("clog").display(), e))?;
+        // Xids below the checkpoint's next xid minus one reservation block were handed out
+        // (the checkpoint records the reservation's end, up to that block ahead).
+        let assigned_below = Xid(cd.next_xid.0.saturating_sub(crate::txn::XID_LOG_BLOCK));
+        let clog = Clog::open_at(
+            &dir.join("clog"),
+            settings.clog_buffers,
+            cd.clog_oldest,
+            assigned_below,
+        )
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => Error::BadDataDirectory {
+                dir: dir.display().to_string(),
+                reason: e.to_string(),
+            },
+            _ => Error::io("open commit-status log", dir.join("clog").display(), e),
+        })?;
         let txn = TxnManager::new(clog, cd.next_xid);
         let page_writers = PageWriters::start(
             pool.clone(),

@@ -1,6 +1,7 @@
 //! A damaged data directory gets a clear error (or repair where the mode allows), never a
 //! panic or a silent wrong answer: corrupted control file, truncated or missing WAL
-//! segment, a flipped bit in a data page, a bad configuration value.
+//! segment, a missing commit-status segment, a flipped bit in a data page, a bad
+//! configuration value.
 
 mod common;
 
@@ -160,4 +161,24 @@ fn opening_a_non_data_directory_is_a_clear_error() {
         "{}",
         text(&out)
     );
+}
+
+/// A deleted commit-status segment used to read as zeros: every transaction in it
+/// "aborted", so committed rows silently disappeared. Now open refuses the directory and
+/// names the segment; an extra segment below the recorded truncation point would be
+/// removed instead (clog unit tests).
+#[test]
+fn missing_clog_segment_is_refused_clearly() {
+    let c = loaded();
+    let seg = c.data.join("clog").join(format!("{:012X}", 0));
+    assert!(seg.exists(), "the workload's xids live in segment 0");
+    std::fs::remove_file(&seg).unwrap();
+    let out = recover(&c);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("commit-status log segment 000000000000 is missing"),
+        "{}",
+        text(&out)
+    );
+    assert!(!text(&out).contains("panicked"));
 }

@@ -269,7 +269,24 @@ pub(super) fn truncate_clog_after_checkpoint(inner: &Inner, redo: walrus_base::L
         }
     };
     let Some(cutoff) = ready else { return };
-    match inner.txn.clog.truncate_below(cutoff) {
+    let clog = &inner.txn.clog;
+    let point = Xid(cutoff.0 / XIDS_PER_SEGMENT * XIDS_PER_SEGMENT);
+    if point <= clog.oldest_xid() {
+        return;
+    }
+    // The control file learns the new point before any file goes: a file missing at or
+    // above the recorded point is then always damage, never a truncation (`Clog::open_at`).
+    let recorded = {
+        let mut c = inner.control.lock();
+        let mut d = c.data().clone();
+        d.clog_oldest = point;
+        c.update(d)
+    };
+    if let Err(e) = recorded {
+        tracing::warn!("could not record the commit-status log's truncation: {e}");
+        return;
+    }
+    match clog.truncate_below(point) {
         Ok(0) => {}
         Ok(n) => tracing::info!(
             "commit-status log truncated: {n} segment(s) removed; statuses kept from xid {}",

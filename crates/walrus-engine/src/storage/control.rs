@@ -42,6 +42,10 @@ pub struct ControlData {
     pub redo_lsn: Lsn,
     pub next_xid: Xid,
     pub next_relfile: u32,
+    /// The commit-status log keeps statuses from this xid on (a segment boundary; the
+    /// segments below were truncated after a freeze pass). Zero in control files written
+    /// before truncation existed, which is their truth.
+    pub clog_oldest: Xid,
 }
 
 impl ControlData {
@@ -63,6 +67,7 @@ impl ControlData {
         put(&self.redo_lsn.0.to_le_bytes());
         put(&self.next_xid.0.to_le_bytes());
         put(&self.next_relfile.to_le_bytes());
+        put(&self.clog_oldest.0.to_le_bytes());
         let crc = crc32c::crc32c(&b[..COPY_SIZE - 4]);
         b[COPY_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -98,6 +103,7 @@ impl ControlData {
             redo_lsn: Lsn(u64at(52)),
             next_xid: Xid(u64at(60)),
             next_relfile: u32at(68),
+            clog_oldest: Xid(u64at(72)),
         })
     }
 }
@@ -229,6 +235,7 @@ mod tests {
             redo_lsn: Lsn(1000),
             next_xid: Xid(77),
             next_relfile: 16390,
+            clog_oldest: Xid(3 << 20),
         }
     }
 

@@ -26,8 +26,10 @@
 //! xid carries a hint bit with its final status, so no reader needs the file again; a
 //! lookup below `oldest_xid` means a page escaped the pass, and stops that caller with
 //! a panic naming the xid rather than answer "aborted" from a missing file. The lowest
-//! segment file present is the truncation point after a restart: files go lowest first,
-//! so a crash mid-truncation leaves a contiguous suffix.
+//! truncation point is recorded in the control file before any file goes, so at open a
+//! file below it is the leftover of an interrupted truncation (removed), and a file
+//! missing at or above it is damage (refused: those statuses are lost). Segment files
+//! are created contiguously (`reserve_space`), so a gap is damage too.
 //!
 //! No checksums on clog pages, on purpose: status bits only ever go from 0 (in
 //! progress) to a final value, every checkpoint fsyncs the clog before it completes, and
@@ -168,9 +170,58 @@ pub struct Clog {
 pub const XIDS_PER_SEGMENT: u64 = XIDS_PER_PAGE * PAGES_PER_SEGMENT;
 
 impl Clog {
+    /// Opens a clog that keeps statuses from xid 0 on (tests; see [`Clog::open_at`]).
     pub fn open(dir: &Path, slots: usize) -> std::io::Result<Clog> {
+        Clog::open_at(dir, slots, Xid(0), Xid(0))
+    }
+
+    /// Opens the clog in `dir`, whose statuses below `oldest` (a segment boundary, from
+    /// the control file) were truncated. Removes segment files below it (an interrupted
+    /// truncation) and refuses a directory whose files do not run without a gap from
+    /// `oldest`'s segment on: a missing segment's statuses are lost, and answering
+    /// "aborted" for them would hide committed rows. Xids below `assigned_below` are
+    /// known to have been handed out, so their segments must be there too (every writer
+    /// reserves its segment before it takes an xid).
+    pub fn open_at(
+        dir: &Path,
+        slots: usize,
+        oldest: Xid,
+        assigned_below: Xid,
+    ) -> std::io::Result<Clog> {
         std::fs::create_dir_all(dir)?;
-        let oldest_seg = Clog::segments_in(dir)?.first().copied().unwrap_or(0);
+        let oldest_seg = oldest.0 / XIDS_PER_SEGMENT;
+        let mut present = Vec::new();
+        for seg in Clog::segments_in(dir)? {
+            if seg < oldest_seg {
+                std::fs::remove_file(dir.join(format!("{seg:012X}")))?;
+            } else {
+                present.push(seg);
+            }
+        }
+        let missing = |seg: u64| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "commit-status log segment {seg:012X} is missing (the statuses of xids \
+                     {}..{} are lost)",
+                    seg * XIDS_PER_SEGMENT,
+                    (seg + 1) * XIDS_PER_SEGMENT - 1
+                ),
+            )
+        };
+        let mut want = oldest_seg;
+        for &seg in &present {
+            if seg != want {
+                return Err(missing(want));
+            }
+            want += 1;
+        }
+        if assigned_below > Xid::FIRST_NORMAL
+            && assigned_below > oldest
+            && (assigned_below.0 - 1) / XIDS_PER_SEGMENT >= want
+        {
+            return Err(missing(want));
+        }
         let slots = (0..slots.max(2))
             .map(|_| Slot {
                 state: AtomicU64::new(NO_PAGE << PIN_BITS),
@@ -188,7 +239,8 @@ impl Clog {
             counters: Counters::default(),
             touched: Mutex::new(HashSet::new()),
             hand: std::sync::atomic::AtomicUsize::new(0),
-            space_ready_upto: std::sync::atomic::AtomicU64::new(0),
+            // The files present have their space; new ones follow them without a gap.
+            space_ready_upto: std::sync::atomic::AtomicU64::new(want * XIDS_PER_SEGMENT),
             space_lock: Mutex::new(()),
             oldest_xid: AtomicU64::new(oldest_seg * XIDS_PER_SEGMENT),
         })
@@ -455,7 +507,10 @@ impl Clog {
         }
         let _one = self.space_lock.lock();
         let xids_per_seg = XIDS_PER_PAGE * PAGES_PER_SEGMENT;
-        let from = self.space_ready_upto.load(Relaxed).max(next) / xids_per_seg;
+        // From the first segment without its space, never from `next`: segment files
+        // stay contiguous (a gap means damage at open) even when xids jump ahead.
+        debug_assert!(next <= upto);
+        let from = self.space_ready_upto.load(Relaxed) / xids_per_seg;
         let to = upto.div_ceil(xids_per_seg);
         for seg in from..to {
             crate::io::reserve_space(
@@ -737,10 +792,59 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert!(!names.contains(&format!("{:012X}", 0)) && !names.contains(&format!("{:012X}", 1)));
-        let c = Clog::open(dir.path(), 2).unwrap();
-        assert_eq!(c.oldest_xid(), Xid(2 * seg), "found again from the files");
+        let c = Clog::open_at(dir.path(), 2, Xid(2 * seg), Xid(3 * seg + 7)).unwrap();
+        assert_eq!(c.oldest_xid(), Xid(2 * seg));
         assert_eq!(c.get_status(xids[3]), XidStatus::Committed);
         assert_eq!(c.get_status(Xid(3 * seg + 6)), XidStatus::Aborted);
+    }
+
+    /// At open, a segment file below the recorded truncation point is a leftover (an
+    /// interrupted truncation: removed); one missing at or above it is damage (refused,
+    /// naming the segment), whether first or in the middle. Xids that jump ahead still
+    /// get every segment file in between.
+    #[test]
+    fn open_removes_leftovers_and_refuses_a_missing_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = XIDS_PER_SEGMENT;
+        {
+            let c = Clog::open(dir.path(), 2).unwrap();
+            c.reserve_space(3, 2 * XIDS_PER_PAGE).unwrap();
+            c.reserve_space(3 * seg + 5, 3 * seg + 2 * XIDS_PER_PAGE)
+                .unwrap();
+        }
+        let file = |s: u64| dir.path().join(format!("{s:012X}"));
+        assert!((0..4).all(|s| file(s).exists()), "contiguous after a jump");
+        let c = Clog::open_at(dir.path(), 2, Xid(seg), Xid(3 * seg + 5)).unwrap();
+        assert!(!file(0).exists(), "a leftover below the point is removed");
+        assert_eq!(c.oldest_xid(), Xid(seg));
+        drop(c);
+        std::fs::remove_file(file(2)).unwrap();
+        let e = Clog::open_at(dir.path(), 2, Xid(seg), Xid(0))
+            .err()
+            .expect("refused");
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+        assert!(
+            e.to_string().contains("segment 000000000002 is missing"),
+            "{e}"
+        );
+        let e = Clog::open_at(dir.path(), 2, Xid(0), Xid(0))
+            .err()
+            .expect("refused");
+        assert!(
+            e.to_string().contains("segment 000000000000 is missing"),
+            "{e}"
+        );
+        // The last segment holding handed-out xids is missing: refused too.
+        std::fs::remove_file(file(3)).unwrap();
+        std::fs::write(file(2), []).unwrap();
+        let e = Clog::open_at(dir.path(), 2, Xid(seg), Xid(3 * seg + 5))
+            .err()
+            .expect("refused");
+        assert!(
+            e.to_string().contains("segment 000000000003 is missing"),
+            "{e}"
+        );
+        assert!(Clog::open_at(dir.path(), 2, Xid(seg), Xid(3 * seg)).is_ok());
     }
 
     #[test]
