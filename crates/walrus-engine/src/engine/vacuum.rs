@@ -230,8 +230,8 @@ impl Engine {
             }
         }
         // The catalog relation: its rows hold the xids of the DDL that wrote them.
-        // Only frozen, not vacuumed: concurrent DDL writes it, and its dead line
-        // pointers cost little (a catalog row changes once per DDL).
+        // Only frozen, not vacuumed: concurrent DDL writes it, and the pruning an insert
+        // does on a full page already reclaims its dead versions.
         let mut throttle = Throttle::new(inner, kind, [interrupt, None]);
         let rel = inner.rel(CATALOG_RELFILE, 100);
         let heap = Heap::new(&inner.pool, &inner.txn, &rel);
