@@ -1082,7 +1082,7 @@ impl<'s> Executor<'s> {
                         self.catalog_snapshot()?;
                         let snap = self.catalog.borrow();
                         let snap = snap.as_ref().expect("taken above");
-                        let (cols, rows) = snap.table(schema, &table, self.settings.map())?;
+                        let (cols, rows) = snap.table(schema, &table, &self.settings.all())?;
                         let qual = alias
                             .as_ref()
                             .map(|a| ident(&a.name))

@@ -113,11 +113,20 @@ impl SettingsView {
         if name == WAL_LSN_KEY {
             return Some(self.engine.wal().insert_lsn().to_string());
         }
-        self.map.get(name).cloned()
+        self.map
+            .get(name)
+            .cloned()
+            .or_else(|| crate::guc::postgres_default(name).map(str::to_string))
     }
 
-    pub(crate) fn map(&self) -> &BTreeMap<String, String> {
-        &self.map
+    /// Every setting a session can see: PostgreSQL's defaults for the parameters walrus
+    /// keeps no value of its own for, then the session's own values over them.
+    pub(crate) fn all(&self) -> BTreeMap<String, String> {
+        let mut all: BTreeMap<String, String> = crate::guc::postgres_defaults()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        all.extend(self.map.iter().map(|(k, v)| (k.clone(), v.clone())));
+        all
     }
 }
 
@@ -635,7 +644,8 @@ impl Session {
                 let name = words.get(1).copied().unwrap_or("").trim_matches('"');
                 if name == "all" {
                     let rows = self
-                        .settings
+                        .settings_view()
+                        .all()
                         .iter()
                         .map(|(k, v)| vec![Datum::Text(k.clone()), Datum::Text(v.clone())])
                         .collect();

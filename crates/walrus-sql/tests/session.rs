@@ -309,6 +309,22 @@ fn bad_statements_get_postgres_sqlstates() {
         Datum::Text("acme".into())
     );
     assert_eq!(scalar(&mut s, "show timezone"), Datum::Text("UTC".into()));
+    // Parameters walrus keeps no value of its own for show PostgreSQL's default.
+    assert_eq!(scalar(&mut s, "show work_mem"), Datum::Text("4MB".into()));
+    ok(&mut s, "set work_mem = '64MB'");
+    assert_eq!(
+        scalar(&mut s, "select current_setting('work_mem')"),
+        Datum::Text("64MB".into())
+    );
+    ok(&mut s, "reset work_mem");
+    assert_eq!(scalar(&mut s, "show work_mem"), Datum::Text("4MB".into()));
+    assert_eq!(
+        scalar(
+            &mut s,
+            "select setting from pg_settings where name = 'enable_seqscan'"
+        ),
+        Datum::Text("on".into())
+    );
     e.shutdown().unwrap();
 }
 
