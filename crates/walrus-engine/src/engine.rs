@@ -567,9 +567,9 @@ impl Engine {
         match heap.read_version(tid) {
             Ok(Some((h, _))) => format!(
                 "{h:?} xmin:{:?} xmax:{:?}",
-                tuple::xmin_status_for_write(&h, &self.inner.txn),
+                tuple::xmin_status_for_write(&h, &self.inner.txn).ok(),
                 if h.xmax.is_valid() {
-                    Some(tuple::xmax_status_for_write(&h, &self.inner.txn))
+                    tuple::xmax_status_for_write(&h, &self.inner.txn).ok()
                 } else {
                     None
                 }
@@ -1502,14 +1502,18 @@ impl Transaction {
                     Ok(Some((h, _))) => {
                         let txn = &self.inner.txn;
                         let xmax = if h.xmax.is_valid() {
-                            format!("{}:{:?}", h.xmax.0, tuple::xmax_status_for_write(&h, txn))
+                            format!(
+                                "{}:{:?}",
+                                h.xmax.0,
+                                tuple::xmax_status_for_write(&h, txn).ok()
+                            )
                         } else {
                             "-".into()
                         };
                         out.push_str(&format!(
                             " {cur} xmin {}:{:?} xmax {xmax} mask {:#x} ->{}",
                             h.xmin.0,
-                            tuple::xmin_status_for_write(&h, txn),
+                            tuple::xmin_status_for_write(&h, txn).ok(),
                             h.infomask,
                             h.ctid
                         ));
@@ -1644,8 +1648,8 @@ impl Transaction {
                     if h.xmin != creator {
                         return Ok(Some(RowChange::Gone));
                     }
-                    if !tuple_is_live_head(&h, &self.inner.txn) {
-                        let xmax_status = tuple::xmax_status_for_write(&h, &self.inner.txn);
+                    if !tuple_is_live_head(&h, &self.inner.txn)? {
+                        let xmax_status = tuple::xmax_status_for_write(&h, &self.inner.txn)?;
                         if h.has(tuple::UPDATED) && xmax_status == XidStatus::Committed {
                             t = h.ctid;
                             creator = h.xmax;
@@ -1752,13 +1756,13 @@ impl Drop for Transaction {
 
 /// Whether a version is the live head of its chain (not deleted/updated by a committed
 /// transaction).
-fn tuple_is_live_head(h: &TupleHeader, txn: &TxnManager) -> bool {
+fn tuple_is_live_head(h: &TupleHeader, txn: &TxnManager) -> Result<bool> {
     // A writer's view: an xmax whose transaction is still in the running set counts as
     // not committed yet, so the caller tries this version and waits for that transaction
     // instead of building on a commit snapshots do not see yet.
-    !h.xmax.is_valid()
+    Ok(!h.xmax.is_valid()
         || h.has(tuple::XMAX_INVALID)
-        || tuple::xmax_status_for_write(h, txn) != XidStatus::Committed
+        || tuple::xmax_status_for_write(h, txn)? != XidStatus::Committed)
 }
 
 /// Unique check: does the HOT chain starting at `root` hold a version that is live or
@@ -1773,7 +1777,7 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> Result<UniqueCheck> {
         let xmin_ok = if h.xmin == me {
             true
         } else {
-            match tuple::xmin_status_for_write(&h, txn) {
+            match tuple::xmin_status_for_write(&h, txn)? {
                 XidStatus::Committed => true,
                 XidStatus::Aborted => false,
                 _ => return Ok(UniqueCheck::WaitFor(h.xmin)),
@@ -1784,7 +1788,7 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> Result<UniqueCheck> {
                 if h.xmax == me {
                     true
                 } else {
-                    match tuple::xmax_status_for_write(&h, txn) {
+                    match tuple::xmax_status_for_write(&h, txn)? {
                         XidStatus::Committed => true,
                         XidStatus::Aborted => false,
                         _ => return Ok(UniqueCheck::WaitFor(h.xmax)),

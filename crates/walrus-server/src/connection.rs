@@ -505,6 +505,11 @@ fn bind(msg: &Message, prepared: &HashMap<String, Prepared>) -> Result<(String, 
     ))
 }
 
+/// What a client hears when its statement panicked inside the session.
+fn internal_error() -> SqlError {
+    SqlError::new("XX000", "internal error while executing the statement")
+}
+
 /// Runs one extended-protocol statement (COPY is only supported via simple query).
 fn run_portal(
     stream: &mut TcpStream,
@@ -513,7 +518,11 @@ fn run_portal(
     sql: &str,
     params: &[Datum],
 ) -> io::Result<Result<QueryResult, SqlError>> {
-    let mut results = s.execute_cached(sql, params);
+    // As for simple queries: a panic in the session is this statement's XX000.
+    let mut results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        s.execute_cached(sql, params)
+    }))
+    .unwrap_or_else(|_| vec![Err(internal_error())]);
     Ok(match results.pop() {
         None => Ok(QueryResult::default()),
         Some(Ok(Outcome::Done(q))) => Ok(q),
@@ -529,13 +538,7 @@ fn simple_query(
     sql: &str,
 ) -> io::Result<()> {
     let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.execute(sql, &[])));
-    let results = match results {
-        Ok(r) => r,
-        Err(_) => vec![Err(SqlError::new(
-            "XX000",
-            "internal error while executing the statement",
-        ))],
-    };
+    let results = results.unwrap_or_else(|_| vec![Err(internal_error())]);
     if results.is_empty() {
         out.simple(b'I');
         return Ok(());

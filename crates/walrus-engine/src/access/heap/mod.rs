@@ -451,20 +451,20 @@ impl<'a> Heap<'a> {
     }
 
     /// Checks whether the version at `off` may be changed by `xid`.
-    fn check_modifiable(&self, h: &TupleHeader, xid: Xid) -> Option<Modify> {
+    fn check_modifiable(&self, h: &TupleHeader, xid: Xid) -> Result<Option<Modify>> {
         if !h.xmax.is_valid() || h.has(tuple::XMAX_INVALID) {
-            return None;
+            return Ok(None);
         }
         if h.xmax == xid {
-            return Some(Modify::SelfModified);
+            return Ok(Some(Modify::SelfModified));
         }
-        match tuple::xmax_status_for_write(h, self.txn) {
+        Ok(match tuple::xmax_status_for_write(h, self.txn)? {
             crate::txn::clog::XidStatus::Aborted => None,
             crate::txn::clog::XidStatus::Committed => Some(Modify::Concurrent(
                 h.has(tuple::UPDATED).then_some((h.ctid, h.xmax)),
             )),
             _ => Some(Modify::WouldBlock(h.xmax)),
-        }
+        })
     }
 
     /// Deletes the version at `tid` (stamps xmax).
@@ -475,7 +475,7 @@ impl<'a> Heap<'a> {
             .ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
         let h = TupleHeader::read(page::item(&w, off))
             .ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
-        if let Some(m) = self.check_modifiable(&h, xid) {
+        if let Some(m) = self.check_modifiable(&h, xid)? {
             return Ok(m);
         }
         let d = old_side(off, cid, Tid::INVALID, 0);
@@ -512,7 +512,7 @@ impl<'a> Heap<'a> {
                 .ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
             let h = TupleHeader::read(page::item(&w, off))
                 .ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
-            if let Some(m) = self.check_modifiable(&h, xid) {
+            if let Some(m) = self.check_modifiable(&h, xid)? {
                 return Ok((m, false));
             }
             let need = probe.len() + 8;
@@ -565,7 +565,7 @@ impl<'a> Heap<'a> {
                 .ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
             let h = TupleHeader::read(page::item(&ow, off))
                 .ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
-            if let Some(m) = self.check_modifiable(&h, xid) {
+            if let Some(m) = self.check_modifiable(&h, xid)? {
                 // A fresh page stays all zeros (never logged, never published): a
                 // harmless hole that readers skip.
                 return Ok((m, false));
@@ -649,6 +649,7 @@ impl<'a> Heap<'a> {
     }
 
     fn prune_with_horizon(&self, w: &mut PageWrite<'_>, horizon: Xid) -> Result<usize> {
+        check_statuses_kept(w, self.txn)?;
         let plan = plan_prune(w, horizon, self.txn);
         if plan.is_empty() {
             return Ok(0);
@@ -711,6 +712,7 @@ impl<'a> Heap<'a> {
         if page::is_new(&w) {
             return Ok(false);
         }
+        check_statuses_kept(&w, self.txn)?;
         let mut d = Vec::new();
         for o in 1..=page::item_count(&w) {
             if page::line_pointer(&w, o).state != LpState::Normal {
@@ -1021,6 +1023,40 @@ fn apply_prune(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
     page::compact(p);
     let px = oldest_prunable_xmax(p);
     page::set_prune_xid(p, px);
+    Ok(())
+}
+
+/// Before a change under the exclusive latch reads tuple statuses (prune, freeze): an
+/// xid below the clog's truncation point without its hint bit means a freeze pass missed
+/// this page. That is an error for this operation, not the clog's panic, which under an
+/// exclusive latch would abort the process (and again after every restart). Free when
+/// the clog was never truncated.
+fn check_statuses_kept(p: &[u8], txn: &TxnManager) -> Result<()> {
+    let oldest = txn.clog.oldest_xid();
+    if oldest.0 == 0 {
+        return Ok(());
+    }
+    let lost = |x: Xid, hinted: bool| x >= Xid::FIRST_NORMAL && x < oldest && !hinted;
+    for o in 1..=page::item_count(p) {
+        if page::line_pointer(p, o).state != LpState::Normal {
+            continue;
+        }
+        let Some(h) = TupleHeader::read(page::item(p, o)) else {
+            continue;
+        };
+        let xmin_hinted = h.has(tuple::XMIN_COMMITTED | tuple::XMIN_INVALID);
+        let xmax_hinted = h.has(tuple::XMAX_COMMITTED | tuple::XMAX_INVALID);
+        for (x, hinted) in [(h.xmin, xmin_hinted), (h.xmax, xmax_hinted)] {
+            if lost(x, hinted) {
+                return Err(Error::Internal(format!(
+                    "could not access status of transaction {x}: the commit-status log keeps \
+                     statuses from xid {oldest} on, and the version at {} offset {o} has no \
+                     hint bit for it (a freeze pass missed this page)",
+                    page::page_id(p)
+                )));
+            }
+        }
+    }
     Ok(())
 }
 

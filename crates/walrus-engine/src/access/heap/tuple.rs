@@ -12,6 +12,7 @@
 
 use walrus_base::{Tid, Xid};
 
+use crate::error::{Error, Result};
 use crate::txn::clog::XidStatus;
 use crate::txn::{Snapshot, TxnManager};
 
@@ -165,13 +166,16 @@ pub fn dead_to_all(h: &TupleHeader, horizon: Xid, txn: &TxnManager) -> bool {
 
 /// A writer's view of a tuple's xmin ([`TxnManager::status_for_write`]), answered from
 /// the hint bits for an xid whose clog segment was truncated: there only the hints
-/// know, and they are final (such an xid is far below every running one).
-pub fn xmin_status_for_write(h: &TupleHeader, txn: &TxnManager) -> XidStatus {
+/// know, and they are final (such an xid is far below every running one). Without a
+/// hint there, the status is lost: an error for this operation (a freeze pass missed the
+/// page), never a guess and never the clog's panic, which a writer holding an exclusive
+/// latch would turn into a process abort.
+pub fn xmin_status_for_write(h: &TupleHeader, txn: &TxnManager) -> Result<XidStatus> {
     hinted_status_for_write(txn, h.xmin, h.has(XMIN_COMMITTED), h.has(XMIN_INVALID))
 }
 
 /// [`xmin_status_for_write`] for the tuple's xmax.
-pub fn xmax_status_for_write(h: &TupleHeader, txn: &TxnManager) -> XidStatus {
+pub fn xmax_status_for_write(h: &TupleHeader, txn: &TxnManager) -> Result<XidStatus> {
     hinted_status_for_write(txn, h.xmax, h.has(XMAX_COMMITTED), h.has(XMAX_INVALID))
 }
 
@@ -180,16 +184,20 @@ fn hinted_status_for_write(
     xid: Xid,
     hinted_committed: bool,
     hinted_invalid: bool,
-) -> XidStatus {
-    if xid < txn.clog.oldest_xid() {
-        if hinted_committed {
-            return XidStatus::Committed;
-        }
-        if hinted_invalid {
-            return XidStatus::Aborted;
-        }
+) -> Result<XidStatus> {
+    let oldest = txn.clog.oldest_xid();
+    if xid >= Xid::FIRST_NORMAL && xid < oldest {
+        return match (hinted_committed, hinted_invalid) {
+            (true, _) => Ok(XidStatus::Committed),
+            (_, true) => Ok(XidStatus::Aborted),
+            _ => Err(Error::Internal(format!(
+                "could not access status of transaction {xid}: the commit-status log keeps \
+                 statuses from xid {oldest} on, and the row version has no hint bit for it \
+                 (a freeze pass missed its page)"
+            ))),
+        };
     }
-    txn.status_for_write(xid)
+    Ok(txn.status_for_write(xid))
 }
 
 /// The hint bits a freeze pass adds so that no reader needs the clog for an xid below
