@@ -994,6 +994,25 @@ fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
             }
         }
         "version" => Datum::Text(crate::SERVER_VERSION_STRING.to_string()),
+        // Transactions between `xid` and the next one to be assigned (PostgreSQL's
+        // `age(xid)`, the usual `age(datfrozenxid)` monitoring). walrus's xids are 64-bit,
+        // so the age is a bigint where PostgreSQL's is an integer.
+        "age" if args.len() == 1 => {
+            let next = (s.setting)(crate::session::NEXT_XID_KEY)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0);
+            match arg(0) {
+                Datum::Null => Datum::Null,
+                Datum::Int8(x) => Datum::Int8(next - x),
+                Datum::Int4(x) => Datum::Int8(next - x as i64),
+                other => {
+                    return Err(SqlError::new(
+                        "42883",
+                        format!("function age({}) does not exist", type_name(&other)),
+                    ))
+                }
+            }
+        }
         "pg_current_wal_lsn" | "pg_current_wal_insert_lsn" => {
             match (s.setting)(crate::session::WAL_LSN_KEY) {
                 Some(l) => Datum::Text(l),

@@ -178,6 +178,9 @@ pub(crate) struct Snapshot {
     checkpoints: CheckpointStats,
     buffers_clean: u64,
     buffers_alloc: u64,
+    /// `pg_database.datfrozenxid`: every xid below it is frozen (hint bits on every
+    /// tuple) and its commit-status segment truncated.
+    frozen_xid: u64,
 }
 
 fn o(v: i64) -> Datum {
@@ -221,6 +224,12 @@ impl Snapshot {
             checkpoints: engine.checkpoint_stats(),
             buffers_clean: pool.stats.writes_by_page_writer.load(Ordering::Relaxed),
             buffers_alloc: pool.stats.misses.load(Ordering::Relaxed),
+            frozen_xid: engine
+                .txn_manager()
+                .clog
+                .oldest_xid()
+                .0
+                .max(walrus_base::Xid::FIRST_NORMAL.0),
         })
     }
 
@@ -574,7 +583,7 @@ impl Snapshot {
                 b(false),
                 b(true),
                 Datum::Int4(-1),
-                Datum::Int8(0),
+                Datum::Int8(self.frozen_xid as i64),
                 Datum::Int8(1),
                 o(1663),
                 t("C.UTF-8"),

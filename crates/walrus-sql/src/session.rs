@@ -96,6 +96,8 @@ const PARSE_CACHE_ENTRIES: usize = 256;
 /// Internal setting name whose value is the WAL insert position at the moment it is
 /// read (`pg_current_wal_lsn()`); computed by [`SettingsView::get`], never stored.
 pub(crate) const WAL_LSN_KEY: &str = "walrus.insert_lsn";
+/// The next xid to be assigned, read when asked (`age(xid)`).
+pub(crate) const NEXT_XID_KEY: &str = "walrus.next_xid";
 /// Internal key holding the database name the client connected to.
 pub(crate) const DATABASE_KEY: &str = "walrus.database";
 
@@ -112,6 +114,9 @@ impl SettingsView {
     pub(crate) fn get(&self, name: &str) -> Option<String> {
         if name == WAL_LSN_KEY {
             return Some(self.engine.wal().insert_lsn().to_string());
+        }
+        if name == NEXT_XID_KEY {
+            return Some(self.engine.txn_manager().next_xid().0.to_string());
         }
         self.map
             .get(name)

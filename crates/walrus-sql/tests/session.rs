@@ -492,9 +492,21 @@ fn vacuum_freeze_then_checkpoint_truncates_the_commit_status_log() {
     ok(&mut s, "begin");
     assert_eq!(err(&mut s, "vacuum freeze"), "25001");
     ok(&mut s, "rollback");
+    let frozen = "select datfrozenxid from pg_database";
+    assert_eq!(scalar(&mut s, frozen), Datum::Int8(3), "nothing frozen yet");
     assert_eq!(ok(&mut s, "VACUUM FREEZE").tag, "VACUUM");
     ok(&mut s, "checkpoint");
     assert!(!seg0.exists(), "segment 0 truncated");
+    assert_eq!(
+        scalar(&mut s, frozen),
+        Datum::Int8(2 * XIDS_PER_SEGMENT as i64),
+        "datfrozenxid is the truncation point"
+    );
+    let next = e.txn_manager().next_xid().0 as i64;
+    assert_eq!(
+        scalar(&mut s, "select age(datfrozenxid) from pg_database"),
+        Datum::Int8(next - 2 * XIDS_PER_SEGMENT as i64)
+    );
     let q = ok(&mut s, "select id, v from f order by id");
     let got: Vec<String> = q.rows.iter().map(|r| format!("{:?}", r[1])).collect();
     assert_eq!(got.len(), 3, "{got:?}");
