@@ -36,12 +36,25 @@ pub mod xlog;
 pub use engine::Engine;
 pub use error::{Error, Result};
 
-/// Reads every page of every relation file in `dir` and verifies its checksum, without
-/// starting the engine (no recovery, no WAL). Returns one error per damaged page.
+/// Reads every page of every relation file in `dir` and verifies its checksum, and checks
+/// the commit-status log's files (`Clog::check_files`), without starting the engine (no
+/// recovery, no WAL). Returns one error per damaged page or clog problem.
 pub fn verify_data_directory(dir: &std::path::Path) -> Result<Vec<Error>> {
-    storage::control::ControlFile::open(dir)?;
+    let control = storage::control::ControlFile::open(dir)?;
     let relfiles = storage::relfile::RelFiles::open(dir)?;
     let mut bad = Vec::new();
+    // The commit-status log: the same check the engine makes at open.
+    let cd = control.data();
+    let assigned_below = walrus_base::Xid(cd.next_xid.0.saturating_sub(txn::XID_LOG_BLOCK));
+    let clog_dir = dir.join("clog");
+    match txn::clog::Clog::check_files(&clog_dir, cd.clog_oldest, assigned_below) {
+        Ok(None) => {}
+        Ok(Some(problem)) => bad.push(Error::BadDataDirectory {
+            dir: dir.display().to_string(),
+            reason: problem,
+        }),
+        Err(e) => bad.push(Error::io("read commit-status log", clog_dir.display(), e)),
+    }
     let mut buf = vec![0u8; walrus_base::PAGE_SIZE];
     for relfile in relfiles.list()? {
         for b in 0..relfiles.nblocks(relfile)? {

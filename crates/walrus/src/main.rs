@@ -56,8 +56,9 @@ enum Command {
         #[arg(default_value = "walrus-data")]
         dir: PathBuf,
     },
-    /// Read every page of a data directory from disk and verify its checksum, without
-    /// starting the engine. Exits non-zero if any page is damaged.
+    /// Read every page of a data directory from disk and verify its checksum, and check
+    /// the commit-status log's segment files, without starting the engine. Exits
+    /// non-zero if anything is damaged.
     Verify {
         #[arg(default_value = "walrus-data")]
         dir: PathBuf,
@@ -151,5 +152,5 @@ fn verify(dir: &std::path::Path) -> anyhow::Result<()> {
     for d in &damaged {
         eprintln!("{d}");
     }
-    anyhow::bail!("{} damaged page(s)", damaged.len())
+    anyhow::bail!("{} problem(s) found", damaged.len())
 }

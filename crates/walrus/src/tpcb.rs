@@ -326,10 +326,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     while a.seconds == 0 || started.elapsed() < Duration::from_secs(a.seconds) {
         std::thread::sleep(Duration::from_millis(10));
         if a.xid_jump_ms > 0 && last_jump.elapsed() >= Duration::from_millis(a.xid_jump_ms) {
+            // As a writer would: the clog segments first, then the xids.
             let txn = engine.txn_manager();
-            txn.advance_next_xid(walrus_base::Xid(
-                txn.next_xid().0 + walrus_engine::txn::clog::XIDS_PER_SEGMENT,
-            ));
+            let to = txn.next_xid().0 + walrus_engine::txn::clog::XIDS_PER_SEGMENT;
+            txn.clog.reserve_space(to, to + 1)?;
+            txn.advance_next_xid(walrus_base::Xid(to));
             last_jump = Instant::now();
         }
         if last_ckpt.elapsed() >= Duration::from_millis(a.checkpoint_ms) {

@@ -163,15 +163,28 @@ fn opening_a_non_data_directory_is_a_clear_error() {
     );
 }
 
-/// A deleted commit-status segment used to read as zeros: every transaction in it
-/// "aborted", so committed rows silently disappeared. Now open refuses the directory and
-/// names the segment; an extra segment below the recorded truncation point would be
+/// A deleted or cut-short commit-status segment used to read as zeros: every transaction
+/// in it "aborted", so committed rows silently disappeared. Now open (and `walrus
+/// verify`) refuses the directory and names the segment; an extra segment below the recorded truncation point would be
 /// removed instead (clog unit tests).
 #[test]
 fn missing_clog_segment_is_refused_clearly() {
     let c = loaded();
     let seg = c.data.join("clog").join(format!("{:012X}", 0));
     assert!(seg.exists(), "the workload's xids live in segment 0");
+    // Cut short (statuses of written pages lost): `walrus verify` and open both say so.
+    let f = std::fs::OpenOptions::new().write(true).open(&seg).unwrap();
+    f.set_len(0).unwrap();
+    let v = c.verify();
+    assert!(!v.status.success(), "{}", text(&v));
+    assert!(
+        text(&v).contains("commit-status log segment 000000000000 is truncated"),
+        "{}",
+        text(&v)
+    );
+    let out = recover(&c);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(text(&out).contains("is truncated"), "{}", text(&out));
     std::fs::remove_file(&seg).unwrap();
     let out = recover(&c);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
