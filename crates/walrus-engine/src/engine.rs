@@ -439,6 +439,15 @@ impl Engine {
         Ok(v)
     }
 
+    /// [`Engine::catalog_view`] read from the catalog relation with a snapshot taken
+    /// now, never from the cache.
+    pub(crate) fn catalog_view_uncached(&self) -> Result<Arc<CatalogView>> {
+        let mut t = self.begin(Isolation::ReadCommitted);
+        let v = t.read_catalog()?;
+        t.rollback()?;
+        Ok(v)
+    }
+
     /// Runs a checkpoint now (explicit `CHECKPOINT`, shutdown, end of recovery).
     pub fn checkpoint(&self, reason: CheckpointReason) -> Result<()> {
         run_checkpoint(&self.inner, reason)
@@ -1021,6 +1030,13 @@ impl Transaction {
                 return Ok(v);
             }
         }
+        self.read_catalog()
+    }
+
+    /// The catalog read now, past the shared cache: a DDL transaction leaves the
+    /// proc array before it clears the cache, so a cached view can briefly miss a
+    /// table whose xid is already below the global xmin (the freeze pass's cutoff).
+    pub(crate) fn read_catalog(&mut self) -> Result<Arc<CatalogView>> {
         let version = self.inner.catalog_version.load(Ordering::Acquire);
         let snap = if self.catalog_changed {
             self.snapshot()

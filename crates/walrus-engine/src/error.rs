@@ -163,6 +163,26 @@ fn os_text(e: &std::io::Error) -> String {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+impl From<crate::txn::clog::ClogError> for Error {
+    /// A status lost to truncation is a broken invariant reported as XX000; an
+    /// unreadable clog segment is an I/O error (58030) naming the file.
+    fn from(e: crate::txn::clog::ClogError) -> Error {
+        use crate::txn::clog::ClogError;
+        match e {
+            ClogError::Truncated { .. } => Error::Internal(e.to_string()),
+            ClogError::Unreadable {
+                xid: _,
+                path,
+                cause,
+            } => Error::Io {
+                what: "read the commit-status log",
+                path,
+                cause,
+            },
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

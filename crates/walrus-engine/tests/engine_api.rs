@@ -1256,3 +1256,73 @@ fn a_row_whose_status_was_truncated_without_a_hint_is_an_error_not_a_guess() {
     assert_eq!(t.scan_all(&other).unwrap().len(), 1);
     t.rollback().unwrap();
 }
+
+/// An unreadable clog segment stops a freeze pass with an I/O error (58030) before it
+/// changes a page: the status is not guessed as "aborted", which the pass would write
+/// as a permanent hint bit and so hide a committed row for good. Once the segment is
+/// readable again the pass completes and the row is there.
+#[test]
+fn an_unreadable_clog_segment_fails_the_freeze_pass_and_hides_no_row() {
+    use walrus_base::Xid;
+    use walrus_engine::engine::CheckpointReason;
+    use walrus_engine::txn::clog::XIDS_PER_SEGMENT;
+
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    // The catalog's rows get their hints now (opening the engine reads them), the
+    // row below keeps its status only in clog segment 0.
+    e.vacuum_freeze(None, None).unwrap().expect("a pass");
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(1, "old")).unwrap();
+    t.commit().unwrap();
+    // Later xids live in another segment.
+    {
+        let txn = e.txn_manager();
+        let jump = 2 * XIDS_PER_SEGMENT + 3;
+        txn.clog.reserve_space(txn.next_xid().0, jump + 1).unwrap();
+        txn.advance_next_xid(Xid(jump));
+    }
+    e.checkpoint(CheckpointReason::Requested).unwrap();
+    e.shutdown().unwrap();
+    drop(e);
+
+    // After a restart no clog page is resident; segment 0 cannot be opened.
+    let (e, _) = Engine::open(dir.path()).unwrap();
+    let seg0 = dir.path().join("clog").join(format!("{:012X}", 0));
+    let aside = dir.path().join("segment-0-aside");
+    std::fs::rename(&seg0, &aside).unwrap();
+    std::fs::create_dir(&seg0).unwrap();
+    let r = e.vacuum_freeze(None, None);
+    match &r {
+        Err(err @ Error::Io { .. }) => {
+            assert_eq!(err.sqlstate(), "58030");
+            assert!(err.to_string().contains("commit-status log"), "{err}");
+        }
+        other => panic!("expected an I/O error, got {other:?}"),
+    }
+    // The engine lives on for transactions whose statuses it can read.
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(3, "during")).unwrap();
+    t.commit().unwrap();
+
+    std::fs::remove_dir(&seg0).unwrap();
+    std::fs::rename(&aside, &seg0).unwrap();
+    e.vacuum_freeze(None, None)
+        .unwrap()
+        .expect("a manual pass completes");
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let mut ids: Vec<i32> = t
+        .scan_all(&def)
+        .unwrap()
+        .iter()
+        .map(|(_, r)| match r[0] {
+            Datum::Int4(i) => i,
+            ref d => panic!("{d:?}"),
+        })
+        .collect();
+    ids.sort();
+    assert_eq!(ids, vec![1, 3], "no committed row was hidden");
+    t.rollback().unwrap();
+    e.shutdown().unwrap();
+}

@@ -1001,10 +1001,15 @@ fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
             let next = (s.setting)(crate::session::NEXT_XID_KEY)
                 .and_then(|v| v.parse::<i64>().ok())
                 .unwrap_or(0);
+            let age = |x: i64| {
+                next.checked_sub(x)
+                    .map(Datum::Int8)
+                    .ok_or_else(|| SqlError::new("22003", "bigint out of range"))
+            };
             match arg(0) {
                 Datum::Null => Datum::Null,
-                Datum::Int8(x) => Datum::Int8(next - x),
-                Datum::Int4(x) => Datum::Int8(next - x as i64),
+                Datum::Int8(x) => age(x)?,
+                Datum::Int4(x) => age(x as i64)?,
                 other => {
                     return Err(SqlError::new(
                         "42883",

@@ -507,6 +507,11 @@ fn vacuum_freeze_then_checkpoint_truncates_the_commit_status_log() {
         scalar(&mut s, "select age(datfrozenxid) from pg_database"),
         Datum::Int8(next - 2 * XIDS_PER_SEGMENT as i64)
     );
+    assert_eq!(
+        err(&mut s, "select age(-9223372036854775807 - 1)"),
+        "22003",
+        "an age past bigint is an error, not a wrapped number"
+    );
     let q = ok(&mut s, "select id, v from f order by id");
     let got: Vec<String> = q.rows.iter().map(|r| format!("{:?}", r[1])).collect();
     assert_eq!(got.len(), 3, "{got:?}");

@@ -213,12 +213,28 @@ impl Engine {
         interrupt: Option<&AtomicBool>,
     ) -> Result<Option<FreezeReport>> {
         let inner = &self.inner;
-        let _one = inner.freeze_lock.lock();
+        // One pass at a time; a cancel request ends the wait for a running one.
+        let _one = loop {
+            if let Some(g) = inner.freeze_lock.try_lock_for(Duration::from_millis(50)) {
+                break g;
+            }
+            if interrupt.is_some_and(|i| i.load(Ordering::Acquire)) {
+                return Err(Error::Canceled);
+            }
+        };
         let started = Instant::now();
         // Every xid below the global xmin has finished, and a transaction that starts
         // from now on gets a larger one (xids are assigned under the same lock).
         let cutoff = inner.txn.global_xmin();
-        let names: Vec<String> = self.catalog_view()?.tables.keys().cloned().collect();
+        // Read after the cutoff with a fresh snapshot: every table created by an xid
+        // below the cutoff is visible to it (that xid has left the proc array). The
+        // cache could still hold a view from before such a DDL's commit.
+        let names: Vec<String> = self
+            .catalog_view_uncached()?
+            .tables
+            .keys()
+            .cloned()
+            .collect();
         let mut pages_dirtied = 0;
         for name in &names {
             match self.vacuum_table(name, kind, interrupt, Some(cutoff)) {

@@ -149,7 +149,7 @@ pub fn replay(
         }
     }
     for xid in &in_progress {
-        if txn.clog.get_status(*xid) == XidStatus::InProgress {
+        if txn.clog.try_get_status(*xid)? == XidStatus::InProgress {
             txn.clog.set_status(*xid, XidStatus::Aborted);
             stats.rolled_back += 1;
         }
@@ -186,7 +186,7 @@ fn apply(
             } else {
                 XidStatus::Aborted
             };
-            if txn.clog.get_status(rec.xid) == XidStatus::InProgress {
+            if txn.clog.try_get_status(rec.xid)? == XidStatus::InProgress {
                 txn.clog.set_status(rec.xid, status);
             }
             in_progress.remove(&rec.xid);

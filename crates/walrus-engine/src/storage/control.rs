@@ -14,10 +14,17 @@ use walrus_base::{Lsn, Xid, PAGE_SIZE};
 use crate::error::{Error, Result};
 
 const MAGIC: u64 = 0x5741_4C52_5553_4331; // "WALRUSC1"
-/// On-disk format version; a data directory of another version is refused at open.
+/// On-disk format version; a data directory of a version outside
+/// `FORMAT_VERSION_OLDEST_READ..=FORMAT_VERSION` is refused at open.
 /// 2: WAL block references without an image carry no image header, and heap records
 /// no longer log what the record's xid implies (xmax, and a fresh version's header).
-pub const FORMAT_VERSION: u32 = 2;
+/// 3: version 2's layout once the commit-status log has been truncated
+/// (`clog_oldest` > 0). A binary that reads only version 2 knows no truncation point and
+/// would read the deleted segments' statuses as "in progress", hiding committed rows,
+/// so it must refuse such a directory; one never truncated stays readable by it.
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format this binary opens (see [`FORMAT_VERSION`]).
+pub const FORMAT_VERSION_OLDEST_READ: u32 = 2;
 const COPY_SIZE: usize = 512;
 const FILE_NAME: &str = "control";
 
@@ -176,10 +183,10 @@ impl ControlFile {
                 )))
             }
         };
-        if current.format_version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_OLDEST_READ..=FORMAT_VERSION).contains(&current.format_version) {
             return Err(bad(format!(
-                "data directory has format version {}, this walrus reads version {}",
-                current.format_version, FORMAT_VERSION
+                "data directory has format version {}, this walrus reads versions {} to {}",
+                current.format_version, FORMAT_VERSION_OLDEST_READ, FORMAT_VERSION
             )));
         }
         if current.page_size as usize != PAGE_SIZE {
@@ -207,6 +214,12 @@ impl ControlFile {
     }
 
     fn write_copy(&mut self, slot: usize) -> Result<()> {
+        // The oldest version that can read what this copy says (see FORMAT_VERSION).
+        self.current.format_version = if self.current.clog_oldest.0 > 0 {
+            FORMAT_VERSION
+        } else {
+            FORMAT_VERSION_OLDEST_READ
+        };
         let bytes = self.current.encode();
         self.file
             .write_all_at(&bytes, (slot * COPY_SIZE) as u64)
@@ -242,18 +255,47 @@ mod tests {
     #[test]
     fn another_format_version_is_refused_with_both_versions_named() {
         let dir = tempfile::tempdir().unwrap();
-        let mut old = sample();
-        old.format_version = FORMAT_VERSION - 1; // e.g. a directory from before WAL v2
+        let old = sample();
         ControlFile::create(dir.path(), old).unwrap();
+        // A directory from before WAL v2: patch the version in both copies, fixing
+        // their checksums, as that binary would have written them.
+        let path = dir.path().join(FILE_NAME);
+        let mut bytes = std::fs::read(&path).unwrap();
+        for copy in 0..2 {
+            let mut d = ControlData::decode(&bytes[copy * COPY_SIZE..(copy + 1) * COPY_SIZE])
+                .expect("a valid copy");
+            d.format_version = FORMAT_VERSION_OLDEST_READ - 1;
+            bytes[copy * COPY_SIZE..(copy + 1) * COPY_SIZE].copy_from_slice(&d.encode());
+        }
+        std::fs::write(&path, &bytes).unwrap();
         let err = ControlFile::open(dir.path())
             .err()
             .expect("must be refused")
             .to_string();
         assert!(
-            err.contains(&format!("format version {}", FORMAT_VERSION - 1))
-                && err.contains(&format!("reads version {FORMAT_VERSION}")),
+            err.contains(&format!(
+                "format version {}",
+                FORMAT_VERSION_OLDEST_READ - 1
+            )) && err.contains(&format!(
+                "reads versions {FORMAT_VERSION_OLDEST_READ} to {FORMAT_VERSION}"
+            )),
             "{err}"
         );
+    }
+
+    /// A directory is written as version 2 until its clog is first truncated, then as
+    /// version 3, which binaries that know no truncation point refuse.
+    #[test]
+    fn the_version_written_is_the_oldest_that_can_read_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut d = sample();
+        d.clog_oldest = Xid(0);
+        let mut cf = ControlFile::create(dir.path(), d.clone()).unwrap();
+        let on_disk = || ControlFile::open(dir.path()).unwrap().data().format_version;
+        assert_eq!(on_disk(), FORMAT_VERSION_OLDEST_READ);
+        d.clog_oldest = Xid(1 << 20);
+        cf.update(d).unwrap();
+        assert_eq!(on_disk(), FORMAT_VERSION);
     }
 
     #[test]

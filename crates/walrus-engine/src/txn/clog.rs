@@ -24,8 +24,9 @@
 //! pass's cutoff are deleted, lowest first, by the checkpoint that made the pass's
 //! hint bits durable (DESIGN §6, `engine/vacuum.rs`). Every tuple still holding such an
 //! xid carries a hint bit with its final status, so no reader needs the file again; a
-//! lookup below `oldest_xid` means a page escaped the pass, and stops that caller with
-//! a panic naming the xid rather than answer "aborted" from a missing file. The lowest
+//! lookup below `oldest_xid` means a page escaped the pass: `try_get_status` reports
+//! it (`ClogError::Truncated`) and `get_status` panics naming the xid, rather than
+//! answer "aborted" from a missing file. The lowest
 //! truncation point is recorded in the control file before any file goes, so at open a
 //! file below it is the leftover of an interrupted truncation (removed), and a file
 //! missing at or above it is damage (refused: those statuses are lost). Segment files
@@ -48,6 +49,25 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::sync::{AtomicBool, AtomicU64};
 use walrus_base::{Xid, PAGE_SIZE};
+
+/// Why a status cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ClogError {
+    /// Below the truncation point, where only hint bits know (a tuple without them
+    /// escaped a freeze pass).
+    #[error(
+        "could not access status of transaction {xid}: the commit-status log keeps statuses \
+         from xid {oldest} on, and the row version has no hint bit for it (a freeze pass \
+         missed its page)"
+    )]
+    Truncated { xid: Xid, oldest: Xid },
+    #[error("could not access status of transaction {xid}: could not read \"{path}\": {cause}")]
+    Unreadable {
+        xid: Xid,
+        path: String,
+        cause: std::io::Error,
+    },
+}
 
 /// Bytes of one commit-status page (two bits per xid). Tiny under loom so a model
 /// iteration does not create thousands of modelled atomics.
@@ -204,7 +224,18 @@ impl Clog {
                 problem,
             ));
         }
-        let want = present.last().map_or(oldest_seg, |&s| s + 1);
+        // Space is ready up to the first file shorter than a whole segment (a
+        // reservation cut off by a full disk or a kill), else past the last file: the
+        // next reservation starts there and completes that file. `check_files` above
+        // made sure no handed-out xid lives in the missing part.
+        let seg_bytes = PAGES_PER_SEGMENT * CLOG_PAGE_BYTES as u64;
+        let mut want = present.last().map_or(oldest_seg, |&s| s + 1);
+        for &seg in &present {
+            if std::fs::metadata(dir.join(format!("{seg:012X}")))?.len() < seg_bytes {
+                want = seg;
+                break;
+            }
+        }
         let slots = (0..slots.max(2))
             .map(|_| Slot {
                 state: AtomicU64::new(NO_PAGE << PIN_BITS),
@@ -222,7 +253,6 @@ impl Clog {
             counters: Counters::default(),
             touched: Mutex::new(HashSet::new()),
             hand: std::sync::atomic::AtomicUsize::new(0),
-            // The files present have their space; new ones follow them without a gap.
             space_ready_upto: std::sync::atomic::AtomicU64::new(want * XIDS_PER_SEGMENT),
             space_lock: Mutex::new(()),
             oldest_xid: AtomicU64::new(oldest_seg * XIDS_PER_SEGMENT),
@@ -421,28 +451,62 @@ impl Clog {
         None
     }
 
+    /// Status of `xid`, for callers that cannot fail: a status lost to truncation or
+    /// an unreadable segment stops the caller with a panic naming the xid, never an
+    /// invented answer ("aborted" would hide a committed row, and a hint bit set from it
+    /// would hide it for good). Paths that change pages use [`Clog::try_get_status`].
     pub fn get_status(&self, xid: Xid) -> XidStatus {
+        match self.try_get_status(xid) {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Status of `xid`, or why it cannot be known. The truncation point is checked
+    /// again after the lookup: a truncation running concurrently empties the slots
+    /// below its point, and a word read from a slot refilled from a deleted file would
+    /// be zeros (in progress), so a lookup that raced one is reported as truncated.
+    pub fn try_get_status(&self, xid: Xid) -> Result<XidStatus, ClogError> {
         if xid.0 < Xid::FIRST_NORMAL.0 {
             assert!(xid.is_valid(), "clog lookup of the invalid xid");
-            return XidStatus::Committed;
+            return Ok(XidStatus::Committed);
         }
-        assert!(
-            xid.0 >= self.oldest_xid.load(SeqCst),
-            "status of xid {xid} was truncated from the commit-status log (oldest kept: {}): \
-             a tuple holding it has no hint bits, so a freeze pass missed its page",
-            self.oldest_xid.load(SeqCst)
-        );
+        let truncated = |oldest: u64| ClogError::Truncated {
+            xid,
+            oldest: Xid(oldest),
+        };
+        let oldest = self.oldest_xid.load(SeqCst);
+        if xid.0 < oldest {
+            return Err(truncated(oldest));
+        }
         let (page, word, shift) = Clog::locate(xid);
-        loop {
+        let status = loop {
             if let Some(v) = self.read_word(page, word) {
-                return XidStatus::from_bits(v >> shift);
+                break XidStatus::from_bits(v >> shift);
             }
             let _g = self.lock_pool();
-            if self.ensure_resident(page).is_err() {
-                // Unreadable clog: treat as in progress rather than invent a commit.
-                return XidStatus::InProgress;
+            // Under the pool lock no truncation runs: re-check before loading a page
+            // whose file it may just have deleted.
+            let oldest = self.oldest_xid.load(SeqCst);
+            if xid.0 < oldest {
+                return Err(truncated(oldest));
             }
+            if let Err(cause) = self.ensure_resident(page) {
+                return Err(ClogError::Unreadable {
+                    xid,
+                    path: self
+                        .seg_path(page / PAGES_PER_SEGMENT)
+                        .display()
+                        .to_string(),
+                    cause,
+                });
+            }
+        };
+        let oldest = self.oldest_xid.load(SeqCst);
+        if xid.0 < oldest {
+            return Err(truncated(oldest));
         }
+        Ok(status)
     }
 
     fn lock_pool(&self) -> parking_lot::MutexGuard<'_, ()> {
@@ -910,6 +974,58 @@ mod tests {
         );
         // ... but the page holding the last handed-out xid is all it needs there.
         assert!(Clog::open_at(dir.path(), 2, Xid(seg), Xid(2 * seg + 10)).is_ok());
+    }
+
+    /// A segment whose reservation was cut short (full disk, kill) is completed by the
+    /// next reservation after a restart, not taken as ready: statuses written past its
+    /// end would otherwise be the first allocation there, and could fail with ENOSPC at
+    /// checkpoint time instead of when the xid is handed out.
+    #[test]
+    fn a_segment_cut_short_is_reserved_again_after_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = XIDS_PER_SEGMENT;
+        let file = dir.path().join(format!("{:012X}", 1));
+        {
+            let c = Clog::open(dir.path(), 2).unwrap();
+            c.reserve_space(3, 2 * seg).unwrap();
+        }
+        let whole = std::fs::metadata(&file).unwrap().len();
+        OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_len(CLOG_PAGE_BYTES as u64)
+            .unwrap();
+        let c = Clog::open_at(dir.path(), 2, Xid(0), Xid(10)).unwrap();
+        c.reserve_space(seg + 5, seg + 6).unwrap();
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), whole);
+    }
+
+    /// A lookup below the truncation point is an error value from `try_get_status`
+    /// (the writers' and page-changing paths), never zeros read as "in progress".
+    #[test]
+    fn a_truncated_status_is_an_error_not_a_guess() {
+        let dir = tempfile::tempdir().unwrap();
+        let seg = XIDS_PER_SEGMENT;
+        let c = Clog::open(dir.path(), 2).unwrap();
+        c.reserve_space(3, 2 * seg + 1).unwrap();
+        c.set_status(Xid(seg - 1), XidStatus::Committed);
+        c.set_status(Xid(seg + 1), XidStatus::Committed);
+        c.flush_all().unwrap();
+        assert_eq!(c.truncate_below(Xid(seg)).unwrap(), 1);
+        match c.try_get_status(Xid(seg - 1)) {
+            Err(ClogError::Truncated { xid, oldest }) => {
+                assert_eq!((xid, oldest), (Xid(seg - 1), Xid(seg)))
+            }
+            other => panic!("expected a truncation error, got {other:?}"),
+        }
+        assert_eq!(
+            c.try_get_status(Xid(seg + 1)).unwrap(),
+            XidStatus::Committed
+        );
+        let e = crate::error::Error::from(c.try_get_status(Xid(5)).unwrap_err());
+        assert_eq!(e.sqlstate(), "XX000");
+        assert!(e.to_string().contains("transaction 5"), "{e}");
     }
 
     #[test]

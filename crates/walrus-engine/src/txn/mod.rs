@@ -11,7 +11,7 @@ use parking_lot::{Condvar, Mutex, RwLock};
 use walrus_base::Xid;
 
 use crate::error::{Error, Result};
-use clog::{Clog, XidStatus};
+use clog::{Clog, ClogError, XidStatus};
 
 /// Xids reserved per NEXT_XID WAL record: after a crash, allocation restarts above the
 /// last reserved block, so an xid is never handed out twice even if it left no record.
@@ -213,29 +213,38 @@ impl TxnManager {
     /// running set counts as in progress even if its clog bits are already set, so no
     /// writer builds on a commit that snapshots taken right now would not yet see
     /// (PostgreSQL checks the proc array before the clog for the same reason).
-    pub fn status_for_write(&self, xid: Xid) -> XidStatus {
+    pub fn status_for_write(&self, xid: Xid) -> std::result::Result<XidStatus, ClogError> {
         if self.xid_locks.lock().contains_key(&xid) {
-            return XidStatus::InProgress;
+            return Ok(XidStatus::InProgress);
         }
-        self.status(xid)
+        self.try_status(xid)
     }
 
     /// Status of `xid`. An xid the clog still shows in progress but that is not running
     /// (a crash, or a failure between its abort record and its clog update) is aborted:
     /// running xids are registered before they can appear anywhere and stay registered
-    /// until their final status is in the clog.
+    /// until their final status is in the clog. Panics where the clog cannot answer
+    /// ([`Clog::get_status`]); paths that change pages use [`TxnManager::try_status`].
     pub fn status(&self, xid: Xid) -> XidStatus {
-        match self.clog.get_status(xid) {
+        match self.try_status(xid) {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// [`TxnManager::status`], or why the clog cannot answer.
+    pub fn try_status(&self, xid: Xid) -> std::result::Result<XidStatus, ClogError> {
+        Ok(match self.clog.try_get_status(xid)? {
             XidStatus::InProgress if !self.xid_locks.lock().contains_key(&xid) => {
                 // It may have finished between the two reads: its clog bits are set
                 // before it leaves the running set, so a second read tells.
-                match self.clog.get_status(xid) {
+                match self.clog.try_get_status(xid)? {
                     XidStatus::InProgress => XidStatus::Aborted,
                     s => s,
                 }
             }
             s => s,
-        }
+        })
     }
 
     /// Ends transaction `proc` after its commit/abort is recorded (clog bits already set

@@ -12,6 +12,7 @@ use walrus_base::{PageId, RelFileId, Tid, Xid, PAGE_SIZE};
 use crate::buffer::{BufferPool, PageWrite};
 use crate::error::{Error, Result};
 use crate::storage::page::{self, LpState, PageKind, Placement};
+use crate::txn::clog::XidStatus;
 use crate::txn::TxnManager;
 use crate::wal::record::{Rmgr, WalRecord};
 use tuple::{TupleHeader, Viewer, TUPLE_HEADER_SIZE};
@@ -649,8 +650,8 @@ impl<'a> Heap<'a> {
     }
 
     fn prune_with_horizon(&self, w: &mut PageWrite<'_>, horizon: Xid) -> Result<usize> {
-        check_statuses_kept(w, self.txn)?;
-        let plan = plan_prune(w, horizon, self.txn);
+        let statuses = PageStatuses::read(w, self.txn)?;
+        let plan = plan_prune(w, horizon, &statuses);
         if plan.is_empty() {
             return Ok(0);
         }
@@ -682,12 +683,13 @@ impl<'a> Heap<'a> {
         }
         let pruned = self.prune_latched(&mut w)?;
         counts.pruned += pruned as u64;
+        let statuses = PageStatuses::read(&w, self.txn)?;
         for o in 1..=page::item_count(&w) {
             match page::line_pointer(&w, o).state {
                 LpState::Dead => dead.push(Tid::new(block, o)),
                 LpState::Normal => {
                     if let Some(mut h) = TupleHeader::read(page::item(&w, o)) {
-                        tuple::set_hints(&mut h, self.txn);
+                        tuple::set_hints(&mut h, &statuses);
                         if h.has(tuple::XMIN_COMMITTED) {
                             if h.xmax.is_valid() && h.has(tuple::XMAX_COMMITTED) {
                                 counts.dead_left += 1;
@@ -712,14 +714,14 @@ impl<'a> Heap<'a> {
         if page::is_new(&w) {
             return Ok(false);
         }
-        check_statuses_kept(&w, self.txn)?;
+        let statuses = PageStatuses::read(&w, self.txn)?;
         let mut d = Vec::new();
         for o in 1..=page::item_count(&w) {
             if page::line_pointer(&w, o).state != LpState::Normal {
                 continue;
             }
             if let Some(h) = TupleHeader::read(page::item(&w, o)) {
-                let bits = tuple::freeze_bits(&h, cutoff, self.txn);
+                let bits = tuple::freeze_bits(&h, cutoff, &statuses)?;
                 if bits != 0 {
                     d.extend_from_slice(&o.to_le_bytes());
                     d.extend_from_slice(&bits.to_le_bytes());
@@ -909,7 +911,7 @@ impl PrunePlan {
 
 /// Decides what pruning removes. Chains are walked from their roots (line pointers that
 /// are not heap-only tuples); a version is removable when dead to all.
-fn plan_prune(p: &[u8], horizon: Xid, txn: &TxnManager) -> PrunePlan {
+fn plan_prune(p: &[u8], horizon: Xid, txn: &PageStatuses<'_>) -> PrunePlan {
     let n = page::item_count(p);
     let mut plan = PrunePlan::default();
     let mut in_chain = vec![false; n as usize + 1];
@@ -1026,38 +1028,53 @@ fn apply_prune(p: &mut [u8], d: &[u8]) -> std::result::Result<(), String> {
     Ok(())
 }
 
-/// Before a change under the exclusive latch reads tuple statuses (prune, freeze): an
-/// xid below the clog's truncation point without its hint bit means a freeze pass missed
-/// this page. That is an error for this operation, not the clog's panic, which under an
-/// exclusive latch would abort the process (and again after every restart). Free when
-/// the clog was never truncated.
-fn check_statuses_kept(p: &[u8], txn: &TxnManager) -> Result<()> {
-    let oldest = txn.clog.oldest_xid();
-    if oldest.0 == 0 {
-        return Ok(());
-    }
-    let lost = |x: Xid, hinted: bool| x >= Xid::FIRST_NORMAL && x < oldest && !hinted;
-    for o in 1..=page::item_count(p) {
-        if page::line_pointer(p, o).state != LpState::Normal {
-            continue;
-        }
-        let Some(h) = TupleHeader::read(page::item(p, o)) else {
-            continue;
-        };
-        let xmin_hinted = h.has(tuple::XMIN_COMMITTED | tuple::XMIN_INVALID);
-        let xmax_hinted = h.has(tuple::XMAX_COMMITTED | tuple::XMAX_INVALID);
-        for (x, hinted) in [(h.xmin, xmin_hinted), (h.xmax, xmax_hinted)] {
-            if lost(x, hinted) {
-                return Err(Error::Internal(format!(
-                    "could not access status of transaction {x}: the commit-status log keeps \
-                     statuses from xid {oldest} on, and the version at {} offset {o} has no \
-                     hint bit for it (a freeze pass missed this page)",
-                    page::page_id(p)
-                )));
+/// The statuses of the xids a latched page's tuples have no hint bit for, read before
+/// a change under the exclusive latch (prune, freeze) decides anything. A status the
+/// clog cannot give (truncated below its oldest xid: a freeze pass missed this page; or
+/// an unreadable segment) is then an error for this operation with nothing changed,
+/// not a panic under the latch, which aborts the process (and would again after every
+/// restart). PostgreSQL likewise decides tuple states before its critical section.
+struct PageStatuses<'a> {
+    /// Sorted by xid, one entry per xid.
+    known: Vec<(Xid, XidStatus)>,
+    txn: &'a TxnManager,
+}
+
+impl<'a> PageStatuses<'a> {
+    fn read(p: &[u8], txn: &'a TxnManager) -> Result<PageStatuses<'a>> {
+        let mut want = Vec::new();
+        for o in 1..=page::item_count(p) {
+            if page::line_pointer(p, o).state != LpState::Normal {
+                continue;
+            }
+            let Some(h) = TupleHeader::read(page::item(p, o)) else {
+                continue;
+            };
+            if !h.has(tuple::XMIN_COMMITTED | tuple::XMIN_INVALID) {
+                want.push(h.xmin);
+            }
+            if h.xmax.is_valid() && !h.has(tuple::XMAX_COMMITTED | tuple::XMAX_INVALID) {
+                want.push(h.xmax);
             }
         }
+        want.sort_unstable();
+        want.dedup();
+        let known = want
+            .into_iter()
+            .map(|x| Ok((x, txn.try_status(x)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(PageStatuses { known, txn })
     }
-    Ok(())
+}
+
+impl tuple::StatusSource for PageStatuses<'_> {
+    fn xid_status(&self, xid: Xid) -> XidStatus {
+        match self.known.binary_search_by_key(&xid, |&(x, _)| x) {
+            Ok(i) => self.known[i].1,
+            // Not on the page when it was read (never, for the callers above).
+            Err(_) => self.txn.status(xid),
+        }
+    }
 }
 
 /// FREEZE record data: `offset u16 | bits u16` per tuple; the bits are ORed into its

@@ -100,8 +100,22 @@ pub struct Viewer<'a> {
     pub cid: u32,
 }
 
+/// Where visibility rules get the status of an xid a tuple has no hint bit for: the
+/// clog through [`TxnManager`] (readers; a status the clog cannot give panics, which a
+/// session reports as XX000), or the statuses of a page read before a change under its
+/// exclusive latch (`heap::PageStatuses`: the failure comes before anything changes).
+pub trait StatusSource {
+    fn xid_status(&self, xid: Xid) -> XidStatus;
+}
+
+impl StatusSource for TxnManager {
+    fn xid_status(&self, xid: Xid) -> XidStatus {
+        self.status(xid)
+    }
+}
+
 fn xid_committed(
-    txn: &TxnManager,
+    txn: &impl StatusSource,
     xid: Xid,
     hinted_committed: bool,
     hinted_invalid: bool,
@@ -112,7 +126,7 @@ fn xid_committed(
     if hinted_invalid {
         return Some(false);
     }
-    match txn.status(xid) {
+    match txn.xid_status(xid) {
         XidStatus::Committed => Some(true),
         XidStatus::Aborted => Some(false),
         XidStatus::InProgress | XidStatus::SubCommitted => None,
@@ -149,7 +163,7 @@ pub fn visible(h: &TupleHeader, v: &Viewer<'_>, txn: &TxnManager) -> bool {
 
 /// Whether a tuple version is dead to every transaction that is or will be running
 /// (`horizon` = TxnManager::global_xmin), so pruning may remove it.
-pub fn dead_to_all(h: &TupleHeader, horizon: Xid, txn: &TxnManager) -> bool {
+pub fn dead_to_all(h: &TupleHeader, horizon: Xid, txn: &impl StatusSource) -> bool {
     match xid_committed(txn, h.xmin, h.has(XMIN_COMMITTED), h.has(XMIN_INVALID)) {
         Some(false) => return true,
         None => return false,
@@ -164,12 +178,14 @@ pub fn dead_to_all(h: &TupleHeader, horizon: Xid, txn: &TxnManager) -> bool {
     ) && h.xmax < horizon
 }
 
-/// A writer's view of a tuple's xmin ([`TxnManager::status_for_write`]), answered from
-/// the hint bits for an xid whose clog segment was truncated: there only the hints
-/// know, and they are final (such an xid is far below every running one). Without a
-/// hint there, the status is lost: an error for this operation (a freeze pass missed the
-/// page), never a guess and never the clog's panic, which a writer holding an exclusive
-/// latch would turn into a process abort.
+/// A writer's view of a tuple's xmin ([`TxnManager::status_for_write`]). A hint bit
+/// answers for an xid below the prune horizon: hints are final, but one may be set as
+/// soon as the clog shows the status, before the xid leaves the running set, and below
+/// the horizon it has left it. That is also the only answer for an xid whose clog
+/// segment was truncated (the truncation point is below the horizon). Without a hint
+/// there the status is lost: an error for this operation (a freeze pass missed the
+/// page), never a guess and never a panic, which a writer holding an exclusive latch
+/// would turn into a process abort.
 pub fn xmin_status_for_write(h: &TupleHeader, txn: &TxnManager) -> Result<XidStatus> {
     hinted_status_for_write(txn, h.xmin, h.has(XMIN_COMMITTED), h.has(XMIN_INVALID))
 }
@@ -185,52 +201,51 @@ fn hinted_status_for_write(
     hinted_committed: bool,
     hinted_invalid: bool,
 ) -> Result<XidStatus> {
-    let oldest = txn.clog.oldest_xid();
-    if xid >= Xid::FIRST_NORMAL && xid < oldest {
-        return match (hinted_committed, hinted_invalid) {
-            (true, _) => Ok(XidStatus::Committed),
-            (_, true) => Ok(XidStatus::Aborted),
-            _ => Err(Error::Internal(format!(
-                "could not access status of transaction {xid}: the commit-status log keeps \
-                 statuses from xid {oldest} on, and the row version has no hint bit for it \
-                 (a freeze pass missed its page)"
-            ))),
-        };
+    if xid < txn.prune_horizon() {
+        if hinted_committed {
+            return Ok(XidStatus::Committed);
+        }
+        if hinted_invalid {
+            return Ok(XidStatus::Aborted);
+        }
     }
-    Ok(txn.status_for_write(xid))
+    Ok(txn.status_for_write(xid)?)
 }
 
 /// The hint bits a freeze pass adds so that no reader needs the clog for an xid below
 /// `cutoff` again (every such xid has finished: `cutoff` is at most the global xmin).
-/// Zero when the tuple needs none.
-pub fn freeze_bits(h: &TupleHeader, cutoff: Xid, txn: &TxnManager) -> u16 {
+/// Zero when the tuple needs none. An xid below the cutoff that is not finished is a
+/// broken invariant, reported as an error before the page changes.
+pub fn freeze_bits(h: &TupleHeader, cutoff: Xid, txn: &impl StatusSource) -> Result<u16> {
     let mut add = 0;
-    let final_bits = |xid: Xid, committed: u16, invalid: u16| match txn.status(xid) {
-        XidStatus::Committed => committed,
-        XidStatus::Aborted => invalid,
-        s => panic!("xid {xid} below the freeze cutoff {cutoff} is still {s:?}"),
+    let final_bits = |xid: Xid, committed: u16, invalid: u16| match txn.xid_status(xid) {
+        XidStatus::Committed => Ok(committed),
+        XidStatus::Aborted => Ok(invalid),
+        s => Err(Error::Internal(format!(
+            "xid {xid} below the freeze cutoff {cutoff} is still {s:?}"
+        ))),
     };
     if h.xmin < cutoff && h.infomask & (XMIN_COMMITTED | XMIN_INVALID) == 0 {
-        add |= final_bits(h.xmin, XMIN_COMMITTED, XMIN_INVALID);
+        add |= final_bits(h.xmin, XMIN_COMMITTED, XMIN_INVALID)?;
     }
     if h.xmax.is_valid() && h.xmax < cutoff && h.infomask & (XMAX_COMMITTED | XMAX_INVALID) == 0 {
-        add |= final_bits(h.xmax, XMAX_COMMITTED, XMAX_INVALID);
+        add |= final_bits(h.xmax, XMAX_COMMITTED, XMAX_INVALID)?;
     }
-    add
+    Ok(add)
 }
 
 /// Sets hint bits from the clog; returns whether anything changed.
-pub fn set_hints(h: &mut TupleHeader, txn: &TxnManager) -> bool {
+pub fn set_hints(h: &mut TupleHeader, txn: &impl StatusSource) -> bool {
     let before = h.infomask;
     if h.infomask & (XMIN_COMMITTED | XMIN_INVALID) == 0 {
-        match txn.status(h.xmin) {
+        match txn.xid_status(h.xmin) {
             XidStatus::Committed => h.infomask |= XMIN_COMMITTED,
             XidStatus::Aborted => h.infomask |= XMIN_INVALID,
             _ => {}
         }
     }
     if h.xmax.is_valid() && h.infomask & (XMAX_COMMITTED | XMAX_INVALID) == 0 {
-        match txn.status(h.xmax) {
+        match txn.xid_status(h.xmax) {
             XidStatus::Committed => h.infomask |= XMAX_COMMITTED,
             XidStatus::Aborted => h.infomask |= XMAX_INVALID,
             _ => {}
