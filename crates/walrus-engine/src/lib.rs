@@ -12,7 +12,7 @@
 //! | `buffer`   | buffer pool, clock sweep, dirty queue, page writers          |
 //! | `wal`      | records, parallel insert, group commit, segments, reader     |
 //! | `storage`  | page format + checksum, relation files, control file         |
-//! | `io`       | the OS seam and test-only fault injection                    |
+//! | `io`       | the OS seam; test harnesses hook it (tears, power cuts, errors) |
 //!
 //! `unsafe` is allowed only in `wal::buffer` (concurrent copies into reserved ranges) and
 //! `buffer::arena` (the pool's page memory, one lazily zero-filled mapping).

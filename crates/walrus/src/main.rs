@@ -1,12 +1,11 @@
-//! The `walrus` binary: `init` a data directory, `verify` its pages, run the engine
-//! micro-benchmarks (`bench micro`), and the TPC-B-like workload the crash tests drive.
+//! The `walrus` binary: `init` a data directory, `serve` it, `stop` the server,
+//! `recover` and `verify` a directory, `waldump` its WAL. Benchmarks and crash-test
+//! machinery live in the separate `walrus-bench` binary, so nothing here can inject
+//! faults into a server's I/O.
 
 #![forbid(unsafe_code)]
 
-mod bench;
-mod compare;
 mod serve;
-mod tpcb;
 mod waldump;
 
 use std::path::PathBuf;
@@ -41,16 +40,6 @@ enum Command {
         #[arg(default_value = "walrus-data")]
         dir: PathBuf,
     },
-    /// Run walrus: open the data directory (creating it if missing, recovering it if it
-    /// crashed), run a TPC-B-like load through the engine, and shut down cleanly.
-    Demo {
-        #[arg(long, default_value = "walrus-data")]
-        data: PathBuf,
-        #[arg(long, default_value_t = 10)]
-        seconds: u64,
-        #[arg(long, default_value_t = 8)]
-        threads: usize,
-    },
     /// Open a data directory (running crash recovery if needed), report, and shut down cleanly.
     Recover {
         #[arg(default_value = "walrus-data")]
@@ -63,21 +52,9 @@ enum Command {
         #[arg(default_value = "walrus-data")]
         dir: PathBuf,
     },
-    /// Engine micro-benchmarks (group commit, WAL insert, buffer hits, B-tree lookups,
-    /// recovery replay); prints a Markdown table.
-    Bench {
-        #[command(subcommand)]
-        which: bench::BenchCommand,
-    },
     /// Read a data directory's WAL without starting the engine (like pg_waldump): one
     /// line per record, or --stats for count and bytes per record kind.
     Waldump(waldump::WaldumpArgs),
-    /// TPC-B-like workload through the engine API (used by the crash tests).
-    #[command(hide = true)]
-    TpcbRun(tpcb::RunArgs),
-    /// Check the TPC-B invariants and acknowledged commits (used by the crash tests).
-    #[command(hide = true)]
-    TpcbCheck(tpcb::CheckArgs),
 }
 
 fn main() {
@@ -94,19 +71,11 @@ fn main() {
             dir,
             wal_segment_size,
         } => init(&dir, wal_segment_size),
-        Command::Demo {
-            data,
-            seconds,
-            threads,
-        } => tpcb::demo(&data, seconds, threads),
         Command::Serve(a) => serve::serve(a),
         Command::Stop { dir } => serve::stop(&dir),
         Command::Recover { dir } => recover(&dir),
         Command::Verify { dir } => verify(&dir),
-        Command::Bench { which } => bench::run(which),
         Command::Waldump(a) => waldump::run(a),
-        Command::TpcbRun(a) => tpcb::run(a),
-        Command::TpcbCheck(a) => tpcb::check(a),
     };
     if let Err(e) = result {
         eprintln!("walrus: error: {e:#}");

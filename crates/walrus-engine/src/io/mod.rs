@@ -1,39 +1,231 @@
-//! I/O seams: the one place data-file bytes reach the operating system, and the
-//! test-only fault injector that tears a page write and kills the process.
+//! I/O seams: the one place the engine's bytes reach the operating system.
+//!
+//! Every write, sync, file creation, rename and removal of a data page, WAL segment,
+//! commit-status segment or the control file goes through a function here. Normally each
+//! is a plain system call. A test harness (the `walrus-bench` crate, never the `walrus`
+//! binary) may install [`IoHooks`] once per process, to observe or alter each operation:
+//! tear a page write and die, record what a power cut would lose, or fail an operation
+//! with an injected error. Nothing in the shipping binary installs hooks, and no
+//! environment variable does: `walrus serve` cannot be made to damage its own data.
 //!
 //! Media assumptions (redb style): a 4 KiB sector write is atomic, an 8 KiB page write is
-//! not; `fdatasync` makes written data durable; a failed `fsync` may have dropped dirty
-//! pages, so it is never retried (the caller aborts and recovery replays WAL).
+//! not; `fdatasync` makes written data (and the file size) durable; a created, renamed or
+//! removed directory entry is durable only after the directory is fsynced; a failed
+//! `fsync` may have dropped dirty pages, so it is never retried: the caller stops the
+//! server ([`crate::fatal_io`]) and recovery replays WAL.
 
-pub mod fault;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::OnceLock;
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
+use walrus_base::PAGE_SIZE;
 
-use walrus_base::{PAGE_SIZE, SECTOR_SIZE};
+/// What a file holds, so a hook can tell the engine's I/O paths apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// A relation file (heap or index pages).
+    Data,
+    /// A WAL segment.
+    Wal,
+    /// A commit-status log segment.
+    Clog,
+    /// The control file.
+    Control,
+    /// Anything else (statistics, temporary files).
+    Other,
+}
 
-/// Writes one page at `offset`. With the `fault-injection` feature an armed injector may
-/// write only the first sector and terminate the process instead.
+/// One I/O operation, as shown to [`IoHooks::around`].
+#[derive(Debug)]
+pub enum IoOp<'a> {
+    /// `buf` is about to be written at `offset` of `file`.
+    Write {
+        kind: FileKind,
+        file: &'a File,
+        offset: u64,
+        buf: &'a [u8],
+    },
+    /// `file` is about to be synced (`fdatasync`, or `fsync` when `all`).
+    Sync {
+        kind: FileKind,
+        file: &'a File,
+        all: bool,
+    },
+    /// Disk space for `[from, to)` is about to be reserved; the file grows to `to`.
+    Reserve {
+        kind: FileKind,
+        file: &'a File,
+        from: u64,
+        to: u64,
+    },
+    /// `path` is about to be opened for writing, created if `create` and missing.
+    Open {
+        kind: FileKind,
+        path: &'a Path,
+        create: bool,
+    },
+    Rename {
+        kind: FileKind,
+        from: &'a Path,
+        to: &'a Path,
+    },
+    Remove {
+        kind: FileKind,
+        path: &'a Path,
+    },
+    /// A directory is about to be fsynced (making its entries durable).
+    SyncDir {
+        dir: &'a Path,
+    },
+}
+
+/// Test hooks around every engine I/O operation. `around` must call `run` at most once
+/// (it performs the real operation) and return its result, or return an error without
+/// calling it (an injected failure).
+pub trait IoHooks: Send + Sync + 'static {
+    fn around(
+        &self,
+        op: &IoOp<'_>,
+        run: &mut dyn FnMut() -> std::io::Result<()>,
+    ) -> std::io::Result<()>;
+}
+
+static HOOKS: OnceLock<Box<dyn IoHooks>> = OnceLock::new();
+
+/// Installs the process's I/O hooks; only test harnesses call this, before opening an
+/// engine. Fails if hooks were installed already.
+pub fn install_hooks(hooks: Box<dyn IoHooks>) -> Result<(), &'static str> {
+    HOOKS
+        .set(hooks)
+        .map_err(|_| "I/O hooks are already installed")
+}
+
+#[inline]
+fn with_hooks(op: IoOp<'_>, mut run: impl FnMut() -> std::io::Result<()>) -> std::io::Result<()> {
+    match HOOKS.get() {
+        None => run(),
+        Some(h) => h.around(&op, &mut run),
+    }
+}
+
+/// Writes all of `buf` at `offset`.
+pub fn write_at(kind: FileKind, file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
+    with_hooks(
+        IoOp::Write {
+            kind,
+            file,
+            offset,
+            buf,
+        },
+        || file.write_all_at(buf, offset),
+    )
+}
+
+/// Writes one data page at `offset`.
 pub fn write_page_at(file: &File, buf: &[u8], offset: u64) -> std::io::Result<()> {
     debug_assert_eq!(buf.len(), PAGE_SIZE);
-    if fault::should_tear(file, buf, offset) {
-        file.write_all_at(&buf[..SECTOR_SIZE], offset)?;
-        // Make the half-write reach the disk image the next open will see, then die
-        // without running any destructor, exactly like a power cut after one sector.
-        let _ = file.sync_data();
-        fault::die();
-    }
-    file.write_all_at(buf, offset)
+    write_at(FileKind::Data, file, buf, offset)
+}
+
+/// `fdatasync`. A failure must never be retried (see the module docs).
+pub fn sync_data(kind: FileKind, file: &File) -> std::io::Result<()> {
+    with_hooks(
+        IoOp::Sync {
+            kind,
+            file,
+            all: false,
+        },
+        || file.sync_data(),
+    )
+}
+
+/// `fsync` (data and metadata).
+pub fn sync_all(kind: FileKind, file: &File) -> std::io::Result<()> {
+    with_hooks(
+        IoOp::Sync {
+            kind,
+            file,
+            all: true,
+        },
+        || file.sync_all(),
+    )
+}
+
+/// Opens `path` for reading and writing; creates it when `create` (never truncating);
+/// `O_DSYNC` when `dsync`.
+pub fn open_rw(kind: FileKind, path: &Path, create: bool, dsync: bool) -> std::io::Result<File> {
+    let mut out = None;
+    with_hooks(IoOp::Open { kind, path, create }, || {
+        let mut oo = OpenOptions::new();
+        oo.read(true).write(true).create(create).truncate(false);
+        if dsync {
+            oo.custom_flags(libc::O_DSYNC);
+        }
+        out = Some(oo.open(path)?);
+        Ok(())
+    })?;
+    Ok(out.expect("hook returned Ok without opening"))
+}
+
+/// Creates `path`, which must not exist (`O_CREAT | O_EXCL`).
+pub fn create_new(kind: FileKind, path: &Path) -> std::io::Result<File> {
+    let mut out = None;
+    with_hooks(
+        IoOp::Open {
+            kind,
+            path,
+            create: true,
+        },
+        || {
+            out = Some(
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create_new(true)
+                    .open(path)?,
+            );
+            Ok(())
+        },
+    )?;
+    Ok(out.expect("hook returned Ok without opening"))
+}
+
+pub fn rename(kind: FileKind, from: &Path, to: &Path) -> std::io::Result<()> {
+    with_hooks(IoOp::Rename { kind, from, to }, || {
+        std::fs::rename(from, to)
+    })
+}
+
+pub fn remove_file(kind: FileKind, path: &Path) -> std::io::Result<()> {
+    with_hooks(IoOp::Remove { kind, path }, || std::fs::remove_file(path))
+}
+
+/// fsyncs a directory so the entries created, renamed or removed in it are durable.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    with_hooks(IoOp::SyncDir { dir }, || File::open(dir)?.sync_all())
 }
 
 /// Gives `file` disk space for the byte range `[from, to)` and makes it at least `to`
 /// bytes long; the new range reads as zeros. `fallocate` where the filesystem has it,
 /// else zero pages written one chunk at a time. Fails with `ENOSPC` when the disk is full.
-pub fn reserve_space(file: &File, from: u64, to: u64) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
+pub fn reserve_space(kind: FileKind, file: &File, from: u64, to: u64) -> std::io::Result<()> {
     if to <= from {
         return Ok(());
     }
+    with_hooks(
+        IoOp::Reserve {
+            kind,
+            file,
+            from,
+            to,
+        },
+        || reserve_space_now(file, from, to),
+    )
+}
+
+fn reserve_space_now(file: &File, from: u64, to: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
     // SAFETY: `file` is an open descriptor for the whole call; fallocate reads no memory.
     let rc = unsafe { libc::fallocate(file.as_raw_fd(), 0, from as i64, (to - from) as i64) };
     if rc == 0 {
@@ -79,4 +271,19 @@ pub fn read_page_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result
         }
     }
     Ok(())
+}
+
+/// Grows `file` to `len` bytes without reserving space (a sparse tail): the fallback
+/// when [`reserve_space`] found the disk full.
+pub fn set_len(kind: FileKind, file: &File, len: u64) -> std::io::Result<()> {
+    let from = file.metadata()?.len();
+    with_hooks(
+        IoOp::Reserve {
+            kind,
+            file,
+            from,
+            to: len,
+        },
+        || file.set_len(len),
+    )
 }

@@ -5,13 +5,14 @@
 //! newer copy intact; open picks the valid copy with the highest sequence. Both copies
 //! invalid means the directory cannot be trusted and open fails with a clear message.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use walrus_base::{Lsn, Xid, PAGE_SIZE};
 
 use crate::error::{Error, Result};
+use crate::io::{self, FileKind};
 
 const MAGIC: u64 = 0x5741_4C52_5553_4331; // "WALRUSC1"
 /// On-disk format version; a data directory of a version outside
@@ -124,11 +125,7 @@ pub struct ControlFile {
 impl ControlFile {
     pub fn create(dir: &Path, data: ControlData) -> Result<ControlFile> {
         let path = dir.join(FILE_NAME);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
+        let file = io::create_new(FileKind::Control, &path)
             .map_err(|e| Error::io("create control file", path.display(), e))?;
         let mut cf = ControlFile {
             path,
@@ -147,10 +144,7 @@ impl ControlFile {
             dir: dir.display().to_string(),
             reason,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
+        let file = io::open_rw(FileKind::Control, &path, false, false)
             .map_err(|e| bad(format!("cannot open control file {}: {e}", path.display())))?;
         let mut buf = vec![0u8; COPY_SIZE * 2];
         let n = file
@@ -221,10 +215,14 @@ impl ControlFile {
             FORMAT_VERSION_OLDEST_READ
         };
         let bytes = self.current.encode();
-        self.file
-            .write_all_at(&bytes, (slot * COPY_SIZE) as u64)
-            .map_err(|e| Error::io("write control file", self.path.display(), e))?;
-        if let Err(e) = self.file.sync_data() {
+        io::write_at(
+            FileKind::Control,
+            &self.file,
+            &bytes,
+            (slot * COPY_SIZE) as u64,
+        )
+        .map_err(|e| Error::io("write control file", self.path.display(), e))?;
+        if let Err(e) = io::sync_data(FileKind::Control, &self.file) {
             // A failed fsync of the control file leaves its state unknown: stop here.
             crate::fatal_io("fsync control file", &e);
         }

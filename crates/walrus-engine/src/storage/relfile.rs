@@ -18,7 +18,7 @@
 //!    touching it initialises it.
 
 use std::collections::{HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -27,6 +27,7 @@ use parking_lot::{Mutex, RwLock};
 use walrus_base::{PageId, RelFileId, PAGE_SIZE};
 
 use crate::error::{Error, Result};
+use crate::io::{self, FileKind};
 
 /// Blocks added to a file per physical extension (1 MiB).
 const EXTEND_CHUNK_BLOCKS: u32 = 128;
@@ -87,12 +88,7 @@ impl RelFiles {
             return Ok(f.clone());
         }
         let path = self.path(relfile);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false)
-            .open(&path)
+        let file = io::open_rw(FileKind::Data, &path, create, false)
             .map_err(|e| Error::io("open file", path.display(), e))?;
         let len = file
             .metadata()
@@ -124,7 +120,7 @@ impl RelFiles {
         self.files.write().remove(&relfile);
         self.sync_pending.lock().remove(&relfile);
         let path = self.path(relfile);
-        match std::fs::remove_file(&path) {
+        match io::remove_file(FileKind::Data, &path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io("remove file", path.display(), e)),
@@ -160,8 +156,7 @@ impl RelFiles {
             tracing::warn!("{e}; extending it without reserving space");
             let len = (block as u64 + 1) * PAGE_SIZE as u64;
             if rf.file.metadata().map(|m| m.len()).unwrap_or(0) < len {
-                rf.file
-                    .set_len(len)
+                io::set_len(FileKind::Data, &rf.file, len)
                     .map_err(|e| Error::io("extend file", self.path(relfile).display(), e))?;
             }
             rf.physical_blocks.fetch_max(block + 1, Ordering::AcqRel);
@@ -191,13 +186,14 @@ impl RelFiles {
         }
         let mut target = blocks.max(phys + EXTEND_CHUNK_BLOCKS);
         loop {
-            match crate::io::reserve_space(
+            match io::reserve_space(
+                FileKind::Data,
                 &rf.file,
                 phys as u64 * PAGE_SIZE as u64,
                 target as u64 * PAGE_SIZE as u64,
             ) {
                 Ok(()) => break,
-                Err(e) if crate::io::is_out_of_space(&e) && target > blocks => target = blocks,
+                Err(e) if io::is_out_of_space(&e) && target > blocks => target = blocks,
                 Err(e) => {
                     return Err(Error::io("extend file", self.path(relfile).display(), e));
                 }
@@ -217,21 +213,24 @@ impl RelFiles {
 
     pub fn read_page(&self, id: PageId, buf: &mut [u8]) -> Result<()> {
         let rf = self.get(id.relfile)?;
-        crate::io::read_page_at(&rf.file, buf, id.block.0 as u64 * PAGE_SIZE as u64)
+        io::read_page_at(&rf.file, buf, id.block.0 as u64 * PAGE_SIZE as u64)
             .map_err(|e| Error::io("read block of", self.path(id.relfile).display(), e))
     }
 
     /// Writes a sealed page home. Only `buffer::write_path` calls this.
     pub fn write_page(&self, id: PageId, buf: &[u8]) -> Result<()> {
         let rf = self.get(id.relfile)?;
-        crate::io::write_page_at(&rf.file, buf, id.block.0 as u64 * PAGE_SIZE as u64)
+        io::write_page_at(&rf.file, buf, id.block.0 as u64 * PAGE_SIZE as u64)
             .map_err(|e| Error::io("write block of", self.path(id.relfile).display(), e))?;
         self.sync_pending.lock().insert(id.relfile);
         Ok(())
     }
 
     /// Syncs every file written since the last call (the checkpointer's job). A failed
-    /// sync is returned; the caller must not retry it (see module docs of `io`).
+    /// sync stops the process: the kernel may have dropped the dirty pages and cleared
+    /// the error, so a retry could "succeed" while the pages never reach disk
+    /// (PostgreSQL's fsyncgate; see the module docs of `io`). Recovery then replays them
+    /// from WAL, which the checkpoint that needed this sync has not recycled.
     pub fn sync_pending(&self) -> Result<usize> {
         let pending: Vec<RelFileId> = self.sync_pending.lock().drain().collect();
         for relfile in &pending {
@@ -239,9 +238,9 @@ impl RelFiles {
                 Some(f) => f.clone(),
                 None => continue,
             };
-            rf.file
-                .sync_data()
-                .map_err(|e| Error::io("fsync file", self.path(*relfile).display(), e))?;
+            if let Err(e) = io::sync_data(FileKind::Data, &rf.file) {
+                crate::fatal_io(&format!("fsync file {}", self.path(*relfile).display()), &e);
+            }
         }
         if !pending.is_empty() {
             sync_dir(&self.dir)?;
@@ -264,11 +263,13 @@ impl RelFiles {
     }
 }
 
-/// fsync a directory so a created or renamed file's entry is durable.
+/// fsync a directory so a created, renamed or removed file's entry is durable. A failure
+/// stops the process, as for any failed sync.
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    let f = File::open(dir).map_err(|e| Error::io("open directory", dir.display(), e))?;
-    f.sync_all()
-        .map_err(|e| Error::io("fsync directory", dir.display(), e))
+    if let Err(e) = io::sync_dir(dir) {
+        crate::fatal_io(&format!("fsync directory {}", dir.display()), &e);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@
 //! before the previous checkpoint; everything later is replayed.
 
 use std::collections::HashSet;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{Ordering::Relaxed, Ordering::SeqCst};
@@ -47,6 +47,7 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::io::{self, FileKind};
 use crate::sync::{AtomicBool, AtomicU64};
 use walrus_base::{Xid, PAGE_SIZE};
 
@@ -213,7 +214,7 @@ impl Clog {
         let mut present = Vec::new();
         for seg in Clog::segments_in(dir)? {
             if seg < oldest_seg {
-                std::fs::remove_file(dir.join(format!("{seg:012X}")))?;
+                io::remove_file(FileKind::Clog, &dir.join(format!("{seg:012X}")))?;
             } else {
                 present.push(seg);
             }
@@ -394,11 +395,11 @@ impl Clog {
             if seg >= keep_from {
                 break;
             }
-            std::fs::remove_file(self.seg_path(seg))?;
+            io::remove_file(FileKind::Clog, &self.seg_path(seg))?;
             removed += 1;
         }
         if removed > 0 {
-            File::open(&self.dir)?.sync_all()?;
+            io::sync_dir(&self.dir)?;
         }
         Ok(removed)
     }
@@ -628,7 +629,8 @@ impl Clog {
         let from = self.space_ready_upto.load(Relaxed) / xids_per_seg;
         let to = upto.div_ceil(xids_per_seg);
         for seg in from..to {
-            crate::io::reserve_space(
+            io::reserve_space(
+                FileKind::Clog,
                 &self.open_seg(seg)?,
                 0,
                 PAGES_PER_SEGMENT * CLOG_PAGE_BYTES as u64,
@@ -643,12 +645,7 @@ impl Clog {
     }
 
     fn open_seg(&self, seg: u64) -> std::io::Result<File> {
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(self.seg_path(seg))
+        io::open_rw(FileKind::Clog, &self.seg_path(seg), true, false)
     }
 
     fn write_slot(&self, s: &Slot, page: u64) -> std::io::Result<()> {
@@ -657,8 +654,12 @@ impl Clog {
             buf[i * 8..i * 8 + 8].copy_from_slice(&w.load(SeqCst).to_le_bytes());
         }
         let seg = page / PAGES_PER_SEGMENT;
-        self.open_seg(seg)?
-            .write_all_at(&buf, (page % PAGES_PER_SEGMENT) * CLOG_PAGE_BYTES as u64)?;
+        io::write_at(
+            FileKind::Clog,
+            &self.open_seg(seg)?,
+            &buf,
+            (page % PAGES_PER_SEGMENT) * CLOG_PAGE_BYTES as u64,
+        )?;
         self.touched.lock().insert(seg);
         Ok(())
     }
@@ -766,12 +767,14 @@ impl Clog {
         }
         let segs: Vec<u64> = self.touched.lock().drain().collect();
         for seg in &segs {
-            if let Err(e) = self.open_seg(*seg)?.sync_data() {
+            if let Err(e) = io::sync_data(FileKind::Clog, &self.open_seg(*seg)?) {
                 crate::fatal_io("fsync commit-status log", &e);
             }
         }
         if !segs.is_empty() {
-            File::open(&self.dir)?.sync_all()?;
+            if let Err(e) = io::sync_dir(&self.dir) {
+                crate::fatal_io("fsync commit-status log directory", &e);
+            }
         }
         Ok(())
     }
@@ -791,6 +794,7 @@ impl Clog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::OpenOptions;
 
     #[test]
     fn statuses_survive_replacement_and_reopen() {

@@ -3,8 +3,8 @@
 //! segments a checkpoint no longer needs.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -12,6 +12,7 @@ use parking_lot::Mutex;
 use walrus_base::Lsn;
 
 use crate::error::{Error, Result};
+use crate::io::{self, FileKind};
 use crate::storage::relfile::sync_dir;
 
 /// `wal_sync_method`.
@@ -126,12 +127,8 @@ impl Segments {
             return Ok(Some(f.clone()));
         }
         let path = self.path(segno);
-        let mut oo = OpenOptions::new();
-        oo.read(true).write(true);
-        if self.method == SyncMethod::OpenDatasync {
-            oo.custom_flags(libc::O_DSYNC);
-        }
-        match oo.open(&path) {
+        let dsync = self.method == SyncMethod::OpenDatasync;
+        match io::open_rw(FileKind::Wal, &path, false, dsync) {
             Ok(f) => {
                 let len = f
                     .metadata()
@@ -165,23 +162,25 @@ impl Segments {
         }
         let path = self.path(segno);
         let tmp = self.dir.join(format!("{segno:016X}.tmp"));
-        let f =
-            File::create(&tmp).map_err(|e| Error::io("create WAL segment", tmp.display(), e))?;
+        // A leftover temporary file of an interrupted creation is started over.
+        let _ = std::fs::remove_file(&tmp);
+        let f = io::create_new(FileKind::Wal, &tmp)
+            .map_err(|e| Error::io("create WAL segment", tmp.display(), e))?;
         let zeros = vec![0u8; 1 << 20];
         let mut off = 0;
         while off < self.segment_size {
             let n = zeros.len().min((self.segment_size - off) as usize);
-            if let Err(e) = f.write_all_at(&zeros[..n], off) {
+            if let Err(e) = io::write_at(FileKind::Wal, &f, &zeros[..n], off) {
                 // A full disk: give back what the half-made segment took.
                 let _ = std::fs::remove_file(&tmp);
                 return Err(Error::io("zero-fill WAL segment", tmp.display(), e));
             }
             off += n as u64;
         }
-        if let Err(e) = f.sync_all() {
+        if let Err(e) = io::sync_all(FileKind::Wal, &f) {
             crate::fatal_io("fsync new WAL segment", &e);
         }
-        std::fs::rename(&tmp, &path)
+        io::rename(FileKind::Wal, &tmp, &path)
             .map_err(|e| Error::io("rename WAL segment", path.display(), e))?;
         sync_dir(&self.dir)?;
         Ok(self.open_existing(segno)?.expect("segment just created"))
@@ -194,7 +193,7 @@ impl Segments {
             let off = lsn.0 % self.segment_size;
             let n = bytes.len().min((self.segment_size - off) as usize);
             let f = self.open_or_create(segno)?;
-            f.write_all_at(&bytes[..n], off)
+            io::write_at(FileKind::Wal, &f, &bytes[..n], off)
                 .map_err(|e| Error::io("write WAL segment", self.path(segno).display(), e))?;
             bytes = &bytes[n..];
             lsn = lsn.add(n as u64);
@@ -209,8 +208,8 @@ impl Segments {
             None => return,
         };
         let res = match self.method {
-            SyncMethod::Fdatasync => f.sync_data(),
-            SyncMethod::Fsync => f.sync_all(),
+            SyncMethod::Fdatasync => io::sync_data(FileKind::Wal, &f),
+            SyncMethod::Fsync => io::sync_all(FileKind::Wal, &f),
             SyncMethod::OpenDatasync | SyncMethod::None => Ok(()),
         };
         if let Err(e) = res {
@@ -261,12 +260,12 @@ impl Segments {
             let from = self.path(segno);
             if next_future <= future_limit {
                 let to = self.path(next_future);
-                std::fs::rename(&from, &to)
+                io::rename(FileKind::Wal, &from, &to)
                     .map_err(|e| Error::io("recycle WAL segment", from.display(), e))?;
                 next_future += 1;
                 recycled += 1;
             } else {
-                std::fs::remove_file(&from)
+                io::remove_file(FileKind::Wal, &from)
                     .map_err(|e| Error::io("remove WAL segment", from.display(), e))?;
                 removed += 1;
             }

@@ -33,7 +33,7 @@ pub fn init(tools: &Tools, data: &Path, s: &Settings, _root: &Path) -> anyhow::R
         bail!("walrus init failed: {}{}", out.trim(), err.trim());
     }
     let conf = format!(
-        "# written by walrus bench compare\n\
+        "# written by walrus-bench compare\n\
          listen_addresses = \"127.0.0.1\"\n\
          max_connections = {}\n\
          shared_buffers = \"{}\"\n\

@@ -1,4 +1,4 @@
-//! `walrus bench micro`: engine micro-benchmarks, each reported next to the baseline it
+//! `walrus-bench micro`: engine micro-benchmarks, each reported next to the baseline it
 //! is judged against, measured in the same run (the machine is shared and noisy, so only
 //! ratios are meaningful).
 
@@ -21,37 +21,26 @@ use walrus_engine::wal::segment::{Segments, SyncMethod};
 use walrus_engine::wal::{ImagePolicy, Wal, WalConfig};
 use walrus_engine::Engine;
 
-#[derive(clap::Subcommand)]
-pub enum BenchCommand {
-    /// Engine micro-benchmarks.
-    Micro {
-        /// Scratch directory (on the disk to measure); removed afterwards.
-        #[arg(long, default_value = "walrus-bench-tmp")]
-        dir: PathBuf,
-        /// Seconds per measurement.
-        #[arg(long, default_value_t = 3)]
-        seconds: u64,
-        /// Run only measurements whose name contains this (raw, commit, walinsert,
-        /// buffer, recovery).
-        #[arg(long)]
-        only: Option<String>,
-    },
-    /// PostgreSQL 15 and walrus side by side under the same pgbench, one scenario per
-    /// seed paper; writes a Markdown report and SVG charts.
-    Compare(Box<crate::compare::CompareArgs>),
+#[derive(clap::Args)]
+pub struct MicroArgs {
+    /// Scratch directory (on the disk to measure); removed afterwards.
+    #[arg(long, default_value = "walrus-bench-tmp")]
+    dir: PathBuf,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 3)]
+    seconds: u64,
+    /// Run only measurements whose name contains this (raw, commit, walinsert, buffer,
+    /// recovery).
+    #[arg(long)]
+    only: Option<String>,
 }
 
-pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
-    match cmd {
-        BenchCommand::Micro { dir, seconds, only } => {
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir)?;
-            let r = micro(&dir, Duration::from_secs(seconds), only.as_deref());
-            let _ = std::fs::remove_dir_all(&dir);
-            r
-        }
-        BenchCommand::Compare(a) => crate::compare::run(*a),
-    }
+pub fn run(a: MicroArgs) -> anyhow::Result<()> {
+    let _ = std::fs::remove_dir_all(&a.dir);
+    std::fs::create_dir_all(&a.dir)?;
+    let r = micro(&a.dir, Duration::from_secs(a.seconds), a.only.as_deref());
+    let _ = std::fs::remove_dir_all(&a.dir);
+    r
 }
 
 fn micro(dir: &Path, secs: Duration, only: Option<&str>) -> anyhow::Result<()> {

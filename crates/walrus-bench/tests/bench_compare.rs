@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{text, walrus};
+use common::{bench, text};
 
 const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 
@@ -77,8 +77,8 @@ fn quick_insert_reports_numbers_for_both_systems() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("report.md");
     let start = Instant::now();
-    let o = walrus()
-        .args(["bench", "compare", "--scenario", "insert", "--quick"])
+    let o = bench()
+        .args(["compare", "--scenario", "insert", "--quick"])
         .arg("--out")
         .arg(&out)
         .arg("--work-dir")
@@ -130,8 +130,8 @@ fn quick_insert_reports_numbers_for_both_systems() {
 fn missing_postgres_binaries_give_a_clear_message() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("report.md");
-    let o = walrus()
-        .args(["bench", "compare", "--quick", "--pg-bin", "/nonexistent"])
+    let o = bench()
+        .args(["compare", "--quick", "--pg-bin", "/nonexistent"])
         .arg("--out")
         .arg(&out)
         .output()
@@ -153,8 +153,8 @@ fn busy_port_and_unknown_scenario_give_clear_messages() {
     }
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = busy.local_addr().unwrap().port();
-    let o = walrus()
-        .args(["bench", "compare", "--quick", "--scenario", "insert"])
+    let o = bench()
+        .args(["compare", "--quick", "--scenario", "insert"])
         .args(["--port", &port.to_string(), "--out", "/dev/null"])
         .output()
         .expect("run walrus bench compare");
@@ -164,15 +164,8 @@ fn busy_port_and_unknown_scenario_give_clear_messages() {
         "{}",
         text(&o)
     );
-    let o = walrus()
-        .args([
-            "bench",
-            "compare",
-            "--scenario",
-            "tpcc",
-            "--out",
-            "/dev/null",
-        ])
+    let o = bench()
+        .args(["compare", "--scenario", "tpcc", "--out", "/dev/null"])
         .output()
         .expect("run walrus bench compare");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
@@ -190,8 +183,8 @@ fn ctrl_c_stops_everything() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let err_path = tmp.path().join("stderr");
-    let mut child = walrus()
-        .args(["bench", "compare", "--scenario", "insert", "--quick"])
+    let mut child = bench()
+        .args(["compare", "--scenario", "insert", "--quick"])
         .args(["--duration", "30"])
         .arg("--out")
         .arg(tmp.path().join("report.md"))

@@ -1,4 +1,4 @@
-//! Torn-write tests. The child runs with `WALRUS_FAULT_TEAR_WRITE=N`: its N-th data-page
+//! Torn-write tests. The child runs with `--tear-write N`: its N-th data-page
 //! write that replaces a real older page writes only the first 4 KiB and the process
 //! dies on the spot (a power cut after one sector).
 //!
@@ -17,7 +17,7 @@ use common::{text, wait_exit, Cluster, Rng};
 
 fn tear_once(c: &Cluster, rng: &mut Rng) {
     let n = rng.range(5, 60);
-    let mut child = c.start_workload(4, &[("WALRUS_FAULT_TEAR_WRITE", n.to_string())]);
+    let mut child = c.start_workload(4, &["--tear-write".to_string(), n.to_string()]);
     let status = wait_exit(&mut child, Duration::from_secs(120));
     let out = child.wait_with_output().expect("reap");
     assert!(

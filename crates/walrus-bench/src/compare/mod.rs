@@ -1,4 +1,4 @@
-//! `walrus bench compare`: PostgreSQL 15 and walrus side by side on this machine, under
+//! `walrus-bench compare`: PostgreSQL 15 and walrus side by side on this machine, under
 //! the same pgbench, with matched settings, one scenario per seed paper.
 //!
 //! METHOD. Each configuration gets its own temporary data directory, own loopback port and
@@ -85,6 +85,10 @@ pub struct CompareArgs {
     /// pgbench to use (default: the one in --pg-bin, else on PATH).
     #[arg(long)]
     pgbench: Option<PathBuf>,
+    /// The walrus server binary (default: `walrus` beside this `walrus-bench`, as cargo
+    /// builds them).
+    #[arg(long)]
+    walrus_bin: Option<PathBuf>,
     /// psql to use (default: the one in --pg-bin, else on PATH).
     #[arg(long)]
     psql: Option<PathBuf>,
@@ -282,6 +286,25 @@ struct Ctx {
 }
 
 /// Finds a client program: explicit path, else in --pg-bin, else on PATH.
+/// The `walrus` server binary: `--walrus-bin`, else the one cargo built beside this
+/// binary.
+fn walrus_binary(explicit: &Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let path = match explicit {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .context("cannot find walrus-bench's own path")?
+            .with_file_name("walrus"),
+    };
+    if !path.is_file() {
+        bail!(
+            "the walrus server binary {} does not exist: build it first (cargo build --release \
+             -p walrus), or pass --walrus-bin PATH",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
 fn find_tool(explicit: &Option<PathBuf>, pg_bin: &Path, name: &str) -> anyhow::Result<PathBuf> {
     let candidates: Vec<PathBuf> = match explicit {
         Some(p) => vec![p.clone()],
@@ -362,7 +385,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         pg_bin: a.pg_bin.clone(),
         pgbench,
         psql,
-        walrus: std::env::current_exe().context("cannot find the walrus binary")?,
+        walrus: walrus_binary(&a.walrus_bin)?,
         scratch,
         pg_user,
     };
@@ -389,7 +412,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         "measuring fdatasync ops/s on the work directory's disk",
         if plan.quick { 1.0 } else { 3.0 },
     );
-    let fsync_rate = crate::bench::raw_fdatasync_ops(
+    let fsync_rate = crate::micro::raw_fdatasync_ops(
         &ctx.work,
         Duration::from_secs(if plan.quick { 1 } else { 3 }),
     )?;
@@ -520,7 +543,7 @@ fn header(ctx: &Ctx, fsync_rate: f64) -> String {
         .unwrap_or_default();
     let p = &ctx.plan;
     format!(
-        "## walrus bench compare: PostgreSQL 15 vs walrus ({date})\n\n\
+        "## walrus-bench compare: PostgreSQL 15 vs walrus ({date})\n\n\
          Command: `walrus {}`\n\n\
          Machine: {cores} cores ({cpu}), {mem_gib:.0} GiB memory, data on {}, Linux {}; \
          8 KiB pwrite+fdatasync on that disk: **{fsync_rate:.0} ops/s** (measured in this run).\n\

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{text, walrus};
+use common::{bench, text, walrus};
 
 #[test]
 fn waldump_stats_count_every_acknowledged_commit() {
@@ -12,7 +12,7 @@ fn waldump_stats_count_every_acknowledged_commit() {
     let acks = tmp.path().join("acks");
     let out = walrus().arg("init").arg(&data).output().unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    let out = walrus()
+    let out = bench()
         .arg("tpcb-run")
         .arg("--data")
         .arg(&data)

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{text, walrus};
+use common::{bench, text};
 
 /// The first number in the `value` column of the row whose name is `name`.
 fn value(report: &str, name: &str) -> f64 {
@@ -23,16 +23,8 @@ fn value(report: &str, name: &str) -> f64 {
 fn micro_commit_measurements_report_every_row() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("scratch");
-    let out = walrus()
-        .args([
-            "bench",
-            "micro",
-            "--only",
-            "commit",
-            "--seconds",
-            "1",
-            "--dir",
-        ])
+    let out = bench()
+        .args(["micro", "--only", "commit", "--seconds", "1", "--dir"])
         .arg(&dir)
         .output()
         .unwrap();

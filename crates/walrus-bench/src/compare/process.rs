@@ -41,7 +41,7 @@ pub fn install_signal_handler() {
             .enable_all()
             .build()
         else {
-            eprintln!("walrus bench compare: cannot install signal handlers");
+            eprintln!("walrus-bench compare: cannot install signal handlers");
             return;
         };
         rt.block_on(async {
@@ -55,7 +55,7 @@ pub fn install_signal_handler() {
                 _ = term.recv() => {}
             }
             INTERRUPTED.store(true, Ordering::Release);
-            eprintln!("\nwalrus bench compare: interrupted, stopping everything it started");
+            eprintln!("\nwalrus-bench compare: interrupted, stopping everything it started");
         });
     });
 }

@@ -7,12 +7,12 @@ mod common;
 
 use std::os::unix::fs::FileExt;
 
-use common::{text, walrus, Cluster};
+use common::{bench, text, walrus, Cluster};
 
 /// A directory with some committed data, cleanly shut down.
 fn loaded() -> Cluster {
     let c = Cluster::new(&[]);
-    let out = walrus()
+    let out = bench()
         .arg("tpcb-run")
         .arg("--data")
         .arg(&c.data)

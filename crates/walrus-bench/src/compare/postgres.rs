@@ -102,7 +102,7 @@ pub fn init(
         bail!("initdb failed for {}: {}", data.display(), err.trim());
     }
     let conf = format!(
-        "\n# written by walrus bench compare\n\
+        "\n# written by walrus-bench compare\n\
          port = {port}\n\
          listen_addresses = '127.0.0.1'\n\
          unix_socket_directories = ''\n\
