@@ -16,7 +16,7 @@ use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 
-use crate::protocol::{read_message, Out, Reader};
+use crate::protocol::{read_message_upto, Out, Reader, PRE_AUTH_MESSAGE_BYTES_MAX};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -106,7 +106,7 @@ pub fn scram_exchange<S: Read + Write>(stream: &mut S, v: &ScramVerifier) -> Res
     out.buf.clear();
 
     // SASLInitialResponse: mechanism, then the client-first-message.
-    let m = read_message(stream)?;
+    let m = read_message_upto(stream, PRE_AUTH_MESSAGE_BYTES_MAX)?;
     if m.kind != b'p' {
         return Err(AuthError::Failed("expected a SASL response"));
     }
@@ -142,7 +142,7 @@ pub fn scram_exchange<S: Read + Write>(stream: &mut S, v: &ScramVerifier) -> Res
     out.buf.clear();
 
     // SASLResponse: client-final-message "c=<gs2 b64>,r=<nonce>,p=<proof>".
-    let m = read_message(stream)?;
+    let m = read_message_upto(stream, PRE_AUTH_MESSAGE_BYTES_MAX)?;
     if m.kind != b'p' {
         return Err(AuthError::Failed("expected a SASL response"));
     }

@@ -161,33 +161,58 @@ fn send_rows(out: &mut Out, q: &QueryResult, formats: &[i16]) -> Result<(), SqlE
     Ok(())
 }
 
+/// Reads startup packets until a real one arrives (answering SSL/GSS requests "no" and
+/// acting on a cancel request). `None`: the connection was a cancel request.
+pub fn read_startup_params(
+    stream: &mut TcpStream,
+    cancel: &CancelRegistry,
+) -> io::Result<Option<Vec<(String, String)>>> {
+    loop {
+        match read_startup(stream)? {
+            StartupPacket::Ssl | StartupPacket::GssEnc => stream.write_all(b"N")?,
+            StartupPacket::Cancel { pid, secret } => {
+                cancel.cancel((pid, secret));
+                return Ok(None);
+            }
+            StartupPacket::Startup { params } => return Ok(Some(params)),
+        }
+    }
+}
+
+/// A connection over `max_connections`: read its startup packet (a cancel request is
+/// still honoured) and refuse it with PostgreSQL's 53300, within `limit`. Runs on the
+/// server's one rejecting thread, never on a thread of its own.
+pub fn refuse(mut stream: TcpStream, cancel: &CancelRegistry, limit: Duration) -> io::Result<()> {
+    stream.set_read_timeout(Some(limit))?;
+    stream.set_write_timeout(Some(limit))?;
+    if read_startup_params(&mut stream, cancel)?.is_none() {
+        return Ok(());
+    }
+    let mut out = Out::default();
+    send_fatal(
+        &mut stream,
+        &mut out,
+        "53300",
+        "sorry, too many clients already",
+    )
+}
+
 pub fn serve(
     mut stream: TcpStream,
     engine: Engine,
     pid: i32,
     cancel: &CancelRegistry,
-    over_limit: bool,
+    authentication_timeout: Duration,
     password: Option<&crate::auth::ScramVerifier>,
 ) -> io::Result<()> {
     let mut out = Out::default();
-    let params = loop {
-        match read_startup(&mut stream)? {
-            StartupPacket::Ssl | StartupPacket::GssEnc => stream.write_all(b"N")?,
-            StartupPacket::Cancel { pid, secret } => {
-                cancel.cancel((pid, secret));
-                return Ok(());
-            }
-            StartupPacket::Startup { params } => break params,
-        }
+    // Startup and authentication must finish within authentication_timeout (PostgreSQL's
+    // setting and default, 1 min): a client that connects and says nothing would
+    // otherwise hold a connection slot for ever.
+    stream.set_read_timeout(Some(authentication_timeout))?;
+    let Some(params) = read_startup_params(&mut stream, cancel)? else {
+        return Ok(());
     };
-    if over_limit {
-        return send_fatal(
-            &mut stream,
-            &mut out,
-            "53300",
-            "sorry, too many clients already",
-        );
-    }
     let get = |k: &str| {
         params
             .iter()
@@ -211,11 +236,10 @@ pub fn serve(
             Err(crate::auth::AuthError::Io(e)) => return Err(e),
         }
     }
-    let secret = (std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(7) as i32)
-        ^ pid.rotate_left(13);
+    stream.set_read_timeout(None)?;
+    // The cancel key's secret is random (a CSPRNG), so another client cannot guess it
+    // and cancel this session's queries.
+    let secret: i32 = rand::random();
     let mut session = Session::new(engine);
     let database = match get("database") {
         d if d.is_empty() => user.clone(),

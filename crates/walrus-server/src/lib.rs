@@ -31,6 +31,8 @@ use walrus_engine::Engine;
 pub struct ServerConfig {
     pub listen: SocketAddr,
     pub max_connections: usize,
+    /// How long a client may take to send its startup packet and authenticate.
+    pub authentication_timeout: Duration,
     /// When set, every connection authenticates with SCRAM-SHA-256 against it;
     /// otherwise trust (PostgreSQL's `trust` method, loopback by default).
     pub password: Option<auth::ScramVerifier>,
@@ -60,12 +62,20 @@ impl CancelRegistry {
     }
 }
 
+/// Refused connections waiting for their 53300 (beyond this they are just closed).
+const REFUSE_QUEUE_LEN: usize = 64;
+/// How long a refused client gets to send its startup packet.
+const REFUSE_TIMEOUT: Duration = Duration::from_secs(2);
+
 pub struct Server {
     engine: Engine,
     listener: TcpListener,
     max_connections: usize,
+    authentication_timeout: Duration,
     password: Option<Arc<auth::ScramVerifier>>,
     active: Arc<AtomicUsize>,
+    /// Connections over `max_connections`, refused one at a time by one thread.
+    refuse_queue: std::sync::mpsc::SyncSender<std::net::TcpStream>,
     next_pid: AtomicI32,
     cancel: Arc<CancelRegistry>,
 }
@@ -74,14 +84,30 @@ impl Server {
     pub fn bind(engine: Engine, cfg: &ServerConfig) -> std::io::Result<Server> {
         let listener = TcpListener::bind(cfg.listen)?;
         listener.set_nonblocking(true)?;
+        let cancel = Arc::new(CancelRegistry::default());
+        let (refuse_queue, refused) = std::sync::mpsc::sync_channel(REFUSE_QUEUE_LEN);
+        let registry = cancel.clone();
+        std::thread::Builder::new()
+            .name("walrus-refuse".into())
+            .spawn(move || {
+                // Each refusal is bounded in time, so a silent client delays the next
+                // refusal by at most that much, and never uses a session's thread.
+                for stream in refused {
+                    if let Err(e) = connection::refuse(stream, &registry, REFUSE_TIMEOUT) {
+                        tracing::debug!("refused connection: {e}");
+                    }
+                }
+            })?;
         Ok(Server {
             engine,
             listener,
             max_connections: cfg.max_connections,
+            authentication_timeout: cfg.authentication_timeout,
+            refuse_queue,
             password: cfg.password.clone().map(Arc::new),
             active: Arc::new(AtomicUsize::new(0)),
             next_pid: AtomicI32::new(1000),
-            cancel: Arc::new(CancelRegistry::default()),
+            cancel,
         })
     }
 
@@ -97,9 +123,19 @@ impl Server {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nonblocking(false);
                     let _ = stream.set_nodelay(true);
+                    if self.active.load(Ordering::Acquire) >= self.max_connections {
+                        // Over the limit: no thread of its own. When even the refusal
+                        // queue is full the connection is closed without a word.
+                        if let Err(std::sync::mpsc::TrySendError::Full(_)) =
+                            self.refuse_queue.try_send(stream)
+                        {
+                            tracing::warn!("too many connections: closed one from {peer}");
+                        }
+                        continue;
+                    }
                     let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
-                    let over = self.active.load(Ordering::Acquire) >= self.max_connections;
                     let engine = self.engine.clone();
+                    let auth_timeout = self.authentication_timeout;
                     let active = self.active.clone();
                     let cancel = self.cancel.clone();
                     let password = self.password.clone();
@@ -113,7 +149,7 @@ impl Server {
                                 engine,
                                 pid,
                                 &cancel,
-                                over,
+                                auth_timeout,
                                 password.as_deref(),
                             ) {
                                 tracing::debug!("connection {pid} ended: {e}");

@@ -11,6 +11,11 @@ use std::io::{self, Read};
 /// Largest frontend message accepted (COPY data arrives in many messages).
 pub const MESSAGE_BYTES_MAX: usize = 64 << 20;
 
+/// Largest message accepted before authentication (startup packet, SASL messages), as
+/// PostgreSQL's `MAX_STARTUP_PACKET_LENGTH`: an unauthenticated client cannot make the
+/// server allocate more than this.
+pub const PRE_AUTH_MESSAGE_BYTES_MAX: usize = 10_000;
+
 pub const SSL_REQUEST: i32 = 80_877_103;
 pub const GSSENC_REQUEST: i32 = 80_877_104;
 pub const CANCEL_REQUEST: i32 = 80_877_102;
@@ -32,7 +37,7 @@ pub fn read_startup(r: &mut impl Read) -> io::Result<StartupPacket> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
     let len = i32::from_be_bytes(len);
-    if !(8..=10_000).contains(&len) {
+    if !(8..=PRE_AUTH_MESSAGE_BYTES_MAX as i32).contains(&len) {
         return Err(bad(format!("invalid startup packet length {len}")));
     }
     let mut body = vec![0u8; len as usize - 4];
@@ -77,10 +82,15 @@ pub struct Message {
 }
 
 pub fn read_message(r: &mut impl Read) -> io::Result<Message> {
+    read_message_upto(r, MESSAGE_BYTES_MAX)
+}
+
+/// Reads one message of at most `max` bytes (length word included).
+pub fn read_message_upto(r: &mut impl Read, max: usize) -> io::Result<Message> {
     let mut hdr = [0u8; 5];
     r.read_exact(&mut hdr)?;
     let len = i32::from_be_bytes([hdr[1], hdr[2], hdr[3], hdr[4]]);
-    if len < 4 || len as usize > MESSAGE_BYTES_MAX {
+    if len < 4 || len as usize > max {
         return Err(bad(format!("invalid message length {len}")));
     }
     let mut body = vec![0u8; len as usize - 4];

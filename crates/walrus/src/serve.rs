@@ -66,6 +66,18 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("invalid max_connections \"{m}\""))?,
         None => 100,
     };
+    // PostgreSQL's range and default: 1 s to 10 min, 1 min.
+    let authentication_timeout = match extra("authentication_timeout") {
+        Some(t) => walrus_engine::settings::parse_duration(&t)
+            .filter(|d| (Duration::from_secs(1)..=Duration::from_secs(600)).contains(d))
+            .with_context(|| {
+                format!(
+                    "invalid value for parameter \"authentication_timeout\": \"{t}\" \
+                     (expected a duration between 1s and 10min)"
+                )
+            })?,
+        None => Duration::from_secs(60),
+    };
     let password = match extra("password") {
         Some(p) => Some(
             walrus_server::auth::ScramVerifier::from_setting(&p)
@@ -89,6 +101,7 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         &ServerConfig {
             listen: SocketAddr::new(ip, port),
             max_connections,
+            authentication_timeout,
             password,
         },
     )

@@ -9,21 +9,28 @@ use std::time::{Duration, Instant};
 
 use common::{text, walrus};
 
+/// The first Python that can import psycopg 3: the one on PATH, else Debian's (where
+/// `.ci/run` installs `python3-psycopg`; PATH may lead to another Python, e.g. pyenv's).
+fn python_with_psycopg() -> Option<&'static str> {
+    ["python3", "/usr/bin/python3"].into_iter().find(|py| {
+        Command::new(py)
+            .args(["-c", "import psycopg"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    })
+}
+
 #[test]
 fn psycopg_driver_works_against_walrus() {
-    let has = Command::new("python3")
-        .args(["-c", "import psycopg"])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !has {
+    let Some(python) = python_with_psycopg() else {
         assert!(
             std::env::var("CI").is_err(),
-            "psycopg missing in CI: .ci/run must pip-install it"
+            "psycopg missing in CI: .ci/run must install python3-psycopg"
         );
         eprintln!("skipping: python3 with psycopg not installed");
         return;
-    }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -52,7 +59,7 @@ fn psycopg_driver_works_against_walrus() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/drivers/psycopg_check.py"
     );
-    let out = Command::new("python3")
+    let out = Command::new(python)
         .arg(script)
         .arg(port.to_string())
         .output()

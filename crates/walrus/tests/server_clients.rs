@@ -745,3 +745,91 @@ fn full_disk_fails_writes_with_53100_and_loses_nothing() {
     assert_eq!(srv.scalar("select count(*) from t"), "4000");
     srv.stop();
 }
+
+/// A raw protocol-3.0 session that completed startup (ReadyForQuery received).
+fn raw_session(port: u16) -> std::net::TcpStream {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut body = 196_608i32.to_be_bytes().to_vec();
+    for kv in ["user", "bench", "database", "bench", ""] {
+        body.extend_from_slice(kv.as_bytes());
+        body.push(0);
+    }
+    let mut pkt = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+    pkt.extend_from_slice(&body);
+    s.write_all(&pkt).unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.windows(6).any(|w| w == [b'Z', 0, 0, 0, 5, b'I']) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "server closed the session during startup");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    s
+}
+
+/// `max_connections` sessions are served; one more is refused with PostgreSQL's 53300
+/// (on the server's refusal thread, not a thread of its own) and served again once a
+/// slot frees; a client that never sends a startup packet is disconnected after
+/// `authentication_timeout`.
+#[test]
+fn connection_limit_and_authentication_timeout() {
+    use std::io::Read;
+    if !clients_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = ServerProc::start_configured(
+        tmp.path(),
+        "max_connections = \"2\"\nauthentication_timeout = \"1s\"\n",
+    );
+    // The start-up probe's connections may still be ending: wait until two fit.
+    let start = Instant::now();
+    let (a, b) = loop {
+        let a = raw_session(srv.port);
+        let b = raw_session(srv.port);
+        let probe = srv.psql("select 1");
+        if !probe.status.success() {
+            break (a, b);
+        }
+        assert!(start.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let refused = srv.psql("select 1");
+    assert!(
+        !refused.status.success() && text(&refused).contains("sorry, too many clients already"),
+        "{}",
+        text(&refused)
+    );
+    drop(a);
+    let start = Instant::now();
+    loop {
+        let ok = srv.psql("select 1");
+        if ok.status.success() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "a freed slot was never reused: {}",
+            text(&ok)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(b);
+
+    // A silent client is dropped after authentication_timeout (1 s), well before the
+    // 30 s this test waits.
+    let mut silent = std::net::TcpStream::connect(("127.0.0.1", srv.port)).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let r = silent.read(&mut buf);
+    assert!(
+        matches!(r, Ok(0))
+            || matches!(&r, Err(e) if e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::TimedOut),
+        "the server kept a silent connection open: {r:?}"
+    );
+    srv.stop();
+}
