@@ -95,6 +95,29 @@ pub fn thread_hint() -> usize {
     })
 }
 
+/// Stops the process if dropped while its thread unwinds from a panic. Held by the
+/// leaders other threads wait on (the group-commit flush leader, the commit-status group
+/// update leader): a panic there would otherwise leave the leader flag set or the
+/// followers parked, and every later commit would hang while the process stayed up.
+/// Stopping hands the directory to crash recovery instead.
+pub(crate) struct AbortOnUnwind(pub &'static str);
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            tracing::error!(
+                "PANIC: the {} panicked; stopping for crash recovery",
+                self.0
+            );
+            eprintln!(
+                "walrus PANIC: the {} panicked; stopping for crash recovery",
+                self.0
+            );
+            std::process::abort();
+        }
+    }
+}
+
 /// A failed `fsync`/`fdatasync` (or a WAL write) leaves the on-disk state unknown; the
 /// kernel may have dropped the dirty pages. Like PostgreSQL with `data_sync_retry = off`
 /// walrus never retries: it stops at once and lets crash recovery replay the WAL.

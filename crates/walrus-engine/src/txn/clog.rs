@@ -575,6 +575,7 @@ impl Clog {
             }
             return;
         }
+        let _leading = crate::AbortOnUnwind("commit-status group update leader");
         let _g = self.lock_pool();
         loop {
             let batch = {

@@ -87,6 +87,7 @@ impl GroupCommit {
         let mut me: Option<Thread> = None;
         'elect: loop {
             if !self.leader.swap(true, AcqRel) {
+                let _leading = crate::AbortOnUnwind("group-commit flush leader");
                 let led = flushed() < lsn;
                 if led {
                     lead();
@@ -256,5 +257,43 @@ mod loom_tests {
     #[test]
     fn loom_group_commit_three_committers_polling() {
         committers(3, Duration::from_micros(100));
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod leader_tests {
+    use super::*;
+
+    /// A leader that panics mid-flush stops the process (the parent sees an abort with
+    /// the reason) instead of leaving the leader flag set, which would hang every later
+    /// commit. Runs itself as a child process, since the expected outcome is an abort.
+    #[test]
+    fn a_panicking_leader_stops_the_process() {
+        const CHILD: &str = "WALRUS_TEST_LEADER_PANIC_CHILD";
+        if std::env::var(CHILD).is_ok() {
+            let gc = GroupCommit::new();
+            gc.wait(
+                1,
+                &|| 0,
+                &|| panic!("injected flush failure"),
+                Duration::ZERO,
+            );
+            unreachable!("the panicking leader returned");
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "wal::group_commit::leader_tests::a_panicking_leader_stops_the_process",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "the child survived:\n{err}");
+        assert!(
+            err.contains("the group-commit flush leader panicked"),
+            "the child died for another reason:\n{err}"
+        );
     }
 }
