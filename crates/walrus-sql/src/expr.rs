@@ -11,7 +11,7 @@ use walrus_engine::access::datum::{compare_datums, Datum, TypeId};
 use walrus_engine::catalog::ColumnDef;
 
 use crate::error::{SqlError, SqlResult};
-use crate::query::{Frame, Rel};
+use crate::rel::{Frame, Rel};
 use crate::value::{format_text, parse_text};
 
 /// What an expression can see.
@@ -218,14 +218,14 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             other => literal(other),
         },
         Expr::Identifier(_) | Expr::CompoundIdentifier(_) if s.frame.is_some() => {
-            let (qual, name) = crate::query::col_ref(e).unwrap_or_default();
+            let (qual, name) = crate::rel::col_ref(e).unwrap_or_default();
             match s
                 .frame
                 .map(|f| f.lookup(qual.as_deref(), &name))
                 .transpose()?
             {
                 Some(Some(d)) => Ok(d),
-                _ => Err(crate::query::no_column(qual.as_deref(), &name)),
+                _ => Err(crate::rel::no_column(qual.as_deref(), &name)),
             }
         }
         Expr::Identifier(id) => column(s, &id.value),
@@ -998,7 +998,7 @@ fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
         // `age(xid)`, the usual `age(datfrozenxid)` monitoring). walrus's xids are 64-bit,
         // so the age is a bigint where PostgreSQL's is an integer.
         "age" if args.len() == 1 => {
-            let next = (s.setting)(crate::session::NEXT_XID_KEY)
+            let next = (s.setting)(crate::settings::NEXT_XID_KEY)
                 .and_then(|v| v.parse::<i64>().ok())
                 .unwrap_or(0);
             let age = |x: i64| {
@@ -1019,7 +1019,7 @@ fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
             }
         }
         "pg_current_wal_lsn" | "pg_current_wal_insert_lsn" => {
-            match (s.setting)(crate::session::WAL_LSN_KEY) {
+            match (s.setting)(crate::settings::WAL_LSN_KEY) {
                 Some(l) => Datum::Text(l),
                 None => Datum::Null,
             }
@@ -1147,7 +1147,7 @@ fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
             Datum::Text((s.setting)("session_authorization").unwrap_or_else(|| "walrus".into()))
         }
         "current_database" => Datum::Text(
-            (s.setting)(crate::session::DATABASE_KEY).unwrap_or_else(|| "postgres".into()),
+            (s.setting)(crate::settings::DATABASE_KEY).unwrap_or_else(|| "postgres".into()),
         ),
         "current_schema" => Datum::Text("public".into()),
         other => {

@@ -15,15 +15,20 @@
 pub mod error;
 pub mod expr;
 mod guc;
+mod names;
 mod pg_catalog;
 pub(crate) mod query;
+mod rel;
+mod result;
 pub(crate) mod session;
+mod settings;
 mod timeout;
 pub mod utility;
 pub mod value;
 
 pub use error::{SqlError, SqlResult};
-pub use session::{Column, Outcome, QueryResult, Session};
+pub use result::{Column, Outcome, QueryResult};
+pub use session::Session;
 
 /// What `version()` and `server_version` report: PostgreSQL 15 compatible.
 pub const SERVER_VERSION: &str = "15.18";

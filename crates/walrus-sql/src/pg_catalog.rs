@@ -212,7 +212,7 @@ impl Snapshot {
                 .filter(|u| !u.is_empty())
                 .unwrap_or_else(|| "walrus".into()),
             database: session
-                .setting(crate::session::DATABASE_KEY)
+                .setting(crate::settings::DATABASE_KEY)
                 .filter(|u| !u.is_empty())
                 .unwrap_or_else(|| "postgres".into()),
             wal_records: wal.records_inserted(),

@@ -20,42 +20,11 @@ use walrus_engine::Engine;
 
 use crate::error::{SqlError, SqlResult};
 use crate::expr::{coerce, eval, function_args, function_name, type_from_sql, Scope};
+use crate::names::{ident, object_name};
+use crate::result::{Column, Outcome, QueryResult};
+use crate::settings::{SettingsView, DATABASE_KEY};
 use crate::utility::{self, Utility};
 use crate::value::{parse_text, system_time_to_pg};
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Column {
-    pub name: String,
-    pub ty: TypeId,
-}
-
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct QueryResult {
-    /// Command tag: `SELECT 1`, `INSERT 0 1`, `UPDATE 3`, `BEGIN`, ...
-    pub tag: String,
-    /// Empty for statements that return no rows.
-    pub columns: Vec<Column>,
-    pub rows: Vec<Vec<Datum>>,
-}
-
-impl QueryResult {
-    fn tag(t: impl Into<String>) -> QueryResult {
-        QueryResult {
-            tag: t.into(),
-            ..Default::default()
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Outcome {
-    Done(QueryResult),
-    /// `COPY ... FROM STDIN`: the caller collects the data and calls [`Session::copy_in`].
-    CopyIn {
-        table: String,
-        columns: Vec<String>,
-    },
-}
 
 pub struct Session {
     engine: Engine,
@@ -93,65 +62,8 @@ struct SettingUndo {
 /// Distinct SQL texts whose parse a session keeps (cleared when full).
 const PARSE_CACHE_ENTRIES: usize = 256;
 
-/// Internal setting name whose value is the WAL insert position at the moment it is
-/// read (`pg_current_wal_lsn()`); computed by [`SettingsView::get`], never stored.
-pub(crate) const WAL_LSN_KEY: &str = "walrus.insert_lsn";
-/// The next xid to be assigned, read when asked (`age(xid)`).
-pub(crate) const NEXT_XID_KEY: &str = "walrus.next_xid";
-/// Internal key holding the database name the client connected to.
-pub(crate) const DATABASE_KEY: &str = "walrus.database";
-
-/// What statements read as settings (`current_setting()`, `SHOW`, `pg_settings`): the
-/// session's map, shared through an `Arc` (copied only by `SET`), plus values computed
-/// when read — so nothing is written into the map per statement.
-#[derive(Clone)]
-pub(crate) struct SettingsView {
-    map: Arc<BTreeMap<String, String>>,
-    engine: Engine,
-}
-
-impl SettingsView {
-    pub(crate) fn get(&self, name: &str) -> Option<String> {
-        if name == WAL_LSN_KEY {
-            return Some(self.engine.wal().insert_lsn().to_string());
-        }
-        if name == NEXT_XID_KEY {
-            return Some(self.engine.txn_manager().next_xid().0.to_string());
-        }
-        self.map
-            .get(name)
-            .cloned()
-            .or_else(|| crate::guc::postgres_default(name).map(str::to_string))
-    }
-
-    /// Every setting a session can see: PostgreSQL's defaults for the parameters walrus
-    /// keeps no value of its own for, then the session's own values over them.
-    pub(crate) fn all(&self) -> BTreeMap<String, String> {
-        let mut all: BTreeMap<String, String> = crate::guc::postgres_defaults()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        all.extend(self.map.iter().map(|(k, v)| (k.clone(), v.clone())));
-        all
-    }
-}
-
 fn now_micros() -> i64 {
     system_time_to_pg(std::time::SystemTime::now())
-}
-
-pub(crate) fn ident(i: &ast::Ident) -> String {
-    if i.quote_style.is_some() {
-        i.value.clone()
-    } else {
-        i.value.to_ascii_lowercase()
-    }
-}
-
-pub(crate) fn object_name(n: &ast::ObjectName) -> String {
-    n.0.last()
-        .and_then(|p| p.as_ident())
-        .map(ident)
-        .unwrap_or_default()
 }
 
 fn first_words(sql: &str, n: usize) -> Vec<String> {
@@ -1432,10 +1344,7 @@ impl Session {
 
     /// The settings as expressions read them (shares the map; no copy).
     pub(crate) fn settings_view(&self) -> SettingsView {
-        SettingsView {
-            map: self.settings.clone(),
-            engine: self.engine.clone(),
-        }
+        SettingsView::new(self.settings.clone(), self.engine.clone())
     }
 
     pub(crate) fn engine(&self) -> &Engine {
