@@ -12,11 +12,11 @@
 
 #![forbid(unsafe_code)]
 
+mod catalog_views;
 pub mod error;
 pub mod expr;
 mod guc;
 mod names;
-mod pg_catalog;
 pub(crate) mod query;
 mod rel;
 mod result;

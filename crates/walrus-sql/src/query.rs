@@ -26,12 +26,12 @@ use sqlparser::ast::{
 use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::ColumnDef;
 
+use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
 use crate::expr::{
     coerce, compare_values, eval, function_args, function_name, is_aggregate_name, Hooks, Scope,
 };
 use crate::names::{ident, object_name};
-use crate::pg_catalog;
 use crate::rel::{col_ref, find_col, no_column, ColName, Frame, Rel};
 use crate::session::Session;
 use crate::value::format_text;
@@ -177,7 +177,7 @@ pub(crate) struct Executor<'s> {
     now: i64,
     settings: crate::settings::SettingsView,
     interrupt: Arc<AtomicBool>,
-    catalog: RefCell<Option<pg_catalog::Snapshot>>,
+    catalog: RefCell<Option<catalog_views::Snapshot>>,
 }
 
 /// The hooks in force while evaluating over one group of rows.
@@ -199,7 +199,7 @@ impl Hooks for Executor<'_> {
         None
     }
     fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
-        if !pg_catalog::is_catalog_function(name) {
+        if !catalog_views::is_catalog_function(name) {
             return None; // now(), repeat(), ...: no catalog snapshot needed
         }
         let snap = match self.catalog_snapshot() {
@@ -237,7 +237,15 @@ impl<'s> Executor<'s> {
 
     fn catalog_snapshot(&self) -> SqlResult<()> {
         if self.catalog.borrow().is_none() {
-            let snap = pg_catalog::Snapshot::take(&mut self.session.borrow_mut())?;
+            let mut session = self.session.borrow_mut();
+            let tables = session.catalog_tables()?;
+            let snap = catalog_views::Snapshot::take(catalog_views::Source {
+                tables,
+                engine: session.engine(),
+                user: self.settings.get("session_authorization"),
+                database: self.settings.get(crate::settings::DATABASE_KEY),
+            });
+            drop(session);
             *self.catalog.borrow_mut() = Some(snap);
         }
         Ok(())
@@ -967,7 +975,7 @@ impl<'s> Executor<'s> {
             [_, s, t] => (Some(s.as_str()), t.as_str()),
             _ => return Ok(None),
         };
-        if pg_catalog::is_virtual(schema, table) {
+        if catalog_views::is_virtual(schema, table) {
             return Ok(None);
         }
         if schema.is_some_and(|s| s != "public") {
