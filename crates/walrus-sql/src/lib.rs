@@ -17,6 +17,7 @@ pub mod error;
 pub mod expr;
 mod guc;
 mod names;
+mod plan;
 pub(crate) mod query;
 mod rel;
 mod result;

@@ -28,141 +28,15 @@ use walrus_engine::catalog::ColumnDef;
 
 use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
-use crate::expr::{
-    coerce, compare_values, eval, function_args, function_name, is_aggregate_name, Hooks, Scope,
-};
+use crate::expr::{coerce, compare_values, eval, function_args, function_name, Hooks, Scope};
 use crate::names::{ident, object_name};
-use crate::rel::{col_ref, find_col, no_column, ColName, Frame, Rel};
+use crate::plan::{
+    bind, contains_aggregate, contains_subquery, output_name, qualified, rename,
+    resolve_group_expr, static_type, table_cols, using_condition,
+};
+use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
 use crate::session::Session;
 use crate::value::format_text;
-
-/// Calls `f` on `e` and every expression nested in it, not descending into subqueries
-/// (they bind against their own FROM list) nor, when `into_aggregates` is false, into
-/// aggregate calls.
-fn walk(
-    e: &Expr,
-    into_aggregates: bool,
-    f: &mut dyn FnMut(&Expr) -> SqlResult<()>,
-) -> SqlResult<()> {
-    f(e)?;
-    let mut go = |x: &Expr| walk(x, into_aggregates, f);
-    match e {
-        Expr::BinaryOp { left, right, .. }
-        | Expr::AnyOp { left, right, .. }
-        | Expr::AllOp { left, right, .. } => {
-            go(left)?;
-            go(right)
-        }
-        Expr::IsDistinctFrom(a, b) | Expr::IsNotDistinctFrom(a, b) => {
-            go(a)?;
-            go(b)
-        }
-        Expr::UnaryOp { expr, .. }
-        | Expr::Nested(expr)
-        | Expr::Cast { expr, .. }
-        | Expr::Collate { expr, .. }
-        | Expr::IsNull(expr)
-        | Expr::IsNotNull(expr)
-        | Expr::IsTrue(expr)
-        | Expr::IsNotTrue(expr)
-        | Expr::IsFalse(expr)
-        | Expr::IsNotFalse(expr)
-        | Expr::InSubquery { expr, .. } => go(expr),
-        Expr::InList { expr, list, .. } => {
-            go(expr)?;
-            list.iter().try_for_each(&mut go)
-        }
-        Expr::Between {
-            expr, low, high, ..
-        } => {
-            go(expr)?;
-            go(low)?;
-            go(high)
-        }
-        Expr::Like { expr, pattern, .. } | Expr::ILike { expr, pattern, .. } => {
-            go(expr)?;
-            go(pattern)
-        }
-        Expr::Case {
-            operand,
-            conditions,
-            else_result,
-            ..
-        } => {
-            if let Some(o) = operand {
-                go(o)?;
-            }
-            for w in conditions {
-                go(&w.condition)?;
-                go(&w.result)?;
-            }
-            if let Some(x) = else_result {
-                go(x)?;
-            }
-            Ok(())
-        }
-        Expr::Array(a) => a.elem.iter().try_for_each(&mut go),
-        Expr::Function(func) => {
-            if !into_aggregates && is_aggregate_name(&function_name(func)) {
-                return Ok(());
-            }
-            function_args(func).into_iter().try_for_each(&mut go)?;
-            match &func.filter {
-                Some(x) => go(x),
-                None => Ok(()),
-            }
-        }
-        _ => Ok(()),
-    }
-}
-
-fn contains_aggregate(e: &Expr) -> bool {
-    walk(e, false, &mut |x| match x {
-        Expr::Function(f) if is_aggregate_name(&function_name(f)) => Err(SqlError::new("", "")),
-        _ => Ok(()),
-    })
-    .is_err()
-}
-
-fn contains_subquery(e: &Expr) -> bool {
-    walk(e, true, &mut |x| match x {
-        Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => {
-            Err(SqlError::new("", ""))
-        }
-        Expr::Function(f) if matches!(f.args, FunctionArguments::Subquery(_)) => {
-            Err(SqlError::new("", ""))
-        }
-        _ => Ok(()),
-    })
-    .is_err()
-}
-
-/// Every column reference in `e` must resolve in `cols` or an enclosing frame.
-fn bind(
-    e: &Expr,
-    cols: &[ColName],
-    outer: Option<&Frame<'_>>,
-    aliases: &[String],
-) -> SqlResult<()> {
-    walk(e, true, &mut |x| {
-        if let Some((qual, name)) = col_ref(x) {
-            if find_col(cols, qual.as_deref(), &name)?.is_some()
-                || (qual.is_none() && aliases.contains(&name))
-            {
-                return Ok(());
-            }
-            let mut o = outer;
-            while let Some(f) = o {
-                if find_col(f.cols, qual.as_deref(), &name)?.is_some() {
-                    return Ok(());
-                }
-                o = f.outer;
-            }
-            return Err(no_column(qual.as_deref(), &name));
-        }
-        Ok(())
-    })
-}
 
 /// A row key for grouping and duplicate elimination (values of different integer
 /// widths that compare equal still group apart; the planner never mixes them).
@@ -582,7 +456,7 @@ impl<'s> Executor<'s> {
         let group_exprs: Vec<Expr> = match &sel.group_by {
             ast::GroupByExpr::Expressions(g, _) => g
                 .iter()
-                .map(|e| self.resolve_group_expr(e, &items, &from.cols))
+                .map(|e| resolve_group_expr(e, &items, &from.cols))
                 .collect::<SqlResult<_>>()?,
             ast::GroupByExpr::All(_) => {
                 return Err(SqlError::unsupported("GROUP BY ALL is not supported"))
@@ -718,7 +592,7 @@ impl<'s> Executor<'s> {
                         .ok()
                         .flatten()
                         .and_then(|c| cols[c].ty),
-                    None => crate::session::static_type(e, &defs),
+                    None => static_type(e, &defs),
                 };
                 ColName {
                     qual: None,
@@ -731,39 +605,6 @@ impl<'s> Executor<'s> {
             cols: out_cols,
             rows,
         })
-    }
-
-    /// GROUP BY 1 means the first output column; a bare name that is an output alias
-    /// (and not a source column) means that output expression.
-    fn resolve_group_expr(
-        &self,
-        e: &Expr,
-        items: &[(String, Expr)],
-        cols: &[ColName],
-    ) -> SqlResult<Expr> {
-        if let Expr::Value(v) = e {
-            if let ast::Value::Number(n, _) = &v.value {
-                let i: usize = n.parse().unwrap_or(0);
-                return items
-                    .get(i.wrapping_sub(1))
-                    .map(|(_, x)| x.clone())
-                    .ok_or_else(|| {
-                        SqlError::new(
-                            "42P10",
-                            format!("GROUP BY position {n} is not in select list"),
-                        )
-                    });
-            }
-        }
-        if let Expr::Identifier(id) = e {
-            let n = ident(id);
-            if find_col(cols, None, &n)?.is_none() {
-                if let Some((_, x)) = items.iter().find(|(name, _)| *name == n) {
-                    return Ok(x.clone());
-                }
-            }
-        }
-        Ok(e.clone())
     }
 
     /// FROM: the cross product of its items, each a table with its joins. Returns
@@ -1411,105 +1252,5 @@ fn is_lateral(tf: &TableFactor) -> bool {
         // Table functions in FROM may always refer to earlier items (PostgreSQL).
         TableFactor::Table { args: Some(_), .. } => true,
         _ => false,
-    }
-}
-
-fn using_condition(left: &Rel, right: &Rel, names: &[ast::ObjectName]) -> SqlResult<Option<Expr>> {
-    let mut cond: Option<Expr> = None;
-    for n in names {
-        let col = object_name(n);
-        let side = |rel: &Rel| -> SqlResult<Expr> {
-            let i = find_col(&rel.cols, None, &col)?.ok_or_else(|| {
-                SqlError::new(
-                    "42703",
-                    format!("column \"{col}\" specified in USING clause does not exist"),
-                )
-            })?;
-            Ok(qualified(&rel.cols[i]))
-        };
-        let eq = Expr::BinaryOp {
-            left: Box::new(side(left)?),
-            op: ast::BinaryOperator::Eq,
-            right: Box::new(side(right)?),
-        };
-        cond = Some(match cond {
-            None => eq,
-            Some(c) => Expr::BinaryOp {
-                left: Box::new(c),
-                op: ast::BinaryOperator::And,
-                right: Box::new(eq),
-            },
-        });
-    }
-    Ok(cond)
-}
-
-/// A column reference that resolves to exactly `c`.
-fn qualified(c: &ColName) -> Expr {
-    let name = ast::Ident::with_quote('"', c.name.clone());
-    match &c.qual {
-        Some(q) => Expr::CompoundIdentifier(vec![ast::Ident::with_quote('"', q.clone()), name]),
-        None => Expr::Identifier(name),
-    }
-}
-
-fn table_cols(qual: &str, cols: &[ColumnDef]) -> Vec<ColName> {
-    cols.iter()
-        .map(|c| ColName {
-            qual: Some(qual.to_string()),
-            name: c.name.clone(),
-            ty: Some(c.ty),
-        })
-        .collect()
-}
-
-/// Applies `AS alias(c1, c2, ...)` column names.
-fn rename(rel: &mut Rel, alias: Option<&ast::TableAlias>) -> SqlResult<()> {
-    let Some(a) = alias else { return Ok(()) };
-    if a.columns.len() > rel.cols.len() {
-        return Err(SqlError::new(
-            "42P10",
-            format!(
-                "table \"{}\" has {} columns available but {} columns specified",
-                ident(&a.name),
-                rel.cols.len(),
-                a.columns.len()
-            ),
-        ));
-    }
-    for (c, n) in rel.cols.iter_mut().zip(&a.columns) {
-        c.name = ident(&n.name);
-    }
-    Ok(())
-}
-
-/// PostgreSQL's output column name for an unaliased select item.
-pub fn output_name(e: &Expr) -> String {
-    match e {
-        Expr::Identifier(i) => ident(i),
-        Expr::CompoundIdentifier(ids) => ids.last().map(ident).unwrap_or_default(),
-        Expr::Function(f) => function_name(f),
-        Expr::Cast {
-            expr, data_type, ..
-        } => match expr.as_ref() {
-            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_) => {
-                output_name(expr)
-            }
-            _ => data_type
-                .to_string()
-                .to_ascii_lowercase()
-                .rsplit('.')
-                .next()
-                .unwrap_or("?column?")
-                .split('(')
-                .next()
-                .unwrap_or("?column?")
-                .to_string(),
-        },
-        Expr::Nested(i) => output_name(i),
-        Expr::Case { .. } => "case".into(),
-        Expr::Exists { .. } => "exists".into(),
-        Expr::Array(_) => "array".into(),
-        _ => "?column?".to_string(),
     }
 }

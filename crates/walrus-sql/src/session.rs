@@ -19,8 +19,9 @@ use walrus_engine::engine::{CheckpointReason, Isolation, RowChange, Transaction}
 use walrus_engine::Engine;
 
 use crate::error::{SqlError, SqlResult};
-use crate::expr::{coerce, eval, function_args, function_name, type_from_sql, Scope};
+use crate::expr::{coerce, eval, type_from_sql, Scope};
 use crate::names::{ident, object_name};
+use crate::plan::{choose_access, Access};
 use crate::result::{Column, Outcome, QueryResult};
 use crate::settings::{SettingsView, DATABASE_KEY};
 use crate::utility::{self, Utility};
@@ -252,7 +253,7 @@ impl Session {
         let mut types: Vec<Option<TypeId>> = declared.to_vec();
         let mut columns = None;
         if let [Parsed::Sql(st)] = parsed.as_slice() {
-            self.infer_params(st, &mut types);
+            crate::plan::infer_params(st, &mut types, &mut |name| self.txn().table(name).ok());
             if let Statement::Query(q) = st.as_ref() {
                 if !self.failed {
                     let n = types.len();
@@ -274,131 +275,6 @@ impl Session {
                 .collect(),
             columns,
         ))
-    }
-
-    fn infer_params(&mut self, st: &Statement, types: &mut Vec<Option<TypeId>>) {
-        let note = |n: usize, ty: TypeId, types: &mut Vec<Option<TypeId>>| {
-            if n == 0 {
-                return;
-            }
-            if types.len() < n {
-                types.resize(n, None);
-            }
-            if types[n - 1].is_none() {
-                types[n - 1] = Some(ty);
-            }
-        };
-        let placeholder = |e: &Expr| match e {
-            Expr::Value(v) => match &v.value {
-                ast::Value::Placeholder(p) => p.trim_start_matches('$').parse::<usize>().ok(),
-                _ => None,
-            },
-            _ => None,
-        };
-        let table_of = |s: &mut Session, name: &str| s.txn().table(name).ok();
-        let (def, extra): (Option<std::sync::Arc<TableDef>>, Vec<(usize, TypeId)>) = match st {
-            Statement::Insert(ins) => {
-                let name = match &ins.table {
-                    ast::TableObject::TableName(n) => object_name(n),
-                    _ => String::new(),
-                };
-                let def = table_of(self, &name);
-                let mut extra = Vec::new();
-                if let (Some(d), Some(src)) = (&def, &ins.source) {
-                    if let SetExpr::Values(v) = src.body.as_ref() {
-                        let targets: Vec<usize> = if ins.columns.is_empty() {
-                            (0..d.columns.len()).collect()
-                        } else {
-                            ins.columns
-                                .iter()
-                                .filter_map(|c| d.column_index(&object_name(c)))
-                                .collect()
-                        };
-                        for row in &v.rows {
-                            for (e, &ci) in row.iter().zip(&targets) {
-                                if let Some(n) = placeholder(e) {
-                                    extra.push((n, d.columns[ci].ty));
-                                }
-                            }
-                        }
-                    }
-                }
-                (def, extra)
-            }
-            Statement::Update(u) => {
-                let def = match &u.table.relation {
-                    TableFactor::Table { name, .. } => table_of(self, &object_name(name)),
-                    _ => None,
-                };
-                let mut extra = Vec::new();
-                if let Some(d) = &def {
-                    for a in &u.assignments {
-                        if let ast::AssignmentTarget::ColumnName(n) = &a.target {
-                            if let (Some(ci), Some(p)) =
-                                (d.column_index(&object_name(n)), placeholder(&a.value))
-                            {
-                                extra.push((p, d.columns[ci].ty));
-                            }
-                        }
-                    }
-                }
-                (def, extra)
-            }
-            Statement::Query(q) => {
-                let mut def = None;
-                if let SetExpr::Select(sel) = q.body.as_ref() {
-                    if let [t] = sel.from.as_slice() {
-                        if let TableFactor::Table { name, .. } = &t.relation {
-                            def = table_of(self, &object_name(name));
-                        }
-                    }
-                }
-                let mut extra = Vec::new();
-                if let Some(ast::LimitClause::LimitOffset { limit: Some(l), .. }) = &q.limit_clause
-                {
-                    if let Some(p) = placeholder(l) {
-                        extra.push((p, TypeId::Int8));
-                    }
-                }
-                (def, extra)
-            }
-            Statement::Delete(d) => {
-                let from = match &d.from {
-                    ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => {
-                        f.clone()
-                    }
-                };
-                let def = match from.first().map(|t| &t.relation) {
-                    Some(TableFactor::Table { name, .. }) => table_of(self, &object_name(name)),
-                    _ => None,
-                };
-                (def, Vec::new())
-            }
-            _ => (None, Vec::new()),
-        };
-        for (n, ty) in extra {
-            note(n, ty, types);
-        }
-        // `column <op> $n` anywhere in the statement gives $n the column's type.
-        if let Some(d) = def {
-            let _ = ast::visit_expressions(st, |e| {
-                if let Expr::BinaryOp { left, right, .. } = e {
-                    for (a, b) in [(left, right), (right, left)] {
-                        let col = match a.as_ref() {
-                            Expr::Identifier(i) => d.column_index(&ident(i)),
-                            Expr::CompoundIdentifier(ids) => {
-                                ids.last().and_then(|i| d.column_index(&ident(i)))
-                            }
-                            _ => None,
-                        };
-                        if let (Some(ci), Some(p)) = (col, placeholder(b)) {
-                            note(p, d.columns[ci].ty, types);
-                        }
-                    }
-                }
-                std::ops::ControlFlow::<()>::Continue(())
-            });
-        }
     }
 
     fn parse(&self, sql: &str) -> SqlResult<Vec<Parsed>> {
@@ -1254,7 +1130,8 @@ impl Session {
     }
 
     /// Rows of `def` matching `filter`, through a unique index when the filter pins all
-    /// its columns with equalities to constants, else a sequential scan.
+    /// its columns with equalities to constants, else a sequential scan (see
+    /// [`choose_access`]).
     pub(crate) fn matching_rows(
         &mut self,
         def: &TableDef,
@@ -1263,34 +1140,14 @@ impl Session {
     ) -> SqlResult<Vec<(Tid, Vec<Datum>)>> {
         let (now, settings) = (self.now, self.settings_view());
         let get = move |n: &str| settings.get(n);
-        let mut eqs: Vec<(usize, Datum)> = Vec::new();
-        if let Some(f) = filter {
-            collect_equalities(f, def, params, now, &get, &mut eqs);
-        }
-        let index = def
-            .indexes
-            .iter()
-            .filter(|i| i.unique)
-            .find(|i| i.columns.iter().all(|c| eqs.iter().any(|(ec, _)| ec == c)));
+        let access = choose_access(def, filter, params, now, &get);
         let t = self.txn();
-        let candidates = match index {
-            Some(idx) => {
-                let mut key = Vec::new();
-                for c in &idx.columns {
-                    let v = eqs
-                        .iter()
-                        .find(|(ec, _)| ec == c)
-                        .map(|(_, v)| v.clone())
-                        .unwrap_or(Datum::Null);
-                    key.push(match coerce(v, def.columns[*c].ty) {
-                        Ok(k) => k,
-                        // A constant that does not fit the column type matches nothing.
-                        Err(_) => return Ok(Vec::new()),
-                    });
-                }
-                t.index_scan(def, idx, Bound::Included(&key), Bound::Included(&key))?
+        let candidates = match access {
+            Access::Index { index, key } => {
+                t.index_scan(def, index, Bound::Included(&key), Bound::Included(&key))?
             }
-            None => t.scan_all(def)?,
+            Access::Scan => t.scan_all(def)?,
+            Access::Nothing => return Ok(Vec::new()),
         };
         let mut out = Vec::with_capacity(candidates.len());
         for (tid, row) in candidates {
@@ -1536,120 +1393,5 @@ fn row_matches(
             };
             Ok(matches!(eval(f, &scope)?, Datum::Bool(true)))
         }
-    }
-}
-
-/// Collects `column = constant` conjuncts of a WHERE clause.
-fn collect_equalities(
-    e: &Expr,
-    def: &TableDef,
-    params: &[Datum],
-    now: i64,
-    get: &dyn Fn(&str) -> Option<String>,
-    out: &mut Vec<(usize, Datum)>,
-) {
-    match e {
-        Expr::BinaryOp {
-            left,
-            op: ast::BinaryOperator::And,
-            right,
-        } => {
-            collect_equalities(left, def, params, now, get, out);
-            collect_equalities(right, def, params, now, get, out);
-        }
-        Expr::Nested(inner) => collect_equalities(inner, def, params, now, get, out),
-        Expr::BinaryOp {
-            left,
-            op: ast::BinaryOperator::Eq,
-            right,
-        } => {
-            let col_of = |x: &Expr| match x {
-                Expr::Identifier(i) => def.column_index(&ident(i)),
-                Expr::CompoundIdentifier(ids) => {
-                    ids.last().and_then(|i| def.column_index(&ident(i)))
-                }
-                _ => None,
-            };
-            let scope = Scope {
-                columns: &[],
-                row: None,
-                params,
-                now,
-                setting: get,
-                interrupt: None,
-                frame: None,
-                hooks: None,
-            };
-            if let Some(c) = col_of(left) {
-                if let Ok(v) = eval(right, &scope) {
-                    out.push((c, v));
-                }
-            } else if let Some(c) = col_of(right) {
-                if let Ok(v) = eval(left, &scope) {
-                    out.push((c, v));
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-/// The result type of an expression when it can be known without rows.
-pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
-    match e {
-        Expr::Identifier(i) => cols.iter().find(|c| c.name == ident(i)).map(|c| c.ty),
-        Expr::CompoundIdentifier(ids) => ids
-            .last()
-            .and_then(|i| cols.iter().find(|c| c.name == ident(i)).map(|c| c.ty)),
-        Expr::Cast { data_type, .. } => type_from_sql(data_type).ok(),
-        Expr::Nested(i) => static_type(i, cols),
-        Expr::Function(f) => match function_name(f).as_str() {
-            "count" => Some(TypeId::Int8),
-            "avg" => Some(TypeId::Numeric),
-            "now" | "current_timestamp" => Some(TypeId::TimestampTz),
-            "min" | "max" => function_args(f).first().and_then(|a| static_type(a, cols)),
-            "sum" => function_args(f)
-                .first()
-                .and_then(|a| static_type(a, cols))
-                .map(|t| match t {
-                    TypeId::Int2 | TypeId::Int4 => TypeId::Int8,
-                    TypeId::Int8 => TypeId::Numeric,
-                    other => other,
-                }),
-            "current_setting" | "version" | "repeat" | "lower" | "upper" => Some(TypeId::Text),
-            _ => None,
-        },
-        Expr::Value(v) => match &v.value {
-            ast::Value::Number(n, _) => Some(if n.parse::<i32>().is_ok() {
-                TypeId::Int4
-            } else if n.parse::<i64>().is_ok() {
-                TypeId::Int8
-            } else {
-                TypeId::Numeric
-            }),
-            ast::Value::SingleQuotedString(_) => Some(TypeId::Text),
-            ast::Value::Boolean(_) => Some(TypeId::Bool),
-            _ => None,
-        },
-        Expr::BinaryOp { op, left, right } => match op {
-            ast::BinaryOperator::Eq
-            | ast::BinaryOperator::NotEq
-            | ast::BinaryOperator::Lt
-            | ast::BinaryOperator::LtEq
-            | ast::BinaryOperator::Gt
-            | ast::BinaryOperator::GtEq
-            | ast::BinaryOperator::And
-            | ast::BinaryOperator::Or => Some(TypeId::Bool),
-            ast::BinaryOperator::StringConcat => Some(TypeId::Text),
-            _ => {
-                let (l, r) = (static_type(left, cols)?, static_type(right, cols)?);
-                Some(if l == TypeId::Int8 || r == TypeId::Int8 {
-                    TypeId::Int8
-                } else {
-                    l
-                })
-            }
-        },
-        _ => None,
     }
 }
