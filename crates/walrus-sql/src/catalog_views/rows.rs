@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 
 use walrus_engine::access::datum::{Datum, TypeId};
 
-use super::*;
+use super::{
+    b, o, oid_of, relfile_oid, t, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG, NS_INFORMATION_SCHEMA,
+    NS_PUBLIC, ROLE_OID, TYPES,
+};
 
 impl Snapshot {
     pub(super) fn rows(&self, name: &str, settings: &BTreeMap<String, String>) -> Vec<Vec<Datum>> {

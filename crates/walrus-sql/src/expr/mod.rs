@@ -1,7 +1,7 @@
 //! Expression evaluation over one row: literals, `$n` parameters, column references,
 //! arithmetic, comparison, boolean logic, casts and the functions pgbench and psql use.
 //!
-//! Evaluation depends only on values, types and the row frames of [`crate::rel`]; what
+//! Evaluation depends only on values, types and the row frames of `crate::rel`; what
 //! it needs from outside (settings, the statement time, the cancel flag, subqueries,
 //! aggregates and catalog functions) comes in through [`Scope`] and [`Hooks`], so it
 //! never reaches into the session or the executor.
