@@ -6,7 +6,9 @@
 //! 2. **plan** (`plan/`): binding of column references, output column names and types,
 //!    the single-table access path (unique-index point lookup versus sequential scan),
 //!    parameter types for Describe. There is no plan tree yet: the executor calls these
-//!    clause by clause, before it reads rows for the clause;
+//!    as it reaches each query level, after reading its FROM items (the single-table
+//!    path applies WHERE while reading) and before evaluating the select list, GROUP BY,
+//!    HAVING and ORDER BY over those rows;
 //! 3. **execute** (`exec/`): SELECT over materialised relations (nested-loop joins,
 //!    grouping, set operations, sorting, subqueries), INSERT/UPDATE/DELETE, DDL and COPY
 //!    on the engine's `Transaction`, with the `pg_catalog` / `information_schema` tables

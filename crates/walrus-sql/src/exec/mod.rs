@@ -11,9 +11,11 @@
 //! unique index's columns becomes an index lookup, so pgbench's point reads never scan).
 //! Joins are nested loops (no statistics, no hash join yet).
 //!
-//! Binding happens before any row is read: every column a clause names must resolve in
-//! the FROM list or an enclosing query (`plan::bind`), so a misspelt column fails with
-//! 42703 even on an empty table.
+//! Binding happens before the clauses are evaluated over the FROM list's rows: every
+//! column a clause names must resolve in the FROM list or an enclosing query
+//! (`plan::bind`), so a misspelt column fails with 42703 even on an empty table. (The
+//! FROM items themselves are read first, and the single-table path applies WHERE while
+//! reading, so an evaluation error there can come before a bind error.)
 //!
 //! The executor knows the session only through [`Env`]: the statement's transaction, the
 //! engine, the statement time, the settings and the cancel flag.
