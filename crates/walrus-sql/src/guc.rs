@@ -5,7 +5,7 @@
 //! The lists are PostgreSQL 15's parameter names grouped by when they may change
 //! (`pg_settings.context`), lower-cased. A session accepts SET of the `user` and
 //! `superuser` ones (walrus has one role, and it owns the database); only a few change
-//! behaviour (`session.rs`), the rest are kept and shown, as clients expect. Names with a
+//! behaviour (`session/settings.rs`), the rest are kept and shown, as clients expect. Names with a
 //! dot are custom placeholders (`myapp.tenant`), accepted as PostgreSQL does.
 
 use crate::error::{SqlError, SqlResult};

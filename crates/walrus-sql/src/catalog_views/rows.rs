@@ -1,0 +1,438 @@
+//! The rows of each virtual table, computed from a [`Snapshot`].
+
+use std::collections::BTreeMap;
+
+use walrus_engine::access::datum::{Datum, TypeId};
+
+use super::{
+    b, o, oid_of, relfile_oid, t, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG, NS_INFORMATION_SCHEMA,
+    NS_PUBLIC, ROLE_OID, TYPES,
+};
+
+impl Snapshot {
+    pub(super) fn rows(&self, name: &str, settings: &BTreeMap<String, String>) -> Vec<Vec<Datum>> {
+        let n = Datum::Null;
+        match name {
+            "pg_namespace" => vec![
+                vec![o(NS_CATALOG), t("pg_catalog"), o(ROLE_OID), n.clone()],
+                vec![o(NS_PUBLIC), t("public"), o(ROLE_OID), n.clone()],
+                vec![
+                    o(NS_INFORMATION_SCHEMA),
+                    t("information_schema"),
+                    o(ROLE_OID),
+                    n,
+                ],
+            ],
+            "pg_class" => {
+                let mut rows = Vec::new();
+                for tbl in &self.tables {
+                    rows.push(self.class_row(
+                        relfile_oid(tbl.relfile),
+                        &tbl.name,
+                        "r",
+                        AM_HEAP,
+                        tbl.columns.len(),
+                        !tbl.indexes.is_empty(),
+                        tbl.fillfactor,
+                    ));
+                }
+                for (_, idx) in self.indexes() {
+                    rows.push(self.class_row(
+                        relfile_oid(idx.relfile),
+                        &idx.name,
+                        "i",
+                        AM_BTREE,
+                        idx.columns.len(),
+                        false,
+                        100,
+                    ));
+                }
+                rows
+            }
+            "pg_attribute" => {
+                let mut rows = Vec::new();
+                for tbl in &self.tables {
+                    for (i, c) in tbl.columns.iter().enumerate() {
+                        let (_, _, _, len) = TYPES
+                            .iter()
+                            .find(|(o, ..)| *o == oid_of(c.ty))
+                            .copied()
+                            .unwrap_or((0, "", "", -1));
+                        rows.push(vec![
+                            o(relfile_oid(tbl.relfile)),
+                            t(&c.name),
+                            o(oid_of(c.ty)),
+                            Datum::Int4(-1),
+                            Datum::Int2(len),
+                            Datum::Int2(i as i16 + 1),
+                            Datum::Int4(0),
+                            Datum::Int4(-1),
+                            Datum::Int4(-1),
+                            b(len > 0),
+                            t(if len == 8 { "d" } else { "i" }),
+                            t(if len > 0 { "p" } else { "x" }),
+                            t(""),
+                            b(c.not_null),
+                            b(false),
+                            b(false),
+                            t(""),
+                            t(""),
+                            b(false),
+                            b(true),
+                            Datum::Int4(0),
+                            o(if c.ty == TypeId::Text { 100 } else { 0 }),
+                        ]);
+                    }
+                }
+                rows
+            }
+            "pg_type" => TYPES
+                .iter()
+                .map(|&(oid, typname, _, len)| {
+                    let category = match oid {
+                        16 => "B",
+                        20 | 21 | 23 | 26 | 701 | 1700 => "N",
+                        1082 | 1114 | 1184 => "D",
+                        _ => "S",
+                    };
+                    vec![
+                        o(oid),
+                        t(typname),
+                        o(NS_CATALOG),
+                        o(ROLE_OID),
+                        Datum::Int2(len),
+                        b(len > 0 && len <= 8),
+                        t("b"),
+                        t(category),
+                        b(matches!(oid, 25 | 701 | 1184 | 16)),
+                        b(true),
+                        t(","),
+                        o(0),
+                        t("-"),
+                        o(0),
+                        o(0),
+                        t(&format!("{typname}in")),
+                        t(&format!("{typname}out")),
+                        t(if len == 8 { "d" } else { "i" }),
+                        t(if len > 0 { "p" } else { "x" }),
+                        b(false),
+                        o(0),
+                        Datum::Int4(-1),
+                        Datum::Int4(0),
+                        o(if matches!(oid, 25 | 1042 | 1043 | 19) {
+                            100
+                        } else {
+                            0
+                        }),
+                    ]
+                })
+                .collect(),
+            "pg_index" => self
+                .indexes()
+                .map(|(tbl, idx)| {
+                    let key = idx
+                        .columns
+                        .iter()
+                        .map(|c| (c + 1).to_string())
+                        .collect::<Vec<_>>()
+                        .join(" ");
+                    vec![
+                        o(relfile_oid(idx.relfile)),
+                        o(relfile_oid(tbl.relfile)),
+                        Datum::Int2(idx.columns.len() as i16),
+                        Datum::Int2(idx.columns.len() as i16),
+                        b(idx.unique),
+                        b(false),
+                        b(idx.primary),
+                        b(false),
+                        b(true),
+                        b(false),
+                        b(true),
+                        b(false),
+                        b(true),
+                        b(true),
+                        b(false),
+                        t(&key),
+                    ]
+                })
+                .collect(),
+            "pg_constraint" => self
+                .indexes()
+                .filter(|(_, i)| i.unique)
+                .map(|(tbl, idx)| {
+                    let key: Vec<Datum> = idx
+                        .columns
+                        .iter()
+                        .map(|c| Datum::Int2(*c as i16 + 1))
+                        .collect();
+                    vec![
+                        o(relfile_oid(idx.relfile)),
+                        t(&idx.name),
+                        o(NS_PUBLIC),
+                        t(if idx.primary { "p" } else { "u" }),
+                        b(false),
+                        b(false),
+                        b(true),
+                        o(relfile_oid(tbl.relfile)),
+                        o(0),
+                        o(relfile_oid(idx.relfile)),
+                        o(0),
+                        o(0),
+                        t(" "),
+                        t(" "),
+                        t(" "),
+                        b(true),
+                        Datum::Int4(0),
+                        b(true),
+                        t(&crate::expr::format_array_text(&key)),
+                    ]
+                })
+                .collect(),
+            "pg_am" => vec![
+                vec![o(AM_HEAP), t("heap"), t("heap_tableam_handler"), t("t")],
+                vec![o(AM_BTREE), t("btree"), t("bthandler"), t("i")],
+            ],
+            "pg_database" => vec![vec![
+                o(5),
+                t(&self.database),
+                o(ROLE_OID),
+                Datum::Int4(6),
+                t("c"),
+                b(false),
+                b(true),
+                Datum::Int4(-1),
+                Datum::Int8(self.frozen_xid as i64),
+                Datum::Int8(1),
+                o(1663),
+                t("C.UTF-8"),
+                t("C.UTF-8"),
+            ]],
+            "pg_roles" => vec![vec![
+                t(&self.user),
+                b(true),
+                b(true),
+                b(true),
+                b(true),
+                b(true),
+                b(true),
+                Datum::Int4(-1),
+                t("********"),
+                n.clone(),
+                b(true),
+                n,
+                o(ROLE_OID),
+            ]],
+            "pg_user" => vec![vec![
+                t(&self.user),
+                o(ROLE_OID),
+                b(true),
+                b(true),
+                b(true),
+                b(true),
+                t("********"),
+            ]],
+            "pg_tablespace" => vec![
+                vec![o(1663), t("pg_default"), o(ROLE_OID)],
+                vec![o(1664), t("pg_global"), o(ROLE_OID)],
+            ],
+            "pg_settings" => settings
+                .iter()
+                .filter(|(k, _)| !k.starts_with("walrus."))
+                .map(|(k, v)| {
+                    vec![
+                        t(k),
+                        t(v),
+                        n.clone(),
+                        t("walrus"),
+                        n.clone(),
+                        n.clone(),
+                        t("user"),
+                        t("string"),
+                        t("default"),
+                    ]
+                })
+                .collect(),
+            "pg_tables" => self
+                .tables
+                .iter()
+                .map(|tbl| {
+                    vec![
+                        t("public"),
+                        t(&tbl.name),
+                        t(&self.user),
+                        n.clone(),
+                        b(!tbl.indexes.is_empty()),
+                        b(false),
+                        b(false),
+                        b(false),
+                    ]
+                })
+                .collect(),
+            "pg_indexes" => self
+                .indexes()
+                .map(|(tbl, idx)| {
+                    vec![
+                        t("public"),
+                        t(&tbl.name),
+                        t(&idx.name),
+                        n.clone(),
+                        t(&Self::index_def(tbl, idx)),
+                    ]
+                })
+                .collect(),
+            "pg_stat_wal" => vec![vec![
+                Datum::Int8(self.wal_records as i64),
+                Datum::Int8(self.wal_fpi as i64),
+                Datum::Numeric(self.wal_bytes.to_string()),
+                Datum::Int8(self.wal_buffer_full as i64),
+                Datum::Int8(self.wal_writes as i64),
+                Datum::Int8(self.wal_syncs as i64),
+                Datum::Float8(0.0),
+                Datum::Float8(0.0),
+            ]],
+            "pg_stat_user_tables" | "pg_stat_all_tables" => {
+                let l = |v: u64| Datum::Int8(v as i64);
+                let when = |t: Option<std::time::SystemTime>| {
+                    t.map_or(Datum::Null, |t| {
+                        Datum::TimestampTz(crate::value::system_time_to_pg(t))
+                    })
+                };
+                self.tables
+                    .iter()
+                    .zip(&self.activity)
+                    .map(|(tbl, a)| {
+                        vec![
+                            o(relfile_oid(tbl.relfile)),
+                            t("public"),
+                            t(&tbl.name),
+                            n.clone(),
+                            n.clone(),
+                            n.clone(),
+                            n.clone(),
+                            l(a.inserted),
+                            l(a.updated),
+                            l(a.deleted),
+                            l(a.hot_updated),
+                            l(a.live),
+                            l(a.dead),
+                            n.clone(),
+                            n.clone(),
+                            when(a.last_vacuum),
+                            when(a.last_autovacuum),
+                            n.clone(),
+                            n.clone(),
+                            l(a.vacuums),
+                            l(a.autovacuums),
+                            l(0),
+                            l(0),
+                        ]
+                    })
+                    .collect()
+            }
+            "pg_stat_bgwriter" => {
+                let c = &self.checkpoints;
+                vec![vec![
+                    Datum::Int8(c.timed as i64),
+                    Datum::Int8(c.requested as i64),
+                    Datum::Float8(c.write_ms as f64),
+                    Datum::Float8(c.sync_ms as f64),
+                    Datum::Int8(c.pages_written as i64),
+                    Datum::Int8(self.buffers_clean as i64),
+                    Datum::Int8(0),
+                    // Backends never write pages in walrus (DESIGN §5).
+                    Datum::Int8(0),
+                    Datum::Int8(0),
+                    Datum::Int8(self.buffers_alloc as i64),
+                ]]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn class_row(
+        &self,
+        oid: i64,
+        name: &str,
+        kind: &str,
+        am: i64,
+        natts: usize,
+        has_index: bool,
+        fillfactor: u8,
+    ) -> Vec<Datum> {
+        let options = if fillfactor < 100 {
+            t(&format!("{{fillfactor={fillfactor}}}"))
+        } else {
+            Datum::Null
+        };
+        vec![
+            o(oid),
+            t(name),
+            o(NS_PUBLIC),
+            o(0),
+            o(0),
+            o(ROLE_OID),
+            o(am),
+            o(oid),
+            o(0),
+            Datum::Int4(0),
+            Datum::Float8(-1.0),
+            Datum::Int4(0),
+            o(0),
+            b(has_index),
+            b(false),
+            t("p"),
+            t(kind),
+            Datum::Int2(natts as i16),
+            Datum::Int2(0),
+            b(false),
+            b(false),
+            b(false),
+            b(false),
+            b(false),
+            b(true),
+            t("d"),
+            b(false),
+            o(0),
+            Datum::Int8(0),
+            Datum::Int8(0),
+            Datum::Null,
+            options,
+        ]
+    }
+
+    pub(super) fn information_schema_rows(&self, name: &str) -> Vec<Vec<Datum>> {
+        let db = t(&self.database);
+        match name {
+            "tables" => self
+                .tables
+                .iter()
+                .map(|tbl| vec![db.clone(), t("public"), t(&tbl.name), t("BASE TABLE")])
+                .collect(),
+            "columns" => self
+                .tables
+                .iter()
+                .flat_map(|tbl| {
+                    let db = db.clone();
+                    tbl.columns.iter().enumerate().map(move |(i, c)| {
+                        vec![
+                            db.clone(),
+                            t("public"),
+                            t(&tbl.name),
+                            t(&c.name),
+                            Datum::Int4(i as i32 + 1),
+                            Datum::Null,
+                            t(if c.not_null { "NO" } else { "YES" }),
+                            t(c.ty.name()),
+                        ]
+                    })
+                })
+                .collect(),
+            "schemata" => ["pg_catalog", "public", "information_schema"]
+                .iter()
+                .map(|s| vec![db.clone(), t(s), t(&self.user)])
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+}

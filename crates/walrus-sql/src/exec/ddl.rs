@@ -1,0 +1,209 @@
+//! DDL: CREATE TABLE (with PRIMARY KEY and UNIQUE constraints, `fillfactor`), CREATE
+//! INDEX, ALTER TABLE ... ADD CONSTRAINT, DROP TABLE and TRUNCATE, in the statement's
+//! transaction (walrus's catalog is transactional).
+
+use sqlparser::ast::{self, AlterTableOperation, ColumnOption, TableConstraint};
+use walrus_engine::catalog::ColumnDef;
+use walrus_engine::engine::Transaction;
+
+use crate::error::{SqlError, SqlResult};
+use crate::expr::type_from_sql;
+use crate::names::{ident, object_name};
+use crate::result::QueryResult;
+
+fn add_constraint(t: &mut Transaction, table: &str, c: &TableConstraint) -> SqlResult<()> {
+    match c {
+        TableConstraint::PrimaryKey(pk) => {
+            let cols: Vec<String> = pk
+                .columns
+                .iter()
+                .map(|c| c.column.expr.to_string().to_ascii_lowercase())
+                .collect();
+            let name = pk
+                .name
+                .as_ref()
+                .map(ident)
+                .unwrap_or_else(|| format!("{table}_pkey"));
+            create_index(t, table, &name, &cols, true, true)
+        }
+        TableConstraint::Unique(u) => {
+            let cols: Vec<String> = u
+                .columns
+                .iter()
+                .map(|c| c.column.expr.to_string().to_ascii_lowercase())
+                .collect();
+            let name = u
+                .name
+                .as_ref()
+                .map(ident)
+                .unwrap_or_else(|| format!("{table}_{}_key", cols.join("_")));
+            create_index(t, table, &name, &cols, true, false)
+        }
+        other => Err(SqlError::unsupported(format!(
+            "constraint {other} is not supported"
+        ))),
+    }
+}
+
+fn create_index(
+    t: &mut Transaction,
+    table: &str,
+    name: &str,
+    cols: &[String],
+    unique: bool,
+    primary: bool,
+) -> SqlResult<()> {
+    let def = t.table(table)?;
+    let mut positions = Vec::new();
+    for c in cols {
+        positions.push(
+            def.column_index(c)
+                .ok_or_else(|| SqlError::new("42703", format!("column \"{c}\" does not exist")))?,
+        );
+    }
+    t.create_index(table, name, &positions, unique, primary)?;
+    Ok(())
+}
+
+pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlResult<QueryResult> {
+    let name = object_name(&ct.name);
+    let mut columns = Vec::new();
+    let mut pk: Option<Vec<String>> = None;
+    for c in &ct.columns {
+        let cname = ident(&c.name);
+        let ty = type_from_sql(&c.data_type)?;
+        let mut not_null = false;
+        for o in &c.options {
+            match &o.option {
+                ColumnOption::NotNull => not_null = true,
+                ColumnOption::Null => {}
+                ColumnOption::PrimaryKey(_) => {
+                    not_null = true;
+                    pk = Some(vec![cname.clone()]);
+                }
+                other => {
+                    return Err(SqlError::unsupported(format!(
+                        "column option {other} is not supported"
+                    )))
+                }
+            }
+        }
+        if columns.iter().any(|x: &ColumnDef| x.name == cname) {
+            return Err(SqlError::new(
+                "42701",
+                format!("column \"{cname}\" specified more than once"),
+            ));
+        }
+        columns.push(ColumnDef {
+            name: cname,
+            ty,
+            not_null,
+        });
+    }
+    let mut fillfactor = 100u8;
+    let opts = ct.table_options.to_string().to_ascii_lowercase();
+    if let Some(i) = opts.find("fillfactor") {
+        let digits: String = opts[i..]
+            .chars()
+            .skip_while(|c| !c.is_ascii_digit())
+            .take_while(|c| c.is_ascii_digit())
+            .collect();
+        let f: u32 = digits
+            .parse()
+            .map_err(|_| SqlError::syntax("invalid fillfactor"))?;
+        if !(10..=100).contains(&f) {
+            return Err(SqlError::new(
+                "22023",
+                format!("value {f} out of bounds for option \"fillfactor\""),
+            ));
+        }
+        fillfactor = f as u8;
+    }
+    match t.create_table(&name, columns, fillfactor) {
+        Err(walrus_engine::Error::DuplicateTable(_)) if ct.if_not_exists => {
+            return Ok(QueryResult::tag("CREATE TABLE"))
+        }
+        other => {
+            other?;
+        }
+    }
+    for c in &ct.constraints {
+        if let TableConstraint::PrimaryKey(p) = c {
+            pk = Some(
+                p.columns
+                    .iter()
+                    .map(|c| c.column.expr.to_string().to_ascii_lowercase())
+                    .collect(),
+            );
+        } else {
+            add_constraint(t, &name, c)?;
+        }
+    }
+    if let Some(cols) = pk {
+        create_index(t, &name, &format!("{name}_pkey"), &cols, true, true)?;
+    }
+    Ok(QueryResult::tag("CREATE TABLE"))
+}
+
+/// `CREATE [UNIQUE] INDEX [name] ON table (columns)`; the name defaults to `table_idx`.
+pub(crate) fn create_index_statement(
+    t: &mut Transaction,
+    ci: &ast::CreateIndex,
+) -> SqlResult<QueryResult> {
+    let table = object_name(&ci.table_name);
+    let name = ci
+        .name
+        .as_ref()
+        .map(object_name)
+        .unwrap_or_else(|| format!("{table}_idx"));
+    let cols: Vec<String> = ci
+        .columns
+        .iter()
+        .map(|c| c.column.expr.to_string().to_ascii_lowercase())
+        .collect();
+    create_index(t, &table, &name, &cols, ci.unique, false)?;
+    Ok(QueryResult::tag("CREATE INDEX"))
+}
+
+/// `DROP TABLE [IF EXISTS] names`.
+pub(crate) fn drop_tables(
+    t: &mut Transaction,
+    names: &[ast::ObjectName],
+    if_exists: bool,
+) -> SqlResult<QueryResult> {
+    for n in names {
+        let name = object_name(n);
+        match t.drop_table(&name) {
+            Err(walrus_engine::Error::UndefinedTable(_)) if if_exists => {}
+            other => other?,
+        }
+    }
+    Ok(QueryResult::tag("DROP TABLE"))
+}
+
+/// `TRUNCATE [TABLE] names`.
+pub(crate) fn truncate(t: &mut Transaction, tr: &ast::Truncate) -> SqlResult<QueryResult> {
+    for tn in &tr.table_names {
+        let name = object_name(&tn.name);
+        t.truncate(&name)?;
+    }
+    Ok(QueryResult::tag("TRUNCATE TABLE"))
+}
+
+/// `ALTER TABLE name ADD CONSTRAINT ...` (the only ALTER TABLE walrus supports).
+pub(crate) fn alter_table(t: &mut Transaction, at: &ast::AlterTable) -> SqlResult<QueryResult> {
+    let table = object_name(&at.name);
+    for op in &at.operations {
+        match op {
+            AlterTableOperation::AddConstraint { constraint, .. } => {
+                add_constraint(t, &table, constraint)?
+            }
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "ALTER TABLE {other} is not supported"
+                )))
+            }
+        }
+    }
+    Ok(QueryResult::tag("ALTER TABLE"))
+}

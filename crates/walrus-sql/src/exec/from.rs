@@ -1,0 +1,422 @@
+//! FROM items: user tables, the virtual catalog tables, table functions
+//! (`generate_series`, `unnest`), derived tables, nested joins; and joins (nested loops,
+//! LATERAL items evaluated per left row).
+
+use std::sync::Arc;
+
+use sqlparser::ast::{
+    self, Expr, FunctionArg, FunctionArgExpr, JoinConstraint, JoinOperator, TableFactor,
+    TableWithJoins,
+};
+use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::catalog::TableDef;
+
+use super::dml::scan_rows;
+use super::Executor;
+use crate::catalog_views;
+use crate::error::{SqlError, SqlResult};
+use crate::expr::{coerce, parse_array_text};
+use crate::names::{ident, object_name};
+use crate::plan::{bind, rename, table_cols, using_condition};
+use crate::rel::{ColName, Frame, Rel};
+use crate::value::format_text;
+
+impl Executor<'_> {
+    /// `left` joined with `twj`'s relation and then its joins, left to right.
+    pub(super) fn joined(
+        &self,
+        left: Rel,
+        twj: &TableWithJoins,
+        outer: Option<&Frame<'_>>,
+    ) -> SqlResult<Rel> {
+        let mut acc = self.join(
+            left,
+            &twj.relation,
+            &JoinOperator::CrossJoin(JoinConstraint::None),
+            outer,
+        )?;
+        for j in &twj.joins {
+            acc = self.join(acc, &j.relation, &j.join_operator, outer)?;
+        }
+        Ok(acc)
+    }
+
+    fn join(
+        &self,
+        left: Rel,
+        right: &TableFactor,
+        op: &JoinOperator,
+        outer: Option<&Frame<'_>>,
+    ) -> SqlResult<Rel> {
+        use JoinOperator as J;
+        let (kind, constraint) = match op {
+            J::Join(c) | J::Inner(c) => (b'i', c),
+            J::Left(c) | J::LeftOuter(c) => (b'l', c),
+            J::Right(c) | J::RightOuter(c) => (b'r', c),
+            J::FullOuter(c) => (b'f', c),
+            J::CrossJoin(c) => (b'i', c),
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "join type {other:?} is not supported"
+                )))
+            }
+        };
+        let lateral = is_lateral(right);
+        // A non-lateral right side is computed once; a lateral one per left row.
+        let fixed = if lateral {
+            None
+        } else {
+            Some(self.factor(right, outer)?)
+        };
+        let mut out = Rel::default();
+        let mut right_matched: Vec<bool> = Vec::new();
+        // The join condition, built and bound once, when the right side's columns are
+        // first known (a lateral side is only known after its first evaluation).
+        let mut cond: Option<Option<Expr>> = None;
+        for lrow in &left.rows {
+            let owned;
+            let r: &Rel = match &fixed {
+                Some(r) => r,
+                None => {
+                    let lframe = Frame {
+                        cols: &left.cols,
+                        row: lrow,
+                        outer,
+                    };
+                    owned = self.factor(right, Some(&lframe))?;
+                    &owned
+                }
+            };
+            if cond.is_none() {
+                out.cols = left.cols.iter().chain(&r.cols).cloned().collect();
+                right_matched = vec![false; r.rows.len()];
+                let c = match constraint {
+                    JoinConstraint::On(e) => Some(e.clone()),
+                    JoinConstraint::Using(names) => using_condition(&left, r, names)?,
+                    JoinConstraint::None => None,
+                    JoinConstraint::Natural => {
+                        return Err(SqlError::unsupported("NATURAL joins are not supported"))
+                    }
+                };
+                if let Some(c) = &c {
+                    bind(c, &out.cols, outer, &[])?;
+                }
+                cond = Some(c);
+            }
+            let on = cond.as_ref().and_then(|c| c.as_ref());
+            let mut matched = false;
+            for (ri, rrow) in r.rows.iter().enumerate() {
+                let mut row = Vec::with_capacity(lrow.len() + rrow.len());
+                row.extend_from_slice(lrow);
+                row.extend_from_slice(rrow);
+                let keep = match on {
+                    None => true,
+                    Some(c) => {
+                        let frame = Frame {
+                            cols: &out.cols,
+                            row: &row,
+                            outer,
+                        };
+                        matches!(self.eval_in(c, Some(&frame), self)?, Datum::Bool(true))
+                    }
+                };
+                if keep {
+                    matched = true;
+                    if let Some(m) = right_matched.get_mut(ri) {
+                        *m = true;
+                    }
+                    out.rows.push(row);
+                }
+            }
+            if !matched && matches!(kind, b'l' | b'f') {
+                let mut row = lrow.clone();
+                row.extend(std::iter::repeat_n(Datum::Null, r.cols.len()));
+                out.rows.push(row);
+            }
+        }
+        if cond.is_none() {
+            // No left rows: still learn the right side's columns.
+            let r = match fixed {
+                Some(r) => r,
+                None => {
+                    // A lateral item over no rows: evaluate it once against NULLs to
+                    // learn its columns (its rows are discarded).
+                    let nulls = vec![Datum::Null; left.cols.len()];
+                    let frame = Frame {
+                        cols: &left.cols,
+                        row: &nulls,
+                        outer,
+                    };
+                    let mut r = self.factor(right, Some(&frame))?;
+                    r.rows.clear();
+                    r
+                }
+            };
+            out.cols = left.cols.iter().chain(&r.cols).cloned().collect();
+            if matches!(kind, b'r' | b'f') {
+                for rrow in &r.rows {
+                    let mut row = vec![Datum::Null; left.cols.len()];
+                    row.extend_from_slice(rrow);
+                    out.rows.push(row);
+                }
+            }
+            return Ok(out);
+        }
+        if matches!(kind, b'r' | b'f') {
+            if let Some(r) = &fixed {
+                for (ri, rrow) in r.rows.iter().enumerate() {
+                    if !right_matched[ri] {
+                        let mut row = vec![Datum::Null; left.cols.len()];
+                        row.extend_from_slice(rrow);
+                        out.rows.push(row);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn user_table(&self, name: &ast::ObjectName) -> SqlResult<Option<Arc<TableDef>>> {
+        let parts: Vec<String> = name
+            .0
+            .iter()
+            .filter_map(|p| p.as_ident())
+            .map(ident)
+            .collect();
+        let (schema, table) = match parts.as_slice() {
+            [t] => (None, t.as_str()),
+            [s, t] => (Some(s.as_str()), t.as_str()),
+            [_, s, t] => (Some(s.as_str()), t.as_str()),
+            _ => return Ok(None),
+        };
+        if catalog_views::is_virtual(schema, table) {
+            return Ok(None);
+        }
+        if schema.is_some_and(|s| s != "public") {
+            return Err(SqlError::new(
+                "42P01",
+                format!("relation \"{}\" does not exist", parts.join(".")),
+            ));
+        }
+        Ok(Some(self.env.borrow_mut().txn().table(table)?))
+    }
+
+    /// One FROM item as a relation; `outer` is the enclosing row (for LATERAL items,
+    /// the current row of everything to their left).
+    fn factor(&self, tf: &TableFactor, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
+        match tf {
+            TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } => {
+                let mut rel = match self.user_table(name)? {
+                    Some(def) => {
+                        let rows = scan_rows(&mut **self.env.borrow_mut(), &def)?;
+                        let qual = alias
+                            .as_ref()
+                            .map(|a| ident(&a.name))
+                            .unwrap_or_else(|| def.name.clone());
+                        Rel {
+                            cols: table_cols(&qual, &def.columns),
+                            rows,
+                        }
+                    }
+                    None => {
+                        let parts: Vec<String> = name
+                            .0
+                            .iter()
+                            .filter_map(|p| p.as_ident())
+                            .map(ident)
+                            .collect();
+                        let table = parts.last().cloned().unwrap_or_default();
+                        let schema = parts.len().checked_sub(2).map(|i| parts[i].as_str());
+                        self.catalog_snapshot()?;
+                        let snap = self.catalog.borrow();
+                        let snap = snap.as_ref().expect("taken above");
+                        let (cols, rows) = snap.table(schema, &table, &self.settings.all())?;
+                        let qual = alias
+                            .as_ref()
+                            .map(|a| ident(&a.name))
+                            .unwrap_or_else(|| table.clone());
+                        Rel {
+                            cols: cols
+                                .into_iter()
+                                .map(|(n, ty)| ColName {
+                                    qual: Some(qual.clone()),
+                                    name: n.to_string(),
+                                    ty: Some(ty),
+                                })
+                                .collect(),
+                            rows,
+                        }
+                    }
+                };
+                rename(&mut rel, alias.as_ref())?;
+                Ok(rel)
+            }
+            TableFactor::Table {
+                name,
+                alias,
+                args: Some(args),
+                ..
+            } => self.table_function(name, &args.args, alias.as_ref(), outer),
+            TableFactor::Function {
+                name, args, alias, ..
+            } => self.table_function(name, args, alias.as_ref(), outer),
+            TableFactor::Derived {
+                subquery, alias, ..
+            } => {
+                let mut rel = self.run_query(subquery, outer)?;
+                let qual = alias.as_ref().map(|a| ident(&a.name));
+                for c in &mut rel.cols {
+                    c.qual = qual.clone();
+                }
+                rename(&mut rel, alias.as_ref())?;
+                Ok(rel)
+            }
+            TableFactor::NestedJoin {
+                table_with_joins,
+                alias,
+            } => {
+                let start = Rel {
+                    cols: Vec::new(),
+                    rows: vec![Vec::new()],
+                };
+                let mut rel = self.joined(start, table_with_joins, outer)?;
+                if let Some(a) = alias {
+                    let q = ident(&a.name);
+                    for c in &mut rel.cols {
+                        c.qual = Some(q.clone());
+                    }
+                    rename(&mut rel, Some(a))?;
+                }
+                Ok(rel)
+            }
+            other => Err(SqlError::unsupported(format!(
+                "FROM {other} is not supported"
+            ))),
+        }
+    }
+
+    fn table_function(
+        &self,
+        name: &ast::ObjectName,
+        args: &[FunctionArg],
+        alias: Option<&ast::TableAlias>,
+        outer: Option<&Frame<'_>>,
+    ) -> SqlResult<Rel> {
+        let fname = object_name(name);
+        let vals = args
+            .iter()
+            .map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
+                | FunctionArg::Named {
+                    arg: FunctionArgExpr::Expr(e),
+                    ..
+                } => self.eval_in(e, outer, self),
+                other => Err(SqlError::unsupported(format!("argument {other}"))),
+            })
+            .collect::<SqlResult<Vec<_>>>()?;
+        let values: Vec<Datum> = match fname.as_str() {
+            "generate_series" => generate_series(&vals)?,
+            "unnest" => match vals.first() {
+                Some(Datum::Null) | None => Vec::new(),
+                Some(d) => parse_array_text(&format_text(d).unwrap_or_default())?
+                    .into_iter()
+                    .map(|t| t.map(Datum::Text).unwrap_or(Datum::Null))
+                    .collect(),
+            },
+            other => {
+                return Err(SqlError::new(
+                    "42883",
+                    format!("function {other}() does not exist"),
+                ))
+            }
+        };
+        let qual = alias
+            .map(|a| ident(&a.name))
+            .unwrap_or_else(|| fname.clone());
+        let ty = values
+            .iter()
+            .find_map(|v| v.type_id())
+            .or_else(|| vals.first().and_then(|v| v.type_id()));
+        let mut rel = Rel {
+            cols: vec![ColName {
+                qual: Some(qual),
+                name: fname,
+                ty,
+            }],
+            rows: values.into_iter().map(|v| vec![v]).collect(),
+        };
+        if let Some(a) = alias {
+            if a.columns.is_empty() {
+                // `generate_series(1, 3) AS g`: the column takes the alias's name.
+                rel.cols[0].name = ident(&a.name);
+            }
+        }
+        rename(&mut rel, alias)?;
+        Ok(rel)
+    }
+}
+
+fn generate_series(vals: &[Datum]) -> SqlResult<Vec<Datum>> {
+    if vals.iter().any(|v| v.is_null()) {
+        return Ok(Vec::new());
+    }
+    let as_i = |d: &Datum| match coerce(d.clone(), TypeId::Int8) {
+        Ok(Datum::Int8(v)) => Ok(v),
+        _ => Err(SqlError::new(
+            "42883",
+            "function generate_series() needs integer arguments",
+        )),
+    };
+    let (start, stop) = match vals {
+        [a, b] | [a, b, _] => (as_i(a)?, as_i(b)?),
+        _ => {
+            return Err(SqlError::new(
+                "42883",
+                "function generate_series() needs two or three arguments",
+            ))
+        }
+    };
+    let step = match vals.get(2) {
+        Some(s) => as_i(s)?,
+        None => 1,
+    };
+    if step == 0 {
+        return Err(SqlError::new("22023", "step size cannot equal zero"));
+    }
+    let count = if (step > 0 && stop < start) || (step < 0 && stop > start) {
+        0
+    } else {
+        ((stop as i128 - start as i128) / step as i128 + 1) as u128
+    };
+    if count > 100_000_000 {
+        return Err(SqlError::new(
+            "54000",
+            "generate_series would produce more than 100 million rows",
+        ));
+    }
+    let wide = vals.iter().any(|v| matches!(v, Datum::Int8(_)));
+    Ok((0..count as i64)
+        .map(|i| {
+            let v = start + i * step;
+            if wide {
+                Datum::Int8(v)
+            } else {
+                Datum::Int4(v as i32)
+            }
+        })
+        .collect())
+}
+
+fn is_lateral(tf: &TableFactor) -> bool {
+    match tf {
+        TableFactor::Derived { lateral, .. } | TableFactor::Function { lateral, .. } => *lateral,
+        // Table functions in FROM may always refer to earlier items (PostgreSQL).
+        TableFactor::Table { args: Some(_), .. } => true,
+        _ => false,
+    }
+}

@@ -1,0 +1,434 @@
+//! Execution: SELECT (FROM lists with joins — inner, left, right, full, cross, LATERAL —
+//! derived tables and table functions, WHERE, GROUP BY / HAVING with aggregates,
+//! DISTINCT, UNION / INTERSECT / EXCEPT, ORDER BY, LIMIT / OFFSET, and scalar, EXISTS,
+//! IN and ANY subqueries, correlated ones seeing the enclosing row through [`Frame`]) over
+//! user tables and the virtual `pg_catalog` / `information_schema` tables; INSERT,
+//! UPDATE and DELETE (`dml.rs`); DDL (`ddl.rs`); COPY FROM data (`copy.rs`).
+//!
+//! Rows are materialised: OLTP statements touch few rows and the catalog tables are
+//! small. A lone user table with no joins goes through [`dml::matching_rows`], which
+//! reads through the access path [`crate::plan::choose_access`] picks (equality on a
+//! unique index's columns becomes an index lookup, so pgbench's point reads never scan).
+//! Joins are nested loops (no statistics, no hash join yet).
+//!
+//! Binding happens before the clauses are evaluated over the FROM list's rows: every
+//! column a clause names must resolve in the FROM list or an enclosing query
+//! (`plan::bind`), so a misspelt column fails with 42703 even on an empty table. (The
+//! FROM items themselves are read first, and the single-table path applies WHERE while
+//! reading, so an evaluation error there can come before a bind error.)
+//!
+//! The executor knows the session only through [`Env`]: the statement's transaction, the
+//! engine, the statement time, the settings and the cancel flag.
+
+mod aggregate;
+pub(crate) mod copy;
+pub(crate) mod ddl;
+pub(crate) mod dml;
+mod from;
+mod select;
+
+use std::cell::RefCell;
+use std::cmp::Ordering;
+use std::collections::HashSet;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use sqlparser::ast::{self, Expr, Query, SetExpr, SetOperator, SetQuantifier};
+use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::engine::Transaction;
+use walrus_engine::Engine;
+
+use crate::catalog_views;
+use crate::error::{SqlError, SqlResult};
+use crate::expr::{coerce, compare_values, eval, Hooks, Scope};
+use crate::names::ident;
+use crate::rel::{ColName, Frame, Rel};
+use crate::result::{Column, QueryResult};
+use crate::settings::{SettingsView, DATABASE_KEY};
+
+/// What execution needs from the session running the statement.
+pub(crate) trait Env {
+    /// The statement's transaction, begun on first use.
+    fn txn(&mut self) -> &mut Transaction;
+    fn engine(&self) -> &Engine;
+    /// Transaction start time (now() / CURRENT_TIMESTAMP), PostgreSQL microseconds.
+    fn now(&self) -> i64;
+    /// The settings as expressions read them (shares the map; no copy).
+    fn settings(&self) -> SettingsView;
+    /// The session's cancel flag.
+    fn interrupt(&self) -> Arc<AtomicBool>;
+}
+
+/// Runs a SELECT (or VALUES, or set operation) and returns its rows with a `SELECT n`
+/// tag; columns whose type is not known are reported as text.
+pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResult<QueryResult> {
+    let rel = Executor::new(env, params).run_query(q, None)?;
+    Ok(QueryResult {
+        tag: format!("SELECT {}", rel.rows.len()),
+        columns: rel
+            .cols
+            .into_iter()
+            .map(|c| Column {
+                name: c.name,
+                ty: c.ty.unwrap_or(TypeId::Text),
+            })
+            .collect(),
+        rows: rel.rows,
+    })
+}
+
+/// A row key for grouping and duplicate elimination (values of different integer
+/// widths that compare equal still group apart; the planner never mixes them).
+fn row_key(row: &[Datum]) -> String {
+    format!("{row:?}")
+}
+
+/// Runs SELECTs for one statement of a session.
+pub(crate) struct Executor<'s> {
+    env: RefCell<&'s mut dyn Env>,
+    params: &'s [Datum],
+    now: i64,
+    settings: SettingsView,
+    interrupt: Arc<AtomicBool>,
+    catalog: RefCell<Option<catalog_views::Snapshot>>,
+}
+
+/// The hooks in force while evaluating over one group of rows.
+struct GroupHooks<'a, 's> {
+    exec: &'a Executor<'s>,
+    cols: &'a [ColName],
+    rows: &'a [&'a Vec<Datum>],
+}
+
+impl Hooks for Executor<'_> {
+    fn subquery(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
+        self.run_query(q, outer)
+    }
+    fn aggregate(
+        &self,
+        _f: &ast::Function,
+        _outer: Option<&Frame<'_>>,
+    ) -> Option<SqlResult<Datum>> {
+        None
+    }
+    fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
+        if !catalog_views::is_catalog_function(name) {
+            return None; // now(), repeat(), ...: no catalog snapshot needed
+        }
+        let snap = match self.catalog_snapshot() {
+            Ok(()) => self.catalog.borrow(),
+            Err(e) => return Some(Err(e)),
+        };
+        snap.as_ref().and_then(|c| c.function(name, args))
+    }
+}
+
+impl Hooks for GroupHooks<'_, '_> {
+    fn subquery(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
+        self.exec.run_query(q, outer)
+    }
+    fn aggregate(&self, f: &ast::Function, outer: Option<&Frame<'_>>) -> Option<SqlResult<Datum>> {
+        Some(self.exec.aggregate(f, self.cols, self.rows, outer))
+    }
+    fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
+        Hooks::function(self.exec, name, args)
+    }
+}
+
+impl<'s> Executor<'s> {
+    pub(crate) fn new(env: &'s mut dyn Env, params: &'s [Datum]) -> Executor<'s> {
+        let (now, settings, interrupt) = (env.now(), env.settings(), env.interrupt());
+        Executor {
+            env: RefCell::new(env),
+            params,
+            now,
+            settings,
+            interrupt,
+            catalog: RefCell::new(None),
+        }
+    }
+
+    fn catalog_snapshot(&self) -> SqlResult<()> {
+        if self.catalog.borrow().is_none() {
+            let mut env = self.env.borrow_mut();
+            let tables = env.txn().catalog()?.tables.values().cloned().collect();
+            let snap = catalog_views::Snapshot::take(catalog_views::Source {
+                tables,
+                engine: env.engine(),
+                user: self.settings.get("session_authorization"),
+                database: self.settings.get(DATABASE_KEY),
+            });
+            drop(env);
+            *self.catalog.borrow_mut() = Some(snap);
+        }
+        Ok(())
+    }
+
+    /// Evaluates `e` for one row (or group, with `hooks` a [`GroupHooks`]).
+    fn eval_in(&self, e: &Expr, frame: Option<&Frame<'_>>, hooks: &dyn Hooks) -> SqlResult<Datum> {
+        let get = |k: &str| self.settings.get(k);
+        eval(
+            e,
+            &Scope {
+                columns: &[],
+                row: None,
+                params: self.params,
+                now: self.now,
+                setting: &get,
+                interrupt: Some(&self.interrupt),
+                frame,
+                hooks: Some(hooks),
+            },
+        )
+    }
+
+    fn check_interrupt(&self) -> SqlResult<()> {
+        if self.interrupt.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(SqlError::new(
+                "57014",
+                "canceling statement due to user request",
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn run_query(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
+        if q.with.is_some() {
+            return Err(SqlError::unsupported("WITH queries are not supported yet"));
+        }
+        match q.body.as_ref() {
+            SetExpr::Select(sel) => self.select(sel, q, outer),
+            body => {
+                let mut rel = self.set_expr(body, outer)?;
+                let mut keyed = Vec::with_capacity(rel.rows.len());
+                let names: Vec<String> = rel.cols.iter().map(|c| c.name.clone()).collect();
+                for row in std::mem::take(&mut rel.rows) {
+                    let keys = self.sort_keys(q, &names, &row, &mut |e| {
+                        let frame = Frame {
+                            cols: &rel.cols,
+                            row: &row,
+                            outer,
+                        };
+                        self.eval_in(e, Some(&frame), self)
+                    })?;
+                    keyed.push((keys, row));
+                }
+                rel.rows = self.order_and_limit(q, keyed, outer)?;
+                Ok(rel)
+            }
+        }
+    }
+
+    fn set_expr(&self, body: &SetExpr, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
+        match body {
+            SetExpr::Select(sel) => {
+                let q = Query {
+                    with: None,
+                    body: Box::new(SetExpr::Select(sel.clone())),
+                    order_by: None,
+                    limit_clause: None,
+                    fetch: None,
+                    locks: vec![],
+                    for_clause: None,
+                    settings: None,
+                    format_clause: None,
+                    pipe_operators: vec![],
+                };
+                self.select(sel, &q, outer)
+            }
+            SetExpr::Query(q) => self.run_query(q, outer),
+            SetExpr::Values(v) => {
+                let mut rel = Rel::default();
+                for r in &v.rows {
+                    let row = r
+                        .content
+                        .iter()
+                        .map(|e| self.eval_in(e, outer, self))
+                        .collect::<SqlResult<Vec<_>>>()?;
+                    if rel.cols.is_empty() {
+                        rel.cols = (1..=row.len())
+                            .map(|i| ColName {
+                                qual: None,
+                                name: format!("column{i}"),
+                                ty: row[i - 1].type_id(),
+                            })
+                            .collect();
+                    } else if row.len() != rel.cols.len() {
+                        return Err(SqlError::new(
+                            "42601",
+                            "VALUES lists must all be the same length",
+                        ));
+                    }
+                    rel.rows.push(row);
+                }
+                Ok(rel)
+            }
+            SetExpr::SetOperation {
+                left,
+                op,
+                set_quantifier,
+                right,
+            } => {
+                let mut l = self.set_expr(left, outer)?;
+                let r = self.set_expr(right, outer)?;
+                if l.cols.len() != r.cols.len() {
+                    return Err(SqlError::new(
+                        "42601",
+                        format!("each {op} query must have the same number of columns"),
+                    ));
+                }
+                let all = matches!(set_quantifier, SetQuantifier::All);
+                let right_keys: HashSet<String> = r.rows.iter().map(|x| row_key(x)).collect();
+                l.rows = match op {
+                    SetOperator::Union => {
+                        let mut rows = l.rows;
+                        rows.extend(r.rows);
+                        rows
+                    }
+                    SetOperator::Intersect => l
+                        .rows
+                        .into_iter()
+                        .filter(|x| right_keys.contains(&row_key(x)))
+                        .collect(),
+                    SetOperator::Except | SetOperator::Minus => l
+                        .rows
+                        .into_iter()
+                        .filter(|x| !right_keys.contains(&row_key(x)))
+                        .collect(),
+                };
+                if !all {
+                    let mut seen = HashSet::new();
+                    l.rows.retain(|x| seen.insert(row_key(x)));
+                }
+                for (c, rc) in l.cols.iter_mut().zip(&r.cols) {
+                    c.ty = c.ty.or(rc.ty);
+                }
+                Ok(l)
+            }
+            other => Err(SqlError::unsupported(format!(
+                "{other} is not supported in a query"
+            ))),
+        }
+    }
+
+    /// ORDER BY keys of one output row: an ordinal or an output column name picks the
+    /// output value (PostgreSQL's rule for bare names), anything else is evaluated.
+    fn sort_keys(
+        &self,
+        q: &Query,
+        names: &[String],
+        out: &[Datum],
+        eval_source: &mut dyn FnMut(&Expr) -> SqlResult<Datum>,
+    ) -> SqlResult<Vec<Datum>> {
+        let Some(ob) = &q.order_by else {
+            return Ok(Vec::new());
+        };
+        let ast::OrderByKind::Expressions(exprs) = &ob.kind else {
+            return Err(SqlError::unsupported("ORDER BY ALL is not supported"));
+        };
+        let mut keys = Vec::with_capacity(exprs.len());
+        for o in exprs {
+            let picked = match &o.expr {
+                Expr::Value(v) => match &v.value {
+                    ast::Value::Number(n, _) => {
+                        let i: usize = n.parse().unwrap_or(0);
+                        Some(out.get(i.wrapping_sub(1)).cloned().ok_or_else(|| {
+                            SqlError::new(
+                                "42P10",
+                                format!("ORDER BY position {n} is not in select list"),
+                            )
+                        })?)
+                    }
+                    _ => None,
+                },
+                Expr::Identifier(id) => names
+                    .iter()
+                    .position(|n| *n == ident(id))
+                    .map(|i| out[i].clone()),
+                _ => None,
+            };
+            keys.push(match picked {
+                Some(k) => k,
+                None => eval_source(&o.expr)?,
+            });
+        }
+        Ok(keys)
+    }
+
+    fn order_and_limit(
+        &self,
+        q: &Query,
+        mut keyed: Vec<(Vec<Datum>, Vec<Datum>)>,
+        outer: Option<&Frame<'_>>,
+    ) -> SqlResult<Vec<Vec<Datum>>> {
+        if let Some(ob) = &q.order_by {
+            if let ast::OrderByKind::Expressions(exprs) = &ob.kind {
+                let dirs: Vec<(bool, bool)> = exprs
+                    .iter()
+                    .map(|o| {
+                        let desc = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
+                        // PostgreSQL: NULLs sort as if larger than every value.
+                        (desc, o.options.nulls_first.unwrap_or(desc))
+                    })
+                    .collect();
+                keyed.sort_by(|a, b| {
+                    for (i, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
+                        let (desc, nulls_first) = dirs[i];
+                        let o = match (x.is_null(), y.is_null()) {
+                            (true, true) => Ordering::Equal,
+                            (true, false) => {
+                                if nulls_first {
+                                    Ordering::Less
+                                } else {
+                                    Ordering::Greater
+                                }
+                            }
+                            (false, true) => {
+                                if nulls_first {
+                                    Ordering::Greater
+                                } else {
+                                    Ordering::Less
+                                }
+                            }
+                            _ => {
+                                let o = compare_values(x, y).unwrap_or(Ordering::Equal);
+                                if desc {
+                                    o.reverse()
+                                } else {
+                                    o
+                                }
+                            }
+                        };
+                        if o.is_ne() {
+                            return o;
+                        }
+                    }
+                    Ordering::Equal
+                });
+            }
+        }
+        let mut rows: Vec<Vec<Datum>> = keyed.into_iter().map(|(_, r)| r).collect();
+        if let Some(ast::LimitClause::LimitOffset { limit, offset, .. }) = &q.limit_clause {
+            let count = |e: &Expr| -> SqlResult<Option<usize>> {
+                match coerce(self.eval_in(e, outer, self)?, TypeId::Int8)? {
+                    Datum::Null => Ok(None),
+                    Datum::Int8(n) if n >= 0 => Ok(Some(n as usize)),
+                    _ => Err(SqlError::new(
+                        "2201W",
+                        "LIMIT and OFFSET must not be negative",
+                    )),
+                }
+            };
+            let skip = match offset {
+                Some(o) => count(&o.value)?.unwrap_or(0),
+                None => 0,
+            };
+            let take = match limit {
+                Some(l) => count(l)?.unwrap_or(usize::MAX),
+                None => usize::MAX,
+            };
+            rows = rows.into_iter().skip(skip).take(take).collect();
+        }
+        Ok(rows)
+    }
+}

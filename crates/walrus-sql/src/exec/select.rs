@@ -1,0 +1,285 @@
+//! The SELECT of one query level: FROM (with the single-table access path), binding,
+//! WHERE, grouping and aggregates, the select list, DISTINCT, then ORDER BY and LIMIT.
+
+use std::collections::{HashMap, HashSet};
+
+use sqlparser::ast::{self, Expr, Query, Select, SelectItem, TableFactor};
+use walrus_engine::access::datum::Datum;
+use walrus_engine::catalog::ColumnDef;
+
+use super::dml::matching_rows;
+use super::{row_key, Executor, GroupHooks};
+use crate::error::{SqlError, SqlResult};
+use crate::names::{ident, object_name};
+use crate::plan::{
+    bind, contains_aggregate, contains_subquery, output_name, qualified, rename,
+    resolve_group_expr, static_type, table_cols,
+};
+use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
+
+impl Executor<'_> {
+    pub(super) fn select(
+        &self,
+        sel: &Select,
+        q: &Query,
+        outer: Option<&Frame<'_>>,
+    ) -> SqlResult<Rel> {
+        let (from, filtered) = self.scan_from(sel, outer)?;
+        // Output items.
+        let mut items: Vec<(String, Expr)> = Vec::new();
+        for it in &sel.projection {
+            match it {
+                SelectItem::Wildcard(_) => {
+                    for c in &from.cols {
+                        items.push((c.name.clone(), qualified(c)));
+                    }
+                }
+                SelectItem::QualifiedWildcard(kind, _) => {
+                    let q = match kind {
+                        ast::SelectItemQualifiedWildcardKind::ObjectName(n) => object_name(n),
+                        other => {
+                            return Err(SqlError::unsupported(format!(
+                                "{other}.* is not supported"
+                            )))
+                        }
+                    };
+                    let before = items.len();
+                    for c in from
+                        .cols
+                        .iter()
+                        .filter(|c| c.qual.as_deref() == Some(q.as_str()))
+                    {
+                        items.push((c.name.clone(), qualified(c)));
+                    }
+                    if items.len() == before {
+                        return Err(SqlError::new(
+                            "42P01",
+                            format!("missing FROM-clause entry for table \"{q}\""),
+                        ));
+                    }
+                }
+                SelectItem::UnnamedExpr(e) => items.push((output_name(e), e.clone())),
+                SelectItem::ExprWithAlias { expr, alias } => {
+                    items.push((ident(alias), expr.clone()))
+                }
+                other => {
+                    return Err(SqlError::unsupported(format!(
+                        "select item {other} is not supported"
+                    )))
+                }
+            }
+        }
+        let names: Vec<String> = items.iter().map(|(n, _)| n.clone()).collect();
+        // Bind every clause before reading a row.
+        for (_, e) in &items {
+            bind(e, &from.cols, outer, &[])?;
+        }
+        if let Some(w) = &sel.selection {
+            bind(w, &from.cols, outer, &[])?;
+            if contains_aggregate(w) {
+                return Err(SqlError::new(
+                    "42803",
+                    "aggregate functions are not allowed in WHERE",
+                ));
+            }
+        }
+        let group_exprs: Vec<Expr> = match &sel.group_by {
+            ast::GroupByExpr::Expressions(g, _) => g
+                .iter()
+                .map(|e| resolve_group_expr(e, &items, &from.cols))
+                .collect::<SqlResult<_>>()?,
+            ast::GroupByExpr::All(_) => {
+                return Err(SqlError::unsupported("GROUP BY ALL is not supported"))
+            }
+        };
+        for g in &group_exprs {
+            bind(g, &from.cols, outer, &[])?;
+        }
+        if let Some(h) = &sel.having {
+            bind(h, &from.cols, outer, &[])?;
+        }
+        if let Some(ob) = &q.order_by {
+            if let ast::OrderByKind::Expressions(exprs) = &ob.kind {
+                for o in exprs {
+                    bind(&o.expr, &from.cols, outer, &names)?;
+                }
+            }
+        }
+        // WHERE
+        let mut rows = from.rows;
+        if !filtered {
+            if let Some(w) = &sel.selection {
+                let mut kept = Vec::with_capacity(rows.len());
+                for (i, row) in rows.into_iter().enumerate() {
+                    if i % 1024 == 1023 {
+                        self.check_interrupt()?;
+                    }
+                    let frame = Frame {
+                        cols: &from.cols,
+                        row: &row,
+                        outer,
+                    };
+                    if matches!(self.eval_in(w, Some(&frame), self)?, Datum::Bool(true)) {
+                        kept.push(row);
+                    }
+                }
+                rows = kept;
+            }
+        }
+        let cols = &from.cols;
+        let grouped = !group_exprs.is_empty()
+            || sel.having.is_some()
+            || items.iter().any(|(_, e)| contains_aggregate(e));
+        let mut keyed: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::new();
+        if grouped {
+            let mut groups: Vec<Vec<&Vec<Datum>>> = Vec::new();
+            let mut index: HashMap<String, usize> = HashMap::new();
+            for row in &rows {
+                let frame = Frame { cols, row, outer };
+                let key = group_exprs
+                    .iter()
+                    .map(|g| self.eval_in(g, Some(&frame), self))
+                    .collect::<SqlResult<Vec<_>>>()?;
+                let slot = *index.entry(row_key(&key)).or_insert_with(|| {
+                    groups.push(Vec::new());
+                    groups.len() - 1
+                });
+                groups[slot].push(row);
+            }
+            if groups.is_empty() && group_exprs.is_empty() {
+                groups.push(Vec::new()); // aggregates over no rows still give one row
+            }
+            let nulls = vec![Datum::Null; cols.len()];
+            for g in &groups {
+                let rep: &[Datum] = g.first().map(|r| r.as_slice()).unwrap_or(&nulls);
+                let frame = Frame {
+                    cols,
+                    row: rep,
+                    outer,
+                };
+                let hooks = GroupHooks {
+                    exec: self,
+                    cols,
+                    rows: g,
+                };
+                if let Some(h) = &sel.having {
+                    if !matches!(self.eval_in(h, Some(&frame), &hooks)?, Datum::Bool(true)) {
+                        continue;
+                    }
+                }
+                let out = items
+                    .iter()
+                    .map(|(_, e)| self.eval_in(e, Some(&frame), &hooks))
+                    .collect::<SqlResult<Vec<_>>>()?;
+                let keys = self.sort_keys(q, &names, &out, &mut |e| {
+                    self.eval_in(e, Some(&frame), &hooks)
+                })?;
+                keyed.push((keys, out));
+            }
+        } else {
+            for (i, row) in rows.iter().enumerate() {
+                if i % 1024 == 1023 {
+                    self.check_interrupt()?;
+                }
+                let frame = Frame { cols, row, outer };
+                let out = items
+                    .iter()
+                    .map(|(_, e)| self.eval_in(e, Some(&frame), self))
+                    .collect::<SqlResult<Vec<_>>>()?;
+                let keys = self.sort_keys(q, &names, &out, &mut |e| {
+                    self.eval_in(e, Some(&frame), self)
+                })?;
+                keyed.push((keys, out));
+            }
+        }
+        match &sel.distinct {
+            None | Some(ast::Distinct::All) => {}
+            Some(ast::Distinct::Distinct) => {
+                let mut seen = HashSet::new();
+                keyed.retain(|(_, out)| seen.insert(row_key(out)));
+            }
+            Some(ast::Distinct::On(_)) => {
+                return Err(SqlError::unsupported("SELECT DISTINCT ON is not supported"))
+            }
+        }
+        let rows = self.order_and_limit(q, keyed, outer)?;
+        let defs: Vec<ColumnDef> = cols
+            .iter()
+            .filter_map(|c| {
+                c.ty.map(|ty| ColumnDef {
+                    name: c.name.clone(),
+                    ty,
+                    not_null: false,
+                })
+            })
+            .collect();
+        let out_cols = items
+            .iter()
+            .enumerate()
+            .map(|(i, (n, e))| {
+                let ty = match col_ref(e) {
+                    Some((qual, name)) => find_col(cols, qual.as_deref(), &name)
+                        .ok()
+                        .flatten()
+                        .and_then(|c| cols[c].ty),
+                    None => static_type(e, &defs),
+                };
+                ColName {
+                    qual: None,
+                    name: n.clone(),
+                    ty: ty.or_else(|| rows.iter().find_map(|r| r[i].type_id())),
+                }
+            })
+            .collect();
+        Ok(Rel {
+            cols: out_cols,
+            rows,
+        })
+    }
+
+    /// FROM: the cross product of its items, each a table with its joins. Returns
+    /// whether WHERE was already applied (the single-table index path).
+    fn scan_from(&self, sel: &Select, outer: Option<&Frame<'_>>) -> SqlResult<(Rel, bool)> {
+        if let ([twj], None) = (sel.from.as_slice(), outer) {
+            if twj.joins.is_empty() && !sel.selection.as_ref().is_some_and(contains_subquery) {
+                if let TableFactor::Table {
+                    name,
+                    alias,
+                    args: None,
+                    ..
+                } = &twj.relation
+                {
+                    if let Some(def) = self.user_table(name)? {
+                        let rows = matching_rows(
+                            &mut **self.env.borrow_mut(),
+                            &def,
+                            sel.selection.as_ref(),
+                            self.params,
+                        )?
+                        .into_iter()
+                        .map(|(_, r)| r)
+                        .collect();
+                        let qual = alias
+                            .as_ref()
+                            .map(|a| ident(&a.name))
+                            .unwrap_or_else(|| def.name.clone());
+                        let mut rel = Rel {
+                            cols: table_cols(&qual, &def.columns),
+                            rows,
+                        };
+                        rename(&mut rel, alias.as_ref())?;
+                        return Ok((rel, true));
+                    }
+                }
+            }
+        }
+        let mut acc = Rel {
+            cols: Vec::new(),
+            rows: vec![Vec::new()],
+        };
+        for twj in &sel.from {
+            acc = self.joined(acc, twj, outer)?;
+        }
+        Ok((acc, false))
+    }
+}

@@ -1,0 +1,281 @@
+//! Built-in scalar functions (`now()`, `current_setting()`, `pg_size_pretty()`, ...) and
+//! the calls that go out through [`super::Hooks`]: aggregates, `ARRAY(subquery)` and the
+//! catalog functions.
+
+use std::cmp::Ordering;
+
+use sqlparser::ast::BinaryOperator;
+use walrus_engine::access::datum::Datum;
+
+use super::array::{format_array_text, parse_array_text};
+use super::cast::{as_f64, as_i64};
+use super::ops::{binary, compare_values, type_name};
+use super::{eval, function_args, function_name, hooks, is_aggregate_name, Scope};
+use crate::error::{SqlError, SqlResult};
+use crate::value::format_text;
+
+/// Parses PostgreSQL's `X/X` LSN text.
+pub(crate) fn parse_lsn(d: &Datum) -> Option<u64> {
+    let t = format_text(d)?;
+    let (hi, lo) = t.split_once('/')?;
+    Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
+}
+
+pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
+    let name = function_name(f);
+    if is_aggregate_name(&name) {
+        return match s.hooks.and_then(|h| h.aggregate(f, s.frame)) {
+            Some(r) => r,
+            None => Err(SqlError::new(
+                "42803",
+                format!("aggregate function {name}() is not allowed here"),
+            )),
+        };
+    }
+    if let sqlparser::ast::FunctionArguments::Subquery(q) = &f.args {
+        // ARRAY(SELECT ...)
+        let rel = hooks(s)?.subquery(q, s.frame)?;
+        let items: Vec<Datum> = rel
+            .rows
+            .into_iter()
+            .map(|r| r.into_iter().next().unwrap_or(Datum::Null))
+            .collect();
+        return Ok(Datum::Text(format_array_text(&items)));
+    }
+    let args: Vec<Datum> = function_args(f)
+        .into_iter()
+        .map(|a| eval(a, s))
+        .collect::<SqlResult<_>>()?;
+    if let Some(r) = s.hooks.and_then(|h| h.function(&name, &args)) {
+        return r;
+    }
+    let arg = |i: usize| args.get(i).cloned().unwrap_or(Datum::Null);
+    Ok(match name.as_str() {
+        "now" | "current_timestamp" | "transaction_timestamp" | "statement_timestamp" => {
+            Datum::TimestampTz(s.now)
+        }
+        "repeat" => {
+            let (Some(t), Some(n)) = (format_text(&arg(0)), as_i64(&arg(1))) else {
+                return Ok(Datum::Null);
+            };
+            if n > 100_000_000 / (t.len() as i64).max(1) {
+                return Err(SqlError::new("54000", "requested length too large"));
+            }
+            Datum::Text(t.repeat(n.max(0) as usize))
+        }
+        "abs" => match arg(0) {
+            Datum::Int4(v) => Datum::Int4(
+                v.checked_abs()
+                    .ok_or_else(|| SqlError::new("22003", "integer out of range"))?,
+            ),
+            Datum::Int8(v) => Datum::Int8(
+                v.checked_abs()
+                    .ok_or_else(|| SqlError::new("22003", "bigint out of range"))?,
+            ),
+            Datum::Float8(v) => Datum::Float8(v.abs()),
+            other => other,
+        },
+        "length" | "char_length" => match format_text(&arg(0)) {
+            Some(t) => Datum::Int4(t.chars().count() as i32),
+            None => Datum::Null,
+        },
+        "lower" => format_text(&arg(0))
+            .map(|t| Datum::Text(t.to_lowercase()))
+            .unwrap_or(Datum::Null),
+        "upper" => format_text(&arg(0))
+            .map(|t| Datum::Text(t.to_uppercase()))
+            .unwrap_or(Datum::Null),
+        "coalesce" => args
+            .iter()
+            .find(|d| !d.is_null())
+            .cloned()
+            .unwrap_or(Datum::Null),
+        "current_setting" => {
+            let n = format_text(&arg(0)).unwrap_or_default();
+            match (s.setting)(&n.to_ascii_lowercase()) {
+                Some(v) => Datum::Text(v),
+                None => {
+                    return Err(SqlError::new(
+                        "42704",
+                        format!("unrecognized configuration parameter \"{n}\""),
+                    ))
+                }
+            }
+        }
+        "version" => Datum::Text(crate::SERVER_VERSION_STRING.to_string()),
+        // Transactions between `xid` and the next one to be assigned (PostgreSQL's
+        // `age(xid)`, the usual `age(datfrozenxid)` monitoring). walrus's xids are 64-bit,
+        // so the age is a bigint where PostgreSQL's is an integer.
+        "age" if args.len() == 1 => {
+            let next = (s.setting)(crate::settings::NEXT_XID_KEY)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(0);
+            let age = |x: i64| {
+                next.checked_sub(x)
+                    .map(Datum::Int8)
+                    .ok_or_else(|| SqlError::new("22003", "bigint out of range"))
+            };
+            match arg(0) {
+                Datum::Null => Datum::Null,
+                Datum::Int8(x) => age(x)?,
+                Datum::Int4(x) => age(x as i64)?,
+                other => {
+                    return Err(SqlError::new(
+                        "42883",
+                        format!("function age({}) does not exist", type_name(&other)),
+                    ))
+                }
+            }
+        }
+        "pg_current_wal_lsn" | "pg_current_wal_insert_lsn" => {
+            match (s.setting)(crate::settings::WAL_LSN_KEY) {
+                Some(l) => Datum::Text(l),
+                None => Datum::Null,
+            }
+        }
+        "pg_wal_lsn_diff" => match (parse_lsn(&arg(0)), parse_lsn(&arg(1))) {
+            (Some(a), Some(b)) => Datum::Numeric((a as i128 - b as i128).to_string()),
+            _ => Datum::Null,
+        },
+        "pg_sleep" => {
+            let secs = match arg(0) {
+                Datum::Null => 0.0,
+                d => as_f64(&d)
+                    .ok_or_else(|| SqlError::new("42883", "function pg_sleep() needs a number"))?,
+            };
+            let until = std::time::Instant::now()
+                + std::time::Duration::from_secs_f64(secs.clamp(0.0, 86_400.0));
+            while std::time::Instant::now() < until {
+                if s.interrupt
+                    .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire))
+                {
+                    return Err(SqlError::new(
+                        "57014",
+                        "canceling statement due to user request",
+                    ));
+                }
+                std::thread::sleep(
+                    std::time::Duration::from_millis(10)
+                        .min(until.saturating_duration_since(std::time::Instant::now())),
+                );
+            }
+            Datum::Null
+        }
+        "pg_backend_pid" => Datum::Int4(std::process::id() as i32),
+        "nullif" => match binary(&arg(0), &BinaryOperator::Eq, &arg(1))? {
+            Datum::Bool(true) => Datum::Null,
+            _ => arg(0),
+        },
+        "greatest" | "least" => {
+            let mut best: Option<Datum> = None;
+            for a in args.iter().filter(|a| !a.is_null()) {
+                let better = match &best {
+                    None => true,
+                    Some(b) => {
+                        let o = compare_values(a, b)?;
+                        if name == "greatest" {
+                            o == Ordering::Greater
+                        } else {
+                            o == Ordering::Less
+                        }
+                    }
+                };
+                if better {
+                    best = Some(a.clone());
+                }
+            }
+            best.unwrap_or(Datum::Null)
+        }
+        "concat" => Datum::Text(args.iter().filter_map(format_text).collect()),
+        "replace" => match (
+            format_text(&arg(0)),
+            format_text(&arg(1)),
+            format_text(&arg(2)),
+        ) {
+            (Some(a), Some(b), Some(c)) => Datum::Text(a.replace(&b, &c)),
+            _ => Datum::Null,
+        },
+        "quote_ident" => match format_text(&arg(0)) {
+            Some(t)
+                if t.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                    && !t.is_empty() =>
+            {
+                Datum::Text(t)
+            }
+            Some(t) => Datum::Text(format!("\"{}\"", t.replace('"', "\"\""))),
+            None => Datum::Null,
+        },
+        "current_schemas" => Datum::Text(
+            if matches!(arg(0), Datum::Bool(true)) {
+                "{pg_catalog,public}"
+            } else {
+                "{public}"
+            }
+            .into(),
+        ),
+        "array_position" => {
+            let Some(arr) = format_text(&arg(0)) else {
+                return Ok(Datum::Null);
+            };
+            let want = format_text(&arg(1));
+            parse_array_text(&arr)?
+                .iter()
+                .position(|x| *x == want)
+                .map(|i| Datum::Int4(i as i32 + 1))
+                .unwrap_or(Datum::Null)
+        }
+        "array_to_string" => {
+            let (Some(arr), Some(sep)) = (format_text(&arg(0)), format_text(&arg(1))) else {
+                return Ok(Datum::Null);
+            };
+            let items: Vec<String> = parse_array_text(&arr)?.into_iter().flatten().collect();
+            Datum::Text(items.join(&sep))
+        }
+        "array_length" | "array_upper" | "cardinality" => match format_text(&arg(0)) {
+            Some(arr) => match parse_array_text(&arr)?.len() {
+                0 => Datum::Null,
+                n => Datum::Int4(n as i32),
+            },
+            None => Datum::Null,
+        },
+        "pg_encoding_to_char" => Datum::Text("UTF8".into()),
+        "pg_table_is_visible" | "pg_type_is_visible" => Datum::Bool(!arg(0).is_null()),
+        "obj_description" | "col_description" | "shobj_description" | "pg_get_expr"
+        | "pg_get_partkeydef" => Datum::Null,
+        "has_table_privilege" | "has_schema_privilege" | "has_database_privilege" => {
+            Datum::Bool(true)
+        }
+        "pg_is_in_recovery" => Datum::Bool(false),
+        "pg_postmaster_start_time" => Datum::TimestampTz(s.now),
+        "pg_size_pretty" => match as_i64(&arg(0)).or_else(|| as_f64(&arg(0)).map(|f| f as i64)) {
+            Some(b) => Datum::Text(pretty_size(b)),
+            None => Datum::Null,
+        },
+        "current_user" | "session_user" | "user" | "current_role" => {
+            Datum::Text((s.setting)("session_authorization").unwrap_or_else(|| "walrus".into()))
+        }
+        "current_database" => Datum::Text(
+            (s.setting)(crate::settings::DATABASE_KEY).unwrap_or_else(|| "postgres".into()),
+        ),
+        "current_schema" => Datum::Text("public".into()),
+        other => {
+            return Err(SqlError::new(
+                "42883",
+                format!("function {other}() does not exist"),
+            ))
+        }
+    })
+}
+
+/// `pg_size_pretty`: bytes, kB, MB, GB, TB with PostgreSQL's rounding (half up, 10x rule).
+pub(crate) fn pretty_size(bytes: i64) -> String {
+    let mut v = bytes;
+    for unit in ["bytes", "kB", "MB", "GB", "TB"] {
+        if v.abs() < 10 * 1024 || unit == "TB" {
+            return format!("{v} {unit}");
+        }
+        v = (v + v.signum() * 512) / 1024;
+    }
+    unreachable!("the loop returns at TB")
+}

@@ -1,0 +1,477 @@
+//! Expression evaluation over one row: literals, `$n` parameters, column references,
+//! arithmetic, comparison, boolean logic, casts and the functions pgbench and psql use.
+//!
+//! Evaluation depends only on values, types and the row frames of `crate::rel`; what
+//! it needs from outside (settings, the statement time, the cancel flag, subqueries,
+//! aggregates and catalog functions) comes in through [`Scope`] and [`Hooks`], so it
+//! never reaches into the session or the executor.
+//!
+//! - `mod.rs`: [`Scope`], [`Hooks`], [`eval`] and the small helpers it uses;
+//! - `cast.rs`: SQL type names, literals and [`coerce`];
+//! - `ops.rs`: operators: comparison, arithmetic, boolean logic, LIKE and regexes;
+//! - `array.rs`: the text form of arrays;
+//! - `functions.rs`: built-in scalar functions.
+
+mod array;
+mod cast;
+mod functions;
+mod ops;
+
+pub use array::{format_array_text, parse_array_text};
+pub use cast::{coerce, type_from_sql};
+pub use ops::{binary, compare_values, like_match};
+
+use std::cmp::Ordering;
+
+use sqlparser::ast::{
+    BinaryOperator, CastKind, DataType, Expr, FunctionArg, FunctionArgExpr, FunctionArguments,
+    UnaryOperator, Value,
+};
+use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::catalog::ColumnDef;
+
+use crate::error::{SqlError, SqlResult};
+use crate::rel::{Frame, Rel};
+use crate::value::{format_text, parse_text};
+
+use cast::literal;
+use functions::function;
+use ops::{arith, logic, regex_op};
+
+/// What an expression can see.
+pub struct Scope<'a> {
+    pub columns: &'a [ColumnDef],
+    pub row: Option<&'a [Datum]>,
+    pub params: &'a [Datum],
+    /// Transaction start time (now() / CURRENT_TIMESTAMP), PostgreSQL microseconds.
+    pub now: i64,
+    pub setting: &'a dyn Fn(&str) -> Option<String>,
+    /// The session's cancel flag (pg_sleep and long evaluations poll it).
+    pub interrupt: Option<&'a std::sync::atomic::AtomicBool>,
+    /// The row of a multi-table query (qualified names, outer rows of correlated
+    /// subqueries). When set, column references resolve here instead of `columns`.
+    pub frame: Option<&'a Frame<'a>>,
+    /// Subqueries, aggregates over the current group, and catalog-aware functions.
+    pub hooks: Option<&'a dyn Hooks>,
+}
+
+/// What the query executor lends to expression evaluation.
+pub trait Hooks {
+    /// Runs a subquery whose enclosing row is `outer`.
+    fn subquery(&self, q: &sqlparser::ast::Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel>;
+    /// The value of aggregate call `f` over the current group (`None`: not grouped).
+    fn aggregate(
+        &self,
+        f: &sqlparser::ast::Function,
+        outer: Option<&Frame<'_>>,
+    ) -> Option<SqlResult<Datum>>;
+    /// Functions and casts that need the catalog (`pg_get_indexdef`, `::regclass`, ...).
+    fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>>;
+}
+
+/// Aggregate function names (evaluated over a group, never per row).
+pub fn is_aggregate_name(name: &str) -> bool {
+    matches!(
+        name,
+        "count"
+            | "sum"
+            | "min"
+            | "max"
+            | "avg"
+            | "string_agg"
+            | "array_agg"
+            | "bool_and"
+            | "bool_or"
+            | "every"
+    )
+}
+
+pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::Placeholder(p) => {
+                let n: usize = p
+                    .trim_start_matches('$')
+                    .parse()
+                    .map_err(|_| SqlError::syntax(format!("bad parameter {p}")))?;
+                s.params
+                    .get(n.wrapping_sub(1))
+                    .cloned()
+                    .ok_or_else(|| SqlError::new("08P01", format!("there is no parameter ${n}")))
+            }
+            other => literal(other),
+        },
+        Expr::Identifier(_) | Expr::CompoundIdentifier(_) if s.frame.is_some() => {
+            let (qual, name) = crate::rel::col_ref(e).unwrap_or_default();
+            match s
+                .frame
+                .map(|f| f.lookup(qual.as_deref(), &name))
+                .transpose()?
+            {
+                Some(Some(d)) => Ok(d),
+                _ => Err(crate::rel::no_column(qual.as_deref(), &name)),
+            }
+        }
+        Expr::Identifier(id) => column(s, &id.value),
+        Expr::CompoundIdentifier(ids) => {
+            column(s, &ids.last().map(|i| i.value.clone()).unwrap_or_default())
+        }
+        Expr::Case {
+            operand,
+            conditions,
+            else_result,
+            ..
+        } => {
+            let subject = operand.as_ref().map(|o| eval(o, s)).transpose()?;
+            for w in conditions {
+                let hit = match &subject {
+                    Some(v) => binary(v, &BinaryOperator::Eq, &eval(&w.condition, s)?)?,
+                    None => eval(&w.condition, s)?,
+                };
+                if matches!(hit, Datum::Bool(true)) {
+                    return eval(&w.result, s);
+                }
+            }
+            else_result
+                .as_ref()
+                .map(|e| eval(e, s))
+                .unwrap_or(Ok(Datum::Null))
+        }
+        Expr::Subquery(q) => {
+            let rel = hooks(s)?.subquery(q, s.frame)?;
+            if rel.rows.len() > 1 {
+                return Err(SqlError::new(
+                    "21000",
+                    "more than one row returned by a subquery used as an expression",
+                ));
+            }
+            Ok(rel
+                .rows
+                .into_iter()
+                .next()
+                .and_then(|r| r.into_iter().next())
+                .unwrap_or(Datum::Null))
+        }
+        Expr::Exists { subquery, negated } => {
+            let rel = hooks(s)?.subquery(subquery, s.frame)?;
+            Ok(Datum::Bool(rel.rows.is_empty() == *negated))
+        }
+        Expr::InSubquery {
+            expr,
+            subquery,
+            negated,
+        } => {
+            let v = eval(expr, s)?;
+            let rel = hooks(s)?.subquery(subquery, s.frame)?;
+            let items: Vec<Datum> = rel
+                .rows
+                .into_iter()
+                .map(|r| r.into_iter().next().unwrap_or(Datum::Null))
+                .collect();
+            in_values(&v, &items, *negated)
+        }
+        Expr::Collate { expr, .. } => eval(expr, s),
+        Expr::IsTrue(x) => Ok(Datum::Bool(matches!(eval(x, s)?, Datum::Bool(true)))),
+        Expr::IsNotTrue(x) => Ok(Datum::Bool(!matches!(eval(x, s)?, Datum::Bool(true)))),
+        Expr::IsFalse(x) => Ok(Datum::Bool(matches!(eval(x, s)?, Datum::Bool(false)))),
+        Expr::IsNotFalse(x) => Ok(Datum::Bool(!matches!(eval(x, s)?, Datum::Bool(false)))),
+        Expr::IsDistinctFrom(a, b) | Expr::IsNotDistinctFrom(a, b) => {
+            let (l, r) = (eval(a, s)?, eval(b, s)?);
+            let same = match (l.is_null(), r.is_null()) {
+                (true, true) => true,
+                (false, false) => compare_values(&l, &r)? == Ordering::Equal,
+                _ => false,
+            };
+            Ok(Datum::Bool(
+                same == matches!(e, Expr::IsNotDistinctFrom(..)),
+            ))
+        }
+        Expr::Like {
+            negated,
+            expr,
+            pattern,
+            escape_char,
+            any: false,
+        }
+        | Expr::ILike {
+            negated,
+            expr,
+            pattern,
+            escape_char,
+            any: false,
+        } => {
+            let (v, p) = (eval(expr, s)?, eval(pattern, s)?);
+            let esc = match escape_char {
+                Some(e) => format_text(&eval(e, s)?).and_then(|t| t.chars().next()),
+                None => Some('\\'),
+            };
+            match (format_text(&v), format_text(&p)) {
+                (Some(v), Some(p)) => {
+                    let fold = matches!(e, Expr::ILike { .. });
+                    let m = if fold {
+                        like_match(&v.to_lowercase(), &p.to_lowercase(), esc)
+                    } else {
+                        like_match(&v, &p, esc)
+                    };
+                    Ok(Datum::Bool(m != *negated))
+                }
+                _ => Ok(Datum::Null),
+            }
+        }
+        Expr::AnyOp {
+            left,
+            compare_op,
+            right,
+            ..
+        }
+        | Expr::AllOp {
+            left,
+            compare_op,
+            right,
+        } => {
+            let v = eval(left, s)?;
+            let items = match right.as_ref() {
+                Expr::Subquery(q) => hooks(s)?
+                    .subquery(q, s.frame)?
+                    .rows
+                    .into_iter()
+                    .map(|r| r.into_iter().next().unwrap_or(Datum::Null))
+                    .collect(),
+                other => match eval(other, s)? {
+                    Datum::Null => return Ok(Datum::Null),
+                    d => parse_array_text(&format_text(&d).unwrap_or_default())?
+                        .into_iter()
+                        .map(|t| t.map(Datum::Text).unwrap_or(Datum::Null))
+                        .collect::<Vec<_>>(),
+                },
+            };
+            let all = matches!(e, Expr::AllOp { .. });
+            let mut saw_null = false;
+            for it in &items {
+                match binary(&v, compare_op, it)? {
+                    Datum::Bool(b) if b != all => return Ok(Datum::Bool(!all)),
+                    Datum::Null => saw_null = true,
+                    _ => {}
+                }
+            }
+            Ok(if saw_null {
+                Datum::Null
+            } else {
+                Datum::Bool(all)
+            })
+        }
+        Expr::Array(a) => {
+            let items = a
+                .elem
+                .iter()
+                .map(|x| eval(x, s))
+                .collect::<SqlResult<Vec<_>>>()?;
+            Ok(Datum::Text(format_array_text(&items)))
+        }
+        Expr::Nested(inner) => eval(inner, s),
+        Expr::UnaryOp { op, expr } => {
+            let v = eval(expr, s)?;
+            match op {
+                UnaryOperator::Minus => arith(&Datum::Int4(0), &v, &BinaryOperator::Minus),
+                UnaryOperator::Plus => Ok(v),
+                UnaryOperator::Not => Ok(match v {
+                    Datum::Bool(b) => Datum::Bool(!b),
+                    Datum::Null => Datum::Null,
+                    _ => {
+                        return Err(SqlError::new(
+                            "42804",
+                            "argument of NOT must be type boolean",
+                        ))
+                    }
+                }),
+                other => Err(SqlError::unsupported(format!(
+                    "operator {other} is not supported"
+                ))),
+            }
+        }
+        Expr::BinaryOp { left, op, right } => {
+            if matches!(op, BinaryOperator::And | BinaryOperator::Or) {
+                return logic(eval(left, s)?, op, || eval(right, s));
+            }
+            let (l, r) = (eval(left, s)?, eval(right, s)?);
+            match op {
+                BinaryOperator::PGRegexMatch
+                | BinaryOperator::PGRegexIMatch
+                | BinaryOperator::PGRegexNotMatch
+                | BinaryOperator::PGRegexNotIMatch => regex_op(&l, op, &r),
+                BinaryOperator::PGCustomBinaryOperator(parts) => {
+                    let op = match parts.last().map(String::as_str) {
+                        Some("~") => BinaryOperator::PGRegexMatch,
+                        Some("~*") => BinaryOperator::PGRegexIMatch,
+                        Some("!~") => BinaryOperator::PGRegexNotMatch,
+                        Some("!~*") => BinaryOperator::PGRegexNotIMatch,
+                        Some("=") => BinaryOperator::Eq,
+                        Some("<>") => BinaryOperator::NotEq,
+                        Some("<") => BinaryOperator::Lt,
+                        Some(">") => BinaryOperator::Gt,
+                        Some("<=") => BinaryOperator::LtEq,
+                        Some(">=") => BinaryOperator::GtEq,
+                        Some("||") => BinaryOperator::StringConcat,
+                        _ => {
+                            return Err(SqlError::new(
+                                "42883",
+                                format!("operator does not exist: {}", parts.join(".")),
+                            ))
+                        }
+                    };
+                    match op {
+                        BinaryOperator::PGRegexMatch
+                        | BinaryOperator::PGRegexIMatch
+                        | BinaryOperator::PGRegexNotMatch
+                        | BinaryOperator::PGRegexNotIMatch => regex_op(&l, &op, &r),
+                        _ => binary(&l, &op, &r),
+                    }
+                }
+                _ => binary(&l, op, &r),
+            }
+        }
+        Expr::IsNull(x) => Ok(Datum::Bool(eval(x, s)?.is_null())),
+        Expr::IsNotNull(x) => Ok(Datum::Bool(!eval(x, s)?.is_null())),
+        Expr::Between {
+            expr,
+            negated,
+            low,
+            high,
+        } => {
+            let v = eval(expr, s)?;
+            let ge = binary(&v, &BinaryOperator::GtEq, &eval(low, s)?)?;
+            let le = binary(&v, &BinaryOperator::LtEq, &eval(high, s)?)?;
+            let both = logic(ge, &BinaryOperator::And, || Ok(le))?;
+            Ok(if *negated { eval_not(both) } else { both })
+        }
+        Expr::InList {
+            expr,
+            list,
+            negated,
+        } => {
+            let v = eval(expr, s)?;
+            let items = list
+                .iter()
+                .map(|i| eval(i, s))
+                .collect::<SqlResult<Vec<_>>>()?;
+            in_values(&v, &items, *negated)
+        }
+        Expr::Cast {
+            kind: CastKind::Cast | CastKind::DoubleColon,
+            expr,
+            data_type,
+            ..
+        } => {
+            let v = eval(expr, s)?;
+            let custom = match data_type {
+                DataType::Regclass => Some("regclass".to_string()),
+                DataType::Custom(name, _) => name.0.last().map(|p| {
+                    p.to_string()
+                        .to_ascii_lowercase()
+                        .trim_matches('"')
+                        .to_string()
+                }),
+                _ => None,
+            };
+            if let Some(n) = custom.as_deref() {
+                match n {
+                    "regclass" | "regtype" | "regnamespace" | "regproc" => {
+                        if v.is_null() {
+                            return Ok(Datum::Null);
+                        }
+                        return hooks(s)?
+                            .function(&format!("::{n}"), &[v])
+                            .unwrap_or_else(|| Err(SqlError::unsupported(format!("cast to {n}"))));
+                    }
+                    "oid" | "xid" | "regrole" => return coerce(v, TypeId::Int8),
+                    "name" | "char" | "bpchar" => return coerce(v, TypeId::Text),
+                    _ => {}
+                }
+            }
+            coerce(v, type_from_sql(data_type)?)
+        }
+        Expr::TypedString(ts) => {
+            let ty = type_from_sql(&ts.data_type)?;
+            let text = match &ts.value.value {
+                Value::SingleQuotedString(v) => v.clone(),
+                other => other.to_string(),
+            };
+            parse_text(ty, &text)
+        }
+        Expr::Function(f) => function(f, s),
+        other => Err(SqlError::unsupported(format!(
+            "expression {other} is not supported"
+        ))),
+    }
+}
+
+fn eval_not(d: Datum) -> Datum {
+    match d {
+        Datum::Bool(b) => Datum::Bool(!b),
+        other => other,
+    }
+}
+
+fn column(s: &Scope<'_>, name: &str) -> SqlResult<Datum> {
+    let lname = name.to_ascii_lowercase();
+    let i = s
+        .columns
+        .iter()
+        .position(|c| c.name == lname)
+        .ok_or_else(|| SqlError::new("42703", format!("column \"{name}\" does not exist")))?;
+    let row = s
+        .row
+        .ok_or_else(|| SqlError::new("42703", format!("column \"{name}\" does not exist")))?;
+    Ok(row.get(i).cloned().unwrap_or(Datum::Null))
+}
+
+pub fn function_args(f: &sqlparser::ast::Function) -> Vec<&Expr> {
+    match &f.args {
+        FunctionArguments::List(l) => l
+            .args
+            .iter()
+            .filter_map(|a| match a {
+                FunctionArg::Unnamed(FunctionArgExpr::Expr(e))
+                | FunctionArg::Named {
+                    arg: FunctionArgExpr::Expr(e),
+                    ..
+                } => Some(e),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+pub fn function_name(f: &sqlparser::ast::Function) -> String {
+    f.name
+        .0
+        .last()
+        .map(|p| p.to_string().to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+fn hooks<'a>(s: &Scope<'a>) -> SqlResult<&'a dyn Hooks> {
+    s.hooks
+        .ok_or_else(|| SqlError::unsupported("subqueries are not supported here"))
+}
+
+/// `v IN (items)` with SQL's three-valued result.
+fn in_values(v: &Datum, items: &[Datum], negated: bool) -> SqlResult<Datum> {
+    if v.is_null() {
+        return Ok(Datum::Null);
+    }
+    let mut saw_null = false;
+    for it in items {
+        match binary(v, &BinaryOperator::Eq, it)? {
+            Datum::Bool(true) => return Ok(Datum::Bool(!negated)),
+            Datum::Null => saw_null = true,
+            _ => {}
+        }
+    }
+    Ok(if saw_null {
+        Datum::Null
+    } else {
+        Datum::Bool(negated)
+    })
+}

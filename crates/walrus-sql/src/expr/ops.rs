@@ -1,0 +1,238 @@
+//! Operators over values: comparison, arithmetic, boolean logic, LIKE and regular
+//! expressions, with PostgreSQL's NULL and type rules.
+
+use std::cmp::Ordering;
+
+use sqlparser::ast::BinaryOperator;
+use walrus_engine::access::datum::{compare_datums, Datum, TypeId};
+
+use super::cast::{as_f64, as_i64};
+use crate::error::{SqlError, SqlResult};
+use crate::value::{format_text, parse_text};
+
+pub(crate) fn logic(
+    l: Datum,
+    op: &BinaryOperator,
+    r: impl FnOnce() -> SqlResult<Datum>,
+) -> SqlResult<Datum> {
+    let to_b = |d: &Datum| match d {
+        Datum::Bool(b) => Ok(Some(*b)),
+        Datum::Null => Ok(None),
+        _ => Err(SqlError::new(
+            "42804",
+            "argument of AND/OR must be type boolean",
+        )),
+    };
+    let lb = to_b(&l)?;
+    let and = matches!(op, BinaryOperator::And);
+    if lb == Some(!and) {
+        return Ok(Datum::Bool(!and)); // short-circuit: false AND x, true OR x
+    }
+    let rb = to_b(&r()?)?;
+    Ok(match (lb, rb) {
+        (Some(a), Some(b)) => Datum::Bool(if and { a && b } else { a || b }),
+        (_, Some(b)) if b != and => Datum::Bool(!and),
+        _ => Datum::Null,
+    })
+}
+
+pub fn binary(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
+    use BinaryOperator as B;
+    match op {
+        B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq => {
+            if l.is_null() || r.is_null() {
+                return Ok(Datum::Null);
+            }
+            let ord = compare_values(l, r)?;
+            Ok(Datum::Bool(match op {
+                B::Eq => ord == Ordering::Equal,
+                B::NotEq => ord != Ordering::Equal,
+                B::Lt => ord == Ordering::Less,
+                B::LtEq => ord != Ordering::Greater,
+                B::Gt => ord == Ordering::Greater,
+                _ => ord != Ordering::Less,
+            }))
+        }
+        B::StringConcat => {
+            if l.is_null() || r.is_null() {
+                return Ok(Datum::Null);
+            }
+            Ok(Datum::Text(format!(
+                "{}{}",
+                format_text(l).unwrap_or_default(),
+                format_text(r).unwrap_or_default()
+            )))
+        }
+        B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => arith(l, r, op),
+        other => Err(SqlError::unsupported(format!(
+            "operator {other} is not supported"
+        ))),
+    }
+}
+
+/// Compares two non-null values, converting a text literal to the other side's type.
+pub fn compare_values(l: &Datum, r: &Datum) -> SqlResult<Ordering> {
+    match (l, r) {
+        (Datum::Text(t), other) if !matches!(other, Datum::Text(_)) => {
+            let ty = other.type_id().unwrap_or(TypeId::Text);
+            Ok(compare_datums(&parse_text(ty, t)?, other))
+        }
+        (other, Datum::Text(t)) if !matches!(other, Datum::Text(_)) => {
+            let ty = other.type_id().unwrap_or(TypeId::Text);
+            Ok(compare_datums(other, &parse_text(ty, t)?))
+        }
+        (a, b)
+            if as_f64(a).is_some()
+                && as_f64(b).is_some()
+                && (as_i64(a).is_none() || as_i64(b).is_none()) =>
+        {
+            Ok(as_f64(a)
+                .unwrap_or(0.0)
+                .partial_cmp(&as_f64(b).unwrap_or(0.0))
+                .unwrap_or(Ordering::Equal))
+        }
+        (a, b) => Ok(compare_datums(a, b)),
+    }
+}
+
+pub(crate) fn arith(l: &Datum, r: &Datum, op: &BinaryOperator) -> SqlResult<Datum> {
+    if l.is_null() || r.is_null() {
+        return Ok(Datum::Null);
+    }
+    // An untyped parameter or literal ('5', $1 sent as text) takes the other side's type.
+    match (l, r) {
+        (Datum::Text(t), other) if other.type_id().is_some_and(|ty| ty != TypeId::Text) => {
+            let ty = other.type_id().unwrap_or(TypeId::Text);
+            return arith(&parse_text(ty, t)?, r, op);
+        }
+        (other, Datum::Text(t)) if other.type_id().is_some_and(|ty| ty != TypeId::Text) => {
+            let ty = other.type_id().unwrap_or(TypeId::Text);
+            return arith(l, &parse_text(ty, t)?, op);
+        }
+        _ => {}
+    }
+    let overflow = || SqlError::new("22003", "integer out of range");
+    if let (Some(a), Some(b)) = (as_i64(l), as_i64(r)) {
+        let v = match op {
+            BinaryOperator::Plus => a.checked_add(b),
+            BinaryOperator::Minus => a.checked_sub(b),
+            BinaryOperator::Multiply => a.checked_mul(b),
+            BinaryOperator::Divide | BinaryOperator::Modulo => {
+                if b == 0 {
+                    return Err(SqlError::new("22012", "division by zero"));
+                }
+                if matches!(op, BinaryOperator::Divide) {
+                    a.checked_div(b)
+                } else {
+                    a.checked_rem(b)
+                }
+            }
+            _ => None,
+        }
+        .ok_or_else(overflow)?;
+        // Result type: the wider of the two operand types (PostgreSQL's int rules).
+        let wide = matches!(l, Datum::Int8(_)) || matches!(r, Datum::Int8(_));
+        return Ok(if wide {
+            Datum::Int8(v)
+        } else {
+            Datum::Int4(i32::try_from(v).map_err(|_| overflow())?)
+        });
+    }
+    match (as_f64(l), as_f64(r)) {
+        (Some(a), Some(b)) => {
+            let v = match op {
+                BinaryOperator::Plus => a + b,
+                BinaryOperator::Minus => a - b,
+                BinaryOperator::Multiply => a * b,
+                BinaryOperator::Divide => {
+                    if b == 0.0 {
+                        return Err(SqlError::new("22012", "division by zero"));
+                    }
+                    a / b
+                }
+                _ => a % b,
+            };
+            Ok(
+                if matches!(l, Datum::Numeric(_)) || matches!(r, Datum::Numeric(_)) {
+                    Datum::Numeric(v.to_string())
+                } else {
+                    Datum::Float8(v)
+                },
+            )
+        }
+        _ => Err(SqlError::new(
+            "42883",
+            format!(
+                "operator does not exist: {} {op} {}",
+                type_name(l),
+                type_name(r)
+            ),
+        )),
+    }
+}
+
+pub(crate) fn type_name(d: &Datum) -> &'static str {
+    d.type_id().map(|t| t.name()).unwrap_or("unknown")
+}
+
+/// SQL `LIKE`: `%` any run, `_` one character, `esc` quotes the next character.
+pub fn like_match(v: &str, p: &str, esc: Option<char>) -> bool {
+    let (v, p): (Vec<char>, Vec<char>) = (v.chars().collect(), p.chars().collect());
+    // Iterative matcher with one backtrack point for the last `%` (linear in practice).
+    let (mut vi, mut pi) = (0usize, 0usize);
+    let mut star: Option<(usize, usize)> = None;
+    while vi < v.len() {
+        let (lit, step) = match p.get(pi) {
+            Some(&c) if Some(c) == esc => (p.get(pi + 1).copied(), 2),
+            Some('%') => {
+                star = Some((pi, vi));
+                pi += 1;
+                continue;
+            }
+            Some('_') => (None, 1),
+            Some(&c) => (Some(c), 1),
+            None => (Some('\0'), 0),
+        };
+        let ok = step > 0 && lit.is_none_or(|c| c == v[vi]);
+        if ok {
+            vi += 1;
+            pi += step;
+        } else if let Some((sp, sv)) = star {
+            pi = sp + 1;
+            vi = sv + 1;
+            star = Some((sp, sv + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '%')
+}
+
+/// `~`, `~*`, `!~`, `!~*` with PostgreSQL's (POSIX-like) regular expressions.
+pub(crate) fn regex_op(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
+    let (Some(text), Some(pat)) = (format_text(l), format_text(r)) else {
+        return Ok(Datum::Null);
+    };
+    let fold = matches!(
+        op,
+        BinaryOperator::PGRegexIMatch | BinaryOperator::PGRegexNotIMatch
+    );
+    let re = regex::RegexBuilder::new(&pat)
+        .case_insensitive(fold)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| {
+            SqlError::new(
+                "2201B",
+                format!(
+                    "invalid regular expression: {}",
+                    e.to_string().lines().last().unwrap_or("")
+                ),
+            )
+        })?;
+    let negate = matches!(
+        op,
+        BinaryOperator::PGRegexNotMatch | BinaryOperator::PGRegexNotIMatch
+    );
+    Ok(Datum::Bool(re.is_match(&text) != negate))
+}

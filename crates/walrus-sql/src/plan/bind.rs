@@ -1,0 +1,137 @@
+//! Binding: every column reference a clause names must resolve in the FROM list's
+//! columns or an enclosing query's, checked before any row is read; and the walks over
+//! an expression tree that planning needs (does it contain an aggregate, a subquery).
+
+use sqlparser::ast::{Expr, FunctionArguments};
+
+use crate::error::{SqlError, SqlResult};
+use crate::expr::{function_args, function_name, is_aggregate_name};
+use crate::rel::{col_ref, find_col, no_column, ColName, Frame};
+
+/// Calls `f` on `e` and every expression nested in it, not descending into subqueries
+/// (they bind against their own FROM list) nor, when `into_aggregates` is false, into
+/// aggregate calls.
+fn walk(
+    e: &Expr,
+    into_aggregates: bool,
+    f: &mut dyn FnMut(&Expr) -> SqlResult<()>,
+) -> SqlResult<()> {
+    f(e)?;
+    let mut go = |x: &Expr| walk(x, into_aggregates, f);
+    match e {
+        Expr::BinaryOp { left, right, .. }
+        | Expr::AnyOp { left, right, .. }
+        | Expr::AllOp { left, right, .. } => {
+            go(left)?;
+            go(right)
+        }
+        Expr::IsDistinctFrom(a, b) | Expr::IsNotDistinctFrom(a, b) => {
+            go(a)?;
+            go(b)
+        }
+        Expr::UnaryOp { expr, .. }
+        | Expr::Nested(expr)
+        | Expr::Cast { expr, .. }
+        | Expr::Collate { expr, .. }
+        | Expr::IsNull(expr)
+        | Expr::IsNotNull(expr)
+        | Expr::IsTrue(expr)
+        | Expr::IsNotTrue(expr)
+        | Expr::IsFalse(expr)
+        | Expr::IsNotFalse(expr)
+        | Expr::InSubquery { expr, .. } => go(expr),
+        Expr::InList { expr, list, .. } => {
+            go(expr)?;
+            list.iter().try_for_each(&mut go)
+        }
+        Expr::Between {
+            expr, low, high, ..
+        } => {
+            go(expr)?;
+            go(low)?;
+            go(high)
+        }
+        Expr::Like { expr, pattern, .. } | Expr::ILike { expr, pattern, .. } => {
+            go(expr)?;
+            go(pattern)
+        }
+        Expr::Case {
+            operand,
+            conditions,
+            else_result,
+            ..
+        } => {
+            if let Some(o) = operand {
+                go(o)?;
+            }
+            for w in conditions {
+                go(&w.condition)?;
+                go(&w.result)?;
+            }
+            if let Some(x) = else_result {
+                go(x)?;
+            }
+            Ok(())
+        }
+        Expr::Array(a) => a.elem.iter().try_for_each(&mut go),
+        Expr::Function(func) => {
+            if !into_aggregates && is_aggregate_name(&function_name(func)) {
+                return Ok(());
+            }
+            function_args(func).into_iter().try_for_each(&mut go)?;
+            match &func.filter {
+                Some(x) => go(x),
+                None => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+pub(crate) fn contains_aggregate(e: &Expr) -> bool {
+    walk(e, false, &mut |x| match x {
+        Expr::Function(f) if is_aggregate_name(&function_name(f)) => Err(SqlError::new("", "")),
+        _ => Ok(()),
+    })
+    .is_err()
+}
+
+pub(crate) fn contains_subquery(e: &Expr) -> bool {
+    walk(e, true, &mut |x| match x {
+        Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => {
+            Err(SqlError::new("", ""))
+        }
+        Expr::Function(f) if matches!(f.args, FunctionArguments::Subquery(_)) => {
+            Err(SqlError::new("", ""))
+        }
+        _ => Ok(()),
+    })
+    .is_err()
+}
+
+/// Every column reference in `e` must resolve in `cols` or an enclosing frame.
+pub(crate) fn bind(
+    e: &Expr,
+    cols: &[ColName],
+    outer: Option<&Frame<'_>>,
+    aliases: &[String],
+) -> SqlResult<()> {
+    walk(e, true, &mut |x| {
+        if let Some((qual, name)) = col_ref(x) {
+            if find_col(cols, qual.as_deref(), &name)?.is_some()
+                || (qual.is_none() && aliases.contains(&name))
+            {
+                return Ok(());
+            }
+            let mut o = outer;
+            while let Some(f) = o {
+                if find_col(f.cols, qual.as_deref(), &name)?.is_some() {
+                    return Ok(());
+                }
+                o = f.outer;
+            }
+            return Err(no_column(qual.as_deref(), &name));
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,147 @@
+//! Column names of relations and query outputs: a table's columns under its range
+//! variable, `AS alias(c1, ...)`, PostgreSQL's output names for unaliased select items,
+//! GROUP BY ordinals and aliases, and the condition a `JOIN ... USING` stands for.
+
+use sqlparser::ast::{self, Expr};
+use walrus_engine::catalog::ColumnDef;
+
+use crate::error::{SqlError, SqlResult};
+use crate::expr::function_name;
+use crate::names::{ident, object_name};
+use crate::rel::{find_col, ColName, Rel};
+
+/// GROUP BY 1 means the first output column; a bare name that is an output alias
+/// (and not a source column) means that output expression.
+pub(crate) fn resolve_group_expr(
+    e: &Expr,
+    items: &[(String, Expr)],
+    cols: &[ColName],
+) -> SqlResult<Expr> {
+    if let Expr::Value(v) = e {
+        if let ast::Value::Number(n, _) = &v.value {
+            let i: usize = n.parse().unwrap_or(0);
+            return items
+                .get(i.wrapping_sub(1))
+                .map(|(_, x)| x.clone())
+                .ok_or_else(|| {
+                    SqlError::new(
+                        "42P10",
+                        format!("GROUP BY position {n} is not in select list"),
+                    )
+                });
+        }
+    }
+    if let Expr::Identifier(id) = e {
+        let n = ident(id);
+        if find_col(cols, None, &n)?.is_none() {
+            if let Some((_, x)) = items.iter().find(|(name, _)| *name == n) {
+                return Ok(x.clone());
+            }
+        }
+    }
+    Ok(e.clone())
+}
+
+pub(crate) fn using_condition(
+    left: &Rel,
+    right: &Rel,
+    names: &[ast::ObjectName],
+) -> SqlResult<Option<Expr>> {
+    let mut cond: Option<Expr> = None;
+    for n in names {
+        let col = object_name(n);
+        let side = |rel: &Rel| -> SqlResult<Expr> {
+            let i = find_col(&rel.cols, None, &col)?.ok_or_else(|| {
+                SqlError::new(
+                    "42703",
+                    format!("column \"{col}\" specified in USING clause does not exist"),
+                )
+            })?;
+            Ok(qualified(&rel.cols[i]))
+        };
+        let eq = Expr::BinaryOp {
+            left: Box::new(side(left)?),
+            op: ast::BinaryOperator::Eq,
+            right: Box::new(side(right)?),
+        };
+        cond = Some(match cond {
+            None => eq,
+            Some(c) => Expr::BinaryOp {
+                left: Box::new(c),
+                op: ast::BinaryOperator::And,
+                right: Box::new(eq),
+            },
+        });
+    }
+    Ok(cond)
+}
+
+/// A column reference that resolves to exactly `c`.
+pub(crate) fn qualified(c: &ColName) -> Expr {
+    let name = ast::Ident::with_quote('"', c.name.clone());
+    match &c.qual {
+        Some(q) => Expr::CompoundIdentifier(vec![ast::Ident::with_quote('"', q.clone()), name]),
+        None => Expr::Identifier(name),
+    }
+}
+
+pub(crate) fn table_cols(qual: &str, cols: &[ColumnDef]) -> Vec<ColName> {
+    cols.iter()
+        .map(|c| ColName {
+            qual: Some(qual.to_string()),
+            name: c.name.clone(),
+            ty: Some(c.ty),
+        })
+        .collect()
+}
+
+/// Applies `AS alias(c1, c2, ...)` column names.
+pub(crate) fn rename(rel: &mut Rel, alias: Option<&ast::TableAlias>) -> SqlResult<()> {
+    let Some(a) = alias else { return Ok(()) };
+    if a.columns.len() > rel.cols.len() {
+        return Err(SqlError::new(
+            "42P10",
+            format!(
+                "table \"{}\" has {} columns available but {} columns specified",
+                ident(&a.name),
+                rel.cols.len(),
+                a.columns.len()
+            ),
+        ));
+    }
+    for (c, n) in rel.cols.iter_mut().zip(&a.columns) {
+        c.name = ident(&n.name);
+    }
+    Ok(())
+}
+
+/// PostgreSQL's output column name for an unaliased select item.
+pub fn output_name(e: &Expr) -> String {
+    match e {
+        Expr::Identifier(i) => ident(i),
+        Expr::CompoundIdentifier(ids) => ids.last().map(ident).unwrap_or_default(),
+        Expr::Function(f) => function_name(f),
+        Expr::Cast {
+            expr, data_type, ..
+        } => match expr.as_ref() {
+            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_) => {
+                output_name(expr)
+            }
+            _ => data_type
+                .to_string()
+                .to_ascii_lowercase()
+                .rsplit('.')
+                .next()
+                .unwrap_or("?column?")
+                .split('(')
+                .next()
+                .unwrap_or("?column?")
+                .to_string(),
+        },
+        Expr::Nested(i) => output_name(i),
+        Expr::Case { .. } => "case".into(),
+        Expr::Exists { .. } => "exists".into(),
+        Expr::Array(_) => "array".into(),
+        _ => "?column?".to_string(),
+    }
+}

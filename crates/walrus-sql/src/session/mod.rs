@@ -1,0 +1,590 @@
+//! The session: one connection's statement dispatch, transaction state and settings.
+//!
+//! A [`Session`] owns the connection's transaction (implicit per statement, or an
+//! explicit block), the aborted-block state (every statement fails with 25P02 until
+//! ROLLBACK, as in PostgreSQL), session settings (`settings.rs`), SQL-level prepared
+//! statements and the extended protocol's parse cache. It parses (`parse.rs`), arms the
+//! statement timeout, and hands each statement to the executor (`crate::exec`) through
+//! the [`Env`] it implements; it never evaluates rows itself.
+
+mod parse;
+mod settings;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlparser::ast::{ObjectType, Statement};
+use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::engine::{CheckpointReason, Isolation, Transaction};
+use walrus_engine::Engine;
+
+use self::parse::{parse, Parsed};
+use self::settings::{default_settings, SettingUndo};
+use crate::error::{SqlError, SqlResult};
+use crate::exec::{self, copy, ddl, dml, Env};
+use crate::expr::{coerce, eval, type_from_sql, Scope};
+use crate::names::{ident, object_name};
+use crate::plan;
+use crate::result::{Column, Outcome, QueryResult};
+use crate::settings::{SettingsView, DATABASE_KEY};
+use crate::utility::Utility;
+use crate::value::system_time_to_pg;
+
+pub struct Session {
+    engine: Engine,
+    txn: Option<Transaction>,
+    in_block: bool,
+    failed: bool,
+    block_isolation: Option<Isolation>,
+    /// Shared with the statements running (an `Arc` clone each, not a map copy); `SET`
+    /// copies on write.
+    settings: Arc<BTreeMap<String, String>>,
+    now: i64,
+    interrupt: Arc<AtomicBool>,
+    /// `statement_timeout` and `lock_timeout` in ms (0: off), kept parsed: read at every
+    /// statement.
+    statement_timeout_ms: u64,
+    lock_timeout_ms: u64,
+    idle_in_transaction_timeout_ms: u64,
+    /// Settings changed inside the current transaction block, with their values from
+    /// before it (see [`Session::restore_block_settings`]).
+    block_undo: Vec<SettingUndo>,
+    /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
+    prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
+    /// Parsed extended-protocol statements by SQL text ([`Session::execute_cached`]).
+    parse_cache: std::collections::HashMap<String, Arc<Vec<Parsed>>>,
+}
+
+/// Distinct SQL texts whose parse a session keeps (cleared when full).
+const PARSE_CACHE_ENTRIES: usize = 256;
+
+fn now_micros() -> i64 {
+    system_time_to_pg(std::time::SystemTime::now())
+}
+
+impl Session {
+    pub fn new(engine: Engine) -> Session {
+        let mut settings = default_settings();
+        let s = engine.settings();
+        settings.insert(
+            "shared_buffers".into(),
+            format!("{}kB", s.shared_buffers_pages * 8),
+        );
+        settings.insert("wal_sync_method".into(), s.wal_sync_method.name().into());
+        settings.insert(
+            "full_page_writes".into(),
+            if s.page_protection.name() == "fpw" {
+                "on"
+            } else {
+                "off"
+            }
+            .into(),
+        );
+        settings.insert("page_protection".into(), s.page_protection.name().into());
+        settings.insert(
+            "synchronous_commit".into(),
+            if s.synchronous_commit { "on" } else { "off" }.into(),
+        );
+        settings.insert(
+            "checkpoint_timeout".into(),
+            format!("{}s", s.checkpoint_timeout.as_secs()),
+        );
+        settings.insert(
+            "max_wal_size".into(),
+            format!("{}MB", s.max_wal_size_bytes >> 20),
+        );
+        settings.insert(
+            "autovacuum".into(),
+            if s.autovacuum { "on" } else { "off" }.into(),
+        );
+        settings.insert(
+            "autovacuum_naptime".into(),
+            format!("{}ms", s.autovacuum_naptime.as_millis()),
+        );
+        settings.insert(
+            "autovacuum_vacuum_threshold".into(),
+            s.autovacuum_vacuum_threshold.to_string(),
+        );
+        settings.insert(
+            "autovacuum_vacuum_scale_factor".into(),
+            s.autovacuum_vacuum_scale_factor.to_string(),
+        );
+        Session {
+            engine,
+            txn: None,
+            in_block: false,
+            failed: false,
+            block_isolation: None,
+            settings: Arc::new(settings),
+            now: now_micros(),
+            interrupt: Arc::new(AtomicBool::new(false)),
+            statement_timeout_ms: 0,
+            lock_timeout_ms: 0,
+            idle_in_transaction_timeout_ms: 0,
+            block_undo: Vec::new(),
+            prepared: BTreeMap::new(),
+            parse_cache: std::collections::HashMap::new(),
+        }
+    }
+
+    /// PostgreSQL's `idle_in_transaction_session_timeout`: how long the connection may
+    /// wait for the client's next command while a transaction is open (`None`: no
+    /// limit). The server ends the session when it passes (FATAL 25P03), which rolls the
+    /// transaction back and lets go of its locks and snapshot.
+    pub fn idle_in_transaction_timeout(&self) -> Option<Duration> {
+        (self.idle_in_transaction_timeout_ms > 0 && self.transaction_status() != b'I')
+            .then(|| Duration::from_millis(self.idle_in_transaction_timeout_ms))
+    }
+
+    /// The cancel flag: set it from another thread to interrupt the running statement.
+    pub fn interrupt_flag(&self) -> Arc<AtomicBool> {
+        self.interrupt.clone()
+    }
+
+    /// PostgreSQL's ReadyForQuery status: `I` idle, `T` in a block, `E` failed block.
+    pub fn transaction_status(&self) -> u8 {
+        match (self.in_block, self.failed) {
+            (false, _) => b'I',
+            (true, false) => b'T',
+            (true, true) => b'E',
+        }
+    }
+
+    pub fn setting(&self, name: &str) -> Option<String> {
+        self.settings_view().get(&name.to_ascii_lowercase())
+    }
+
+    /// Executes a query string (possibly several statements); one result per statement.
+    /// Execution stops at the first error, as PostgreSQL's simple query protocol does.
+    pub fn execute(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        let stmts = match parse(sql) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail_statement();
+                return vec![Err(e)];
+            }
+        };
+        self.run_all(&stmts, params)
+    }
+
+    /// Executes a statement of the extended protocol: like [`Session::execute`], but the
+    /// parse of each distinct SQL text is kept (bounded), so a prepared statement is
+    /// parsed once, not at every Execute. Binding still happens at each execution, so
+    /// DDL between executions is seen.
+    pub fn execute_cached(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        let stmts = match self.parse_cache.get(sql) {
+            Some(p) => p.clone(),
+            None => match parse(sql) {
+                Ok(p) => {
+                    if self.parse_cache.len() >= PARSE_CACHE_ENTRIES {
+                        self.parse_cache.clear();
+                    }
+                    let p = Arc::new(p);
+                    self.parse_cache.insert(sql.to_string(), p.clone());
+                    p
+                }
+                Err(e) => {
+                    self.fail_statement();
+                    return vec![Err(e)];
+                }
+            },
+        };
+        self.run_all(&stmts, params)
+    }
+
+    fn run_all(&mut self, stmts: &[Parsed], params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        let mut out = Vec::with_capacity(stmts.len());
+        for st in stmts {
+            let r = self.run(st, params);
+            let failed = r.is_err();
+            out.push(r);
+            if failed {
+                break;
+            }
+        }
+        out
+    }
+
+    /// Extended protocol Describe of a statement: the parameter types (inferred from
+    /// where each `$n` is used: compared with or assigned to a column, a LIMIT, an
+    /// INSERT target; text otherwise) and, for a SELECT, its result columns.
+    pub fn describe(
+        &mut self,
+        sql: &str,
+        declared: &[Option<TypeId>],
+    ) -> SqlResult<(Vec<TypeId>, Option<Vec<Column>>)> {
+        let parsed = parse(sql)?;
+        let mut types: Vec<Option<TypeId>> = declared.to_vec();
+        let mut columns = None;
+        if let [Parsed::Sql(st)] = parsed.as_slice() {
+            plan::infer_params(st, &mut types, &mut |name| self.txn().table(name).ok());
+            if let Statement::Query(q) = st.as_ref() {
+                if !self.failed {
+                    let n = types.len();
+                    let nulls = vec![Datum::Null; n];
+                    let r = exec::select(self, q, &nulls);
+                    if !self.in_block {
+                        if let Some(t) = self.txn.take() {
+                            let _ = t.rollback();
+                        }
+                    }
+                    columns = Some(r?.columns);
+                }
+            }
+        }
+        Ok((
+            types
+                .into_iter()
+                .map(|t| t.unwrap_or(TypeId::Text))
+                .collect(),
+            columns,
+        ))
+    }
+
+    fn fail_statement(&mut self) {
+        if self.in_block {
+            self.failed = true;
+        } else if let Some(t) = self.txn.take() {
+            let _ = t.rollback();
+        }
+    }
+
+    fn run(&mut self, st: &Parsed, params: &[Datum]) -> SqlResult<Outcome> {
+        if self.failed && !matches!(st, Parsed::Commit | Parsed::Rollback) {
+            return Err(SqlError::new(
+                "25P02",
+                "current transaction is aborted, commands ignored until end of transaction block",
+            ));
+        }
+        match st {
+            Parsed::Begin(iso) => {
+                if !self.in_block {
+                    self.in_block = true;
+                    self.block_isolation = *iso;
+                    self.now = now_micros();
+                }
+                return Ok(Outcome::Done(QueryResult::tag("BEGIN")));
+            }
+            Parsed::Commit => {
+                let tag = if self.failed { "ROLLBACK" } else { "COMMIT" };
+                let r = self.end_block(!self.failed);
+                return r.map(|_| Outcome::Done(QueryResult::tag(tag)));
+            }
+            Parsed::Rollback => {
+                return self
+                    .end_block(false)
+                    .map(|_| Outcome::Done(QueryResult::tag("ROLLBACK")));
+            }
+            Parsed::Setting(s) => return self.setting_statement(s).map(Outcome::Done),
+            _ => {}
+        }
+        if !self.in_block {
+            self.now = now_micros();
+        }
+        let lock_timeout = self.lock_timeout();
+        if let Some(t) = self.txn.as_mut() {
+            t.set_lock_timeout(lock_timeout);
+        }
+        let timer = match self.statement_timeout_ms {
+            0 => Ok(None),
+            ms => crate::timeout::arm(Duration::from_millis(ms), self.interrupt.clone()).map(Some),
+        };
+        // A timer that cannot be armed fails the statement like any other error of it.
+        let (timer, result) = match timer {
+            Ok(timer) => (
+                timer,
+                match st {
+                    Parsed::Utility(u) => self.utility(u.clone()),
+                    Parsed::Sql(s) => self.statement(s, params),
+                    _ => unreachable!("handled above"),
+                },
+            ),
+            Err(e) => (None, Err(e)),
+        };
+        let result = match timer.map(crate::timeout::Armed::disarm) {
+            // The timer set the interrupt flag: this statement's cancel, or a late one
+            // that must not cancel the next statement.
+            Some(true) => {
+                self.interrupt
+                    .store(false, std::sync::atomic::Ordering::Release);
+                match result {
+                    Err(e) if e.sqlstate == "57014" => Err(SqlError::new(
+                        "57014",
+                        "canceling statement due to statement timeout",
+                    )),
+                    r => r,
+                }
+            }
+            _ => result,
+        };
+        match result {
+            Ok(out) => {
+                if !self.in_block && !matches!(out, Outcome::CopyIn { .. }) {
+                    if let Some(t) = self.txn.take() {
+                        t.commit()?;
+                    }
+                }
+                Ok(out)
+            }
+            Err(e) => {
+                self.fail_statement();
+                Err(e)
+            }
+        }
+    }
+
+    fn end_block(&mut self, commit: bool) -> SqlResult<()> {
+        self.restore_block_settings(commit);
+        self.in_block = false;
+        self.failed = false;
+        self.block_isolation = None;
+        match self.txn.take() {
+            Some(t) if commit => t.commit().map_err(SqlError::from),
+            Some(t) => t.rollback().map_err(SqlError::from),
+            None => Ok(()),
+        }
+    }
+
+    fn txn(&mut self) -> &mut Transaction {
+        if self.txn.is_none() {
+            let iso = self.block_isolation.unwrap_or_else(|| {
+                match self
+                    .settings
+                    .get("default_transaction_isolation")
+                    .map(String::as_str)
+                {
+                    Some("repeatable read") | Some("serializable") => Isolation::RepeatableRead,
+                    _ => Isolation::ReadCommitted,
+                }
+            });
+            let mut t = self.engine.begin(iso);
+            t.set_interrupt(self.interrupt.clone());
+            t.set_lock_timeout(self.lock_timeout());
+            self.txn = Some(t);
+        }
+        let t = self.txn.as_mut().expect("just created");
+        t
+    }
+
+    fn utility(&mut self, u: Utility) -> SqlResult<Outcome> {
+        match u {
+            Utility::Checkpoint => {
+                self.engine.checkpoint(CheckpointReason::Requested)?;
+                Ok(Outcome::Done(QueryResult::tag("CHECKPOINT")))
+            }
+            Utility::Analyze => Ok(Outcome::Done(QueryResult::tag("ANALYZE"))),
+            Utility::Vacuum { tables, freeze } => {
+                if self.in_block {
+                    return Err(SqlError::new(
+                        "25001",
+                        "VACUUM cannot run inside a transaction block",
+                    ));
+                }
+                // A cancel request stops it between pages; what it finished stays done.
+                let interrupt = Some(&*self.interrupt);
+                match (tables.is_empty(), freeze) {
+                    (true, false) => {
+                        self.engine.vacuum_with(None, interrupt)?;
+                    }
+                    // Every table and the catalog: lets the next checkpoint truncate
+                    // the commit-status log.
+                    (true, true) => {
+                        self.engine.vacuum_freeze(None, interrupt)?;
+                    }
+                    (false, _) => {
+                        for t in tables {
+                            if freeze {
+                                self.engine.vacuum_freeze(Some(&t), interrupt)?;
+                            } else {
+                                self.engine.vacuum_with(Some(&t), interrupt)?;
+                            }
+                        }
+                    }
+                }
+                Ok(Outcome::Done(QueryResult::tag("VACUUM")))
+            }
+            Utility::CopyFrom { table, columns } => {
+                let def = self.txn().table(&table)?;
+                for c in &columns {
+                    if def.column_index(c).is_none() {
+                        return Err(SqlError::new(
+                            "42703",
+                            format!("column \"{c}\" of relation \"{table}\" does not exist"),
+                        ));
+                    }
+                }
+                Ok(Outcome::CopyIn { table, columns })
+            }
+        }
+    }
+
+    /// Loads COPY text-format data into `table` in one call (the rows between CopyIn and
+    /// CopyDone; a final `\.` line is accepted, as pgbench sends one).
+    pub fn copy_in(
+        &mut self,
+        table: &str,
+        columns: &[String],
+        data: &str,
+    ) -> SqlResult<QueryResult> {
+        let n = self.copy_chunk(table, columns, data);
+        self.copy_finish(n)
+    }
+
+    /// Loads complete lines of COPY data; call [`Session::copy_finish`] at CopyDone.
+    pub fn copy_chunk(&mut self, table: &str, columns: &[String], data: &str) -> SqlResult<u64> {
+        copy::copy_rows(self.txn(), table, columns, data)
+    }
+
+    /// Ends a COPY: commits its implicit transaction (or marks the block failed) and
+    /// returns the `COPY n` result.
+    pub fn copy_finish(&mut self, loaded: SqlResult<u64>) -> SqlResult<QueryResult> {
+        match loaded {
+            Ok(n) => {
+                if !self.in_block {
+                    if let Some(t) = self.txn.take() {
+                        t.commit()?;
+                    }
+                }
+                Ok(QueryResult::tag(format!("COPY {n}")))
+            }
+            Err(e) => {
+                self.fail_statement();
+                Err(e)
+            }
+        }
+    }
+
+    fn statement(&mut self, st: &Statement, params: &[Datum]) -> SqlResult<Outcome> {
+        self.txn().next_statement();
+        let r = match st {
+            Statement::Prepare {
+                name,
+                data_types,
+                statement,
+            } => {
+                let n = ident(name);
+                if self.prepared.contains_key(&n) {
+                    return Err(SqlError::new(
+                        "42P05",
+                        format!("prepared statement \"{n}\" already exists"),
+                    ));
+                }
+                let types = data_types
+                    .iter()
+                    .map(type_from_sql)
+                    .collect::<SqlResult<Vec<_>>>()?;
+                self.prepared.insert(n, (statement.clone(), types));
+                QueryResult::tag("PREPARE")
+            }
+            Statement::Execute {
+                name: Some(name),
+                parameters,
+                ..
+            } => {
+                let n = object_name(name);
+                let (stmt, types) = self.prepared.get(&n).cloned().ok_or_else(|| {
+                    SqlError::new(
+                        "26000",
+                        format!("prepared statement \"{n}\" does not exist"),
+                    )
+                })?;
+                let (now, settings) = (self.now, self.settings_view());
+                let get = move |k: &str| settings.get(k);
+                let intr = self.interrupt.clone();
+                let scope = Scope {
+                    columns: &[],
+                    row: None,
+                    params,
+                    now,
+                    setting: &get,
+                    interrupt: Some(&intr),
+                    frame: None,
+                    hooks: None,
+                };
+                let mut args = Vec::with_capacity(parameters.len());
+                for (i, e) in parameters.iter().enumerate() {
+                    let v = eval(e, &scope)?;
+                    args.push(match types.get(i) {
+                        Some(t) => coerce(v, *t)?,
+                        None => v,
+                    });
+                }
+                return self.statement(&stmt, &args);
+            }
+            Statement::Deallocate { name, .. } => {
+                let n = ident(name);
+                if n == "all" {
+                    self.prepared.clear();
+                } else if self.prepared.remove(&n).is_none() {
+                    return Err(SqlError::new(
+                        "26000",
+                        format!("prepared statement \"{n}\" does not exist"),
+                    ));
+                }
+                QueryResult::tag("DEALLOCATE")
+            }
+            Statement::Query(q) => exec::select(self, q, params)?,
+            Statement::Insert(ins) => dml::insert(self, ins, params)?,
+            Statement::Update(u) => dml::update(self, u, params)?,
+            Statement::Delete(d) => dml::delete(self, d, params)?,
+            Statement::CreateTable(ct) => ddl::create_table(self.txn(), ct)?,
+            Statement::CreateIndex(ci) => ddl::create_index_statement(self.txn(), ci)?,
+            Statement::Drop {
+                object_type: ObjectType::Table,
+                if_exists,
+                names,
+                ..
+            } => ddl::drop_tables(self.txn(), names, *if_exists)?,
+            Statement::Truncate(tr) => ddl::truncate(self.txn(), tr)?,
+            Statement::AlterTable(at) => ddl::alter_table(self.txn(), at)?,
+            other => {
+                let text = other.to_string();
+                let word = text
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_uppercase();
+                return Err(SqlError::unsupported(format!(
+                    "{word} is not supported by walrus"
+                )));
+            }
+        };
+        Ok(Outcome::Done(r))
+    }
+
+    /// The settings as expressions read them (shares the map; no copy).
+    pub(crate) fn settings_view(&self) -> SettingsView {
+        SettingsView::new(self.settings.clone(), self.engine.clone())
+    }
+
+    /// Records who connected to what (`current_user`, `current_database()`).
+    pub fn set_identity(&mut self, user: &str, database: &str) {
+        let settings = Arc::make_mut(&mut self.settings);
+        settings.insert("session_authorization".into(), user.to_string());
+        settings.insert(DATABASE_KEY.into(), database.to_string());
+    }
+}
+
+impl Env for Session {
+    fn txn(&mut self) -> &mut Transaction {
+        Session::txn(self)
+    }
+
+    fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    fn now(&self) -> i64 {
+        self.now
+    }
+
+    fn settings(&self) -> SettingsView {
+        self.settings_view()
+    }
+
+    fn interrupt(&self) -> Arc<AtomicBool> {
+        self.interrupt.clone()
+    }
+}

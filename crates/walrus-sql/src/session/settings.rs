@@ -1,0 +1,239 @@
+//! Session settings: their defaults, SET / RESET / SHOW, and a transaction block's undo
+//! of the settings changed in it (SET LOCAL lasts until the block ends; a rollback undoes
+//! every SET). The time settings the session enforces (`statement_timeout`,
+//! `lock_timeout`, `idle_in_transaction_session_timeout`) are kept parsed too.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use walrus_engine::access::datum::{Datum, TypeId};
+
+use super::parse::isolation_of;
+use super::Session;
+use crate::error::{SqlError, SqlResult};
+use crate::result::{Column, QueryResult};
+
+/// A setting's value from before the current transaction block changed it.
+pub(crate) struct SettingUndo {
+    name: String,
+    old: Option<String>,
+    /// Changed only with SET LOCAL: restored at COMMIT too.
+    local: bool,
+}
+
+pub(crate) fn default_settings() -> BTreeMap<String, String> {
+    [
+        ("server_version", crate::SERVER_VERSION),
+        ("server_version_num", "150018"),
+        ("server_encoding", "UTF8"),
+        ("client_encoding", "UTF8"),
+        ("datestyle", "ISO, MDY"),
+        ("timezone", "Etc/UTC"),
+        ("integer_datetimes", "on"),
+        ("standard_conforming_strings", "on"),
+        ("transaction_isolation", "read committed"),
+        ("default_transaction_isolation", "read committed"),
+        ("max_identifier_length", "63"),
+        ("search_path", "\"$user\", public"),
+        ("statement_timeout", "0"),
+        ("lock_timeout", "0"),
+        ("idle_in_transaction_session_timeout", "0"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+impl Session {
+    pub(super) fn setting_statement(&mut self, s: &str) -> SqlResult<QueryResult> {
+        let lower = s.to_ascii_lowercase();
+        let words: Vec<&str> = lower.split_whitespace().collect();
+        match words.first().copied() {
+            Some("show") => {
+                let name = words.get(1).copied().unwrap_or("").trim_matches('"');
+                if name == "all" {
+                    let rows = self
+                        .settings_view()
+                        .all()
+                        .iter()
+                        .map(|(k, v)| vec![Datum::Text(k.clone()), Datum::Text(v.clone())])
+                        .collect();
+                    return Ok(QueryResult {
+                        tag: "SHOW".into(),
+                        columns: vec![
+                            Column {
+                                name: "name".into(),
+                                ty: TypeId::Text,
+                            },
+                            Column {
+                                name: "setting".into(),
+                                ty: TypeId::Text,
+                            },
+                        ],
+                        rows,
+                    });
+                }
+                let name = if name == "transaction" {
+                    "transaction_isolation"
+                } else {
+                    name
+                };
+                let v = self
+                    .setting(name)
+                    .ok_or_else(|| crate::guc::unrecognized(name))?;
+                Ok(QueryResult {
+                    tag: "SHOW".into(),
+                    columns: vec![Column {
+                        name: name.into(),
+                        ty: TypeId::Text,
+                    }],
+                    rows: vec![vec![Datum::Text(v)]],
+                })
+            }
+            Some("reset") => {
+                let name = words.get(1).copied().unwrap_or("");
+                let defaults = default_settings();
+                let names: Vec<String> = if name == "all" {
+                    defaults.keys().cloned().collect()
+                } else {
+                    vec![name.to_string()]
+                };
+                for n in names {
+                    if let Some(v) = defaults.get(&n) {
+                        self.remember_for_block(&n, false);
+                        self.put_setting(&n, Some(v.clone()));
+                    } else if name != "all" {
+                        // A parameter with no walrus default (application_name, ...):
+                        // back to unset.
+                        crate::guc::check_settable(&n)?;
+                        if self.settings.contains_key(&n) {
+                            self.remember_for_block(&n, false);
+                            self.put_setting(&n, None);
+                        }
+                    }
+                }
+                Ok(QueryResult::tag("RESET"))
+            }
+            _ => {
+                // SET [SESSION|LOCAL] name {=|TO} value | SET TRANSACTION ISOLATION LEVEL ...
+                let mut rest: Vec<&str> = s.split_whitespace().skip(1).collect();
+                let scope = rest.first().map(|w| w.to_ascii_lowercase());
+                let local = scope.as_deref() == Some("local");
+                if matches!(scope.as_deref(), Some("session") | Some("local")) {
+                    rest.remove(0);
+                }
+                let text = rest.join(" ");
+                if text.to_ascii_lowercase().starts_with("transaction")
+                    || text
+                        .to_ascii_lowercase()
+                        .starts_with("session characteristics")
+                {
+                    if let Some(iso) = isolation_of(&text) {
+                        self.block_isolation = Some(iso);
+                    }
+                    return Ok(QueryResult::tag("SET"));
+                }
+                // PostgreSQL's two special forms.
+                let lower_text = text.to_ascii_lowercase();
+                let text = if let Some(v) = lower_text.strip_prefix("time zone ") {
+                    format!("timezone = {}", &text[text.len() - v.len()..])
+                } else if let Some(v) = lower_text.strip_prefix("names ") {
+                    format!("client_encoding = {}", &text[text.len() - v.len()..])
+                } else {
+                    text
+                };
+                let (name, value) = match text.split_once('=') {
+                    Some((n, v)) => (n.trim().to_string(), v.trim().to_string()),
+                    None => {
+                        let mut it = text.splitn(3, ' ');
+                        let n = it.next().unwrap_or("").to_string();
+                        let to = it.next().unwrap_or("");
+                        if !to.eq_ignore_ascii_case("to") {
+                            return Err(SqlError::syntax(format!(
+                                "syntax error at or near \"{to}\""
+                            )));
+                        }
+                        (n, it.next().unwrap_or("").trim().to_string())
+                    }
+                };
+                if name.is_empty() || value.is_empty() {
+                    return Err(SqlError::syntax("syntax error at end of input"));
+                }
+                let mut value = value.trim_matches('\'').to_string();
+                let name = name.trim_matches('"').to_ascii_lowercase();
+                crate::guc::check_settable(&name)?;
+                if local && !self.in_block {
+                    // PostgreSQL warns and changes nothing: there is no transaction for
+                    // the value to last until.
+                    return Ok(QueryResult::tag("SET"));
+                }
+                if self.time_setting(&name).is_some() {
+                    value = crate::timeout::show_ms(crate::timeout::parse_ms(&name, &value)?);
+                }
+                self.remember_for_block(&name, local);
+                self.put_setting(&name, Some(value));
+                Ok(QueryResult::tag("SET"))
+            }
+        }
+    }
+
+    /// Before a SET or RESET of `name` inside a transaction block: keeps its value from
+    /// before the block (once per name) for the block's end.
+    pub(super) fn remember_for_block(&mut self, name: &str, local: bool) {
+        if !self.in_block {
+            return;
+        }
+        if let Some(u) = self.block_undo.iter_mut().find(|u| u.name == name) {
+            u.local &= local;
+            return;
+        }
+        let old = self.settings.get(name).cloned();
+        self.block_undo.push(SettingUndo {
+            name: name.to_string(),
+            old,
+            local,
+        });
+    }
+
+    /// At the end of a transaction block, as PostgreSQL: a rollback undoes every SET and
+    /// RESET made in it; a commit keeps them, except SET LOCAL, which lasts only until
+    /// the block ends. (A `SET LOCAL statement_timeout` in one transaction must not
+    /// cancel statements of the next.)
+    pub(super) fn restore_block_settings(&mut self, committed: bool) {
+        for u in std::mem::take(&mut self.block_undo) {
+            if !committed || u.local {
+                self.put_setting(&u.name, u.old);
+            }
+        }
+    }
+
+    /// Sets a setting (`None`: removes it), keeping the parsed value of a time setting
+    /// in step with its text. The text was validated when it was first set.
+    pub(super) fn put_setting(&mut self, name: &str, value: Option<String>) {
+        if let Some(slot) = self.time_setting(name) {
+            *slot = value
+                .as_deref()
+                .and_then(|v| crate::timeout::parse_ms(name, v).ok())
+                .unwrap_or(0);
+        }
+        let map = Arc::make_mut(&mut self.settings);
+        match value {
+            Some(v) => map.insert(name.to_string(), v),
+            None => map.remove(name),
+        };
+    }
+
+    pub(super) fn lock_timeout(&self) -> Option<Duration> {
+        (self.lock_timeout_ms > 0).then(|| Duration::from_millis(self.lock_timeout_ms))
+    }
+
+    /// The parsed value behind a time setting the session enforces.
+    pub(super) fn time_setting(&mut self, name: &str) -> Option<&mut u64> {
+        match name {
+            "statement_timeout" => Some(&mut self.statement_timeout_ms),
+            "lock_timeout" => Some(&mut self.lock_timeout_ms),
+            "idle_in_transaction_session_timeout" => Some(&mut self.idle_in_transaction_timeout_ms),
+            _ => None,
+        }
+    }
+}
