@@ -529,9 +529,11 @@ fn bind(msg: &Message, prepared: &HashMap<String, Prepared>) -> Result<(String, 
     ))
 }
 
-/// What a client hears when its statement panicked inside the session.
-fn internal_error() -> SqlError {
-    SqlError::new("XX000", "internal error while executing the statement")
+/// A panic the session did not catch itself: the statement's XX000, and the session
+/// rolls back what it may have half applied.
+fn panicked(s: &mut Session) -> Vec<Result<Outcome, SqlError>> {
+    s.statement_panicked();
+    vec![Err(walrus_sql::internal_error())]
 }
 
 /// Runs one extended-protocol statement (COPY is only supported via simple query).
@@ -546,7 +548,7 @@ fn run_portal(
     let mut results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         s.execute_cached(sql, params)
     }))
-    .unwrap_or_else(|_| vec![Err(internal_error())]);
+    .unwrap_or_else(|_| panicked(s));
     Ok(match results.pop() {
         None => Ok(QueryResult::default()),
         Some(Ok(Outcome::Done(q))) => Ok(q),
@@ -562,7 +564,7 @@ fn simple_query(
     sql: &str,
 ) -> io::Result<()> {
     let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.execute(sql, &[])));
-    let results = results.unwrap_or_else(|_| vec![Err(internal_error())]);
+    let results = results.unwrap_or_else(|_| panicked(s));
     if results.is_empty() {
         out.simple(b'I');
         return Ok(());

@@ -47,7 +47,7 @@ pub mod value;
 
 pub use error::{SqlError, SqlResult};
 pub use result::{Column, Outcome, QueryResult};
-pub use session::Session;
+pub use session::{internal_error, Session};
 
 /// What `version()` and `server_version` report: PostgreSQL 15 compatible.
 pub const SERVER_VERSION: &str = "15.18";

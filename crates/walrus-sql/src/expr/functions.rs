@@ -51,6 +51,9 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
     }
     let arg = |i: usize| args.get(i).cloned().unwrap_or(Datum::Null);
     Ok(match name.as_str() {
+        // Unit tests only: a statement that panics midway (the session's panic path).
+        #[cfg(test)]
+        "walrus_test_panic" => panic!("walrus_test_panic() called"),
         "now" | "current_timestamp" | "transaction_timestamp" | "statement_timestamp" => {
             Datum::TimestampTz(s.now)
         }

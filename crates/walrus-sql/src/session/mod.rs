@@ -243,6 +243,13 @@ impl Session {
         ))
     }
 
+    /// The connection caught a panic outside a statement's execution (parsing, describe,
+    /// COPY data): treat it as that statement's error, so no transaction is left open
+    /// with part of it applied.
+    pub fn statement_panicked(&mut self) {
+        self.fail_statement();
+    }
+
     fn fail_statement(&mut self) {
         if self.in_block {
             self.failed = true;
@@ -295,11 +302,17 @@ impl Session {
         let (timer, result) = match timer {
             Ok(timer) => (
                 timer,
-                match st {
+                // A panic inside the statement (an always-on invariant check) is this
+                // statement's XX000 and takes the error path below: the implicit
+                // transaction rolls back, or the block becomes aborted. Left to unwind
+                // further, it left the transaction open with the statement half
+                // applied, and the next autocommit statement committed it.
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match st {
                     Parsed::Utility(u) => self.utility(u.clone()),
                     Parsed::Sql(s) => self.statement(s, params),
                     _ => unreachable!("handled above"),
-                },
+                }))
+                .unwrap_or_else(|_| Err(internal_error())),
             ),
             Err(e) => (None, Err(e)),
         };
@@ -586,5 +599,80 @@ impl Env for Session {
 
     fn interrupt(&self) -> Arc<AtomicBool> {
         self.interrupt.clone()
+    }
+}
+
+/// What a client hears when its statement panicked inside the session.
+pub fn internal_error() -> SqlError {
+    SqlError::new("XX000", "internal error while executing the statement")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(dir: &std::path::Path) -> Engine {
+        let cfg = walrus_engine::settings::default_config_text(1 << 20)
+            .replace("shared_buffers = \"128MB\"", "shared_buffers = \"8MB\"")
+            .replace(
+                "wal_sync_method = \"fdatasync\"",
+                "wal_sync_method = \"none\"",
+            );
+        Engine::init(dir, Some(&cfg)).unwrap();
+        Engine::open(dir).unwrap().0
+    }
+
+    fn one(s: &mut Session, sql: &str) -> SqlResult<Outcome> {
+        s.execute(sql, &[]).pop().unwrap()
+    }
+
+    fn rows(s: &mut Session, sql: &str) -> Vec<Vec<Option<String>>> {
+        match one(s, sql) {
+            Ok(Outcome::Done(q)) => q
+                .rows
+                .iter()
+                .map(|r| r.iter().map(crate::value::format_text).collect())
+                .collect(),
+            other => panic!("{sql}: {other:?}"),
+        }
+    }
+
+    /// A statement that panics after changing a row leaves no trace: in autocommit its
+    /// transaction rolls back and the next statement starts a fresh one; in a block the
+    /// block is aborted (25P02) until ROLLBACK. Before, the panic unwound past the
+    /// session and the next autocommit statement committed the half-applied update.
+    #[test]
+    fn a_panicking_statement_leaves_no_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine(dir.path());
+        let mut s = Session::new(e.clone());
+        one(&mut s, "create table t (id int primary key, v int)").unwrap();
+        one(&mut s, "insert into t values (1, 10), (2, 20)").unwrap();
+        let upd = "update t set v = case when id = 2 then walrus_test_panic() else v + 1 end";
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let r = one(&mut s, upd);
+        assert_eq!(r.unwrap_err().sqlstate, "XX000");
+        one(&mut s, "insert into t values (3, 30)").unwrap();
+        assert_eq!(
+            rows(&mut s, "select id, v from t order by id"),
+            vec![
+                vec![Some("1".into()), Some("10".into())],
+                vec![Some("2".into()), Some("20".into())],
+                vec![Some("3".into()), Some("30".into())],
+            ]
+        );
+        one(&mut s, "begin").unwrap();
+        one(&mut s, "insert into t values (4, 40)").unwrap();
+        assert_eq!(one(&mut s, upd).unwrap_err().sqlstate, "XX000");
+        std::panic::set_hook(prev);
+        assert_eq!(one(&mut s, "select 1").unwrap_err().sqlstate, "25P02");
+        one(&mut s, "rollback").unwrap();
+        assert_eq!(
+            rows(&mut s, "select count(*) from t"),
+            vec![vec![Some("3".into())]]
+        );
+        drop(s);
+        e.shutdown().unwrap();
     }
 }
