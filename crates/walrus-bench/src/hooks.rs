@@ -162,7 +162,8 @@ impl FailRule {
             "write" => "write",
             "sync" => "sync",
             "reserve" => "reserve",
-            _ => bail!("--fail-io op must be write, sync or reserve, got {op:?}"),
+            "read" => "read",
+            _ => bail!("--fail-io op must be write, sync, reserve or read, got {op:?}"),
         };
         let errno = match errno {
             "EIO" => libc::EIO,
@@ -183,6 +184,7 @@ impl FailRule {
             IoOp::Write { kind, .. } => (*kind, "write"),
             IoOp::Sync { kind, .. } => (*kind, "sync"),
             IoOp::Reserve { kind, .. } => (*kind, "reserve"),
+            IoOp::Read { kind, .. } => (*kind, "read"),
             _ => return None,
         };
         if kind != self.kind || name != self.op || !FAILURES_ARMED.load(Ordering::SeqCst) {
@@ -326,6 +328,7 @@ fn journaled(
             j.append(&e)?;
             Ok(())
         }
+        IoOp::Read { .. } => run(),
         IoOp::SyncDir { dir } => {
             let upto = j.lock().seq;
             run()?;

@@ -84,6 +84,20 @@ pub enum Error {
     #[error("{0}")]
     InvalidInput(String),
 
+    /// A page or tuple does not hold what its references promise (XX001,
+    /// `data_corrupted`): a damaged page that passed its checksum, or a bug.
+    #[error("{0}")]
+    DataCorrupted(String),
+
+    /// Out of a resource a statement needs (53000, `insufficient_resources`): no buffer
+    /// could be freed for a page.
+    #[error("{0}")]
+    InsufficientResources(String),
+
+    /// A limit of the implementation (54000, `program_limit_exceeded`).
+    #[error("{0}")]
+    ProgramLimitExceeded(String),
+
     #[error("{0}")]
     FeatureNotSupported(String),
 
@@ -127,6 +141,9 @@ impl Error {
             Error::NotNullViolation { .. } => "23502",
             Error::DatatypeMismatch(_) => "42804",
             Error::InvalidInput(_) => "22023",
+            Error::DataCorrupted(_) => "XX001",
+            Error::InsufficientResources(_) => "53000",
+            Error::ProgramLimitExceeded(_) => "54000",
             Error::FeatureNotSupported(_) => "0A000",
             Error::RowTooBig { .. } => "54000",
             Error::Unusable(_) => "57P03",

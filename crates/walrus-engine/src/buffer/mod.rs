@@ -335,7 +335,9 @@ impl BufferPool {
                     .iter()
                     .all(|f| f.pin.load(Ordering::Acquire) != 0)
             {
-                return Err(Error::InvalidInput("no unpinned buffers available".into()));
+                return Err(Error::InsufficientResources(
+                    "no unpinned buffers available".into(),
+                ));
             }
             waits += 1;
             self.stats
@@ -345,7 +347,7 @@ impl BufferPool {
             let mut g = self.clean_wait.0.lock();
             self.clean_wait.1.wait_for(&mut g, Duration::from_millis(5));
             if waits > 2000 {
-                return Err(Error::InvalidInput(
+                return Err(Error::InsufficientResources(
                     "no clean buffers became available".into(),
                 ));
             }

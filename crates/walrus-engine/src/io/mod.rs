@@ -46,6 +46,12 @@ pub enum IoOp<'a> {
         offset: u64,
         buf: &'a [u8],
     },
+    /// A data page is about to be read at `offset` of `file`.
+    Read {
+        kind: FileKind,
+        file: &'a File,
+        offset: u64,
+    },
     /// `file` is about to be synced (`fdatasync`, or `fsync` when `all`).
     Sync {
         kind: FileKind,
@@ -255,9 +261,20 @@ pub fn is_out_of_space(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
-/// Reads one page; bytes beyond the end of the file read as zeros (a block that was
+/// Reads one data page; bytes beyond the end of the file read as zeros (a block that was
 /// allocated but never written).
 pub fn read_page_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    with_hooks(
+        IoOp::Read {
+            kind: FileKind::Data,
+            file,
+            offset,
+        },
+        || read_zero_filled(file, buf, offset),
+    )
+}
+
+fn read_zero_filled(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     let mut done = 0;
     while done < buf.len() {
         match file.read_at(&mut buf[done..], offset + done as u64) {

@@ -177,7 +177,7 @@ impl<'a> BTree<'a> {
     fn descend(&self, key: &[u8], target_level: u16) -> Result<u32> {
         let (mut block, root_level) = self.root()?;
         if target_level > root_level {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::DataCorrupted(format!(
                 "btree {} has no level {target_level}",
                 self.name
             )));
@@ -235,7 +235,7 @@ impl<'a> BTree<'a> {
         wait: &mut dyn FnMut(Xid) -> Result<()>,
     ) -> Result<()> {
         if key.len() > BTREE_KEY_BYTES_MAX {
-            return Err(Error::InvalidInput(format!(
+            return Err(Error::ProgramLimitExceeded(format!(
                 "index row size {} exceeds btree maximum {BTREE_KEY_BYTES_MAX} for index \"{}\"",
                 key.len(),
                 self.name
@@ -659,7 +659,7 @@ impl<'a> BTree<'a> {
         let mut items: Vec<Vec<u8>> = Vec::with_capacity(sorted.len());
         for (i, (k, t)) in sorted.iter().enumerate() {
             if k.len() > BTREE_KEY_BYTES_MAX {
-                return Err(Error::InvalidInput(format!(
+                return Err(Error::ProgramLimitExceeded(format!(
                     "index row size {} exceeds btree maximum",
                     k.len()
                 )));
@@ -756,7 +756,7 @@ impl<'a> BTree<'a> {
 const SPLIT_BLOCKS_RESERVED: u32 = 9;
 
 fn split_overflow(name: &str) -> Error {
-    Error::InvalidInput(format!(
+    Error::Internal(format!(
         "btree split of index \"{name}\" could not place an item"
     ))
 }

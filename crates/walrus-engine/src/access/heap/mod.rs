@@ -473,14 +473,15 @@ impl<'a> Heap<'a> {
         let pin = self.pool.read_page(self.page_id(tid.block))?;
         let mut w = pin.write();
         let off = resolve_offset(&w, tid.offset)
-            .ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
-        let h = TupleHeader::read(page::item(&w, off))
-            .ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
+            .ok_or_else(|| Error::DataCorrupted(format!("no tuple at {tid}")))?;
+        let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| {
+            Error::DataCorrupted(format!("tuple at {tid} is shorter than its header"))
+        })?;
         if let Some(m) = self.check_modifiable(&h, xid)? {
             return Ok(m);
         }
         let d = old_side(off, cid, Tid::INVALID, 0);
-        apply_old_side(&mut w, &d, xid).map_err(Error::InvalidInput)?;
+        apply_old_side(&mut w, &d, xid).map_err(Error::DataCorrupted)?;
         let mut rec = WalRecord::new(Rmgr::Heap, INFO_DELETE, xid);
         rec.block(w.id(), false, d);
         self.pool.log_change(&rec, &mut [&mut w]);
@@ -510,9 +511,10 @@ impl<'a> Heap<'a> {
             let pin = self.pool.read_page(self.page_id(tid.block))?;
             let mut w = pin.write();
             let off = resolve_offset(&w, tid.offset)
-                .ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
-            let h = TupleHeader::read(page::item(&w, off))
-                .ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
+                .ok_or_else(|| Error::DataCorrupted(format!("no tuple at {tid}")))?;
+            let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| {
+                Error::DataCorrupted(format!("tuple at {tid} is shorter than its header"))
+            })?;
             if let Some(m) = self.check_modifiable(&h, xid)? {
                 return Ok((m, false));
             }
@@ -529,7 +531,7 @@ impl<'a> Heap<'a> {
                     .expect("checked");
                 let set = tuple::UPDATED | if hot_ok { tuple::HOT_UPDATED } else { 0 };
                 let mut d = old_side(off, cid, Tid::new(tid.block, new_off), set);
-                apply_old_side(&mut w, &d, xid).map_err(Error::InvalidInput)?;
+                apply_old_side(&mut w, &d, xid).map_err(Error::DataCorrupted)?;
                 d.extend_from_slice(&new_side(new_off, &t, xid));
                 let mut rec = WalRecord::new(Rmgr::Heap, INFO_UPDATE_SAME_PAGE, xid);
                 rec.block(w.id(), false, d);
@@ -563,9 +565,10 @@ impl<'a> Heap<'a> {
                 continue;
             }
             let off = resolve_offset(&ow, tid.offset)
-                .ok_or_else(|| Error::InvalidInput(format!("no tuple at {tid}")))?;
-            let h = TupleHeader::read(page::item(&ow, off))
-                .ok_or_else(|| Error::InvalidInput("short tuple".into()))?;
+                .ok_or_else(|| Error::DataCorrupted(format!("no tuple at {tid}")))?;
+            let h = TupleHeader::read(page::item(&ow, off)).ok_or_else(|| {
+                Error::DataCorrupted(format!("tuple at {tid} is shorter than its header"))
+            })?;
             if let Some(m) = self.check_modifiable(&h, xid)? {
                 // A fresh page stays all zeros (never logged, never published): a
                 // harmless hole that readers skip.
@@ -577,7 +580,7 @@ impl<'a> Heap<'a> {
             let new_off = page::add_item(&mut nw, &t, Placement::Append { reuse_unused: true })
                 .expect("checked");
             let d_old = old_side(off, cid, Tid::new(nb, new_off), tuple::UPDATED);
-            apply_old_side(&mut ow, &d_old, xid).map_err(Error::InvalidInput)?;
+            apply_old_side(&mut ow, &d_old, xid).map_err(Error::DataCorrupted)?;
             let mut rec = WalRecord::new(Rmgr::Heap, INFO_UPDATE_TWO_PAGES, xid);
             rec.block(ow.id(), false, d_old);
             rec.block(nw.id(), fresh, new_side(new_off, &t, xid));
@@ -657,7 +660,7 @@ impl<'a> Heap<'a> {
         }
         let d = plan.encode();
         plan.apply_hints(w);
-        apply_prune(w, &d).map_err(Error::InvalidInput)?;
+        apply_prune(w, &d).map_err(Error::DataCorrupted)?;
         let mut rec = WalRecord::new(Rmgr::Heap, INFO_PRUNE, Xid::INVALID);
         rec.block(w.id(), false, d);
         self.pool.log_change(&rec, &mut [w]);
@@ -731,7 +734,7 @@ impl<'a> Heap<'a> {
         if d.is_empty() {
             return Ok(false);
         }
-        apply_freeze(&mut w, &d).map_err(Error::InvalidInput)?;
+        apply_freeze(&mut w, &d).map_err(Error::DataCorrupted)?;
         let mut rec = WalRecord::new(Rmgr::Heap, INFO_FREEZE, Xid::INVALID);
         rec.block(w.id(), false, d);
         self.pool.log_change(&rec, &mut [&mut w]);
@@ -749,7 +752,7 @@ impl<'a> Heap<'a> {
         for o in offs {
             d.extend_from_slice(&o.to_le_bytes());
         }
-        apply_vacuum(&mut w, &d).map_err(Error::InvalidInput)?;
+        apply_vacuum(&mut w, &d).map_err(Error::DataCorrupted)?;
         let mut rec = WalRecord::new(Rmgr::Heap, INFO_VACUUM, Xid::INVALID);
         rec.block(w.id(), false, d);
         self.pool.log_change(&rec, &mut [&mut w]);
