@@ -5,7 +5,7 @@
 # Starts PostgreSQL 15 (as an unprivileged user it creates) on 55440 and walrus on 55441,
 # initialises both with pgbench -i -s 10, runs the same pgbench against each, prints WAL
 # bytes, full-page images, TPS, average and p99 latency, and leaves results in /tmp/run_pg.log and
-# /tmp/run_walrus.log. `walrus bench compare` (issue 4) is the general harness; this
+# /tmp/run_walrus.log. `walrus-bench compare` (issue 4) is the general harness; this
 # script is exactly issue 3's side-by-side command.
 set -u
 . "$(dirname "$0")/pg-cluster.sh"
