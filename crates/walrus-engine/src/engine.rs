@@ -23,20 +23,23 @@ use crate::access::heap::activity::{ActivitySnapshot, PendingActivity};
 use crate::access::heap::tuple::{self, TupleHeader, Viewer};
 use crate::access::heap::{Fetched, Heap, HeapRel, Modify};
 use crate::buffer::page_writer::PageWriters;
-use crate::buffer::{BufferPool, Writer};
+use crate::buffer::BufferPool;
 use crate::catalog::{self, CatalogView, ColumnDef, IndexDef, TableDef, CATALOG_RELFILE};
 use crate::error::{Error, Result};
-use crate::settings::{PageProtection, Settings};
-use crate::storage::control::{ControlData, ControlFile, DbState, FORMAT_VERSION};
-use crate::txn::clog::{Clog, XidStatus};
+use crate::settings::Settings;
+use crate::storage::control::ControlFile;
+use crate::txn::clog::XidStatus;
 use crate::txn::{LockWait, Snapshot, TxnManager};
-use crate::wal::segment::{Segments, SyncMethod};
-use crate::wal::{ImagePolicy, Wal, WalConfig};
+use crate::wal::Wal;
 use crate::xlog;
 
+mod checkpoint;
+mod open;
 mod table_locks;
 mod table_stats;
 mod vacuum;
+pub use checkpoint::{CheckpointReason, CheckpointStats};
+pub use open::RecoveryReport;
 use table_locks::TableLocks;
 use vacuum::VacuumKind;
 pub use vacuum::{FreezeReport, VacuumReport};
@@ -45,43 +48,6 @@ pub use vacuum::{FreezeReport, VacuumReport};
 pub enum Isolation {
     ReadCommitted,
     RepeatableRead,
-}
-
-/// Why a checkpoint runs (logged, and decides whether it is spread or immediate).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CheckpointReason {
-    Timed,
-    WalSize,
-    Requested,
-    Shutdown,
-    EndOfRecovery,
-    /// A WAL segment could not be created for lack of disk space: a checkpoint lets the
-    /// old segments be recycled into the ones needed next.
-    WalSpace,
-}
-
-#[derive(Clone, Debug, Default)]
-pub struct CheckpointStats {
-    pub last_pages_written: u64,
-    pub last_duration_ms: u64,
-    pub last_redo: Lsn,
-    /// Cumulative, as PostgreSQL's `pg_stat_bgwriter`: checkpoints started by
-    /// `checkpoint_timeout` vs. by request (`CHECKPOINT`, `max_wal_size`, shutdown);
-    /// their sum is the number completed.
-    pub timed: u64,
-    pub requested: u64,
-    /// Milliseconds spent writing buffers and syncing files, summed over checkpoints.
-    pub write_ms: u64,
-    pub sync_ms: u64,
-    pub pages_written: u64,
-}
-
-pub struct RecoveryReport {
-    pub replayed_bytes: u64,
-    pub records: u64,
-    pub elapsed: Duration,
-    pub rolled_back: u64,
-    pub images_restored: u64,
 }
 
 struct Inner {
@@ -134,255 +100,6 @@ struct Background {
 }
 
 impl Engine {
-    /// Creates a fresh data directory (`walrus init`).
-    pub fn init(dir: &Path, settings_text: Option<&str>) -> Result<()> {
-        let bad = |reason: String| Error::BadDataDirectory {
-            dir: dir.display().to_string(),
-            reason,
-        };
-        if dir.join("control").exists() {
-            return Err(bad("it already contains a walrus data directory".into()));
-        }
-        std::fs::create_dir_all(dir)
-            .map_err(|e| Error::io("create directory", dir.display(), e))?;
-        let mut settings = Settings::default();
-        let text = match settings_text {
-            Some(t) => t.to_string(),
-            None => crate::settings::default_config_text(settings.wal_segment_size),
-        };
-        settings.apply_toml(&text)?;
-        std::fs::write(dir.join(crate::settings::CONFIG_FILE), text)
-            .map_err(|e| Error::io("write configuration file", dir.display(), e))?;
-        let segs = Segments::new(dir, settings.wal_segment_size, settings.wal_sync_method)?;
-        let relfiles = crate::storage::relfile::RelFiles::open(dir)?;
-        relfiles.create(CATALOG_RELFILE)?;
-        std::fs::create_dir_all(dir.join("clog"))
-            .map_err(|e| Error::io("create directory", dir.display(), e))?;
-        // The first record of a new cluster: a checkpoint at LSN 0 whose redo is itself.
-        let wal = Wal::open(
-            segs,
-            &wal_config(&settings),
-            Lsn::ZERO,
-            Lsn::ZERO,
-            Lsn::ZERO,
-            ImagePolicy::Never,
-        );
-        let info = xlog::CheckpointInfo {
-            redo: Lsn::ZERO,
-            next_xid: Xid::FIRST_NORMAL,
-            next_relfile: RelFileId::FIRST_USER.0,
-        };
-        let (start, end) = wal.insert(&xlog::checkpoint_record(&info), &[]);
-        wal.flush(end);
-        let cluster_id = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1);
-        ControlFile::create(
-            dir,
-            ControlData {
-                seq: 0,
-                cluster_id,
-                format_version: FORMAT_VERSION,
-                page_size: PAGE_SIZE as u32,
-                wal_segment_size: settings.wal_segment_size,
-                state: DbState::ShutDown,
-                checkpoint_lsn: start,
-                redo_lsn: Lsn::ZERO,
-                next_xid: Xid::FIRST_NORMAL,
-                next_relfile: RelFileId::FIRST_USER.0,
-                clog_oldest: Xid(0),
-            },
-        )?;
-        crate::storage::relfile::sync_dir(dir)?;
-        Ok(())
-    }
-
-    /// Opens a data directory, running crash recovery if it was not shut down cleanly.
-    pub fn open(dir: &Path) -> Result<(Engine, Option<RecoveryReport>)> {
-        let settings = Settings::load(dir)?;
-        Engine::open_with(dir, settings)
-    }
-
-    pub fn open_with(
-        dir: &Path,
-        mut settings: Settings,
-    ) -> Result<(Engine, Option<RecoveryReport>)> {
-        if !dir.join("control").exists() {
-            return Err(Error::BadDataDirectory {
-                dir: dir.display().to_string(),
-                reason: "no control file: not a walrus data directory (run `walrus init` first)"
-                    .into(),
-            });
-        }
-        let control = ControlFile::open(dir)?;
-        let cd = control.data().clone();
-        settings.wal_segment_size = cd.wal_segment_size;
-        if settings.wal_sync_method == SyncMethod::None {
-            tracing::warn!("wal_sync_method = none: commits are NOT durable (testing only)");
-        }
-        let segs = Segments::new(dir, cd.wal_segment_size, settings.wal_sync_method)?;
-        let leftovers = segs.remove_temp_files()?;
-        if leftovers > 0 {
-            tracing::info!("removed {leftovers} half-created WAL segment file(s)");
-        }
-        let scan_started = std::time::Instant::now();
-        let wal_end = crate::recovery::find_end(&segs, cd.redo_lsn, cd.checkpoint_lsn)?;
-        let scan_took = scan_started.elapsed();
-        let crashed = cd.state != DbState::ShutDown || wal_end.end > cd.checkpoint_lsn.add(64);
-        let policy = match settings.page_protection {
-            PageProtection::Fpw => ImagePolicy::FirstChangeAfterRedo,
-            PageProtection::None => ImagePolicy::Never,
-        };
-        let wal = Arc::new(Wal::open(
-            segs,
-            &wal_config(&settings),
-            wal_end.end,
-            wal_end.last_start,
-            cd.redo_lsn,
-            policy,
-        ));
-        let relfiles = Arc::new(crate::storage::relfile::RelFiles::open(dir)?);
-        let pool = Arc::new(BufferPool::new(
-            settings.shared_buffers_pages,
-            relfiles,
-            wal.clone(),
-        )?);
-        pool.set_relation_name(CATALOG_RELFILE, "walrus_catalog");
-        // Xids below the checkpoint's next xid minus one reservation block were handed out
-        // (the checkpoint records the reservation's end, up to that block ahead).
-        let assigned_below = Xid(cd.next_xid.0.saturating_sub(crate::txn::XID_LOG_BLOCK));
-        let clog = Clog::open_at(
-            &dir.join("clog"),
-            settings.clog_buffers,
-            cd.clog_oldest,
-            assigned_below,
-        )
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidData => Error::BadDataDirectory {
-                dir: dir.display().to_string(),
-                reason: e.to_string(),
-            },
-            _ => Error::io("open commit-status log", dir.join("clog").display(), e),
-        })?;
-        let txn = TxnManager::new(clog, cd.next_xid);
-        let page_writers = PageWriters::start(
-            pool.clone(),
-            settings.pagewriter_threads,
-            settings.bgwriter_delay,
-        );
-        let mut report = None;
-        let mut next_relfile = cd.next_relfile;
-        if crashed {
-            tracing::info!(
-                "database system was not properly shut down; automatic recovery in progress from redo LSN {} ({} MB of WAL, {} records; end of WAL found and synced in {:.2} s)",
-                cd.redo_lsn,
-                wal_end.end.distance_from(cd.redo_lsn) >> 20,
-                wal_end.records,
-                scan_took.as_secs_f64()
-            );
-            let out =
-                crate::recovery::replay(&wal.segments, &pool, &txn, cd.redo_lsn, wal_end.end)?;
-            txn.advance_next_xid(Xid(out.max_xid.0 + 1).max(out.next_xid_reserved));
-            next_relfile = next_relfile.max(out.max_relfile + 1);
-            let s = &out.stats;
-            tracing::info!(
-                "redo done at {}: {} records, {} MB in {:.2} s ({:.1} MB/s), {} page images restored, {} transactions rolled back",
-                wal_end.end,
-                s.records,
-                s.bytes >> 20,
-                s.elapsed.as_secs_f64(),
-                s.bytes as f64 / 1e6 / s.elapsed.as_secs_f64().max(1e-6),
-                s.pages_restored_from_images,
-                s.rolled_back
-            );
-            report = Some(RecoveryReport {
-                replayed_bytes: s.bytes,
-                records: s.records,
-                elapsed: s.elapsed,
-                rolled_back: s.rolled_back,
-                images_restored: s.pages_restored_from_images,
-            });
-        }
-        let inner = Arc::new(Inner {
-            dir: dir.to_path_buf(),
-            settings,
-            control: Mutex::new(control),
-            pool,
-            txn,
-            rels: RwLock::new(HashMap::new()),
-            next_relfile: AtomicU32::new(next_relfile),
-            catalog_cache: RwLock::new(None),
-            catalog_version: AtomicU64::new(0),
-            checkpoint_lock: Mutex::new(()),
-            checkpoint_request: (Mutex::new(false), Condvar::new()),
-            checkpoint_stats: Mutex::new(CheckpointStats::default()),
-            last_checkpoint_at: Mutex::new(Instant::now()),
-            shutting_down: AtomicBool::new(false),
-            ddl_lock: Mutex::new(()),
-            dead_index_entries_removed: AtomicU64::new(0),
-            table_locks: TableLocks::default(),
-            autovacuum_wake: (Mutex::new(false), Condvar::new()),
-            autovacuums_canceled: AtomicU64::new(0),
-            freeze_lock: Mutex::new(()),
-            freeze_passes: AtomicU64::new(0),
-            clog_truncate_pending: Mutex::new(None),
-        });
-        let engine = Engine {
-            inner: inner.clone(),
-            background: Arc::new(Mutex::new(None)),
-        };
-        if crashed {
-            engine.checkpoint(CheckpointReason::EndOfRecovery)?;
-        }
-        inner.pool.relfiles.stop_creating_missing();
-        // Mark the directory in use: a crash from here on is detected at the next open.
-        {
-            let mut c = inner.control.lock();
-            let mut d = c.data().clone();
-            d.state = DbState::InProduction;
-            c.update(d)?;
-        }
-        let ckpt_inner = inner.clone();
-        let checkpointer = std::thread::Builder::new()
-            .name("walrus-checkpointer".into())
-            .spawn(move || checkpointer_loop(&ckpt_inner))
-            .map_err(|e| Error::io("start checkpointer thread", "", e))?;
-        // Before autovacuum starts: its first round decides from these counters.
-        engine.load_table_stats(crashed);
-        let autovacuum = if inner.settings.autovacuum {
-            // A handle without the background threads: they are joined through the
-            // engine's own handle, and this one must not keep them alive.
-            let av = Engine {
-                inner: inner.clone(),
-                background: Arc::new(Mutex::new(None)),
-            };
-            Some(
-                std::thread::Builder::new()
-                    .name("walrus-autovacuum".into())
-                    .spawn(move || vacuum::autovacuum_loop(&av))
-                    .map_err(|e| Error::io("start autovacuum thread", "", e))?,
-            )
-        } else {
-            None
-        };
-        *engine.background.lock() = Some(Background {
-            page_writers,
-            checkpointer: Some(checkpointer),
-            autovacuum,
-        });
-        // Refresh relation names for error messages.
-        if let Ok(view) = engine.catalog_view() {
-            for t in view.tables.values() {
-                inner.pool.set_relation_name(t.relfile, &t.name);
-                for i in &t.indexes {
-                    inner.pool.set_relation_name(i.relfile, &i.name);
-                }
-            }
-        }
-        Ok((engine, report))
-    }
-
     pub fn settings(&self) -> &Settings {
         &self.inner.settings
     }
@@ -403,10 +120,6 @@ impl Engine {
         self.inner
             .dead_index_entries_removed
             .load(Ordering::Relaxed)
-    }
-
-    pub fn checkpoint_stats(&self) -> CheckpointStats {
-        self.inner.checkpoint_stats.lock().clone()
     }
 
     pub fn begin(&self, isolation: Isolation) -> Transaction {
@@ -446,49 +159,6 @@ impl Engine {
         let v = t.read_catalog()?;
         t.rollback()?;
         Ok(v)
-    }
-
-    /// Runs a checkpoint now (explicit `CHECKPOINT`, shutdown, end of recovery).
-    pub fn checkpoint(&self, reason: CheckpointReason) -> Result<()> {
-        run_checkpoint(&self.inner, reason)
-    }
-
-    pub fn request_checkpoint(&self) {
-        let mut r = self.inner.checkpoint_request.0.lock();
-        *r = true;
-        self.inner.checkpoint_request.1.notify_all();
-    }
-
-    /// Clean shutdown: final checkpoint, control file marked shut down.
-    pub fn shutdown(&self) -> Result<()> {
-        if self.inner.shutting_down.swap(true, Ordering::AcqRel) {
-            return Ok(());
-        }
-        self.request_checkpoint();
-        {
-            *self.inner.autovacuum_wake.0.lock() = true;
-            self.inner.autovacuum_wake.1.notify_all();
-        }
-        let bg = self.background.lock().take();
-        if let Some(mut bg) = bg {
-            if let Some(h) = bg.autovacuum.take() {
-                let _ = h.join();
-            }
-            if let Some(h) = bg.checkpointer.take() {
-                let _ = h.join();
-            }
-            run_checkpoint(&self.inner, CheckpointReason::Shutdown)?;
-            bg.page_writers.stop();
-        }
-        if let Err(e) = self.save_table_stats() {
-            // Advisory: the counters restart from zero, as after a crash.
-            tracing::warn!("could not save table statistics: {e}");
-        }
-        let mut c = self.inner.control.lock();
-        let mut d = c.data().clone();
-        d.state = DbState::ShutDown;
-        c.update(d)?;
-        Ok(())
     }
 
     /// VACUUM: prunes every page, removes index entries of dead rows, frees their line
@@ -630,15 +300,6 @@ impl Engine {
     }
 }
 
-fn wal_config(s: &Settings) -> WalConfig {
-    WalConfig {
-        segment_size: s.wal_segment_size,
-        buffer_bytes: s.wal_buffers_bytes,
-        sync_method: s.wal_sync_method,
-        compress_images: s.wal_compression,
-    }
-}
-
 impl Inner {
     fn rel(&self, relfile: RelFileId, fillfactor: u8) -> Arc<HeapRel> {
         if let Some(r) = self.rels.read().get(&relfile) {
@@ -650,148 +311,6 @@ impl Inner {
             .or_insert_with(|| Arc::new(HeapRel::new(relfile, fillfactor)))
             .clone()
     }
-}
-
-fn checkpointer_loop(inner: &Arc<Inner>) {
-    // The last preallocation found the disk full (logged once per episode).
-    let mut wal_space_short = false;
-    loop {
-        let requested = {
-            let mut r = inner.checkpoint_request.0.lock();
-            if !*r {
-                inner
-                    .checkpoint_request
-                    .1
-                    .wait_for(&mut r, Duration::from_millis(100));
-            }
-            std::mem::take(&mut *r)
-        };
-        if inner.shutting_down.load(Ordering::Acquire) {
-            return;
-        }
-        let since = inner.last_checkpoint_at.lock().elapsed();
-        let wal = &inner.pool.wal;
-        let wal_since = wal.insert_lsn().distance_from(wal.redo_lsn());
-        let reason = if requested {
-            Some(CheckpointReason::Requested)
-        } else if wal_since >= inner.settings.max_wal_size_bytes / 2 {
-            Some(CheckpointReason::WalSize)
-        } else if since >= inner.settings.checkpoint_timeout && wal_since > 0 {
-            Some(CheckpointReason::Timed)
-        } else if wal_space_short && wal_since >= inner.settings.wal_segment_size {
-            Some(CheckpointReason::WalSpace)
-        } else {
-            None
-        };
-        if let Some(reason) = reason {
-            if let Err(e) = run_checkpoint(inner, reason) {
-                tracing::error!("checkpoint failed: {e}");
-            }
-        }
-        match wal.preallocate_next() {
-            Ok(()) if wal_space_short => {
-                tracing::info!("WAL segments can be created again");
-                wal_space_short = false;
-            }
-            Ok(()) => {}
-            Err(e) if e.is_out_of_space() => {
-                if !wal_space_short {
-                    tracing::warn!(
-                        "could not preallocate a WAL segment: {e}; writes fail with SQLSTATE \
-                         53100 until space is freed or a checkpoint recycles old segments"
-                    );
-                }
-                wal_space_short = true;
-            }
-            Err(e) => tracing::warn!("could not preallocate a WAL segment: {e}"),
-        }
-    }
-}
-
-fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<()> {
-    let _one = inner.checkpoint_lock.lock();
-    let started = Instant::now();
-    let pool = &inner.pool;
-    let wal = &pool.wal;
-    let redo = {
-        let _b = inner.txn.commit_barrier.write();
-        wal.set_redo_point()
-    };
-    let next_xid = inner.txn.next_xid().max(Xid(inner.txn.xid_reserved_upto()));
-    let next_relfile = inner.next_relfile.load(Ordering::Acquire);
-    let spread = matches!(reason, CheckpointReason::Timed);
-    let target = inner
-        .settings
-        .checkpoint_timeout
-        .mul_f64(inner.settings.checkpoint_completion_target);
-    let dirty_at_start = pool.dirty_pages().max(1);
-    let mut written = 0usize;
-    loop {
-        let (n, more) = pool.flush_queue_head(redo, 32, Writer::Checkpointer)?;
-        written += n;
-        if !more {
-            break;
-        }
-        if spread && !inner.shutting_down.load(Ordering::Acquire) {
-            // Pace: stay no further ahead of schedule than the elapsed fraction allows.
-            let progress = written as f64 / dirty_at_start as f64;
-            let elapsed = started.elapsed().as_secs_f64() / target.as_secs_f64().max(0.001);
-            if progress > elapsed && !*inner.checkpoint_request.0.lock() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-    }
-    let write_done = Instant::now();
-    let synced = pool.relfiles.sync_pending()?;
-    let sync_ms = write_done.elapsed().as_millis() as u64;
-    inner.txn.clog.flush_all().map_err(|e| {
-        Error::io(
-            "flush commit-status log",
-            inner.dir.join("clog").display(),
-            e,
-        )
-    })?;
-    let info = xlog::CheckpointInfo {
-        redo,
-        next_xid,
-        next_relfile,
-    };
-    let (start, end) = wal.insert(&xlog::checkpoint_record(&info), &[]);
-    wal.flush(end);
-    {
-        let mut c = inner.control.lock();
-        let mut d = c.data().clone();
-        d.checkpoint_lsn = start;
-        d.redo_lsn = redo;
-        d.next_xid = next_xid;
-        d.next_relfile = next_relfile;
-        c.update(d)?;
-    }
-    let keep_future = (inner.settings.max_wal_size_bytes / wal.segments.segment_size).max(2);
-    let (recycled, removed) = wal
-        .segments
-        .recycle_before(redo, wal.insert_lsn(), keep_future)?;
-    vacuum::truncate_clog_after_checkpoint(inner, redo);
-    let ms = started.elapsed().as_millis() as u64;
-    *inner.last_checkpoint_at.lock() = Instant::now();
-    {
-        let mut s = inner.checkpoint_stats.lock();
-        s.last_pages_written = written as u64;
-        s.last_duration_ms = ms;
-        s.last_redo = redo;
-        if matches!(reason, CheckpointReason::Timed) {
-            s.timed += 1;
-        } else {
-            s.requested += 1;
-        }
-        s.write_ms += write_done.duration_since(started).as_millis() as u64;
-        s.sync_ms += sync_ms;
-        s.pages_written += written as u64;
-    }
-    tracing::info!(
-        "checkpoint complete ({reason:?}): wrote {written} buffers, synced {synced} files; WAL segments recycled {recycled}, removed {removed}; redo lsn {redo}; took {ms} ms"
-    );
-    Ok(())
 }
 
 /// Result of an update or delete through the engine.
