@@ -12,14 +12,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 use walrus_base::{Lsn, RelFileId, Tid, Xid, PAGE_SIZE};
 
 use crate::access::btree::{BTree, UniqueCheck};
 use crate::access::datum::{self, encode_key, encode_row, Datum};
-use crate::access::heap::activity::{ActivitySnapshot, PendingActivity};
+use crate::access::heap::activity::ActivitySnapshot;
 use crate::access::heap::tuple::{self, TupleHeader, Viewer};
 use crate::access::heap::{Fetched, Heap, HeapRel, Modify};
 use crate::buffer::page_writer::PageWriters;
@@ -29,26 +29,23 @@ use crate::error::{Error, Result};
 use crate::settings::Settings;
 use crate::storage::control::ControlFile;
 use crate::txn::clog::XidStatus;
-use crate::txn::{LockWait, Snapshot, TxnManager};
+use crate::txn::{Snapshot, TxnManager};
 use crate::wal::Wal;
 use crate::xlog;
 
 mod checkpoint;
+mod commit;
 mod open;
 mod table_locks;
 mod table_stats;
+mod transaction;
 mod vacuum;
 pub use checkpoint::{CheckpointReason, CheckpointStats};
 pub use open::RecoveryReport;
 use table_locks::TableLocks;
+pub use transaction::{Isolation, Transaction};
 use vacuum::VacuumKind;
 pub use vacuum::{FreezeReport, VacuumReport};
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isolation {
-    ReadCommitted,
-    RepeatableRead,
-}
 
 struct Inner {
     dir: PathBuf,
@@ -120,28 +117,6 @@ impl Engine {
         self.inner
             .dead_index_entries_removed
             .load(Ordering::Relaxed)
-    }
-
-    pub fn begin(&self, isolation: Isolation) -> Transaction {
-        let proc = self.inner.txn.begin();
-        Transaction {
-            inner: self.inner.clone(),
-            proc,
-            xid: None,
-            cid: 0,
-            wrote: false,
-            isolation,
-            snapshot: None,
-            created: Vec::new(),
-            dropped: Vec::new(),
-            catalog_changed: false,
-            interrupt: None,
-            lock_timeout: None,
-            finished: false,
-            activity: Vec::new(),
-            table_holds: Vec::new(),
-            write_defs: Vec::new(),
-        }
     }
 
     /// The committed catalog (cached until the next DDL commits).
@@ -327,220 +302,7 @@ pub enum RowChange {
     SelfModified,
 }
 
-/// A transaction. Dropping it without commit rolls it back.
-pub struct Transaction {
-    inner: Arc<Inner>,
-    proc: u64,
-    xid: Option<Xid>,
-    cid: u32,
-    wrote: bool,
-    isolation: Isolation,
-    snapshot: Option<Snapshot>,
-    created: Vec<RelFileId>,
-    dropped: Vec<RelFileId>,
-    catalog_changed: bool,
-    interrupt: Option<Arc<AtomicBool>>,
-    /// PostgreSQL's `lock_timeout` for this transaction's lock waits (`None`: wait on).
-    lock_timeout: Option<Duration>,
-    finished: bool,
-    /// This transaction's row changes per table, added to the tables' counters when it
-    /// ends (a handful of tables: a linear search beats hashing).
-    activity: Vec<(Arc<HeapRel>, PendingActivity)>,
-    /// Tables it holds as a writer or through DDL until it ends
-    /// (`engine/table_locks.rs`).
-    table_holds: Vec<RelFileId>,
-    /// The definitions of the tables it writes, as of its registration as their writer
-    /// (no other transaction's DDL can change them until it ends). A caller may still
-    /// pass a definition it read earlier, before a concurrent CREATE INDEX committed.
-    write_defs: Vec<Arc<TableDef>>,
-}
-
 impl Transaction {
-    pub fn xid(&self) -> Option<Xid> {
-        self.xid
-    }
-    pub fn isolation(&self) -> Isolation {
-        self.isolation
-    }
-    pub fn set_interrupt(&mut self, flag: Arc<AtomicBool>) {
-        self.interrupt = Some(flag);
-    }
-    /// Bounds each lock wait from now on (`None`: no bound); the session sets it per
-    /// statement from `lock_timeout`.
-    pub fn set_lock_timeout(&mut self, timeout: Option<Duration>) {
-        self.lock_timeout = timeout;
-    }
-    fn lock_wait(&self) -> LockWait<'_> {
-        LockWait {
-            interrupt: self.interrupt.as_deref(),
-            timeout: self.lock_timeout,
-        }
-    }
-    fn check_interrupt(&self) -> Result<()> {
-        if self
-            .interrupt
-            .as_ref()
-            .is_some_and(|f| f.load(Ordering::Relaxed))
-        {
-            return Err(Error::Canceled);
-        }
-        Ok(())
-    }
-
-    /// Starts the next statement: later commands see this one's changes; READ COMMITTED
-    /// takes a new snapshot.
-    pub fn next_statement(&mut self) {
-        if self.wrote {
-            self.cid += 1;
-            self.wrote = false;
-        }
-        if self.isolation == Isolation::ReadCommitted {
-            self.snapshot = None;
-        }
-    }
-
-    fn snapshot(&mut self) -> Snapshot {
-        if self.snapshot.is_none() {
-            self.snapshot = Some(self.inner.txn.snapshot(self.proc));
-        }
-        self.snapshot.clone().expect("just set")
-    }
-
-    fn ensure_xid(&mut self) -> Xid {
-        if let Some(x) = self.xid {
-            return x;
-        }
-        let (xid, reservation) = self.inner.txn.assign_xid(self.proc);
-        if let Some(r) = reservation {
-            self.inner.pool.wal.insert(&xlog::next_xid_record(r.0), &[]);
-        }
-        self.xid = Some(xid);
-        xid
-    }
-
-    fn mark_write(&mut self) -> Xid {
-        self.wrote = true;
-        self.ensure_xid()
-    }
-
-    /// The pending counters of `rel`'s table.
-    fn activity_of(&mut self, rel: &Arc<HeapRel>) -> &mut PendingActivity {
-        let i = match self.activity.iter().position(|(r, _)| Arc::ptr_eq(r, rel)) {
-            Some(i) => i,
-            None => {
-                self.activity
-                    .push((rel.clone(), PendingActivity::default()));
-                self.activity.len() - 1
-            }
-        };
-        &mut self.activity[i].1
-    }
-
-    /// For DDL that changes `table`'s index set or removes its files: holds the table
-    /// until this transaction ends (after its other writers and any vacuum let go),
-    /// then takes `ddl_lock`; returns the catalog and the table as they are under both.
-    /// The hold comes first because its wait must not happen under `ddl_lock`: a
-    /// writer of the table that then ran DDL itself would wait for `ddl_lock`, a wait
-    /// the deadlock check cannot see.
-    fn lock_for_ddl<'i>(
-        &mut self,
-        inner: &'i Inner,
-        table: &str,
-    ) -> Result<(
-        parking_lot::MutexGuard<'i, ()>,
-        Arc<CatalogView>,
-        Arc<TableDef>,
-    )> {
-        loop {
-            let relfile = self.catalog()?.table(table)?.relfile;
-            if !self.holds_ddl(relfile) {
-                let xid = self.mark_write();
-                inner
-                    .table_locks
-                    .begin_ddl(relfile, xid, &inner.txn, self.lock_wait())?;
-                if !self.table_holds.contains(&relfile) {
-                    self.table_holds.push(relfile);
-                }
-            }
-            // This transaction's DDL changes the table: from now on its callers' own
-            // reads of the definition are the current ones.
-            self.write_defs.retain(|d| d.relfile != relfile);
-            let guard = inner.ddl_lock.lock();
-            let view = self.catalog()?;
-            let def = view.table(table)?;
-            // DDL that committed before the hold may have replaced the table's file.
-            if def.relfile == relfile {
-                return Ok((guard, view, def));
-            }
-        }
-    }
-
-    fn holds_ddl(&self, relfile: RelFileId) -> bool {
-        self.xid
-            .is_some_and(|x| self.inner.table_locks.ddl_holder(relfile) == Some(x))
-    }
-
-    /// Before any change: a full disk must show as this operation's error, before it has
-    /// changed a page (see `Wal::ensure_headroom`).
-    fn before_write(&self) -> Result<()> {
-        self.inner.pool.wal.ensure_headroom()?;
-        let next = self.inner.txn.next_xid().0;
-        let clog = &self.inner.txn.clog;
-        clog.reserve_space(next, next + CLOG_HEADROOM_XIDS)
-            .map_err(|e| {
-                Error::io(
-                    "extend commit-status log",
-                    self.inner.dir.join("clog").display(),
-                    e,
-                )
-            })
-    }
-
-    /// Before the first row change of `def`'s table in this transaction: waits for DDL
-    /// on it, registers as a writer, and returns the table's definition as it is now.
-    /// DDL that committed since the caller read `def` shows here: a new index is used
-    /// from now on; a table dropped or truncated (its tids no longer mean anything) is
-    /// an error, as PostgreSQL reports one after waiting for the DDL's lock.
-    fn lock_for_write(&mut self, def: &TableDef) -> Result<Option<Arc<TableDef>>> {
-        if let Some(current) = self.write_defs.iter().find(|d| d.relfile == def.relfile) {
-            if std::ptr::eq(current.as_ref(), def) || current.indexes == def.indexes {
-                return Ok(None);
-            }
-            return Ok(Some(current.clone()));
-        }
-        if self.table_holds.contains(&def.relfile) {
-            // Held through this transaction's own DDL: the caller's definition is this
-            // transaction's own view of the table.
-            return Ok(None);
-        }
-        let xid = self.mark_write();
-        self.inner.table_locks.lock_for_write(
-            def.relfile,
-            xid,
-            &self.inner.txn,
-            self.lock_wait(),
-        )?;
-        self.table_holds.push(def.relfile);
-        let now = self.table(&def.name)?;
-        if now.relfile != def.relfile {
-            return Err(Error::TableRewritten(def.name.clone()));
-        }
-        self.write_defs.push(now.clone());
-        Ok((now.indexes != def.indexes).then_some(now))
-    }
-
-    /// The transaction ended: publish its row counts and let go of its tables.
-    fn end_bookkeeping(&mut self, committed: bool) {
-        for (rel, pending) in self.activity.drain(..) {
-            rel.activity.end_transaction(&pending, committed);
-        }
-        if let Some(xid) = self.xid {
-            for table in self.table_holds.drain(..) {
-                self.inner.table_locks.release(table, xid);
-            }
-        }
-    }
-
     // ---- catalog ---------------------------------------------------------------------
 
     pub fn catalog(&mut self) -> Result<Arc<CatalogView>> {
@@ -1202,91 +964,6 @@ impl Transaction {
             }
         }
     }
-
-    // ---- end -------------------------------------------------------------------------
-
-    pub fn commit(mut self) -> Result<()> {
-        self.finished = true;
-        let inner = self.inner.clone();
-        let Some(xid) = self.xid else {
-            inner.txn.finish(self.proc, true);
-            self.end_bookkeeping(true);
-            return Ok(());
-        };
-        let wal = &inner.pool.wal;
-        {
-            let _barrier = inner.txn.commit_barrier.read();
-            let (_, end) = wal.insert(&xlog::xact_record(xid, true, &self.dropped), &[]);
-            if inner.settings.synchronous_commit || !self.dropped.is_empty() {
-                wal.flush(end);
-            }
-            inner.txn.clog.set_status(xid, XidStatus::Committed);
-        }
-        inner.txn.finish(self.proc, true);
-        let mut unlinked = Ok(());
-        for r in self.dropped.drain(..) {
-            inner.pool.discard_relation(r);
-            if let Err(e) = inner.pool.relfiles.unlink(r) {
-                unlinked = unlinked.and(Err(e));
-            }
-            inner.rels.write().remove(&r);
-        }
-        if self.catalog_changed {
-            inner.catalog_version.fetch_add(1, Ordering::AcqRel);
-            *inner.catalog_cache.write() = None;
-        }
-        // Last: a vacuum waiting for this DDL must find the new catalog.
-        self.end_bookkeeping(true);
-        unlinked
-    }
-
-    pub fn rollback(mut self) -> Result<()> {
-        self.abort_inner()
-    }
-
-    fn abort_inner(&mut self) -> Result<()> {
-        if self.finished {
-            return Ok(());
-        }
-        self.finished = true;
-        let inner = self.inner.clone();
-        if let Some(xid) = self.xid {
-            let created = std::mem::take(&mut self.created);
-            {
-                let _barrier = inner.txn.commit_barrier.read();
-                inner
-                    .pool
-                    .wal
-                    .insert(&xlog::xact_record(xid, false, &created), &[]);
-                inner.txn.clog.set_status(xid, XidStatus::Aborted);
-            }
-            inner.txn.finish(self.proc, false);
-            let mut unlinked = Ok(());
-            for r in created {
-                inner.pool.discard_relation(r);
-                if let Err(e) = inner.pool.relfiles.unlink(r) {
-                    unlinked = unlinked.and(Err(e));
-                }
-                inner.rels.write().remove(&r);
-            }
-            self.end_bookkeeping(false);
-            unlinked
-        } else {
-            inner.txn.finish(self.proc, false);
-            self.end_bookkeeping(false);
-            Ok(())
-        }
-    }
-}
-
-impl Drop for Transaction {
-    fn drop(&mut self) {
-        if !self.finished {
-            if let Err(e) = self.abort_inner() {
-                tracing::error!("rollback of an abandoned transaction failed: {e}");
-            }
-        }
-    }
 }
 
 /// Whether a version is the live head of its chain (not deleted/updated by a committed
@@ -1365,7 +1042,3 @@ pub fn datum_text(d: &Datum) -> String {
         Datum::Date(v) => v.to_string(),
     }
 }
-
-/// Xids beyond the next one whose commit-status space a writer makes sure of (two pages'
-/// worth): far more than the transactions that can start between two checks.
-const CLOG_HEADROOM_XIDS: u64 = 2 * crate::txn::clog::XIDS_PER_PAGE;
