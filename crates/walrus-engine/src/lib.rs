@@ -11,6 +11,7 @@
 //! | `recovery` | redo from the checkpoint's redo LSN, rollback, end checkpoint |
 //! | `buffer`   | buffer pool, clock sweep, dirty queue, page writers          |
 //! | `wal`      | records, parallel insert, group commit, segments, reader     |
+//! | `protect`  | torn-page protection: the mode, image decision, redo table   |
 //! | `storage`  | page format + checksum, relation files, control file         |
 //! | `io`       | the OS seam and test-only fault injection                    |
 //!
@@ -25,6 +26,7 @@ pub mod catalog;
 pub mod engine;
 pub mod error;
 pub mod io;
+pub mod protect;
 pub mod recovery;
 pub mod settings;
 pub mod storage;

@@ -19,7 +19,7 @@ use crate::buffer::page_writer::PageWriters;
 use crate::buffer::BufferPool;
 use crate::catalog::CATALOG_RELFILE;
 use crate::error::{Error, Result};
-use crate::settings::{PageProtection, Settings};
+use crate::settings::Settings;
 use crate::storage::control::{ControlData, ControlFile, DbState, FORMAT_VERSION};
 use crate::txn::clog::Clog;
 use crate::txn::TxnManager;
@@ -132,10 +132,7 @@ impl Engine {
         let wal_end = crate::recovery::find_end(&segs, cd.redo_lsn, cd.checkpoint_lsn)?;
         let scan_took = scan_started.elapsed();
         let crashed = cd.state != DbState::ShutDown || wal_end.end > cd.checkpoint_lsn.add(64);
-        let policy = match settings.page_protection {
-            PageProtection::Fpw => ImagePolicy::FirstChangeAfterRedo,
-            PageProtection::None => ImagePolicy::Never,
-        };
+        let policy = settings.page_protection.image_policy();
         let wal = Arc::new(Wal::open(
             segs,
             &wal_config(&settings),
