@@ -31,26 +31,26 @@ pub struct Transaction {
     pub(super) proc: u64,
     pub(super) xid: Option<Xid>,
     pub(super) cid: u32,
-    pub(super) wrote: bool,
+    wrote: bool,
     pub(super) isolation: Isolation,
-    pub(super) snapshot: Option<Snapshot>,
+    snapshot: Option<Snapshot>,
     pub(super) created: Vec<RelFileId>,
     pub(super) dropped: Vec<RelFileId>,
     pub(super) catalog_changed: bool,
-    pub(super) interrupt: Option<Arc<AtomicBool>>,
+    interrupt: Option<Arc<AtomicBool>>,
     /// PostgreSQL's `lock_timeout` for this transaction's lock waits (`None`: wait on).
-    pub(super) lock_timeout: Option<Duration>,
+    lock_timeout: Option<Duration>,
     pub(super) finished: bool,
     /// This transaction's row changes per table, added to the tables' counters when it
     /// ends (a handful of tables: a linear search beats hashing).
-    pub(super) activity: Vec<(Arc<HeapRel>, PendingActivity)>,
+    activity: Vec<(Arc<HeapRel>, PendingActivity)>,
     /// Tables it holds as a writer or through DDL until it ends
     /// (`engine/table_locks.rs`).
-    pub(super) table_holds: Vec<RelFileId>,
+    table_holds: Vec<RelFileId>,
     /// The definitions of the tables it writes, as of its registration as their writer
     /// (no other transaction's DDL can change them until it ends). A caller may still
     /// pass a definition it read earlier, before a concurrent CREATE INDEX committed.
-    pub(super) write_defs: Vec<Arc<TableDef>>,
+    write_defs: Vec<Arc<TableDef>>,
 }
 
 impl Engine {
