@@ -1,10 +1,21 @@
 //! The engine's public API: create or open a data directory (running crash recovery),
 //! transactions over tables and indexes, checkpoints, vacuum, shutdown.
 //!
-//! Commit protocol (DESIGN §6): WAL commit record → flush (group commit) → clog bits →
-//! release the transaction's row locks (wake waiters). The commit record is inserted and
-//! the clog set under the shared `commit_barrier`, so a checkpoint's redo LSN never
-//! falls between them.
+//! This file holds the [`Engine`] handle, the state its clones share (`Inner`), small
+//! accessors and diagnostics. The API is split by what it does, one file each in
+//! `engine/` (details in `engine/README.md`):
+//!
+//! | file               | what                                                          |
+//! |--------------------|---------------------------------------------------------------|
+//! | `open.rs`          | `init`, `open`/`open_with` (recovery hand-off), `shutdown`     |
+//! | `checkpoint.rs`    | the checkpointer thread, `run_checkpoint`, checkpoint stats   |
+//! | `transaction.rs`   | `Transaction`, `begin`: xid, snapshot, lock waits, table holds |
+//! | `ddl.rs`           | catalog reads, CREATE TABLE/INDEX, DROP TABLE, TRUNCATE       |
+//! | `dml.rs`           | insert, update, delete, scans, index maintenance, uniqueness  |
+//! | `commit.rs`        | commit, rollback, rollback on drop; the commit protocol       |
+//! | `vacuum.rs`        | VACUUM, freeze passes, autovacuum                             |
+//! | `table_locks.rs`   | which tables writers, DDL and vacuums hold                    |
+//! | `table_stats.rs`   | table counters saved at shutdown, restored at open            |
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

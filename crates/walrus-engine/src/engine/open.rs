@@ -1,7 +1,8 @@
 //! A data directory's life: `walrus init` creates one, [`Engine::open`] opens it (crash
-//! recovery first when it was not shut down cleanly, then the end-of-recovery checkpoint
-//! and the background threads), and [`Engine::shutdown`] undoes the open: it stops the
-//! threads open started, writes the final checkpoint and marks the control file shut down.
+//! recovery when it was not shut down cleanly, then the end-of-recovery checkpoint, the
+//! checkpointer and autovacuum; the page writers already run during recovery), and
+//! [`Engine::shutdown`] undoes the open: it stops the threads open started, writes the
+//! final checkpoint and marks the control file shut down.
 
 use std::collections::HashMap;
 use std::path::Path;
