@@ -2,17 +2,18 @@
 //!
 //! Layers, each calling only downward (the only place they are listed):
 //!
-//! | module     | owns                                                        |
-//! |------------|-------------------------------------------------------------|
-//! | `engine`   | the public API: open/init, transactions, tables, checkpoints |
-//! | `catalog`  | tables, columns, indexes stored in the engine's own heap     |
-//! | `access`   | heap (MVCC tuples, HOT, pruning, vacuum) and btree           |
-//! | `txn`      | xids, snapshots, row-lock waits, the commit-status log       |
-//! | `recovery` | redo from the checkpoint's redo LSN, rollback, end checkpoint |
-//! | `buffer`   | buffer pool, clock sweep, dirty queue, page writers          |
-//! | `wal`      | records, parallel insert, group commit, segments, reader     |
-//! | `storage`  | page format + checksum, relation files, control file         |
-//! | `io`       | the OS seam; test harnesses hook it (tears, power cuts, errors) |
+//! | module     | owns                                                                |
+//! |------------|---------------------------------------------------------------------|
+//! | `engine`   | public API: open, checkpoint, transaction, ddl, dml, commit, vacuum |
+//! | `catalog`  | tables, columns, indexes stored in the engine's own heap            |
+//! | `access`   | heap (MVCC tuples, HOT, pruning, vacuum) and btree                  |
+//! | `txn`      | xids, snapshots, row-lock waits, the commit-status log              |
+//! | `recovery` | redo from the checkpoint's redo LSN, rollback, end checkpoint       |
+//! | `buffer`   | buffer pool, clock sweep, dirty queue, page writers                 |
+//! | `wal`      | records, parallel insert, group commit, segments, reader            |
+//! | `protect`  | torn-page protection: the mode, image decision, redo table          |
+//! | `storage`  | page format + checksum, relation files, control file                |
+//! | `io`       | the OS seam; test harnesses hook it (tears, power cuts, errors)     |
 //!
 //! `unsafe` is allowed only in `wal::buffer` (concurrent copies into reserved ranges) and
 //! `buffer::arena` (the pool's page memory, one lazily zero-filled mapping).
@@ -25,6 +26,7 @@ pub mod catalog;
 pub mod engine;
 pub mod error;
 pub mod io;
+pub mod protect;
 pub mod recovery;
 pub mod settings;
 pub mod storage;

@@ -6,24 +6,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::protect::PLANNED_MODES;
 use crate::wal::segment::SyncMethod;
 
-/// `page_protection`: how torn pages are repaired (DESIGN §4). Only the modes built so
-/// far are accepted; the others are refused with a clear message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PageProtection {
-    Fpw,
-    None,
-}
-
-impl PageProtection {
-    pub fn name(self) -> &'static str {
-        match self {
-            PageProtection::Fpw => "fpw",
-            PageProtection::None => "none",
-        }
-    }
-}
+/// The modes themselves are torn-page protection's (`protect`); re-exported here beside
+/// the setting that chooses one.
+pub use crate::protect::PageProtection;
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -248,15 +236,14 @@ impl Settings {
                 }
             }
             "page_protection" => {
-                self.page_protection = match value {
-                    "fpw" => PageProtection::Fpw,
-                    "none" => PageProtection::None,
-                    "dwb" | "standby" | "atomic" => {
+                self.page_protection = match PageProtection::from_name(value) {
+                    Some(mode) => mode,
+                    None if PLANNED_MODES.contains(&value) => {
                         return Err(Error::FeatureNotSupported(format!(
                             "page_protection = {value} is not built yet; use fpw or none"
                         )))
                     }
-                    _ => return Err(bad("expected fpw or none")),
+                    None => return Err(bad("expected fpw or none")),
                 }
             }
             "full_page_writes" => {

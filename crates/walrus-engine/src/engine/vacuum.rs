@@ -117,6 +117,83 @@ pub(super) enum VacuumKind {
 }
 
 impl Engine {
+    /// VACUUM: prunes every page, removes index entries of dead rows, frees their line
+    /// pointers. Returns the number of dead row versions reclaimed.
+    pub fn vacuum(&self, table: &str) -> Result<usize> {
+        Ok(self
+            .vacuum_with(Some(table), None)?
+            .first()
+            .map_or(0, |r| r.removed as usize))
+    }
+
+    /// VACUUM of one table or (`None`) of every table, with what each did. `interrupt`
+    /// (a session's cancel flag) stops it between pages; what it finished stays done.
+    pub fn vacuum_with(
+        &self,
+        table: Option<&str>,
+        interrupt: Option<&AtomicBool>,
+    ) -> Result<Vec<VacuumReport>> {
+        let names: Vec<String> = match table {
+            Some(t) => vec![t.to_string()],
+            None => self.catalog_view()?.tables.keys().cloned().collect(),
+        };
+        let mut reports = Vec::new();
+        for name in &names {
+            match self.vacuum_table(name, VacuumKind::Manual, interrupt, None) {
+                Ok(Some(r)) => reports.push(r),
+                Ok(None) => {}
+                // Dropped since the list was read.
+                Err(Error::UndefinedTable(_)) if table.is_none() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(reports)
+    }
+
+    pub fn vacuum_all(&self) -> Result<usize> {
+        Ok(self
+            .vacuum_with(None, None)?
+            .iter()
+            .map(|r| r.removed as usize)
+            .sum())
+    }
+
+    /// VACUUM FREEZE. Of one table: a vacuum that also gives every tuple the hint bits
+    /// for its xids below the global xmin. Of the whole database (`None`): a freeze pass
+    /// over every table and the catalog, after which the next checkpoint deletes the
+    /// commit-status log segments below the pass's cutoff (`engine/vacuum.rs`).
+    pub fn vacuum_freeze(
+        &self,
+        table: Option<&str>,
+        interrupt: Option<&AtomicBool>,
+    ) -> Result<Option<FreezeReport>> {
+        match table {
+            Some(t) => {
+                let cutoff = self.inner.txn.global_xmin();
+                self.vacuum_table(t, VacuumKind::Manual, interrupt, Some(cutoff))?;
+                Ok(None)
+            }
+            None => self.freeze_pass(VacuumKind::Manual, interrupt),
+        }
+    }
+
+    /// Freeze passes completed since the engine opened (manual and automatic).
+    pub fn freeze_passes(&self) -> u64 {
+        self.inner.freeze_passes.load(Ordering::Relaxed)
+    }
+
+    /// Whether a vacuum (manual or automatic) of the table is running now.
+    pub fn vacuum_in_progress(&self, def: &TableDef) -> bool {
+        self.inner.table_locks.vacuum_running(def.relfile)
+    }
+
+    /// Autovacuums that stopped early because DDL wanted their table.
+    pub fn autovacuums_canceled(&self) -> u64 {
+        self.inner.autovacuums_canceled.load(Ordering::Relaxed)
+    }
+}
+
+impl Engine {
     /// Vacuums one table, holding it against other vacuums and DDL. `Ok(None)`: an
     /// autovacuum found the table held or gone and skipped it.
     pub(super) fn vacuum_table(

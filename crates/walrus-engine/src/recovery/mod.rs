@@ -15,27 +15,10 @@ use crate::wal::record::{DecodedRecord, Rmgr};
 use crate::wal::segment::Segments;
 use crate::xlog;
 
-/// What to do with one block reference during redo: the recovery decision table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BlockAction {
-    /// The record carries a full-page image: restore it without reading the page from
-    /// disk (which may be torn), whatever the page LSN.
-    RestoreImage,
-    /// The record re-creates the page from scratch (WILL_INIT): no read needed.
-    InitAndApply,
-    /// Read the page (checksum verified: a torn page without an image is reported, never
-    /// replayed onto) and apply the record if `record end > page LSN`.
-    ReadAndApplyIfNewer,
-}
-
-/// The decision table (also in README.md; `decision_table_rows` walks every row).
-pub fn decide(has_image: bool, will_init: bool) -> BlockAction {
-    match (has_image, will_init) {
-        (true, _) => BlockAction::RestoreImage,
-        (false, true) => BlockAction::InitAndApply,
-        (false, false) => BlockAction::ReadAndApplyIfNewer,
-    }
-}
+/// The decision table per block reference belongs to torn-page protection (`protect`),
+/// which decides how a block is repaired; the replay loop below carries it out.
+/// Re-exported here, where it was first defined.
+pub use crate::protect::{decide, BlockAction};
 
 /// The end of valid WAL, found by a first pass that also checks the chain.
 pub struct WalEnd {
@@ -283,18 +266,4 @@ fn bad_record(rec: &DecodedRecord, why: &str) -> Error {
 /// relation always exists.
 pub fn ensure_base(pool: &BufferPool, catalog: RelFileId) -> Result<()> {
     pool.relfiles.create(catalog)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn decision_table_rows() {
-        // Every row of the README's table, in order.
-        assert_eq!(decide(true, false), BlockAction::RestoreImage);
-        assert_eq!(decide(true, true), BlockAction::RestoreImage);
-        assert_eq!(decide(false, true), BlockAction::InitAndApply);
-        assert_eq!(decide(false, false), BlockAction::ReadAndApplyIfNewer);
-    }
 }

@@ -15,6 +15,7 @@ use walrus_base::limits::{WAL_BUFFER_BYTES_MIN, WAL_INSERT_SLOTS};
 use walrus_base::{Lsn, PAGE_SIZE};
 
 use crate::error::Result;
+use crate::protect::fpw;
 use buffer::WalBuffer;
 use record::{PageImage, WalRecord};
 use segment::{Segments, SyncMethod};
@@ -23,13 +24,9 @@ use segment::{Segments, SyncMethod};
 const WRITE_CHUNK_BYTES: usize = 1 << 20;
 const SLOT_IDLE: u64 = u64::MAX;
 
-/// How pages changed by a record are protected against torn writes at this moment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ImagePolicy {
-    /// Log a full image at the first change of a page after the redo LSN.
-    FirstChangeAfterRedo,
-    Never,
-}
+/// The image policy is torn-page protection's decision (`protect::fpw`); the WAL
+/// applies it. Re-exported here, where callers that open a `Wal` have always found it.
+pub use crate::protect::ImagePolicy;
 
 struct Reserve {
     /// Next free byte: the start of the next record.
@@ -141,7 +138,7 @@ impl Wal {
             space: (Mutex::new(()), Condvar::new()),
             compress_images: cfg.compress_images,
             policy: Mutex::new(policy),
-            policy_fast: AtomicBool::new(policy == ImagePolicy::FirstChangeAfterRedo),
+            policy_fast: AtomicBool::new(policy.logs_images()),
             stats: WalStats::default(),
         }
     }
@@ -163,9 +160,11 @@ impl Wal {
         *self.policy.lock()
     }
 
-    /// Whether a change to a page whose LSN is `page_lsn` must carry a full image now.
-    fn needs_image(&self, page_lsn: Lsn, redo: Lsn) -> bool {
-        self.policy_fast.load(Ordering::Relaxed) && page_lsn <= redo
+    /// Whether a change to `page` must carry a full image now: the policy logs images
+    /// (one relaxed load) and `protect::fpw::needs_image` says this change needs one.
+    #[inline]
+    fn needs_image(&self, will_init: bool, page: &[u8], redo: Lsn) -> bool {
+        self.policy_fast.load(Ordering::Relaxed) && fpw::needs_image(will_init, page, redo)
     }
 
     /// Inserts a record. `pages[i]` is the current content of `rec.blocks[i]`'s page
@@ -195,7 +194,7 @@ impl Wal {
                     .zip(pages)
                     .map(|(b, p)| {
                         let init = b.flags & record::BLOCK_WILL_INIT != 0;
-                        (!init && self.needs_image(crate::storage::page::lsn(p), redo))
+                        self.needs_image(init, p, redo)
                             .then(|| PageImage::capture(p, self.compress_images))
                     })
                     .collect()
@@ -475,8 +474,7 @@ impl Wal {
     /// Switches the image policy (used when the protection mode changes at startup).
     pub fn set_image_policy(&self, p: ImagePolicy) {
         *self.policy.lock() = p;
-        self.policy_fast
-            .store(p == ImagePolicy::FirstChangeAfterRedo, Ordering::Release);
+        self.policy_fast.store(p.logs_images(), Ordering::Release);
     }
 
     /// Called before an operation that writes WAL changes anything: makes sure the

@@ -1,0 +1,99 @@
+//! How a transaction ends: commit, rollback, and the rollback of a transaction dropped
+//! without either.
+//!
+//! Commit protocol (DESIGN §6): WAL commit record → flush (group commit) → clog bits →
+//! release the transaction's row locks (wake waiters). The commit record is inserted and
+//! the clog set under the shared `commit_barrier`, so a checkpoint's redo LSN never
+//! falls between them.
+
+use std::sync::atomic::Ordering;
+
+use super::Transaction;
+use crate::error::Result;
+use crate::txn::clog::XidStatus;
+use crate::xlog;
+
+impl Transaction {
+    pub fn commit(mut self) -> Result<()> {
+        self.finished = true;
+        let inner = self.inner.clone();
+        let Some(xid) = self.xid else {
+            inner.txn.finish(self.proc, true);
+            self.end_bookkeeping(true);
+            return Ok(());
+        };
+        let wal = &inner.pool.wal;
+        {
+            let _barrier = inner.txn.commit_barrier.read();
+            let (_, end) = wal.insert(&xlog::xact_record(xid, true, &self.dropped), &[]);
+            if inner.settings.synchronous_commit || !self.dropped.is_empty() {
+                wal.flush(end);
+            }
+            inner.txn.clog.set_status(xid, XidStatus::Committed);
+        }
+        inner.txn.finish(self.proc, true);
+        let mut unlinked = Ok(());
+        for r in self.dropped.drain(..) {
+            inner.pool.discard_relation(r);
+            if let Err(e) = inner.pool.relfiles.unlink(r) {
+                unlinked = unlinked.and(Err(e));
+            }
+            inner.rels.write().remove(&r);
+        }
+        if self.catalog_changed {
+            inner.catalog_version.fetch_add(1, Ordering::AcqRel);
+            *inner.catalog_cache.write() = None;
+        }
+        // Last: a vacuum waiting for this DDL must find the new catalog.
+        self.end_bookkeeping(true);
+        unlinked
+    }
+
+    pub fn rollback(mut self) -> Result<()> {
+        self.abort_inner()
+    }
+
+    fn abort_inner(&mut self) -> Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
+        let inner = self.inner.clone();
+        if let Some(xid) = self.xid {
+            let created = std::mem::take(&mut self.created);
+            {
+                let _barrier = inner.txn.commit_barrier.read();
+                inner
+                    .pool
+                    .wal
+                    .insert(&xlog::xact_record(xid, false, &created), &[]);
+                inner.txn.clog.set_status(xid, XidStatus::Aborted);
+            }
+            inner.txn.finish(self.proc, false);
+            let mut unlinked = Ok(());
+            for r in created {
+                inner.pool.discard_relation(r);
+                if let Err(e) = inner.pool.relfiles.unlink(r) {
+                    unlinked = unlinked.and(Err(e));
+                }
+                inner.rels.write().remove(&r);
+            }
+            self.end_bookkeeping(false);
+            unlinked
+        } else {
+            inner.txn.finish(self.proc, false);
+            self.end_bookkeeping(false);
+            Ok(())
+        }
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        if !self.finished {
+            if let Err(e) = self.abort_inner() {
+                tracing::error!("rollback of an abandoned transaction failed: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! The catalog as a transaction sees it, and DDL: CREATE TABLE, CREATE INDEX (built in
+//! bulk from the visible rows), DROP TABLE, TRUNCATE. The catalog is rows in the
+//! catalog relation written by the transaction like any others (`catalog/`); committed
+//! views are cached until the next DDL commits. DDL runs one at a time under
+//! `ddl_lock`, after the table hold that keeps writers and vacuum away
+//! (`Transaction::lock_for_ddl`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use walrus_base::{RelFileId, Tid};
+
+use super::{Engine, Isolation, Transaction};
+use crate::access::btree::BTree;
+use crate::access::datum::{self, encode_key, Datum};
+use crate::access::heap::tuple::Viewer;
+use crate::access::heap::{Heap, Modify};
+use crate::catalog::{self, CatalogView, ColumnDef, IndexDef, TableDef, CATALOG_RELFILE};
+use crate::error::{Error, Result};
+use crate::xlog;
+
+impl Engine {
+    /// The committed catalog (cached until the next DDL commits).
+    pub fn catalog_view(&self) -> Result<Arc<CatalogView>> {
+        let mut t = self.begin(Isolation::ReadCommitted);
+        let v = t.catalog()?;
+        t.rollback()?;
+        Ok(v)
+    }
+
+    /// [`Engine::catalog_view`] read from the catalog relation with a snapshot taken
+    /// now, never from the cache.
+    pub(crate) fn catalog_view_uncached(&self) -> Result<Arc<CatalogView>> {
+        let mut t = self.begin(Isolation::ReadCommitted);
+        let v = t.read_catalog()?;
+        t.rollback()?;
+        Ok(v)
+    }
+}
+
+impl Transaction {
+    pub fn catalog(&mut self) -> Result<Arc<CatalogView>> {
+        if !self.catalog_changed {
+            if let Some(v) = self.inner.catalog_cache.read().clone() {
+                return Ok(v);
+            }
+        }
+        self.read_catalog()
+    }
+
+    /// The catalog read now, past the shared cache: a DDL transaction leaves the
+    /// proc array before it clears the cache, so a cached view can briefly miss a
+    /// table whose xid is already below the global xmin (the freeze pass's cutoff).
+    pub(crate) fn read_catalog(&mut self) -> Result<Arc<CatalogView>> {
+        let version = self.inner.catalog_version.load(Ordering::Acquire);
+        let snap = if self.catalog_changed {
+            self.snapshot()
+        } else {
+            self.inner.txn.snapshot(self.proc)
+        };
+        let viewer = Viewer {
+            snapshot: &snap,
+            own_xid: self.xid,
+            cid: self.cid + 1,
+        };
+        let rel = self.inner.rel(CATALOG_RELFILE, 100);
+        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
+        let mut rows = Vec::new();
+        for b in 0..heap.nblocks()? {
+            heap.scan_block(b, &viewer, &mut rows)?;
+        }
+        let entries = rows
+            .iter()
+            .map(|(tid, r)| catalog::decode_entry(*tid, r))
+            .collect::<Result<Vec<_>>>()?;
+        let view = Arc::new(CatalogView::build(entries));
+        if !self.catalog_changed && self.inner.catalog_version.load(Ordering::Acquire) == version {
+            *self.inner.catalog_cache.write() = Some(view.clone());
+        }
+        Ok(view)
+    }
+
+    pub fn table(&mut self, name: &str) -> Result<Arc<TableDef>> {
+        self.catalog()?.table(name)
+    }
+
+    fn new_relfile(&mut self) -> Result<RelFileId> {
+        let xid = self.mark_write();
+        let r = RelFileId(self.inner.next_relfile.fetch_add(1, Ordering::AcqRel));
+        let (_, end) = self
+            .inner
+            .pool
+            .wal
+            .insert(&xlog::storage_create_record(r, xid), &[]);
+        self.inner.pool.wal.flush(end);
+        self.inner.pool.relfiles.create(r)?;
+        self.created.push(r);
+        Ok(r)
+    }
+
+    fn catalog_insert(&mut self, row: &[u8]) -> Result<Tid> {
+        let xid = self.mark_write();
+        self.catalog_changed = true;
+        let rel = self.inner.rel(CATALOG_RELFILE, 100);
+        Heap::new(&self.inner.pool, &self.inner.txn, &rel).insert(xid, self.cid, row)
+    }
+
+    fn catalog_delete(&mut self, tid: Tid) -> Result<()> {
+        let xid = self.mark_write();
+        self.catalog_changed = true;
+        let rel = self.inner.rel(CATALOG_RELFILE, 100);
+        match Heap::new(&self.inner.pool, &self.inner.txn, &rel).delete(tid, xid, self.cid)? {
+            Modify::Done(_) | Modify::SelfModified => Ok(()),
+            _ => Err(Error::SerializationFailure),
+        }
+    }
+
+    pub fn create_table(
+        &mut self,
+        name: &str,
+        columns: Vec<ColumnDef>,
+        fillfactor: u8,
+    ) -> Result<Arc<TableDef>> {
+        self.before_write()?;
+        let inner = self.inner.clone();
+        let _ddl = inner.ddl_lock.lock();
+        if columns.len() > walrus_base::limits::COLUMNS_MAX {
+            return Err(Error::InvalidInput(format!(
+                "tables can have at most {} columns",
+                walrus_base::limits::COLUMNS_MAX
+            )));
+        }
+        let view = self.catalog()?;
+        if view.tables.contains_key(name) || view.index_names().any(|n| n == name) {
+            return Err(Error::DuplicateTable(name.to_string()));
+        }
+        let relfile = self.new_relfile()?;
+        let def = TableDef {
+            name: name.to_string(),
+            relfile,
+            columns,
+            fillfactor: fillfactor.clamp(10, 100),
+            indexes: vec![],
+        };
+        self.catalog_insert(&catalog::encode_table(&def))?;
+        self.inner.pool.set_relation_name(relfile, name);
+        self.table(name)
+    }
+
+    /// CREATE [UNIQUE] INDEX / ADD PRIMARY KEY: builds the tree in bulk from the rows
+    /// visible now (sorted), checking uniqueness.
+    pub fn create_index(
+        &mut self,
+        table: &str,
+        name: &str,
+        columns: &[usize],
+        unique: bool,
+        primary: bool,
+    ) -> Result<()> {
+        self.before_write()?;
+        let inner = self.inner.clone();
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, table)?;
+        if view.tables.contains_key(name) || view.index_names().any(|n| n == name) {
+            return Err(Error::DuplicateTable(name.to_string()));
+        }
+        if primary && def.indexes.iter().any(|i| i.primary) {
+            return Err(Error::InvalidInput(format!(
+                "multiple primary keys for table \"{table}\" are not allowed"
+            )));
+        }
+        for &c in columns {
+            if c >= def.columns.len() {
+                return Err(Error::UndefinedColumn(format!("#{c}")));
+            }
+        }
+        let relfile = self.new_relfile()?;
+        let xid = self.mark_write();
+        BTree::create(&inner.pool, relfile, xid)?;
+        let idx = IndexDef {
+            name: name.to_string(),
+            relfile,
+            table: table.to_string(),
+            columns: columns.to_vec(),
+            unique,
+            primary,
+        };
+        // Every row version that may still be live (not dead to all) is indexed, like
+        // PostgreSQL's CREATE INDEX; primary key columns must not be NULL.
+        let mut entries: Vec<(Vec<u8>, Tid)> = Vec::new();
+        let rel = inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let snap = self.snapshot();
+        let viewer = Viewer {
+            snapshot: &snap,
+            own_xid: self.xid,
+            cid: self.cid,
+        };
+        let types = def.types();
+        for b in 0..heap.nblocks()? {
+            let mut rows = Vec::new();
+            heap.scan_block_roots(b, &viewer, &mut rows)?;
+            for (tid, row) in rows {
+                let values = datum::decode_row(&row, &types)
+                    .map_err(|e| Error::InvalidInput(e.to_string()))?;
+                let keyvals: Vec<Datum> = columns.iter().map(|&c| values[c].clone()).collect();
+                if primary && keyvals.iter().any(|d| d.is_null()) {
+                    return Err(Error::InvalidInput(format!(
+                        "column \"{}\" of relation \"{table}\" contains null values",
+                        def.columns[columns[0]].name
+                    )));
+                }
+                let mut k = Vec::new();
+                encode_key(&keyvals, &mut k);
+                entries.push((k, tid));
+            }
+        }
+        entries.sort();
+        let tree = BTree::open(&inner.pool, relfile, unique, name);
+        tree.bulk_build(&entries, xid)?;
+        self.catalog_insert(&catalog::encode_index(&idx))?;
+        inner.pool.set_relation_name(relfile, name);
+        if primary {
+            // PRIMARY KEY implies NOT NULL on its columns.
+            let mut nd = (*def).clone();
+            for &c in columns {
+                nd.columns[c].not_null = true;
+            }
+            nd.indexes.clear();
+            if nd
+                != (TableDef {
+                    indexes: vec![],
+                    ..(*def).clone()
+                })
+            {
+                let tid = view
+                    .entry_tid(true, table)
+                    .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+                self.catalog_delete(tid)?;
+                self.catalog_insert(&catalog::encode_table(&nd))?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn drop_table(&mut self, name: &str) -> Result<()> {
+        self.before_write()?;
+        let inner = self.inner.clone();
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, name)?;
+        for i in &def.indexes {
+            let tid = view
+                .entry_tid(false, &i.name)
+                .ok_or_else(|| Error::UndefinedTable(i.name.clone()))?;
+            self.catalog_delete(tid)?;
+            self.dropped.push(i.relfile);
+        }
+        let tid = view
+            .entry_tid(true, name)
+            .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
+        self.catalog_delete(tid)?;
+        self.dropped.push(def.relfile);
+        Ok(())
+    }
+
+    /// TRUNCATE: the table and its indexes get new, empty relation files; the old ones
+    /// are unlinked when the transaction commits.
+    pub fn truncate(&mut self, name: &str) -> Result<()> {
+        self.before_write()?;
+        let inner = self.inner.clone();
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, name)?;
+        let tid = view
+            .entry_tid(true, name)
+            .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
+        let new_rel = self.new_relfile()?;
+        self.catalog_delete(tid)?;
+        let mut nd = (*def).clone();
+        nd.indexes.clear();
+        nd.relfile = new_rel;
+        self.catalog_insert(&catalog::encode_table(&nd))?;
+        self.dropped.push(def.relfile);
+        inner.pool.set_relation_name(new_rel, name);
+        for i in &def.indexes {
+            let itid = view
+                .entry_tid(false, &i.name)
+                .ok_or_else(|| Error::UndefinedTable(i.name.clone()))?;
+            let r = self.new_relfile()?;
+            let xid = self.mark_write();
+            BTree::create(&inner.pool, r, xid)?;
+            self.catalog_delete(itid)?;
+            let ni = IndexDef {
+                relfile: r,
+                ..i.clone()
+            };
+            self.catalog_insert(&catalog::encode_index(&ni))?;
+            self.dropped.push(i.relfile);
+            inner.pool.set_relation_name(r, &i.name);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,516 @@
+//! Row changes and reads of a transaction: insert, update (HOT when no indexed column
+//! changes), delete, sequential and index scans; the index maintenance that goes with
+//! them and the unique check (`chain_liveness`); and, for a row another transaction
+//! holds or changed, the wait or the READ COMMITTED re-check (`resolve_conflict`).
+//! Every change first registers the transaction as a writer of its table
+//! (`Transaction::lock_for_write`) and makes sure of WAL and clog space
+//! (`Transaction::before_write`).
+
+use std::collections::HashSet;
+use std::ops::Bound;
+use std::sync::atomic::Ordering;
+
+use walrus_base::{Tid, Xid};
+
+use super::{Isolation, Transaction};
+use crate::access::btree::{BTree, UniqueCheck};
+use crate::access::datum::{self, encode_key, encode_row, Datum};
+use crate::access::heap::tuple::{self, TupleHeader, Viewer};
+use crate::access::heap::{Fetched, Heap, Modify};
+use crate::catalog::{IndexDef, TableDef};
+use crate::error::{Error, Result};
+use crate::txn::clog::XidStatus;
+use crate::txn::{Snapshot, TxnManager};
+
+/// Result of an update or delete through the engine.
+#[derive(Debug)]
+pub enum RowChange {
+    Done(Tid),
+    /// READ COMMITTED: the row was changed by a transaction that committed after our
+    /// snapshot; this is its newest version. Re-check the statement's condition on it and
+    /// call again with this tid.
+    Changed(Tid, Vec<Datum>),
+    /// The row was deleted concurrently (or no longer exists).
+    Gone,
+    /// Already changed by this transaction.
+    SelfModified,
+}
+
+impl Transaction {
+    fn check_row(def: &TableDef, values: &[Datum]) -> Result<()> {
+        if values.len() != def.columns.len() {
+            return Err(Error::InvalidInput(format!(
+                "table \"{}\" has {} columns, got {} values",
+                def.name,
+                def.columns.len(),
+                values.len()
+            )));
+        }
+        for (c, v) in def.columns.iter().zip(values) {
+            match v.type_id() {
+                None if c.not_null => {
+                    return Err(Error::NotNullViolation {
+                        column: c.name.clone(),
+                        table: def.name.clone(),
+                    })
+                }
+                Some(t) if t != c.ty => {
+                    return Err(Error::DatatypeMismatch(format!(
+                        "column \"{}\" is of type {} but expression is of type {}",
+                        c.name,
+                        c.ty.name(),
+                        t.name()
+                    )))
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub fn insert(&mut self, def: &TableDef, values: &[Datum]) -> Result<Tid> {
+        self.before_write()?;
+        self.check_interrupt()?;
+        let fresh = self.lock_for_write(def)?;
+        let def = fresh.as_deref().unwrap_or(def);
+        Transaction::check_row(def, values)?;
+        let xid = self.mark_write();
+        let mut row = Vec::new();
+        encode_row(values, &mut row);
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let tid = Heap::new(&self.inner.pool, &self.inner.txn, &rel).insert(xid, self.cid, &row)?;
+        self.activity_of(&rel).inserted += 1;
+        for idx in &def.indexes {
+            self.index_insert(def, idx, values, tid)?;
+        }
+        Ok(tid)
+    }
+
+    fn index_insert(
+        &mut self,
+        def: &TableDef,
+        idx: &IndexDef,
+        values: &[Datum],
+        tid: Tid,
+    ) -> Result<()> {
+        let keyvals: Vec<Datum> = idx.columns.iter().map(|&c| values[c].clone()).collect();
+        let mut key = Vec::new();
+        encode_key(&keyvals, &mut key);
+        let xid = self.xid.expect("writer has an xid");
+        let inner = self.inner.clone();
+        let rel = inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let tree = BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name);
+        // NULLs never conflict (SQL semantics).
+        let unique = idx.unique && !keyvals.iter().any(|d| d.is_null());
+        let mut check = |existing: Tid| -> Result<UniqueCheck> {
+            if !unique || existing == tid {
+                return Ok(UniqueCheck::NotLive);
+            }
+            chain_liveness(&heap, existing, xid)
+        };
+        let how = self.lock_wait();
+        let txn = &inner.txn;
+        let mut wait = |holder: Xid| -> Result<()> { txn.wait_for(xid, holder, how) };
+        tree.insert(&key, tid, xid, &mut check, &mut wait)
+            .map_err(|e| match e {
+                Error::UniqueViolation { index, .. } => {
+                    let cols: Vec<&str> = idx
+                        .columns
+                        .iter()
+                        .map(|&c| def.columns[c].name.as_str())
+                        .collect();
+                    let vals: Vec<String> = keyvals.iter().map(datum_text).collect();
+                    Error::UniqueViolation {
+                        index,
+                        detail: format!(
+                            "Key ({})=({}) already exists.",
+                            cols.join(", "),
+                            vals.join(", ")
+                        ),
+                    }
+                }
+                other => other,
+            })
+    }
+
+    fn viewer_parts(&mut self) -> (Snapshot, Option<Xid>, u32) {
+        (self.snapshot(), self.xid, self.cid)
+    }
+
+    /// Sequential scan: calls `f` for each visible row (page at a time); `f` returns
+    /// false to stop.
+    pub fn scan(
+        &mut self,
+        def: &TableDef,
+        mut f: impl FnMut(Tid, Vec<Datum>) -> Result<bool>,
+    ) -> Result<()> {
+        let (snap, own, cid) = self.viewer_parts();
+        let viewer = Viewer {
+            snapshot: &snap,
+            own_xid: own,
+            cid,
+        };
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
+        let types = def.types();
+        let mut rows = Vec::new();
+        for b in 0..heap.nblocks()? {
+            self.check_interrupt()?;
+            rows.clear();
+            heap.scan_block(b, &viewer, &mut rows)?;
+            for (tid, row) in rows.drain(..) {
+                let values = datum::decode_row(&row, &types)
+                    .map_err(|e| Error::InvalidInput(e.to_string()))?;
+                if !f(tid, values)? {
+                    return Ok(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn scan_all(&mut self, def: &TableDef) -> Result<Vec<(Tid, Vec<Datum>)>> {
+        let mut out = Vec::new();
+        self.scan(def, |t, v| {
+            out.push((t, v));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// Index scan over key values between `lo` and `hi` (on all key columns).
+    pub fn index_scan(
+        &mut self,
+        def: &TableDef,
+        index: &IndexDef,
+        lo: Bound<&[Datum]>,
+        hi: Bound<&[Datum]>,
+    ) -> Result<Vec<(Tid, Vec<Datum>)>> {
+        self.check_interrupt()?;
+        let enc = |b: Bound<&[Datum]>| -> Bound<Vec<u8>> {
+            match b {
+                Bound::Included(v) => {
+                    let mut k = Vec::new();
+                    encode_key(v, &mut k);
+                    Bound::Included(k)
+                }
+                Bound::Excluded(v) => {
+                    let mut k = Vec::new();
+                    encode_key(v, &mut k);
+                    Bound::Excluded(k)
+                }
+                Bound::Unbounded => Bound::Unbounded,
+            }
+        };
+        let (lo, hi) = (enc(lo), enc(hi));
+        // The snapshot must be taken before the index is read: an entry inserted after the
+        // read by a transaction that commits before a later snapshot would be missed,
+        // while its predecessor already looks deleted.
+        let (snap, own, cid) = self.viewer_parts();
+        let tree = BTree::open(&self.inner.pool, index.relfile, index.unique, &index.name);
+        let hits = tree.range(bound_ref(&lo), bound_ref(&hi))?;
+        let viewer = Viewer {
+            snapshot: &snap,
+            own_xid: own,
+            cid,
+        };
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
+        let types = def.types();
+        let mut out = Vec::new();
+        let mut seen = HashSet::new();
+        let mut dead = Vec::new();
+        for (key, root) in hits {
+            match heap.fetch_visible(root, &viewer)? {
+                Fetched::Visible(tid, row) => {
+                    if seen.insert(tid) {
+                        let values = datum::decode_row(&row, &types)
+                            .map_err(|e| Error::InvalidInput(e.to_string()))?;
+                        out.push((tid, values));
+                    }
+                }
+                Fetched::Invisible => {}
+                Fetched::DeadRoot => dead.push((key, root)),
+            }
+        }
+        if !dead.is_empty() {
+            let removed = tree.delete_dead_entries(dead, &|t| heap.root_is_dead(t))?;
+            self.inner
+                .dead_index_entries_removed
+                .fetch_add(removed as u64, Ordering::Relaxed);
+        }
+        Ok(out)
+    }
+
+    /// Diagnostics for a lookup that found nothing: the index entries for `key` and the
+    /// raw versions they lead to.
+    pub fn explain_missing(&mut self, def: &TableDef, index: &IndexDef, key: &[Datum]) -> String {
+        let mut k = Vec::new();
+        encode_key(key, &mut k);
+        let tree = BTree::open(&self.inner.pool, index.relfile, index.unique, &index.name);
+        let hits = match tree.lookup(&k) {
+            Ok(h) => h,
+            Err(e) => return format!("index lookup failed: {e}"),
+        };
+        let snap = self.snapshot();
+        let inner = self.inner.clone();
+        let rel = inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let mut out = format!(
+            "snapshot {:?} own {:?}; {} index entries:",
+            snap,
+            self.xid,
+            hits.len()
+        );
+        for t in hits.iter().rev().take(4) {
+            out.push_str(&format!(" [root {t}:"));
+            let mut cur = *t;
+            for _ in 0..50 {
+                match heap.read_version(cur) {
+                    Ok(Some((h, _))) => {
+                        let txn = &self.inner.txn;
+                        let xmax = if h.xmax.is_valid() {
+                            format!(
+                                "{}:{:?}",
+                                h.xmax.0,
+                                tuple::xmax_status_for_write(&h, txn).ok()
+                            )
+                        } else {
+                            "-".into()
+                        };
+                        out.push_str(&format!(
+                            " {cur} xmin {}:{:?} xmax {xmax} mask {:#x} ->{}",
+                            h.xmin.0,
+                            tuple::xmin_status_for_write(&h, txn).ok(),
+                            h.infomask,
+                            h.ctid
+                        ));
+                        if h.has(tuple::HOT_UPDATED) && h.ctid.block == cur.block {
+                            cur = h.ctid;
+                        } else {
+                            break;
+                        }
+                    }
+                    other => {
+                        out.push_str(&format!(" {cur} {other:?}"));
+                        break;
+                    }
+                }
+            }
+            out.push(']');
+        }
+        out
+    }
+
+    /// Looks up rows by equality on all columns of `index`.
+    pub fn index_lookup(
+        &mut self,
+        def: &TableDef,
+        index: &IndexDef,
+        key: &[Datum],
+    ) -> Result<Vec<(Tid, Vec<Datum>)>> {
+        self.index_scan(def, index, Bound::Included(key), Bound::Included(key))
+    }
+
+    pub fn update(&mut self, def: &TableDef, tid: Tid, new_values: &[Datum]) -> Result<RowChange> {
+        self.before_write()?;
+        let fresh = self.lock_for_write(def)?;
+        let def = fresh.as_deref().unwrap_or(def);
+        Transaction::check_row(def, new_values)?;
+        let xid = self.mark_write();
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let inner = self.inner.clone();
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let mut row = Vec::new();
+        encode_row(new_values, &mut row);
+        loop {
+            self.check_interrupt()?;
+            // HOT is allowed when no indexed column changes.
+            let old = heap.read_version(tid)?;
+            let Some((_, old_row)) = old else {
+                return Ok(RowChange::Gone);
+            };
+            let old_values = datum::decode_row(&old_row, &def.types())
+                .map_err(|e| Error::InvalidInput(e.to_string()))?;
+            let hot_ok = def
+                .indexes
+                .iter()
+                .all(|i| i.columns.iter().all(|&c| old_values[c] == new_values[c]));
+            let (m, hot) = heap.update(tid, xid, self.cid, &row, hot_ok)?;
+            match m {
+                Modify::Done(new_tid) => {
+                    let a = self.activity_of(&rel);
+                    a.updated += 1;
+                    a.hot_updated += hot as u64;
+                    if !hot {
+                        for idx in &def.indexes {
+                            self.index_insert(def, idx, new_values, new_tid)?;
+                        }
+                    }
+                    return Ok(RowChange::Done(new_tid));
+                }
+                other => {
+                    if let Some(r) = self.resolve_conflict(&heap, def, other)? {
+                        return Ok(r);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn delete(&mut self, def: &TableDef, tid: Tid) -> Result<RowChange> {
+        self.before_write()?;
+        let fresh = self.lock_for_write(def)?;
+        let def = fresh.as_deref().unwrap_or(def);
+        let xid = self.mark_write();
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let inner = self.inner.clone();
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        loop {
+            self.check_interrupt()?;
+            match heap.delete(tid, xid, self.cid)? {
+                Modify::Done(t) => {
+                    self.activity_of(&rel).deleted += 1;
+                    return Ok(RowChange::Done(t));
+                }
+                other => {
+                    if let Some(r) = self.resolve_conflict(&heap, def, other)? {
+                        return Ok(r);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles a row held or changed by another transaction: waits (then the caller
+    /// retries), or reports the newest version / serialization failure.
+    fn resolve_conflict(
+        &mut self,
+        heap: &Heap<'_>,
+        def: &TableDef,
+        m: Modify,
+    ) -> Result<Option<RowChange>> {
+        let xid = self.xid.expect("writer");
+        match m {
+            Modify::Done(_) => unreachable!("handled by caller"),
+            Modify::SelfModified => Ok(Some(RowChange::SelfModified)),
+            Modify::WouldBlock(holder) => {
+                self.inner.txn.wait_for(xid, holder, self.lock_wait())?;
+                Ok(None)
+            }
+            Modify::Concurrent(next) => {
+                if self.isolation == Isolation::RepeatableRead {
+                    return Err(Error::SerializationFailure);
+                }
+                let Some((mut t, mut creator)) = next else {
+                    return Ok(Some(RowChange::Gone));
+                };
+                // Follow the update chain to the newest version. A version whose xmin
+                // is not the previous version's xmax is another row's tuple in a slot
+                // that was freed and reused: the chain was pruned away, the row is gone
+                // (PostgreSQL's prior-xmax check).
+                for _ in 0..10_000 {
+                    let Some((h, row)) = heap.read_version(t)? else {
+                        return Ok(Some(RowChange::Gone));
+                    };
+                    if h.xmin != creator {
+                        return Ok(Some(RowChange::Gone));
+                    }
+                    if !tuple_is_live_head(&h, &self.inner.txn)? {
+                        let xmax_status = tuple::xmax_status_for_write(&h, &self.inner.txn)?;
+                        if h.has(tuple::UPDATED) && xmax_status == XidStatus::Committed {
+                            t = h.ctid;
+                            creator = h.xmax;
+                            continue;
+                        }
+                        if xmax_status == XidStatus::Committed {
+                            return Ok(Some(RowChange::Gone));
+                        }
+                    }
+                    let values = datum::decode_row(&row, &def.types())
+                        .map_err(|e| Error::InvalidInput(e.to_string()))?;
+                    return Ok(Some(RowChange::Changed(t, values)));
+                }
+                Ok(Some(RowChange::Gone))
+            }
+        }
+    }
+}
+
+/// Whether a version is the live head of its chain (not deleted/updated by a committed
+/// transaction).
+fn tuple_is_live_head(h: &TupleHeader, txn: &TxnManager) -> Result<bool> {
+    // A writer's view: an xmax whose transaction is still in the running set counts as
+    // not committed yet, so the caller tries this version and waits for that transaction
+    // instead of building on a commit snapshots do not see yet.
+    Ok(!h.xmax.is_valid()
+        || h.has(tuple::XMAX_INVALID)
+        || tuple::xmax_status_for_write(h, txn)? != XidStatus::Committed)
+}
+
+/// Unique check: does the HOT chain starting at `root` hold a version that is live or
+/// may become live (in progress)?
+fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> Result<UniqueCheck> {
+    let txn = heap.txn;
+    // The chain as one consistent picture (see `Heap::chain_headers`); statuses are
+    // read afterwards, outside the page latch. A page that cannot be read (a checksum
+    // failure) is an error: treating it as "no live duplicate" would let a duplicate in.
+    let chain = heap.chain_headers(root)?;
+    for h in chain {
+        let xmin_ok = if h.xmin == me {
+            true
+        } else {
+            match tuple::xmin_status_for_write(&h, txn)? {
+                XidStatus::Committed => true,
+                XidStatus::Aborted => false,
+                _ => return Ok(UniqueCheck::WaitFor(h.xmin)),
+            }
+        };
+        if xmin_ok {
+            let deleted = h.xmax.is_valid() && !h.has(tuple::XMAX_INVALID) && {
+                if h.xmax == me {
+                    true
+                } else {
+                    match tuple::xmax_status_for_write(&h, txn)? {
+                        XidStatus::Committed => true,
+                        XidStatus::Aborted => false,
+                        _ => return Ok(UniqueCheck::WaitFor(h.xmax)),
+                    }
+                }
+            };
+            if !deleted {
+                return Ok(UniqueCheck::Live);
+            }
+        }
+    }
+    Ok(UniqueCheck::NotLive)
+}
+
+fn bound_ref(b: &Bound<Vec<u8>>) -> Bound<&[u8]> {
+    match b {
+        Bound::Included(k) => Bound::Included(k.as_slice()),
+        Bound::Excluded(k) => Bound::Excluded(k.as_slice()),
+        Bound::Unbounded => Bound::Unbounded,
+    }
+}
+
+pub fn datum_text(d: &Datum) -> String {
+    match d {
+        Datum::Null => "null".into(),
+        Datum::Bool(b) => {
+            if *b {
+                "t".into()
+            } else {
+                "f".into()
+            }
+        }
+        Datum::Int2(v) => v.to_string(),
+        Datum::Int4(v) => v.to_string(),
+        Datum::Int8(v) => v.to_string(),
+        Datum::Float8(v) => v.to_string(),
+        Datum::Numeric(s) | Datum::Text(s) => s.clone(),
+        Datum::Timestamp(v) | Datum::TimestampTz(v) => v.to_string(),
+        Datum::Date(v) => v.to_string(),
+    }
+}

@@ -1,0 +1,326 @@
+//! A data directory's life: `walrus init` creates one, [`Engine::open`] opens it (crash
+//! recovery when it was not shut down cleanly, then the end-of-recovery checkpoint, the
+//! checkpointer and autovacuum; the page writers already run during recovery), and
+//! [`Engine::shutdown`] undoes the open: it stops the threads open started, writes the
+//! final checkpoint and marks the control file shut down.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, RwLock};
+use walrus_base::{Lsn, RelFileId, Xid, PAGE_SIZE};
+
+use super::checkpoint::{checkpointer_loop, run_checkpoint, CheckpointReason, CheckpointStats};
+use super::table_locks::TableLocks;
+use super::{vacuum, Background, Engine, Inner};
+use crate::buffer::page_writer::PageWriters;
+use crate::buffer::BufferPool;
+use crate::catalog::CATALOG_RELFILE;
+use crate::error::{Error, Result};
+use crate::settings::Settings;
+use crate::storage::control::{ControlData, ControlFile, DbState, FORMAT_VERSION};
+use crate::txn::clog::Clog;
+use crate::txn::TxnManager;
+use crate::wal::segment::{Segments, SyncMethod};
+use crate::wal::{ImagePolicy, Wal, WalConfig};
+use crate::xlog;
+
+pub struct RecoveryReport {
+    pub replayed_bytes: u64,
+    pub records: u64,
+    pub elapsed: Duration,
+    pub rolled_back: u64,
+    pub images_restored: u64,
+}
+
+impl Engine {
+    /// Creates a fresh data directory (`walrus init`).
+    pub fn init(dir: &Path, settings_text: Option<&str>) -> Result<()> {
+        let bad = |reason: String| Error::BadDataDirectory {
+            dir: dir.display().to_string(),
+            reason,
+        };
+        if dir.join("control").exists() {
+            return Err(bad("it already contains a walrus data directory".into()));
+        }
+        std::fs::create_dir_all(dir)
+            .map_err(|e| Error::io("create directory", dir.display(), e))?;
+        let mut settings = Settings::default();
+        let text = match settings_text {
+            Some(t) => t.to_string(),
+            None => crate::settings::default_config_text(settings.wal_segment_size),
+        };
+        settings.apply_toml(&text)?;
+        std::fs::write(dir.join(crate::settings::CONFIG_FILE), text)
+            .map_err(|e| Error::io("write configuration file", dir.display(), e))?;
+        let segs = Segments::new(dir, settings.wal_segment_size, settings.wal_sync_method)?;
+        let relfiles = crate::storage::relfile::RelFiles::open(dir)?;
+        relfiles.create(CATALOG_RELFILE)?;
+        std::fs::create_dir_all(dir.join("clog"))
+            .map_err(|e| Error::io("create directory", dir.display(), e))?;
+        // The first record of a new cluster: a checkpoint at LSN 0 whose redo is itself.
+        let wal = Wal::open(
+            segs,
+            &wal_config(&settings),
+            Lsn::ZERO,
+            Lsn::ZERO,
+            Lsn::ZERO,
+            ImagePolicy::Never,
+        );
+        let info = xlog::CheckpointInfo {
+            redo: Lsn::ZERO,
+            next_xid: Xid::FIRST_NORMAL,
+            next_relfile: RelFileId::FIRST_USER.0,
+        };
+        let (start, end) = wal.insert(&xlog::checkpoint_record(&info), &[]);
+        wal.flush(end);
+        let cluster_id = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        ControlFile::create(
+            dir,
+            ControlData {
+                seq: 0,
+                cluster_id,
+                format_version: FORMAT_VERSION,
+                page_size: PAGE_SIZE as u32,
+                wal_segment_size: settings.wal_segment_size,
+                state: DbState::ShutDown,
+                checkpoint_lsn: start,
+                redo_lsn: Lsn::ZERO,
+                next_xid: Xid::FIRST_NORMAL,
+                next_relfile: RelFileId::FIRST_USER.0,
+                clog_oldest: Xid(0),
+            },
+        )?;
+        crate::storage::relfile::sync_dir(dir)?;
+        Ok(())
+    }
+
+    /// Opens a data directory, running crash recovery if it was not shut down cleanly.
+    pub fn open(dir: &Path) -> Result<(Engine, Option<RecoveryReport>)> {
+        let settings = Settings::load(dir)?;
+        Engine::open_with(dir, settings)
+    }
+
+    pub fn open_with(
+        dir: &Path,
+        mut settings: Settings,
+    ) -> Result<(Engine, Option<RecoveryReport>)> {
+        if !dir.join("control").exists() {
+            return Err(Error::BadDataDirectory {
+                dir: dir.display().to_string(),
+                reason: "no control file: not a walrus data directory (run `walrus init` first)"
+                    .into(),
+            });
+        }
+        let control = ControlFile::open(dir)?;
+        let cd = control.data().clone();
+        settings.wal_segment_size = cd.wal_segment_size;
+        if settings.wal_sync_method == SyncMethod::None {
+            tracing::warn!("wal_sync_method = none: commits are NOT durable (testing only)");
+        }
+        let segs = Segments::new(dir, cd.wal_segment_size, settings.wal_sync_method)?;
+        let leftovers = segs.remove_temp_files()?;
+        if leftovers > 0 {
+            tracing::info!("removed {leftovers} half-created WAL segment file(s)");
+        }
+        let scan_started = std::time::Instant::now();
+        let wal_end = crate::recovery::find_end(&segs, cd.redo_lsn, cd.checkpoint_lsn)?;
+        let scan_took = scan_started.elapsed();
+        let crashed = cd.state != DbState::ShutDown || wal_end.end > cd.checkpoint_lsn.add(64);
+        let policy = settings.page_protection.image_policy();
+        let wal = Arc::new(Wal::open(
+            segs,
+            &wal_config(&settings),
+            wal_end.end,
+            wal_end.last_start,
+            cd.redo_lsn,
+            policy,
+        ));
+        let relfiles = Arc::new(crate::storage::relfile::RelFiles::open(dir)?);
+        let pool = Arc::new(BufferPool::new(
+            settings.shared_buffers_pages,
+            relfiles,
+            wal.clone(),
+        )?);
+        pool.set_relation_name(CATALOG_RELFILE, "walrus_catalog");
+        // Xids below the checkpoint's next xid minus one reservation block were handed out
+        // (the checkpoint records the reservation's end, up to that block ahead).
+        let assigned_below = Xid(cd.next_xid.0.saturating_sub(crate::txn::XID_LOG_BLOCK));
+        let clog = Clog::open_at(
+            &dir.join("clog"),
+            settings.clog_buffers,
+            cd.clog_oldest,
+            assigned_below,
+        )
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => Error::BadDataDirectory {
+                dir: dir.display().to_string(),
+                reason: e.to_string(),
+            },
+            _ => Error::io("open commit-status log", dir.join("clog").display(), e),
+        })?;
+        let txn = TxnManager::new(clog, cd.next_xid);
+        let page_writers = PageWriters::start(
+            pool.clone(),
+            settings.pagewriter_threads,
+            settings.bgwriter_delay,
+        );
+        let mut report = None;
+        let mut next_relfile = cd.next_relfile;
+        if crashed {
+            tracing::info!(
+                "database system was not properly shut down; automatic recovery in progress from redo LSN {} ({} MB of WAL, {} records; end of WAL found and synced in {:.2} s)",
+                cd.redo_lsn,
+                wal_end.end.distance_from(cd.redo_lsn) >> 20,
+                wal_end.records,
+                scan_took.as_secs_f64()
+            );
+            let out =
+                crate::recovery::replay(&wal.segments, &pool, &txn, cd.redo_lsn, wal_end.end)?;
+            txn.advance_next_xid(Xid(out.max_xid.0 + 1).max(out.next_xid_reserved));
+            next_relfile = next_relfile.max(out.max_relfile + 1);
+            let s = &out.stats;
+            tracing::info!(
+                "redo done at {}: {} records, {} MB in {:.2} s ({:.1} MB/s), {} page images restored, {} transactions rolled back",
+                wal_end.end,
+                s.records,
+                s.bytes >> 20,
+                s.elapsed.as_secs_f64(),
+                s.bytes as f64 / 1e6 / s.elapsed.as_secs_f64().max(1e-6),
+                s.pages_restored_from_images,
+                s.rolled_back
+            );
+            report = Some(RecoveryReport {
+                replayed_bytes: s.bytes,
+                records: s.records,
+                elapsed: s.elapsed,
+                rolled_back: s.rolled_back,
+                images_restored: s.pages_restored_from_images,
+            });
+        }
+        let inner = Arc::new(Inner {
+            dir: dir.to_path_buf(),
+            settings,
+            control: Mutex::new(control),
+            pool,
+            txn,
+            rels: RwLock::new(HashMap::new()),
+            next_relfile: AtomicU32::new(next_relfile),
+            catalog_cache: RwLock::new(None),
+            catalog_version: AtomicU64::new(0),
+            checkpoint_lock: Mutex::new(()),
+            checkpoint_request: (Mutex::new(false), Condvar::new()),
+            checkpoint_stats: Mutex::new(CheckpointStats::default()),
+            last_checkpoint_at: Mutex::new(Instant::now()),
+            shutting_down: AtomicBool::new(false),
+            ddl_lock: Mutex::new(()),
+            dead_index_entries_removed: AtomicU64::new(0),
+            table_locks: TableLocks::default(),
+            autovacuum_wake: (Mutex::new(false), Condvar::new()),
+            autovacuums_canceled: AtomicU64::new(0),
+            freeze_lock: Mutex::new(()),
+            freeze_passes: AtomicU64::new(0),
+            clog_truncate_pending: Mutex::new(None),
+        });
+        let engine = Engine {
+            inner: inner.clone(),
+            background: Arc::new(Mutex::new(None)),
+        };
+        if crashed {
+            engine.checkpoint(CheckpointReason::EndOfRecovery)?;
+        }
+        inner.pool.relfiles.stop_creating_missing();
+        // Mark the directory in use: a crash from here on is detected at the next open.
+        {
+            let mut c = inner.control.lock();
+            let mut d = c.data().clone();
+            d.state = DbState::InProduction;
+            c.update(d)?;
+        }
+        let ckpt_inner = inner.clone();
+        let checkpointer = std::thread::Builder::new()
+            .name("walrus-checkpointer".into())
+            .spawn(move || checkpointer_loop(&ckpt_inner))
+            .map_err(|e| Error::io("start checkpointer thread", "", e))?;
+        // Before autovacuum starts: its first round decides from these counters.
+        engine.load_table_stats(crashed);
+        let autovacuum = if inner.settings.autovacuum {
+            // A handle without the background threads: they are joined through the
+            // engine's own handle, and this one must not keep them alive.
+            let av = Engine {
+                inner: inner.clone(),
+                background: Arc::new(Mutex::new(None)),
+            };
+            Some(
+                std::thread::Builder::new()
+                    .name("walrus-autovacuum".into())
+                    .spawn(move || vacuum::autovacuum_loop(&av))
+                    .map_err(|e| Error::io("start autovacuum thread", "", e))?,
+            )
+        } else {
+            None
+        };
+        *engine.background.lock() = Some(Background {
+            page_writers,
+            checkpointer: Some(checkpointer),
+            autovacuum,
+        });
+        // Refresh relation names for error messages.
+        if let Ok(view) = engine.catalog_view() {
+            for t in view.tables.values() {
+                inner.pool.set_relation_name(t.relfile, &t.name);
+                for i in &t.indexes {
+                    inner.pool.set_relation_name(i.relfile, &i.name);
+                }
+            }
+        }
+        Ok((engine, report))
+    }
+
+    /// Clean shutdown: final checkpoint, control file marked shut down.
+    pub fn shutdown(&self) -> Result<()> {
+        if self.inner.shutting_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.request_checkpoint();
+        {
+            *self.inner.autovacuum_wake.0.lock() = true;
+            self.inner.autovacuum_wake.1.notify_all();
+        }
+        let bg = self.background.lock().take();
+        if let Some(mut bg) = bg {
+            if let Some(h) = bg.autovacuum.take() {
+                let _ = h.join();
+            }
+            if let Some(h) = bg.checkpointer.take() {
+                let _ = h.join();
+            }
+            run_checkpoint(&self.inner, CheckpointReason::Shutdown)?;
+            bg.page_writers.stop();
+        }
+        if let Err(e) = self.save_table_stats() {
+            // Advisory: the counters restart from zero, as after a crash.
+            tracing::warn!("could not save table statistics: {e}");
+        }
+        let mut c = self.inner.control.lock();
+        let mut d = c.data().clone();
+        d.state = DbState::ShutDown;
+        c.update(d)?;
+        Ok(())
+    }
+}
+
+fn wal_config(s: &Settings) -> WalConfig {
+    WalConfig {
+        segment_size: s.wal_segment_size,
+        buffer_bytes: s.wal_buffers_bytes,
+        sync_method: s.wal_sync_method,
+        compress_images: s.wal_compression,
+    }
+}

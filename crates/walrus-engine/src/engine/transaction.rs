@@ -1,0 +1,274 @@
+//! A transaction's state: its xid (assigned at the first write), command counter and
+//! snapshot, its lock-wait settings (interrupt flag, `lock_timeout`), its pending row
+//! counters, and its side of the table locks (`table_locks.rs`): the hold a writer or
+//! DDL takes on a table and releases when the transaction ends. What a transaction does
+//! is in `ddl.rs` (catalog, DDL) and `dml.rs` (rows, index maintenance); how it ends is
+//! in `commit.rs`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use walrus_base::{RelFileId, Xid};
+
+use super::{Engine, Inner};
+use crate::access::heap::activity::PendingActivity;
+use crate::access::heap::HeapRel;
+use crate::catalog::{CatalogView, TableDef};
+use crate::error::{Error, Result};
+use crate::txn::{LockWait, Snapshot};
+use crate::xlog;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    ReadCommitted,
+    RepeatableRead,
+}
+
+/// A transaction. Dropping it without commit rolls it back.
+pub struct Transaction {
+    pub(super) inner: Arc<Inner>,
+    pub(super) proc: u64,
+    pub(super) xid: Option<Xid>,
+    pub(super) cid: u32,
+    wrote: bool,
+    pub(super) isolation: Isolation,
+    snapshot: Option<Snapshot>,
+    pub(super) created: Vec<RelFileId>,
+    pub(super) dropped: Vec<RelFileId>,
+    pub(super) catalog_changed: bool,
+    interrupt: Option<Arc<AtomicBool>>,
+    /// PostgreSQL's `lock_timeout` for this transaction's lock waits (`None`: wait on).
+    lock_timeout: Option<Duration>,
+    pub(super) finished: bool,
+    /// This transaction's row changes per table, added to the tables' counters when it
+    /// ends (a handful of tables: a linear search beats hashing).
+    activity: Vec<(Arc<HeapRel>, PendingActivity)>,
+    /// Tables it holds as a writer or through DDL until it ends
+    /// (`engine/table_locks.rs`).
+    table_holds: Vec<RelFileId>,
+    /// The definitions of the tables it writes, as of its registration as their writer
+    /// (no other transaction's DDL can change them until it ends). A caller may still
+    /// pass a definition it read earlier, before a concurrent CREATE INDEX committed.
+    write_defs: Vec<Arc<TableDef>>,
+}
+
+impl Engine {
+    pub fn begin(&self, isolation: Isolation) -> Transaction {
+        let proc = self.inner.txn.begin();
+        Transaction {
+            inner: self.inner.clone(),
+            proc,
+            xid: None,
+            cid: 0,
+            wrote: false,
+            isolation,
+            snapshot: None,
+            created: Vec::new(),
+            dropped: Vec::new(),
+            catalog_changed: false,
+            interrupt: None,
+            lock_timeout: None,
+            finished: false,
+            activity: Vec::new(),
+            table_holds: Vec::new(),
+            write_defs: Vec::new(),
+        }
+    }
+}
+
+impl Transaction {
+    pub fn xid(&self) -> Option<Xid> {
+        self.xid
+    }
+
+    pub fn isolation(&self) -> Isolation {
+        self.isolation
+    }
+
+    pub fn set_interrupt(&mut self, flag: Arc<AtomicBool>) {
+        self.interrupt = Some(flag);
+    }
+
+    /// Bounds each lock wait from now on (`None`: no bound); the session sets it per
+    /// statement from `lock_timeout`.
+    pub fn set_lock_timeout(&mut self, timeout: Option<Duration>) {
+        self.lock_timeout = timeout;
+    }
+
+    pub(super) fn lock_wait(&self) -> LockWait<'_> {
+        LockWait {
+            interrupt: self.interrupt.as_deref(),
+            timeout: self.lock_timeout,
+        }
+    }
+
+    pub(super) fn check_interrupt(&self) -> Result<()> {
+        if self
+            .interrupt
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::Relaxed))
+        {
+            return Err(Error::Canceled);
+        }
+        Ok(())
+    }
+
+    /// Starts the next statement: later commands see this one's changes; READ COMMITTED
+    /// takes a new snapshot.
+    pub fn next_statement(&mut self) {
+        if self.wrote {
+            self.cid += 1;
+            self.wrote = false;
+        }
+        if self.isolation == Isolation::ReadCommitted {
+            self.snapshot = None;
+        }
+    }
+
+    pub(super) fn snapshot(&mut self) -> Snapshot {
+        if self.snapshot.is_none() {
+            self.snapshot = Some(self.inner.txn.snapshot(self.proc));
+        }
+        self.snapshot.clone().expect("just set")
+    }
+
+    fn ensure_xid(&mut self) -> Xid {
+        if let Some(x) = self.xid {
+            return x;
+        }
+        let (xid, reservation) = self.inner.txn.assign_xid(self.proc);
+        if let Some(r) = reservation {
+            self.inner.pool.wal.insert(&xlog::next_xid_record(r.0), &[]);
+        }
+        self.xid = Some(xid);
+        xid
+    }
+
+    pub(super) fn mark_write(&mut self) -> Xid {
+        self.wrote = true;
+        self.ensure_xid()
+    }
+
+    /// The pending counters of `rel`'s table.
+    pub(super) fn activity_of(&mut self, rel: &Arc<HeapRel>) -> &mut PendingActivity {
+        let i = match self.activity.iter().position(|(r, _)| Arc::ptr_eq(r, rel)) {
+            Some(i) => i,
+            None => {
+                self.activity
+                    .push((rel.clone(), PendingActivity::default()));
+                self.activity.len() - 1
+            }
+        };
+        &mut self.activity[i].1
+    }
+
+    /// For DDL that changes `table`'s index set or removes its files: holds the table
+    /// until this transaction ends (after its other writers and any vacuum let go),
+    /// then takes `ddl_lock`; returns the catalog and the table as they are under both.
+    /// The hold comes first because its wait must not happen under `ddl_lock`: a
+    /// writer of the table that then ran DDL itself would wait for `ddl_lock`, a wait
+    /// the deadlock check cannot see.
+    pub(super) fn lock_for_ddl<'i>(
+        &mut self,
+        inner: &'i Inner,
+        table: &str,
+    ) -> Result<(
+        parking_lot::MutexGuard<'i, ()>,
+        Arc<CatalogView>,
+        Arc<TableDef>,
+    )> {
+        loop {
+            let relfile = self.catalog()?.table(table)?.relfile;
+            if !self.holds_ddl(relfile) {
+                let xid = self.mark_write();
+                inner
+                    .table_locks
+                    .begin_ddl(relfile, xid, &inner.txn, self.lock_wait())?;
+                if !self.table_holds.contains(&relfile) {
+                    self.table_holds.push(relfile);
+                }
+            }
+            // This transaction's DDL changes the table: from now on its callers' own
+            // reads of the definition are the current ones.
+            self.write_defs.retain(|d| d.relfile != relfile);
+            let guard = inner.ddl_lock.lock();
+            let view = self.catalog()?;
+            let def = view.table(table)?;
+            // DDL that committed before the hold may have replaced the table's file.
+            if def.relfile == relfile {
+                return Ok((guard, view, def));
+            }
+        }
+    }
+
+    fn holds_ddl(&self, relfile: RelFileId) -> bool {
+        self.xid
+            .is_some_and(|x| self.inner.table_locks.ddl_holder(relfile) == Some(x))
+    }
+
+    /// Before any change: a full disk must show as this operation's error, before it has
+    /// changed a page (see `Wal::ensure_headroom`).
+    pub(super) fn before_write(&self) -> Result<()> {
+        self.inner.pool.wal.ensure_headroom()?;
+        let next = self.inner.txn.next_xid().0;
+        let clog = &self.inner.txn.clog;
+        clog.reserve_space(next, next + CLOG_HEADROOM_XIDS)
+            .map_err(|e| {
+                Error::io(
+                    "extend commit-status log",
+                    self.inner.dir.join("clog").display(),
+                    e,
+                )
+            })
+    }
+
+    /// Before the first row change of `def`'s table in this transaction: waits for DDL
+    /// on it, registers as a writer, and returns the table's definition as it is now.
+    /// DDL that committed since the caller read `def` shows here: a new index is used
+    /// from now on; a table dropped or truncated (its tids no longer mean anything) is
+    /// an error, as PostgreSQL reports one after waiting for the DDL's lock.
+    pub(super) fn lock_for_write(&mut self, def: &TableDef) -> Result<Option<Arc<TableDef>>> {
+        if let Some(current) = self.write_defs.iter().find(|d| d.relfile == def.relfile) {
+            if std::ptr::eq(current.as_ref(), def) || current.indexes == def.indexes {
+                return Ok(None);
+            }
+            return Ok(Some(current.clone()));
+        }
+        if self.table_holds.contains(&def.relfile) {
+            // Held through this transaction's own DDL: the caller's definition is this
+            // transaction's own view of the table.
+            return Ok(None);
+        }
+        let xid = self.mark_write();
+        self.inner.table_locks.lock_for_write(
+            def.relfile,
+            xid,
+            &self.inner.txn,
+            self.lock_wait(),
+        )?;
+        self.table_holds.push(def.relfile);
+        let now = self.table(&def.name)?;
+        if now.relfile != def.relfile {
+            return Err(Error::TableRewritten(def.name.clone()));
+        }
+        self.write_defs.push(now.clone());
+        Ok((now.indexes != def.indexes).then_some(now))
+    }
+
+    /// The transaction ended: publish its row counts and let go of its tables.
+    pub(super) fn end_bookkeeping(&mut self, committed: bool) {
+        for (rel, pending) in self.activity.drain(..) {
+            rel.activity.end_transaction(&pending, committed);
+        }
+        if let Some(xid) = self.xid {
+            for table in self.table_holds.drain(..) {
+                self.inner.table_locks.release(table, xid);
+            }
+        }
+    }
+}
+
+/// Xids beyond the next one whose commit-status space a writer makes sure of (two pages'
+/// worth): far more than the transactions that can start between two checks.
+const CLOG_HEADROOM_XIDS: u64 = 2 * crate::txn::clog::XIDS_PER_PAGE;
