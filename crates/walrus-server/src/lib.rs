@@ -6,7 +6,9 @@
 //! everyone. The protocol codec is walrus's own (`protocol.rs`, ~300 lines) rather than
 //! the pgwire crate: walrus must own the startup parameters, the transaction status byte,
 //! the buffering of extended-protocol replies until Sync and the cancel flag — the parts
-//! DEPENDENCIES.md found pgwire gets wrong or that have to be overridden anyway.
+//! that, tried against a pgwire stub, were wrong or had to be overridden anyway (its own
+//! `server_version`, four socket writes per extended-protocol round trip, cancel only at
+//! an `.await`).
 //!
 //! A malformed message or an I/O error ends only that connection; a panic in a session
 //! is caught and reported to that client as XX000 (the engine's own invariants abort the

@@ -1,7 +1,7 @@
 //! PostgreSQL frontend/backend protocol v3: reading frontend messages and building
 //! backend messages into an output buffer. Replies are buffered and written once per
 //! Sync (or per simple Query), so the extended protocol costs one `write` per
-//! round trip (DEPENDENCIES §1.4 measured pgwire's four).
+//! round trip (measured: pgwire needed four).
 //!
 //! Every length read from the network is checked against `MESSAGE_BYTES_MAX` before
 //! any allocation; a malformed message closes only its own connection.

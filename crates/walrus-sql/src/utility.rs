@@ -1,4 +1,5 @@
-//! PostgreSQL utility statements that sqlparser's grammar does not match (DEPENDENCIES §2):
+//! PostgreSQL utility statements that sqlparser's grammar does not match (0.63 rejects
+//! `VACUUM ANALYZE t`, `CHECKPOINT` and `WITH (FREEZE ON)`):
 //! `VACUUM [ANALYZE|FULL|VERBOSE|FREEZE|(options)] [table, ...]`, `ANALYZE [table]`,
 //! `CHECKPOINT`, and `COPY table [(cols)] FROM STDIN [WITH (...)] [FREEZE]`. Recognized by
 //! their first keyword and parsed here; everything else goes to sqlparser.

@@ -1,6 +1,7 @@
 //! SQL sessions against a real engine: pgbench's initialization statements verbatim
-//! (DEPENDENCIES/pgbench-sql.txt), the TPC-B transaction with parameters, transaction
-//! blocks, and a table of bad statements with their PostgreSQL SQLSTATEs.
+//! (as pgbench 15 sends them, captured from a PostgreSQL server log), the TPC-B
+//! transaction with parameters, transaction blocks, and a table of bad statements with
+//! their PostgreSQL SQLSTATEs.
 
 use walrus_engine::access::datum::Datum;
 mod common;
