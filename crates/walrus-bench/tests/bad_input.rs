@@ -195,3 +195,22 @@ fn missing_clog_segment_is_refused_clearly() {
     );
     assert!(!text(&out).contains("panicked"));
 }
+
+/// Every opener of a data directory takes its lock: while a workload has the directory
+/// open, `walrus recover`, `walrus verify` and the checker are refused with the owner's
+/// pid instead of recovering or reading files it is changing; once it is gone (killed),
+/// they work.
+#[test]
+fn a_directory_in_use_is_refused_to_every_other_opener() {
+    let c = Cluster::new(&[]);
+    let mut child = c.start_workload(2, &[]);
+    let owner = format!("another walrus (pid {}) is running", child.id());
+    for out in [recover(&c), c.verify(), c.check()] {
+        assert!(!out.status.success(), "{}", text(&out));
+        assert!(text(&out).contains(&owner), "{}", text(&out));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let out = recover(&c);
+    assert!(out.status.success(), "{}", text(&out));
+}

@@ -1,4 +1,4 @@
-//! `walrus bench compare` against the real PostgreSQL 15 and walrus binaries: the quick
+//! `walrus-bench compare` against the real PostgreSQL 15 and walrus binaries: the quick
 //! insert scenario produces numbers for both systems (not that walrus wins), bad input gets
 //! a clear message and a non-zero exit, and a Ctrl-C leaves no process behind. Needs
 //! Debian's postgresql-15 and postgresql-client-15 (`.ci/run` installs them); skips with a
@@ -85,7 +85,7 @@ fn quick_insert_reports_numbers_for_both_systems() {
         .arg(tmp.path())
         .env("WALRUS_LOG", "warn")
         .output()
-        .expect("run walrus bench compare");
+        .expect("run walrus-bench compare");
     assert!(o.status.success(), "{}", text(&o));
     assert!(
         start.elapsed() < Duration::from_secs(180),
@@ -135,7 +135,7 @@ fn missing_postgres_binaries_give_a_clear_message() {
         .arg("--out")
         .arg(&out)
         .output()
-        .expect("run walrus bench compare");
+        .expect("run walrus-bench compare");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     let t = text(&o);
     assert!(
@@ -157,7 +157,7 @@ fn busy_port_and_unknown_scenario_give_clear_messages() {
         .args(["compare", "--quick", "--scenario", "insert"])
         .args(["--port", &port.to_string(), "--out", "/dev/null"])
         .output()
-        .expect("run walrus bench compare");
+        .expect("run walrus-bench compare");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         text(&o).contains(&format!("port {port} on 127.0.0.1 is busy")),
@@ -167,7 +167,7 @@ fn busy_port_and_unknown_scenario_give_clear_messages() {
     let o = bench()
         .args(["compare", "--scenario", "tpcc", "--out", "/dev/null"])
         .output()
-        .expect("run walrus bench compare");
+        .expect("run walrus-bench compare");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
         text(&o).contains("unknown scenario \"tpcc\""),
@@ -193,7 +193,7 @@ fn ctrl_c_stops_everything() {
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&err_path).unwrap())
         .spawn()
-        .expect("start walrus bench compare");
+        .expect("start walrus-bench compare");
     // Wait until a measured run is under way (both a server and pgbench are running).
     let start = Instant::now();
     loop {

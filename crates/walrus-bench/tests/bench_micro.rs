@@ -1,4 +1,4 @@
-//! `walrus bench micro` end to end on a real disk: the commit measurements run, report a
+//! `walrus-bench micro` end to end on a real disk: the commit measurements run, report a
 //! positive number on every row they own, and leave no scratch directory behind. (The
 //! numbers themselves are benchmarks, recorded in BENCHMARKS.md, not asserted here.)
 

@@ -136,3 +136,22 @@ fn powerloss_tpcb_none_fdatasync() {
         false,
     );
 }
+
+/// Asynchronous commit: acknowledged commits may be lost (counted, and each worker's lost
+/// commits must be its last ones), but never atomicity. Commit-status pages carry the LSN
+/// of the commit records they reflect and are written only after WAL reaches it; a page
+/// written first would survive a power cut that lost the record, and recovery would find
+/// a "committed" transaction whose changes are gone.
+#[test]
+fn powerloss_tpcb_fpw_synchronous_commit_off() {
+    powerloss_cycles(
+        &[
+            "page_protection=fpw",
+            "wal_sync_method=fdatasync",
+            "synchronous_commit=off",
+            "clog_buffers=2",
+        ],
+        0.3,
+        true,
+    );
+}

@@ -57,6 +57,9 @@ pub use vacuum::{FreezeReport, VacuumReport};
 
 struct Inner {
     dir: PathBuf,
+    /// This process's lock on the data directory, released by a clean shutdown (or by
+    /// the kernel when the process dies).
+    dir_lock: Mutex<Option<crate::storage::dir_lock::DirLock>>,
     settings: Settings,
     control: Mutex<ControlFile>,
     pool: Arc<BufferPool>,

@@ -42,6 +42,16 @@ pub use error::{Error, Result};
 /// the commit-status log's files (`Clog::check_files`), without starting the engine (no
 /// recovery, no WAL). Returns one error per damaged page or clog problem.
 pub fn verify_data_directory(dir: &std::path::Path) -> Result<Vec<Error>> {
+    // Not a data directory: say so before creating a lock file in it.
+    drop(storage::control::ControlFile::open(dir)?);
+    // A live server's pages may be mid-write: verify only a directory nobody has open.
+    let lock = storage::dir_lock::DirLock::acquire(dir)?;
+    let result = verify_locked(dir);
+    lock.release();
+    result
+}
+
+fn verify_locked(dir: &std::path::Path) -> Result<Vec<Error>> {
     let control = storage::control::ControlFile::open(dir)?;
     let relfiles = storage::relfile::RelFiles::open(dir)?;
     let mut bad = Vec::new();

@@ -463,6 +463,7 @@ fn lookups_remove_index_entries_of_dead_chains() {
     // A commit makes the logged delete durable (a lookup alone commits nothing); then a
     // crash: replay removes the entry again.
     assert_eq!(update_alone(b, "0123456789abcdefghij").block, 0);
+    e.shutdown_immediate();
     drop(e);
     let (e, report) = Engine::open(dir.path()).unwrap();
     assert!(
@@ -869,6 +870,7 @@ fn table_counters_survive_a_clean_restart_but_not_a_crash() {
     );
     // A crash (no shutdown): the next open starts from zero.
     move_rows(&e, &def, 8..9, 100);
+    e.shutdown_immediate();
     drop(e);
     let (e, report) = Engine::open(dir.path()).unwrap();
     assert!(report.is_some(), "that was a crash");
@@ -1145,6 +1147,7 @@ fn a_freeze_pass_lets_a_checkpoint_truncate_the_clog_and_every_answer_stays_righ
     let mut t = e.begin(Isolation::ReadCommitted);
     change(&mut t, 40, Some("old")); // same value: a new version on a frozen page
     t.commit().unwrap();
+    e.shutdown_immediate();
     drop(e);
     let (e, report) = Engine::open(dir.path()).unwrap();
     assert!(report.is_some(), "that was a crash");

@@ -1,6 +1,5 @@
 //! `walrus serve` and `walrus stop`.
 
-use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,7 +24,7 @@ pub struct ServeArgs {
     config: Option<PathBuf>,
 }
 
-const PID_FILE: &str = "walrus.pid";
+use walrus_engine::storage::dir_lock::{is_held, LOCK_FILE as PID_FILE};
 
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     if !a.data.join("control").exists() {
@@ -85,9 +84,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    // Locked and written before recovery, so `walrus stop` and a second server see this
-    // process while it recovers.
-    let pid_file = PidFile::lock(&a.data)?;
+    // The engine locks the directory (walrus.pid) before recovery, so `walrus stop` and a
+    // second server see this process while it recovers.
     let (engine, report) = Engine::open_with(&a.data, settings)?;
     if let Some(r) = report {
         tracing::info!(
@@ -142,59 +140,8 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
     });
     server.run(&shutdown);
     engine.shutdown()?;
-    drop(pid_file);
     tracing::info!("walrus stopped");
     Ok(())
-}
-
-/// The data directory's pid file, exclusively locked (an advisory lock) for as long as
-/// this server runs, and removed when it ends. The kernel drops the lock when the process
-/// dies, however it dies, so a pid file left by a crash never blocks a restart — even
-/// when its pid now belongs to an unrelated process, or to a zombie nobody has reaped yet
-/// (checking that the pid exists got both wrong) — and two servers can never recover one
-/// directory at once.
-struct PidFile {
-    path: PathBuf,
-    /// Holds the lock; closing it releases the lock.
-    _file: std::fs::File,
-}
-
-impl Drop for PidFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
-    }
-}
-
-impl PidFile {
-    fn lock(data: &Path) -> anyhow::Result<PidFile> {
-        let path = data.join(PID_FILE);
-        let mut f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .with_context(|| format!("could not open {}", path.display()))?;
-        match f.try_lock() {
-            Ok(()) => {
-                f.set_len(0)?;
-                f.write_all(std::process::id().to_string().as_bytes())?;
-                Ok(PidFile { path, _file: f })
-            }
-            Err(std::fs::TryLockError::WouldBlock) => {
-                let mut pid = String::new();
-                let _ = f.read_to_string(&mut pid);
-                bail!(
-                    "another walrus (pid {}) is running on {}; stop it first",
-                    pid.trim(),
-                    data.display()
-                )
-            }
-            Err(std::fs::TryLockError::Error(e)) => {
-                Err(e).with_context(|| format!("could not lock {}", path.display()))
-            }
-        }
-    }
 }
 
 pub fn stop(dir: &Path) -> anyhow::Result<()> {
@@ -209,7 +156,7 @@ pub fn stop(dir: &Path) -> anyhow::Result<()> {
     let pid = pid.trim().to_string();
     // Nobody holds the pid file's lock: the process that wrote it is gone (a crash), and
     // signalling its pid could hit an unrelated process that reuses the number.
-    if !server_holds(&pid_path) {
+    if !is_held(&pid_path) {
         bail!(
             "walrus is not running on {} (its {} is left from pid {pid}, which ended)",
             dir.display(),
@@ -223,7 +170,7 @@ pub fn stop(dir: &Path) -> anyhow::Result<()> {
         bail!("could not signal walrus (pid {pid})");
     }
     let start = Instant::now();
-    while server_holds(&pid_path) {
+    while is_held(&pid_path) {
         if start.elapsed() > Duration::from_secs(120) {
             bail!("walrus (pid {pid}) did not stop within 120 s");
         }
@@ -237,12 +184,4 @@ pub fn stop(dir: &Path) -> anyhow::Result<()> {
         println!("walrus stopped");
     }
     Ok(())
-}
-
-/// Whether a running server holds the lock on the pid file at `path`.
-fn server_holds(path: &Path) -> bool {
-    match std::fs::File::open(path) {
-        Ok(f) => f.try_lock_shared().is_err(),
-        Err(_) => false,
-    }
 }

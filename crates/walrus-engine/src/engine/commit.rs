@@ -2,7 +2,9 @@
 //! without either.
 //!
 //! Commit protocol (DESIGN §6): WAL commit record → flush (group commit) → clog bits →
-//! release the transaction's row locks (wake waiters). The commit record is inserted and
+//! release the transaction's row locks (wake waiters). With `synchronous_commit = off`
+//! the flush is skipped; the clog page then carries the record's end LSN and is written
+//! only after WAL is flushed that far. The commit record is inserted and
 //! the clog set under the shared `commit_barrier`, so a checkpoint's redo LSN never
 //! falls between them.
 
@@ -29,7 +31,9 @@ impl Transaction {
             if inner.settings.synchronous_commit || !self.dropped.is_empty() {
                 wal.flush(end);
             }
-            inner.txn.clog.set_status(xid, XidStatus::Committed);
+            // The page holding this status is not written before WAL reaches `end`
+            // (it may not be yet, with synchronous_commit = off).
+            inner.txn.clog.set_status_at(xid, XidStatus::Committed, end);
         }
         inner.txn.finish(self.proc, true);
         let mut unlinked = Ok(());

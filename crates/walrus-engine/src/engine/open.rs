@@ -22,6 +22,7 @@ use crate::catalog::CATALOG_RELFILE;
 use crate::error::{Error, Result};
 use crate::settings::Settings;
 use crate::storage::control::{ControlData, ControlFile, DbState, FORMAT_VERSION};
+use crate::storage::dir_lock::DirLock;
 use crate::txn::clog::Clog;
 use crate::txn::TxnManager;
 use crate::wal::segment::{Segments, SyncMethod};
@@ -118,6 +119,9 @@ impl Engine {
                     .into(),
             });
         }
+        // Before anything is read or recovered: a second opener must not touch files a
+        // live server is changing.
+        let dir_lock = DirLock::acquire(dir)?;
         let control = ControlFile::open(dir)?;
         let cd = control.data().clone();
         settings.wal_segment_size = cd.wal_segment_size;
@@ -165,6 +169,10 @@ impl Engine {
             },
             _ => Error::io("open commit-status log", dir.join("clog").display(), e),
         })?;
+        // WAL before commit-status pages (asynchronous commits' statuses are set before
+        // their record is durable). Recovery sets statuses from WAL already on disk.
+        let flush_wal = wal.clone();
+        clog.set_wal_flush(Box::new(move |lsn| flush_wal.flush(Lsn(lsn))));
         let txn = TxnManager::new(clog, cd.next_xid);
         let page_writers = PageWriters::start(
             pool.clone(),
@@ -206,6 +214,7 @@ impl Engine {
         }
         let inner = Arc::new(Inner {
             dir: dir.to_path_buf(),
+            dir_lock: Mutex::new(Some(dir_lock)),
             settings,
             control: Mutex::new(control),
             pool,
@@ -283,6 +292,35 @@ impl Engine {
         Ok((engine, report))
     }
 
+    /// Immediate shutdown, like `pg_ctl stop -m immediate`: stops the background threads
+    /// without a checkpoint and releases the directory. Nothing more reaches the disk, so
+    /// the next open runs crash recovery. Used to simulate a crash in-process; dropping
+    /// an engine without any shutdown leaves its threads running and the directory
+    /// locked.
+    pub fn shutdown_immediate(&self) {
+        if self.inner.shutting_down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        {
+            *self.inner.autovacuum_wake.0.lock() = true;
+            self.inner.autovacuum_wake.1.notify_all();
+        }
+        let bg = self.background.lock().take();
+        if let Some(mut bg) = bg {
+            if let Some(h) = bg.autovacuum.take() {
+                let _ = h.join();
+            }
+            if let Some(h) = bg.checkpointer.take() {
+                let _ = h.join();
+            }
+            bg.page_writers.stop();
+        }
+        if let Some(lock) = self.inner.dir_lock.lock().take() {
+            // Not `release`: the pid file stays, as after a crash.
+            drop(lock);
+        }
+    }
+
     /// Clean shutdown: final checkpoint, control file marked shut down.
     pub fn shutdown(&self) -> Result<()> {
         if self.inner.shutting_down.swap(true, Ordering::AcqRel) {
@@ -312,6 +350,9 @@ impl Engine {
         let mut d = c.data().clone();
         d.state = DbState::ShutDown;
         c.update(d)?;
+        if let Some(lock) = self.inner.dir_lock.lock().take() {
+            lock.release();
+        }
         Ok(())
     }
 }

@@ -3,5 +3,6 @@
 #![doc = include_str!("README.md")]
 
 pub mod control;
+pub mod dir_lock;
 pub mod page;
 pub mod relfile;

@@ -131,6 +131,13 @@ struct Slot {
     referenced: AtomicBool,
     /// Replacement sequence: odd while the slot's contents are being replaced.
     seq: AtomicU64,
+    /// The highest WAL position (end of a commit record) whose status this page holds
+    /// since it was loaded (PostgreSQL's group LSN of a CLOG page): the page is written
+    /// only after WAL is flushed that far. With `synchronous_commit = off` a commit's
+    /// status is set before its record is durable; written out first, it would survive a
+    /// crash that lost the record (and the xid's reservation, so the xid could be handed
+    /// out again and be "committed" at once).
+    wal_lsn: AtomicU64,
     words: Box<[AtomicU64]>,
 }
 
@@ -150,6 +157,7 @@ pub struct ClogStats {
 struct Pending {
     xid: Xid,
     status: XidStatus,
+    wal_lsn: u64,
     done: Arc<(Mutex<bool>, Condvar)>,
 }
 
@@ -185,6 +193,8 @@ pub struct Clog {
     space_lock: Mutex<()>,
     /// Statuses of xids below this were truncated away (see the module comment).
     oldest_xid: AtomicU64,
+    /// Flushes WAL up to a position (set by the engine; see `Slot::wal_lsn`).
+    wal_flush: std::sync::OnceLock<Box<dyn Fn(u64) + Send + Sync>>,
 }
 
 /// Xids one segment file holds.
@@ -243,6 +253,7 @@ impl Clog {
                 dirty: AtomicBool::new(false),
                 referenced: AtomicBool::new(false),
                 seq: AtomicU64::new(0),
+                wal_lsn: AtomicU64::new(0),
                 words: (0..WORDS).map(|_| AtomicU64::new(0)).collect(),
             })
             .collect();
@@ -257,7 +268,14 @@ impl Clog {
             space_ready_upto: std::sync::atomic::AtomicU64::new(want * XIDS_PER_SEGMENT),
             space_lock: Mutex::new(()),
             oldest_xid: AtomicU64::new(oldest_seg * XIDS_PER_SEGMENT),
+            wal_flush: std::sync::OnceLock::new(),
         })
+    }
+
+    /// How a dirty page's WAL is made durable before the page is written (the engine
+    /// passes the WAL's flush). Until set (recovery, tests), pages carry no WAL position.
+    pub fn set_wal_flush(&self, flush: Box<dyn Fn(u64) + Send + Sync>) {
+        let _ = self.wal_flush.set(flush);
     }
 
     /// The first thing wrong with the segment files in `dir` for a clog that keeps
@@ -518,7 +536,12 @@ impl Clog {
         self.pool_lock.lock()
     }
 
-    fn set_on(&self, s: &Slot, word: usize, shift: u32, status: XidStatus, xid: Xid) {
+    fn set_on(&self, s: &Slot, word: usize, shift: u32, status: XidStatus, xid: Xid, lsn: u64) {
+        // The position first: a writer that copies the new bits then reads it (see
+        // `write_slot`) flushes WAL at least this far.
+        if lsn > 0 {
+            s.wal_lsn.fetch_max(lsn, SeqCst);
+        }
         let prev = s.words[word].fetch_or((status as u64) << shift, SeqCst);
         let old = XidStatus::from_bits(prev >> shift);
         assert!(
@@ -528,8 +551,15 @@ impl Clog {
         s.dirty.store(true, SeqCst);
     }
 
-    /// Records the final status of `xid`.
+    /// Records the final status of `xid` whose WAL needs no flush before the page is
+    /// written: an abort, or a status replayed from WAL already on disk.
     pub fn set_status(&self, xid: Xid, status: XidStatus) {
+        self.set_status_at(xid, status, walrus_base::Lsn::ZERO);
+    }
+
+    /// Records the final status of `xid`, set by the WAL record ending at `wal_lsn`: the
+    /// page is not written before WAL is flushed to there.
+    pub fn set_status_at(&self, xid: Xid, status: XidStatus, wal_lsn: walrus_base::Lsn) {
         assert!(
             status != XidStatus::InProgress,
             "cannot set an xid back to in progress"
@@ -544,21 +574,22 @@ impl Clog {
         );
         let (page, word, shift) = Clog::locate(xid);
         if let Some(s) = self.pin(page) {
-            self.set_on(s, word, shift, status, xid);
+            self.set_on(s, word, shift, status, xid, wal_lsn.0);
             s.unpin();
             self.counters.fast_path_sets.fetch_add(1, SeqCst);
             return;
         }
-        self.group_update(xid, status);
+        self.group_update(xid, status, wal_lsn.0);
     }
 
-    fn group_update(&self, xid: Xid, status: XidStatus) {
+    fn group_update(&self, xid: Xid, status: XidStatus, wal_lsn: u64) {
         let done = Arc::new((Mutex::new(false), Condvar::new()));
         let lead = {
             let mut p = self.pending.lock();
             p.0.push(Pending {
                 xid,
                 status,
+                wal_lsn,
                 done: done.clone(),
             });
             if p.1 {
@@ -597,7 +628,7 @@ impl Clog {
                 let (page, word, shift) = Clog::locate(u.xid);
                 loop {
                     if let Some(s) = self.pin(page) {
-                        self.set_on(s, word, shift, u.status, u.xid);
+                        self.set_on(s, word, shift, u.status, u.xid, u.wal_lsn);
                         s.unpin();
                         break;
                     }
@@ -653,6 +684,14 @@ impl Clog {
         let mut buf = vec![0u8; CLOG_PAGE_BYTES];
         for (i, w) in s.words.iter().enumerate() {
             buf[i * 8..i * 8 + 8].copy_from_slice(&w.load(SeqCst).to_le_bytes());
+        }
+        // WAL before the commit-status page: read after the words, so every status
+        // copied above has its position included (setters store it before the bits).
+        let lsn = s.wal_lsn.load(SeqCst);
+        if lsn > 0 {
+            if let Some(flush) = self.wal_flush.get() {
+                flush(lsn);
+            }
         }
         let seg = page / PAGES_PER_SEGMENT;
         io::write_at(
@@ -728,6 +767,8 @@ impl Clog {
 
     /// Reads `page` into `victim` (which is being replaced: its sequence is odd).
     fn load_slot(&self, victim: &Slot, page: u64) -> std::io::Result<()> {
+        // The previous page's statuses were written (after their WAL) or were clean.
+        victim.wal_lsn.store(0, SeqCst);
         let mut buf = vec![0u8; CLOG_PAGE_BYTES];
         let seg = page / PAGES_PER_SEGMENT;
         let path = self.seg_path(seg);
@@ -796,6 +837,50 @@ impl Clog {
 mod tests {
     use super::*;
     use std::fs::OpenOptions;
+
+    /// WAL before commit-status pages: a page holding an asynchronous commit's status is
+    /// written (by a checkpoint, or by an eviction) only after WAL is flushed to the end
+    /// of that commit record; a page holding only statuses without a position (aborts,
+    /// recovery) asks for no flush. The flush callback sees the file still without the
+    /// status, i.e. it runs before the write.
+    #[test]
+    fn a_page_is_written_only_after_the_wal_of_its_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Clog::open(dir.path(), 2).unwrap();
+        c.reserve_space(3, 4 * XIDS_PER_PAGE).unwrap();
+        let flushed: Arc<Mutex<Vec<(u64, u8)>>> = Arc::default();
+        let log = flushed.clone();
+        let seg0 = dir.path().join(format!("{:012X}", 0));
+        c.set_wal_flush(Box::new(move |lsn| {
+            // What page 0's first byte holds on disk at flush time.
+            let mut b = [0u8; 1];
+            File::open(&seg0).unwrap().read_exact_at(&mut b, 0).unwrap();
+            log.lock().push((lsn, b[0]));
+        }));
+        c.set_status_at(Xid(3), XidStatus::Committed, walrus_base::Lsn(1000));
+        c.set_status(Xid(4), XidStatus::Aborted);
+        c.flush_all().unwrap();
+        assert_eq!(*flushed.lock(), vec![(1000, 0)], "flush before the write");
+        // Evictions: pages 1 and 2 push page 0 out and back; page 1's commit at 2000
+        // must be flushed before page 1 is written.
+        c.set_status_at(
+            Xid(XIDS_PER_PAGE + 1),
+            XidStatus::Committed,
+            walrus_base::Lsn(2000),
+        );
+        c.set_status(Xid(2 * XIDS_PER_PAGE + 1), XidStatus::Aborted);
+        c.set_status(Xid(3 * XIDS_PER_PAGE + 1), XidStatus::Aborted);
+        c.flush_all().unwrap();
+        let seen: Vec<u64> = flushed.lock().iter().map(|f| f.0).collect();
+        assert!(
+            seen.contains(&2000),
+            "page 1 written without its WAL: {seen:?}"
+        );
+        assert!(
+            seen.iter().all(|&l| l == 1000 || l == 2000),
+            "a page without commit positions asked for a flush: {seen:?}"
+        );
+    }
 
     #[test]
     fn statuses_survive_replacement_and_reopen() {
