@@ -76,6 +76,12 @@ pub struct CheckArgs {
     /// may not be followed by a surviving one of the same worker (WAL is a prefix).
     #[arg(long)]
     allow_lost_acks: bool,
+    /// With --allow-lost-acks: the power was cut at this time (ms since the epoch), and
+    /// commits acknowledged more than --loss-window-ms before it must have survived.
+    #[arg(long)]
+    cut_at_ms: Option<u64>,
+    #[arg(long, default_value_t = 600)]
+    loss_window_ms: u64,
     #[arg(long = "set")]
     set: Vec<String>,
 }
@@ -226,6 +232,14 @@ fn add_to(
 }
 
 /// `walrus-bench demo`: create the directory if needed and run the load for `seconds`.
+/// Milliseconds since the Unix epoch (the acknowledgement file's clock).
+pub fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 pub fn demo(data: &std::path::Path, seconds: u64, threads: usize) -> anyhow::Result<()> {
     if !data.join("control").exists() {
         Engine::init(data, None)?;
@@ -332,8 +346,10 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
                     Ok(()) => {
                         t.commit()?;
                         committed.fetch_add(1, Ordering::Relaxed);
-                        // One write(2) per line: a kill cannot leave half a line.
-                        let line = format!("{tag} {delta}\n");
+                        // One write(2) per line: a kill cannot leave half a line. The
+                        // third field is when the commit was acknowledged (ms since the
+                        // epoch), for the asynchronous-commit loss bound.
+                        let line = format!("{tag} {delta} {}\n", epoch_ms());
                         let mut f = acks.lock().expect("acks lock");
                         f.write_all(line.as_bytes())?;
                     }
@@ -467,6 +483,7 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
             (Some(tag), Some(delta)) => tag.parse::<i64>().ok().zip(delta.parse::<i32>().ok()),
             _ => None,
         };
+        let acked_at: Option<u64> = it.next().and_then(|t| t.parse().ok());
         let Some((tag, delta)) = parsed else {
             // Only the very last line may be cut short by the kill.
             if i + 1 == lines.len() {
@@ -488,6 +505,16 @@ pub fn check(a: CheckArgs) -> anyhow::Result<()> {
             }
             Some(&d) => bail!("acknowledged commit {tag} has delta {d}, expected {delta}"),
             None if a.allow_lost_acks => {
+                if let (Some(cut), Some(at)) = (a.cut_at_ms, acked_at) {
+                    if at + a.loss_window_ms < cut {
+                        bail!(
+                            "commit {tag}, acknowledged {} ms before the power cut, was lost \
+                             (the bound is {} ms)",
+                            cut - at,
+                            a.loss_window_ms
+                        );
+                    }
+                }
                 lost += 1;
                 lost_workers.entry(tag >> 32).or_insert(tag);
             }

@@ -103,6 +103,7 @@ pub struct Engine {
 
 struct Background {
     page_writers: PageWriters,
+    wal_writer: Option<crate::wal::writer::WalWriter>,
     checkpointer: Option<JoinHandle<()>>,
     autovacuum: Option<JoinHandle<()>>,
 }

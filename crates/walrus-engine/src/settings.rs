@@ -25,6 +25,10 @@ pub struct Settings {
     pub page_protection: PageProtection,
     pub wal_compression: bool,
     pub synchronous_commit: bool,
+    /// The WAL writer's sleep between rounds (PostgreSQL's `wal_writer_delay`).
+    pub wal_writer_delay: Duration,
+    /// Unflushed WAL that wakes the WAL writer early (`wal_writer_flush_after`).
+    pub wal_writer_flush_after_bytes: u64,
     pub pagewriter_threads: usize,
     pub bgwriter_delay: Duration,
     pub clog_buffers: usize,
@@ -59,6 +63,8 @@ impl Default for Settings {
             page_protection: PageProtection::Fpw,
             wal_compression: false,
             synchronous_commit: true,
+            wal_writer_delay: Duration::from_millis(200),
+            wal_writer_flush_after_bytes: 1 << 20,
             pagewriter_threads: 1,
             bgwriter_delay: Duration::from_millis(10),
             clog_buffers: 32,
@@ -102,8 +108,13 @@ wal_sync_method = "fdatasync"
 page_protection = "fpw"
 # Compress full-page images: off | lz4
 wal_compression = "off"
-# Wait for the WAL flush at commit.
+# Wait for the WAL flush at commit. With "off" a commit returns before its WAL is
+# durable; the WAL writer flushes it within 3 x wal_writer_delay.
 synchronous_commit = "on"
+# The WAL writer flushes every wal_writer_delay (1ms..10s), and early once
+# wal_writer_flush_after of WAL is waiting (0: at every asynchronous commit).
+wal_writer_delay = "200ms"
+wal_writer_flush_after = "1MB"
 # Page-writer threads and their sleep between rounds.
 pagewriter_threads = 1
 bgwriter_delay = "10ms"
@@ -271,6 +282,18 @@ impl Settings {
                     .ok()
                     .filter(|n| (1..=16).contains(n))
                     .ok_or_else(|| bad("expected 1..16"))?
+            }
+            "wal_writer_delay" => {
+                // PostgreSQL's range: 1 ms to 10 s.
+                self.wal_writer_delay = parse_duration(value)
+                    .filter(|d| (Duration::from_millis(1)..=Duration::from_secs(10)).contains(d))
+                    .ok_or_else(|| bad("expected a duration between 1ms and 10s"))?
+            }
+            "wal_writer_flush_after" => {
+                // PostgreSQL's range: 0 to 2147483647 pages of 8 kB (0: flush at once).
+                self.wal_writer_flush_after_bytes = parse_size(value)
+                    .filter(|&b| b / 8192 <= i32::MAX as u64)
+                    .ok_or_else(|| bad("expected a size (0 flushes at every commit)"))?
             }
             "bgwriter_delay" => {
                 self.bgwriter_delay =

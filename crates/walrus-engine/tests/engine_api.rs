@@ -1329,3 +1329,91 @@ fn an_unreadable_clog_segment_fails_the_freeze_pass_and_hides_no_row() {
     t.rollback().unwrap();
     e.shutdown().unwrap();
 }
+
+/// With `synchronous_commit = off` and nothing else happening (no other commit, no
+/// checkpoint), the WAL writer makes an asynchronous commit durable within 3 ×
+/// `wal_writer_delay`; DDL commits are flushed at once whatever the setting.
+#[test]
+fn the_wal_writer_flushes_an_idle_asynchronous_commit_within_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_with(
+        dir.path(),
+        &[
+            ("synchronous_commit", "\"off\""),
+            ("wal_writer_delay", "\"100ms\""),
+            ("wal_writer_flush_after", "\"1GB\""),
+            ("checkpoint_timeout", "\"1h\""),
+            ("autovacuum", "\"off\""),
+        ],
+    );
+    let def = table(&e);
+    assert!(
+        e.wal().flushed_lsn() >= e.wal().insert_lsn(),
+        "CREATE TABLE's commit was not flushed at once"
+    );
+    let flushes_before = e
+        .wal()
+        .stats
+        .writer_flushes
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(1, "async")).unwrap();
+    t.commit().unwrap();
+    let end = e.wal().insert_lsn();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        e.wal().flushed_lsn() >= end,
+        "after 3 x wal_writer_delay the commit ending at {end} is still not durable (flushed {})",
+        e.wal().flushed_lsn()
+    );
+    assert!(
+        e.wal()
+            .stats
+            .writer_flushes
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > flushes_before,
+        "the WAL writer did not flush"
+    );
+    e.shutdown().unwrap();
+}
+
+/// Filling several 1 MB segments: the WAL writer (and the checkpointer) create every
+/// segment ahead of the insert position; no session has to create one.
+#[test]
+fn segments_are_prepared_ahead_of_the_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_with(
+        dir.path(),
+        &[
+            ("wal_writer_delay", "\"10ms\""),
+            ("checkpoint_timeout", "\"1h\""),
+            ("max_wal_size", "\"1GB\""),
+        ],
+    );
+    let def = table(&e);
+    let start = e.wal().insert_lsn();
+    let mut id = 0;
+    while e.wal().insert_lsn().distance_from(start) < 6 << 20 {
+        let mut t = e.begin(Isolation::ReadCommitted);
+        for _ in 0..50 {
+            id += 1;
+            t.insert(&def, &row(id, &"w".repeat(400))).unwrap();
+        }
+        t.commit().unwrap();
+        // A session's pace, not a bulk load's: the writer gets its rounds.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let s = &e.wal().stats;
+    let by_sessions = s
+        .segments_created_by_sessions
+        .load(std::sync::atomic::Ordering::Relaxed);
+    let ahead = s
+        .segments_prepared_ahead
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(ahead >= 6, "only {ahead} segments were prepared ahead");
+    assert_eq!(
+        by_sessions, 0,
+        "sessions created {by_sessions} segments themselves"
+    );
+    e.shutdown().unwrap();
+}

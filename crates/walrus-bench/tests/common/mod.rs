@@ -82,7 +82,14 @@ impl Cluster {
             .arg(&self.data)
             .arg("--acks")
             .arg(&self.acks)
-            .args(["--threads", &threads.to_string(), "--checkpoint-ms", "150"])
+            .args(["--threads", &threads.to_string()])
+            .args(
+                // A checkpoint every 150 ms unless the test chose its own interval.
+                (!self.run_args.iter().any(|a| a == "--checkpoint-ms"))
+                    .then_some(["--checkpoint-ms", "150"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(&self.run_args)
             .args(extra)
             .args(self.set_args())

@@ -28,8 +28,14 @@ impl Transaction {
         {
             let _barrier = inner.txn.commit_barrier.read();
             let (_, end) = wal.insert(&xlog::xact_record(xid, true, &self.dropped), &[]);
-            if inner.settings.synchronous_commit || !self.dropped.is_empty() {
+            // DDL (a catalog change, a dropped file) is always durable at commit, as in
+            // PostgreSQL: an asynchronous CREATE TABLE could otherwise vanish in a crash
+            // after rows were acknowledged into it.
+            if inner.settings.synchronous_commit || !self.dropped.is_empty() || self.catalog_changed
+            {
                 wal.flush(end);
+            } else {
+                wal.note_async_commit(end);
             }
             // The page holding this status is not written before WAL reaches `end`
             // (it may not be yet, with synchronous_commit = off).

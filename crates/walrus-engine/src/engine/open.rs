@@ -252,6 +252,18 @@ impl Engine {
             d.state = DbState::InProduction;
             c.update(d)?;
         }
+        // Segments for the first writes exist before any session asks, and the WAL
+        // writer keeps them ahead from now on.
+        inner
+            .pool
+            .wal
+            .set_writer_flush_after(inner.settings.wal_writer_flush_after_bytes);
+        inner.pool.wal.preallocate_next()?;
+        let wal_writer = crate::wal::writer::WalWriter::start(
+            inner.pool.wal.clone(),
+            inner.settings.wal_writer_delay,
+        )
+        .map_err(|e| Error::io("start WAL writer thread", "", e))?;
         let ckpt_inner = inner.clone();
         let checkpointer = std::thread::Builder::new()
             .name("walrus-checkpointer".into())
@@ -277,6 +289,7 @@ impl Engine {
         };
         *engine.background.lock() = Some(Background {
             page_writers,
+            wal_writer: Some(wal_writer),
             checkpointer: Some(checkpointer),
             autovacuum,
         });
@@ -313,6 +326,9 @@ impl Engine {
             if let Some(h) = bg.checkpointer.take() {
                 let _ = h.join();
             }
+            if let Some(w) = bg.wal_writer.take() {
+                w.stop();
+            }
             bg.page_writers.stop();
         }
         if let Some(lock) = self.inner.dir_lock.lock().take() {
@@ -338,6 +354,9 @@ impl Engine {
             }
             if let Some(h) = bg.checkpointer.take() {
                 let _ = h.join();
+            }
+            if let Some(w) = bg.wal_writer.take() {
+                w.stop();
             }
             run_checkpoint(&self.inner, CheckpointReason::Shutdown)?;
             bg.page_writers.stop();

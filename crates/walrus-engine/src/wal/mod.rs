@@ -5,6 +5,7 @@ mod group_commit;
 pub mod reader;
 pub mod record;
 pub mod segment;
+pub mod writer;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +57,12 @@ pub struct WalStats {
     /// Committers that found their LSN already flushed by someone else's sync.
     pub flush_piggybacks: AtomicU64,
     pub buffer_full_waits: AtomicU64,
+    /// Flushes the WAL writer made (it found WAL inserted but not flushed).
+    pub writer_flushes: AtomicU64,
+    /// Segments created ahead of need (WAL writer, checkpointer).
+    pub segments_prepared_ahead: AtomicU64,
+    /// Segments a session had to create itself before it could write (`ensure_headroom`).
+    pub segments_created_by_sessions: AtomicU64,
 }
 
 pub struct WalConfig {
@@ -88,6 +95,11 @@ pub struct Wal {
     /// The leader's batching rule, learned from its own results (see `lead_flush`).
     batch_wait: BatchWait,
     space: (Mutex<()>, Condvar),
+    /// Wakes the WAL writer early (`wake_writer`); the flag avoids a notify per caller.
+    writer_wake: (Mutex<()>, Condvar),
+    writer_wake_pending: AtomicBool,
+    /// Unflushed WAL at which an asynchronous commit wakes the writer.
+    writer_flush_after: AtomicU64,
     compress_images: bool,
     policy: Mutex<ImagePolicy>,
     policy_fast: AtomicBool,
@@ -136,6 +148,9 @@ impl Wal {
             sync_ns_avg: AtomicU64::new(0),
             batch_wait: BatchWait::default(),
             space: (Mutex::new(()), Condvar::new()),
+            writer_wake: (Mutex::new(()), Condvar::new()),
+            writer_wake_pending: AtomicBool::new(false),
+            writer_flush_after: AtomicU64::new(1 << 20),
             compress_images: cfg.compress_images,
             policy: Mutex::new(policy),
             policy_fast: AtomicBool::new(policy.logs_images()),
@@ -229,6 +244,11 @@ impl Wal {
             // SAFETY: [start, start+len) was reserved above for this call alone, and
             // wait_for_space made sure its previous ring contents are written out.
             unsafe { self.ring.copy_in(start, buf) };
+            // Half the ring waits to be written: the WAL writer should write it before
+            // an inserter finds the ring full and has to.
+            if start.0 - self.written.load(Ordering::Relaxed) > self.ring.capacity() / 2 {
+                self.wake_writer();
+            }
             let s = &self.slots[slot];
             s.in_progress.store(SLOT_IDLE, Ordering::Release);
             // Only the slot's owner (we hold `owner`) writes these: no locked RMW needed.
@@ -455,6 +475,38 @@ impl Wal {
         self.flushed.fetch_max(limit.0, Ordering::AcqRel);
     }
 
+    /// Wakes the WAL writer before its delay is over (at most one notify per round).
+    pub fn wake_writer(&self) {
+        if !self.writer_wake_pending.swap(true, Ordering::AcqRel) {
+            let _g = self.writer_wake.0.lock();
+            self.writer_wake.1.notify_one();
+        }
+    }
+
+    /// The WAL writer's sleep: `delay`, or less when woken.
+    pub(crate) fn writer_sleep(&self, delay: std::time::Duration) {
+        let mut g = self.writer_wake.0.lock();
+        if !self.writer_wake_pending.load(Ordering::Acquire) {
+            self.writer_wake.1.wait_for(&mut g, delay);
+        }
+        self.writer_wake_pending.store(false, Ordering::Release);
+    }
+
+    /// Sets `wal_writer_flush_after`.
+    pub fn set_writer_flush_after(&self, bytes: u64) {
+        self.writer_flush_after.store(bytes, Ordering::Relaxed);
+    }
+
+    /// An asynchronous commit's record ends at `end`: wake the WAL writer now when
+    /// `wal_writer_flush_after` of WAL waits unflushed (PostgreSQL's
+    /// XLogSetAsyncXactLSN); otherwise its next round flushes it.
+    pub fn note_async_commit(&self, end: Lsn) {
+        let waiting = end.0.saturating_sub(self.flushed.load(Ordering::Relaxed));
+        if waiting >= self.writer_flush_after.load(Ordering::Relaxed) {
+            self.wake_writer();
+        }
+    }
+
     /// Flushes everything inserted so far.
     pub fn flush_all(&self) -> Lsn {
         let upto = self.inserted_upto();
@@ -493,7 +545,10 @@ impl Wal {
             .segments
             .segno(Lsn(self.reserved_pos.load(Ordering::Relaxed)));
         let to = self.segments.segno(Lsn(want - 1));
-        self.make_segments(from, to)?;
+        let made = self.make_segments(from, to)?;
+        self.stats
+            .segments_created_by_sessions
+            .fetch_add(made, Ordering::Relaxed);
         self.segments_ready_upto
             .fetch_max((to + 1) * self.segments.segment_size, Ordering::Release);
         Ok(())
@@ -507,17 +562,23 @@ impl Wal {
         let insert = self.reserved_pos.load(Ordering::Relaxed);
         let from = self.segments.segno(Lsn(insert)) + 1;
         let to = self.segments.segno(Lsn(insert + WAL_HEADROOM_BYTES)) + 1;
-        self.make_segments(from, to)
+        let made = self.make_segments(from, to)?;
+        self.stats
+            .segments_prepared_ahead
+            .fetch_add(made, Ordering::Relaxed);
+        Ok(())
     }
 
-    /// Creates (recycled or zero-filled) the segments `from..=to` that do not exist.
-    fn make_segments(&self, from: u64, to: u64) -> Result<()> {
+    /// Creates (recycled or zero-filled) the segments `from..=to` that do not exist;
+    /// returns how many it created.
+    fn make_segments(&self, from: u64, to: u64) -> Result<u64> {
+        let mut made = 0;
         for segno in from..=to {
-            if !self.segments.exists(segno) {
-                self.segments.preallocate(segno)?;
+            if !self.segments.exists(segno) && self.segments.preallocate(segno)? {
+                made += 1;
             }
         }
-        Ok(())
+        Ok(made)
     }
 }
 

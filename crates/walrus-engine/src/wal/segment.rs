@@ -152,13 +152,18 @@ impl Segments {
 
     /// The segment file, created (recycled or zero-filled) if it does not exist.
     fn open_or_create(&self, segno: u64) -> Result<Arc<File>> {
+        Ok(self.open_or_create_counted(segno)?.0)
+    }
+
+    /// [`Segments::open_or_create`], and whether this call created the file.
+    fn open_or_create_counted(&self, segno: u64) -> Result<(Arc<File>, bool)> {
         if let Some(f) = self.open_existing(segno)? {
-            return Ok(f);
+            return Ok((f, false));
         }
         let _files = self.files.lock();
         // Another thread may have created it while we waited.
         if let Some(f) = self.open_existing(segno)? {
-            return Ok(f);
+            return Ok((f, false));
         }
         let path = self.path(segno);
         let tmp = self.dir.join(format!("{segno:016X}.tmp"));
@@ -183,7 +188,10 @@ impl Segments {
         io::rename(FileKind::Wal, &tmp, &path)
             .map_err(|e| Error::io("rename WAL segment", path.display(), e))?;
         sync_dir(&self.dir)?;
-        Ok(self.open_existing(segno)?.expect("segment just created"))
+        Ok((
+            self.open_existing(segno)?.expect("segment just created"),
+            true,
+        ))
     }
 
     /// Writes `bytes` at `lsn`, across segment boundaries as needed.
@@ -276,9 +284,10 @@ impl Segments {
         Ok((recycled, removed))
     }
 
-    /// Creates segment `segno` ahead of need (called off the commit path).
-    pub fn preallocate(&self, segno: u64) -> Result<()> {
-        self.open_or_create(segno).map(|_| ())
+    /// Creates segment `segno` ahead of need (called off the commit path); false when it
+    /// existed already (another thread made it first).
+    pub fn preallocate(&self, segno: u64) -> Result<bool> {
+        Ok(self.open_or_create_counted(segno)?.1)
     }
 }
 
