@@ -112,7 +112,7 @@ pub fn init(
          min_wal_size = 32MB\n\
          checkpoint_timeout = {}\n\
          fsync = on\n\
-         synchronous_commit = on\n\
+         synchronous_commit = {}\n\
          full_page_writes = {}\n\
          wal_sync_method = fdatasync\n\
          log_checkpoints = on\n\
@@ -122,6 +122,7 @@ pub fn init(
         s.shared_buffers,
         s.max_wal_size,
         s.checkpoint_timeout,
+        if s.synchronous_commit { "on" } else { "off" },
         if s.page_images { "on" } else { "off" }
     );
     let path = data.join("postgresql.conf");

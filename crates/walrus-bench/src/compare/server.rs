@@ -37,6 +37,8 @@ pub struct Settings {
     /// Move the WAL directory to tmpfs (`/dev/shm`) after initialisation.
     pub wal_on_tmpfs: bool,
     pub max_connections: u32,
+    /// `synchronous_commit` (on: every commit waits for its WAL flush).
+    pub synchronous_commit: bool,
 }
 
 impl Settings {
@@ -48,6 +50,7 @@ impl Settings {
             page_images: true,
             wal_on_tmpfs: false,
             max_connections: 200,
+            synchronous_commit: true,
         }
     }
 }

@@ -40,13 +40,14 @@ pub fn init(tools: &Tools, data: &Path, s: &Settings, _root: &Path) -> anyhow::R
          max_wal_size = \"{}\"\n\
          checkpoint_timeout = \"{}\"\n\
          fsync = \"on\"\n\
-         synchronous_commit = \"on\"\n\
+         synchronous_commit = \"{}\"\n\
          page_protection = \"{}\"\n\
          wal_sync_method = \"fdatasync\"\n",
         s.max_connections,
         s.shared_buffers,
         s.max_wal_size,
         s.checkpoint_timeout,
+        if s.synchronous_commit { "on" } else { "off" },
         if s.page_images { "fpw" } else { "none" }
     );
     std::fs::write(config_path(data), conf)?;

@@ -31,8 +31,10 @@ impl Transaction {
             // DDL (a catalog change, a dropped file) is always durable at commit, as in
             // PostgreSQL: an asynchronous CREATE TABLE could otherwise vanish in a crash
             // after rows were acknowledged into it.
-            if inner.settings.synchronous_commit || !self.dropped.is_empty() || self.catalog_changed
-            {
+            let synchronous = self
+                .synchronous_commit
+                .unwrap_or(inner.settings.synchronous_commit);
+            if synchronous || !self.dropped.is_empty() || self.catalog_changed {
                 wal.flush(end);
             } else {
                 wal.note_async_commit(end);

@@ -40,6 +40,9 @@ pub struct Transaction {
     interrupt: Option<Arc<AtomicBool>>,
     /// PostgreSQL's `lock_timeout` for this transaction's lock waits (`None`: wait on).
     lock_timeout: Option<Duration>,
+    /// Whether commit waits for its WAL flush (`None`: the server's
+    /// `synchronous_commit`); the session sets it from its own `synchronous_commit`.
+    pub(super) synchronous_commit: Option<bool>,
     pub(super) finished: bool,
     /// This transaction's row changes per table, added to the tables' counters when it
     /// ends (a handful of tables: a linear search beats hashing).
@@ -69,6 +72,7 @@ impl Engine {
             catalog_changed: false,
             interrupt: None,
             lock_timeout: None,
+            synchronous_commit: None,
             finished: false,
             activity: Vec::new(),
             table_holds: Vec::new(),
@@ -94,6 +98,14 @@ impl Transaction {
     /// statement from `lock_timeout`.
     pub fn set_lock_timeout(&mut self, timeout: Option<Duration>) {
         self.lock_timeout = timeout;
+    }
+
+    /// Whether this transaction's commit waits for its WAL to be durable (PostgreSQL's
+    /// `synchronous_commit`, which a session may change for itself). Off, the commit
+    /// returns before the flush and the WAL writer makes it durable within 3 ×
+    /// `wal_writer_delay`; commits that change the catalog are flushed regardless.
+    pub fn set_synchronous_commit(&mut self, on: bool) {
+        self.synchronous_commit = Some(on);
     }
 
     pub(super) fn lock_wait(&self) -> LockWait<'_> {
