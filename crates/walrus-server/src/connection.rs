@@ -636,6 +636,12 @@ fn copy_in(
                         (_, Err(e)) | (Err(e), _) => Err(e),
                     };
                 }
+                // A line still without its end is held whole: bounded by
+                // statement_memory_limit like any statement's rows.
+                if let (Ok(_), Err(e)) = (&loaded, s.check_copy_buffer(pending.len())) {
+                    loaded = Err(e);
+                    pending = Vec::new();
+                }
             }
             b'c' => {
                 if !pending.is_empty() && loaded.is_ok() {

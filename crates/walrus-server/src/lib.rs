@@ -21,6 +21,9 @@ mod connection;
 mod numeric;
 pub mod protocol;
 
+/// Validates the SQL layer's `statement_memory_limit` (for `walrus serve` at startup).
+pub use walrus_sql::statement_memory_limit;
+
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};

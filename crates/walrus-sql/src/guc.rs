@@ -266,6 +266,8 @@ const RESTART: &[&str] = &[
     "shared_buffers",
     "shared_memory_type",
     "shared_preload_libraries",
+    // walrus's own: the per-statement budget for materialised rows (`crate::memory`).
+    "statement_memory_limit",
     "superuser_reserved_connections",
     "track_activity_query_size",
     "track_commit_timestamp",
@@ -666,6 +668,7 @@ mod tests {
         assert_eq!(code("server_version"), "55P02");
         assert_eq!(code("shared_buffers"), "55P02");
         assert_eq!(code("checkpoint_timeout"), "55P02");
+        assert_eq!(code("statement_memory_limit"), "55P02");
         let e = check_settable("shared_buffers").unwrap_err();
         assert!(e.message.contains("without restarting"), "{}", e.message);
     }

@@ -26,7 +26,7 @@
 //! Dependencies run one way: `session` → `exec` → `plan` → `expr` → `value`/`error`, with
 //! `catalog_views` used by `exec` and importing neither; the shared leaves are `rel`
 //! (row shapes), `names`, `settings` (the read-only settings view), `result`, `guc`,
-//! `timeout` and `utility`. See `src/README.md`.
+//! `timeout`, `memory` (the per-statement row budget) and `utility`. See `src/README.md`.
 
 #![forbid(unsafe_code)]
 
@@ -35,6 +35,7 @@ pub mod error;
 mod exec;
 pub mod expr;
 mod guc;
+mod memory;
 mod names;
 mod plan;
 mod rel;
@@ -46,6 +47,7 @@ pub mod utility;
 pub mod value;
 
 pub use error::{SqlError, SqlResult};
+pub use memory::{statement_memory_limit, SETTING as STATEMENT_MEMORY_LIMIT};
 pub use result::{Column, Outcome, QueryResult};
 pub use session::{internal_error, Session};
 

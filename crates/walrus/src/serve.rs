@@ -84,6 +84,9 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
+    // Checked here so a bad value stops the server instead of failing every statement.
+    walrus_server::statement_memory_limit(&settings)
+        .map_err(|e| anyhow::anyhow!("invalid configuration: {}", e.message))?;
     // The engine locks the directory (walrus.pid) before recovery, so `walrus stop` and a
     // second server see this process while it recovers.
     let (engine, report) = Engine::open_with(&a.data, settings)?;

@@ -451,6 +451,78 @@ fn scram_sha_256_password_authentication_with_psql() {
     srv.stop();
 }
 
+/// `statement_memory_limit`: psql shows the 53200 with walrus's detail and hint, the
+/// session and server go on; a COPY line longer than the limit fails the COPY the same
+/// way; a server with an invalid value refuses to start.
+#[test]
+fn statement_memory_limit_fails_the_statement_not_the_server() {
+    if !clients_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = ServerProc::start_configured(tmp.path(), "statement_memory_limit = \"1MB\"\n");
+    assert_eq!(srv.scalar("show statement_memory_limit"), "1MB");
+    let big = srv.psql("select * from generate_series(1, 10000000)");
+    assert!(!big.status.success());
+    let out = text(&big);
+    assert!(out.contains("ERROR:  out of memory"), "{out}");
+    assert!(
+        out.contains("DETAIL:  the statement's materialised rows need more than statement_memory_limit (1MB)"),
+        "{out}"
+    );
+    assert!(out.contains("HINT:  walrus materialises"), "{out}");
+    assert_eq!(
+        srv.scalar("select count(*) from generate_series(1, 1000)"),
+        "1000"
+    );
+
+    srv.scalar("create table t (v text)");
+    let mut copy = Command::new("psql")
+        .args(["-X", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p"])
+        .arg(srv.port.to_string())
+        .args(["-U", "bench", "-d", "bench", "-c", "copy t from stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run psql");
+    {
+        use std::io::Write;
+        let mut stdin = copy.stdin.take().unwrap();
+        stdin.write_all(b"short line\n").unwrap();
+        stdin.write_all(&vec![b'x'; 3 << 20]).unwrap();
+        stdin.write_all(b"\n").unwrap();
+    }
+    let copied = copy.wait_with_output().unwrap();
+    assert!(!copied.status.success());
+    assert!(
+        text(&copied).contains("ERROR:  out of memory"),
+        "{}",
+        text(&copied)
+    );
+    assert_eq!(srv.scalar("select count(*) from t"), "0");
+    srv.stop();
+
+    let conf = tmp.path().join("bad.toml");
+    std::fs::write(&conf, "statement_memory_limit = \"lots\"\n").unwrap();
+    let bad = walrus()
+        .args(["serve", "--data"])
+        .arg(tmp.path().join("data"))
+        .args(["--port", &free_port().to_string(), "--config"])
+        .arg(&conf)
+        .output()
+        .expect("run walrus serve");
+    assert!(
+        !bad.status.success(),
+        "started with a bad statement_memory_limit"
+    );
+    assert!(
+        text(&bad).contains("invalid value for parameter \"statement_memory_limit\""),
+        "{}",
+        text(&bad)
+    );
+}
+
 /// The pid file's lock, not the pid in it, says whether a server runs on a directory: a
 /// second server is refused while the first runs; after a kill -9 the leftover pid file
 /// blocks nothing, even when the pid it names is a live process (here: this test), and

@@ -10,6 +10,7 @@ use walrus_engine::access::datum::Datum;
 use super::{row_key, Executor};
 use crate::error::{SqlError, SqlResult};
 use crate::expr::{compare_values, format_array_text, function_args, function_name};
+use crate::memory::datum_bytes;
 use crate::rel::{ColName, Frame};
 use crate::value::format_text;
 
@@ -39,6 +40,9 @@ impl Executor<'_> {
         let mut vals: Vec<Datum> = Vec::new();
         let mut seps: Vec<Datum> = Vec::new();
         let mut counted = 0usize;
+        // The argument values are this group's alone and freed once the aggregate has
+        // its value: charged while collected, given back at the end.
+        let mark = self.memory.used();
         for row in rows {
             let frame = Frame { cols, row, outer };
             if let Some(filter) = &f.filter {
@@ -59,9 +63,11 @@ impl Executor<'_> {
                     Some(s) => self.eval_in(s, Some(&frame), self)?,
                     None => Datum::Null,
                 };
+                self.memory.charge(datum_bytes(&sep))?;
                 seps.push(sep);
             }
             if !v.is_null() || name == "array_agg" {
+                self.memory.charge(datum_bytes(&v))?;
                 vals.push(v);
             } else if name == "string_agg" {
                 seps.pop();
@@ -69,9 +75,19 @@ impl Executor<'_> {
         }
         if distinct {
             let mut seen = HashSet::new();
-            vals.retain(|v| seen.insert(row_key(std::slice::from_ref(v))));
+            let mut charged = Ok(());
+            vals.retain(|v| {
+                let k = row_key(std::slice::from_ref(v));
+                if charged.is_ok() {
+                    charged = self.charge_key(&k);
+                }
+                seen.insert(k)
+            });
+            charged?;
         }
-        aggregate_result(&name, star, counted, vals, seps)
+        let r = aggregate_result(&name, star, counted, vals, seps);
+        self.memory.release_to(mark);
+        r
     }
 }
 

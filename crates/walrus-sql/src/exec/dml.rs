@@ -119,22 +119,44 @@ pub(crate) fn matching_rows(
     filter: Option<&Expr>,
     params: &[Datum],
 ) -> SqlResult<Vec<(Tid, Vec<Datum>)>> {
-    let (now, settings) = (env.now(), env.settings());
+    let (now, settings, memory) = (env.now(), env.settings(), env.memory());
     let get = move |n: &str| settings.get(n);
     let access = choose_access(def, filter, params, now, &get);
     let t = env.txn();
-    let candidates = match access {
+    let mut out = Vec::new();
+    match access {
         Access::Index { index, key } => {
-            t.index_scan(def, index, Bound::Included(&key), Bound::Included(&key))?
+            for (tid, row) in
+                t.index_scan(def, index, Bound::Included(&key), Bound::Included(&key))?
+            {
+                if row_matches(filter, &def.columns, &row, params, now, &get)? {
+                    memory.charge_row(&row)?;
+                    out.push((tid, row));
+                }
+            }
         }
-        Access::Scan => t.scan_all(def)?,
-        Access::Nothing => return Ok(Vec::new()),
-    };
-    let mut out = Vec::with_capacity(candidates.len());
-    for (tid, row) in candidates {
-        if row_matches(filter, &def.columns, &row, params, now, &get)? {
-            out.push((tid, row));
+        // WHERE is applied as the scan goes, so only matching rows are kept (and
+        // charged to the statement's memory budget).
+        Access::Scan => {
+            let mut failed = None;
+            t.scan(def, |tid, row| {
+                let kept = row_matches(filter, &def.columns, &row, params, now, &get)
+                    .and_then(|m| m.then(|| memory.charge_row(&row)).transpose());
+                match kept {
+                    Ok(Some(())) => out.push((tid, row)),
+                    Ok(None) => {}
+                    Err(e) => {
+                        failed = Some(e);
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
         }
+        Access::Nothing => {}
     }
     Ok(out)
 }
@@ -159,13 +181,23 @@ fn single_table(
 }
 
 /// Every row of `def` visible to the statement's snapshot.
+/// Each is charged to the statement's memory budget as it is read.
 pub(crate) fn scan_rows(env: &mut dyn Env, def: &TableDef) -> SqlResult<Vec<Vec<Datum>>> {
-    Ok(env
-        .txn()
-        .scan_all(def)?
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect())
+    let memory = env.memory();
+    let mut out = Vec::new();
+    let mut failed = None;
+    env.txn().scan(def, |_, row| {
+        if let Err(e) = memory.charge_row(&row) {
+            failed = Some(e);
+            return Ok(false);
+        }
+        out.push(row);
+        Ok(true)
+    })?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
 }
 
 pub(crate) fn update(

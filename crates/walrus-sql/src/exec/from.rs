@@ -16,6 +16,7 @@ use super::Executor;
 use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
 use crate::expr::{coerce, parse_array_text};
+use crate::memory::{row_bytes, MemoryBudget};
 use crate::names::{ident, object_name};
 use crate::plan::{bind, rename, table_cols, using_condition};
 use crate::rel::{ColName, Frame, Rel};
@@ -75,6 +76,9 @@ impl Executor<'_> {
         let mut cond: Option<Option<Expr>> = None;
         for lrow in &left.rows {
             let owned;
+            // What a lateral item's rows for this left row charged: given back once
+            // they are joined (the joined rows are charged on their own).
+            let mut lateral_bytes = 0;
             let r: &Rel = match &fixed {
                 Some(r) => r,
                 None => {
@@ -83,7 +87,9 @@ impl Executor<'_> {
                         row: lrow,
                         outer,
                     };
+                    let mark = self.memory.used();
                     owned = self.factor(right, Some(&lframe))?;
+                    lateral_bytes = self.memory.used().saturating_sub(mark);
                     &owned
                 }
             };
@@ -125,14 +131,18 @@ impl Executor<'_> {
                     if let Some(m) = right_matched.get_mut(ri) {
                         *m = true;
                     }
+                    self.memory.charge_row(&row)?;
                     out.rows.push(row);
                 }
             }
             if !matched && matches!(kind, b'l' | b'f') {
                 let mut row = lrow.clone();
                 row.extend(std::iter::repeat_n(Datum::Null, r.cols.len()));
+                self.memory.charge_row(&row)?;
                 out.rows.push(row);
             }
+            self.memory
+                .release_to(self.memory.used().saturating_sub(lateral_bytes));
         }
         if cond.is_none() {
             // No left rows: still learn the right side's columns.
@@ -157,6 +167,7 @@ impl Executor<'_> {
                 for rrow in &r.rows {
                     let mut row = vec![Datum::Null; left.cols.len()];
                     row.extend_from_slice(rrow);
+                    self.memory.charge_row(&row)?;
                     out.rows.push(row);
                 }
             }
@@ -168,6 +179,7 @@ impl Executor<'_> {
                     if !right_matched[ri] {
                         let mut row = vec![Datum::Null; left.cols.len()];
                         row.extend_from_slice(rrow);
+                        self.memory.charge_row(&row)?;
                         out.rows.push(row);
                     }
                 }
@@ -236,6 +248,7 @@ impl Executor<'_> {
                         let snap = self.catalog.borrow();
                         let snap = snap.as_ref().expect("taken above");
                         let (cols, rows) = snap.table(schema, &table, &self.settings.all())?;
+                        self.memory.charge_rows(&rows)?;
                         let qual = alias
                             .as_ref()
                             .map(|a| ident(&a.name))
@@ -319,14 +332,20 @@ impl Executor<'_> {
                 other => Err(SqlError::unsupported(format!("argument {other}"))),
             })
             .collect::<SqlResult<Vec<_>>>()?;
-        let values: Vec<Datum> = match fname.as_str() {
-            "generate_series" => generate_series(&vals)?,
+        let rows: Vec<Vec<Datum>> = match fname.as_str() {
+            "generate_series" => generate_series(&vals, &self.memory)?,
             "unnest" => match vals.first() {
                 Some(Datum::Null) | None => Vec::new(),
-                Some(d) => parse_array_text(&format_text(d).unwrap_or_default())?
-                    .into_iter()
-                    .map(|t| t.map(Datum::Text).unwrap_or(Datum::Null))
-                    .collect(),
+                Some(d) => {
+                    let elems = parse_array_text(&format_text(d).unwrap_or_default())?;
+                    let mut rows = Vec::with_capacity(elems.len());
+                    for t in elems {
+                        let row = vec![t.map(Datum::Text).unwrap_or(Datum::Null)];
+                        self.memory.charge_row(&row)?;
+                        rows.push(row);
+                    }
+                    rows
+                }
             },
             other => {
                 return Err(SqlError::new(
@@ -338,9 +357,9 @@ impl Executor<'_> {
         let qual = alias
             .map(|a| ident(&a.name))
             .unwrap_or_else(|| fname.clone());
-        let ty = values
+        let ty = rows
             .iter()
-            .find_map(|v| v.type_id())
+            .find_map(|r| r[0].type_id())
             .or_else(|| vals.first().and_then(|v| v.type_id()));
         let mut rel = Rel {
             cols: vec![ColName {
@@ -348,7 +367,7 @@ impl Executor<'_> {
                 name: fname,
                 ty,
             }],
-            rows: values.into_iter().map(|v| vec![v]).collect(),
+            rows,
         };
         if let Some(a) = alias {
             if a.columns.is_empty() {
@@ -361,7 +380,8 @@ impl Executor<'_> {
     }
 }
 
-fn generate_series(vals: &[Datum]) -> SqlResult<Vec<Datum>> {
+/// `generate_series`'s rows, charged (all at once, before they are built) to `memory`.
+fn generate_series(vals: &[Datum], memory: &MemoryBudget) -> SqlResult<Vec<Vec<Datum>>> {
     if vals.iter().any(|v| v.is_null()) {
         return Ok(Vec::new());
     }
@@ -400,14 +420,15 @@ fn generate_series(vals: &[Datum]) -> SqlResult<Vec<Datum>> {
         ));
     }
     let wide = vals.iter().any(|v| matches!(v, Datum::Int8(_)));
+    memory.charge((count as u64).saturating_mul(row_bytes(&[Datum::Null])))?;
     Ok((0..count as i64)
         .map(|i| {
             let v = start + i * step;
-            if wide {
+            vec![if wide {
                 Datum::Int8(v)
             } else {
                 Datum::Int4(v as i32)
-            }
+            }]
         })
         .collect())
 }

@@ -6,7 +6,9 @@
 //! UPDATE and DELETE (`dml.rs`); DDL (`ddl.rs`); COPY FROM data (`copy.rs`).
 //!
 //! Rows are materialised: OLTP statements touch few rows and the catalog tables are
-//! small. A lone user table with no joins goes through [`dml::matching_rows`], which
+//! small. Every row pushed is charged to the statement's `statement_memory_limit`
+//! budget ([`crate::memory`]), so a blow-up fails with 53200 instead of exhausting the
+//! server's memory. A lone user table with no joins goes through [`dml::matching_rows`], which
 //! reads through the access path [`crate::plan::choose_access`] picks (equality on a
 //! unique index's columns becomes an index lookup, so pgbench's point reads never scan).
 //! Joins are nested loops (no statistics, no hash join yet).
@@ -41,6 +43,7 @@ use walrus_engine::Engine;
 use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
 use crate::expr::{coerce, compare_values, eval, Hooks, Scope};
+use crate::memory::MemoryBudget;
 use crate::names::ident;
 use crate::rel::{ColName, Frame, Rel};
 use crate::result::{Column, QueryResult};
@@ -57,6 +60,8 @@ pub(crate) trait Env {
     fn settings(&self) -> SettingsView;
     /// The session's cancel flag.
     fn interrupt(&self) -> Arc<AtomicBool>;
+    /// The running statement's budget for materialised rows (`statement_memory_limit`).
+    fn memory(&self) -> Arc<MemoryBudget>;
 }
 
 /// Runs a SELECT (or VALUES, or set operation) and returns its rows with a `SELECT n`
@@ -90,6 +95,8 @@ pub(crate) struct Executor<'s> {
     now: i64,
     settings: SettingsView,
     interrupt: Arc<AtomicBool>,
+    /// Every row this statement materialises is charged here.
+    memory: Arc<MemoryBudget>,
     catalog: RefCell<Option<catalog_views::Snapshot>>,
 }
 
@@ -102,7 +109,7 @@ struct GroupHooks<'a, 's> {
 
 impl Hooks for Executor<'_> {
     fn subquery(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
-        self.run_query(q, outer)
+        self.expr_subquery(q, outer)
     }
     fn aggregate(
         &self,
@@ -125,7 +132,7 @@ impl Hooks for Executor<'_> {
 
 impl Hooks for GroupHooks<'_, '_> {
     fn subquery(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
-        self.exec.run_query(q, outer)
+        self.exec.expr_subquery(q, outer)
     }
     fn aggregate(&self, f: &ast::Function, outer: Option<&Frame<'_>>) -> Option<SqlResult<Datum>> {
         Some(self.exec.aggregate(f, self.cols, self.rows, outer))
@@ -138,12 +145,14 @@ impl Hooks for GroupHooks<'_, '_> {
 impl<'s> Executor<'s> {
     pub(crate) fn new(env: &'s mut dyn Env, params: &'s [Datum]) -> Executor<'s> {
         let (now, settings, interrupt) = (env.now(), env.settings(), env.interrupt());
+        let memory = env.memory();
         Executor {
             env: RefCell::new(env),
             params,
             now,
             settings,
             interrupt,
+            memory,
             catalog: RefCell::new(None),
         }
     }
@@ -182,6 +191,21 @@ impl<'s> Executor<'s> {
         )
     }
 
+    /// A subquery inside an expression (scalar, EXISTS, IN, ANY): evaluated per row, its
+    /// result dropped as soon as the expression has its value, so what it charged is
+    /// given back (a correlated subquery over many rows must not add up its results).
+    fn expr_subquery(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
+        let mark = self.memory.used();
+        let r = self.run_query(q, outer);
+        self.memory.release_to(mark);
+        r
+    }
+
+    /// Charges a key kept in a hash set or map (grouping, DISTINCT, set operations).
+    fn charge_key(&self, key: &str) -> SqlResult<()> {
+        self.memory.charge(key.len() as u64 + 48)
+    }
+
     fn check_interrupt(&self) -> SqlResult<()> {
         if self.interrupt.load(std::sync::atomic::Ordering::Acquire) {
             return Err(SqlError::new(
@@ -211,6 +235,7 @@ impl<'s> Executor<'s> {
                         };
                         self.eval_in(e, Some(&frame), self)
                     })?;
+                    self.memory.charge_row(&keys)?;
                     keyed.push((keys, row));
                 }
                 rel.rows = self.order_and_limit(q, keyed, outer)?;
@@ -259,6 +284,7 @@ impl<'s> Executor<'s> {
                             "VALUES lists must all be the same length",
                         ));
                     }
+                    self.memory.charge_row(&row)?;
                     rel.rows.push(row);
                 }
                 Ok(rel)
@@ -278,7 +304,14 @@ impl<'s> Executor<'s> {
                     ));
                 }
                 let all = matches!(set_quantifier, SetQuantifier::All);
-                let right_keys: HashSet<String> = r.rows.iter().map(|x| row_key(x)).collect();
+                let mut right_keys: HashSet<String> = HashSet::new();
+                if !matches!(op, SetOperator::Union) {
+                    for x in &r.rows {
+                        let k = row_key(x);
+                        self.charge_key(&k)?;
+                        right_keys.insert(k);
+                    }
+                }
                 l.rows = match op {
                     SetOperator::Union => {
                         let mut rows = l.rows;
@@ -298,7 +331,15 @@ impl<'s> Executor<'s> {
                 };
                 if !all {
                     let mut seen = HashSet::new();
-                    l.rows.retain(|x| seen.insert(row_key(x)));
+                    let mut charged = Ok(());
+                    l.rows.retain(|x| {
+                        let k = row_key(x);
+                        if charged.is_ok() {
+                            charged = self.charge_key(&k);
+                        }
+                        seen.insert(k)
+                    });
+                    charged?;
                 }
                 for (c, rc) in l.cols.iter_mut().zip(&r.cols) {
                     c.ty = c.ty.or(rc.ty);
@@ -371,6 +412,10 @@ impl<'s> Executor<'s> {
                         (desc, o.options.nulls_first.unwrap_or(desc))
                     })
                     .collect();
+                // The stable sort's scratch buffer: half the rows' (key, row) pairs.
+                self.memory.charge(
+                    (keyed.len() / 2 * std::mem::size_of::<(Vec<Datum>, Vec<Datum>)>()) as u64,
+                )?;
                 keyed.sort_by(|a, b| {
                     for (i, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
                         let (desc, nulls_first) = dirs[i];

@@ -10,6 +10,7 @@ use walrus_engine::catalog::ColumnDef;
 use super::dml::matching_rows;
 use super::{row_key, Executor, GroupHooks};
 use crate::error::{SqlError, SqlResult};
+use crate::memory::row_bytes;
 use crate::names::{ident, object_name};
 use crate::plan::{
     bind, contains_aggregate, contains_subquery, output_name, qualified, rename,
@@ -140,10 +141,18 @@ impl Executor<'_> {
                     .iter()
                     .map(|g| self.eval_in(g, Some(&frame), self))
                     .collect::<SqlResult<Vec<_>>>()?;
-                let slot = *index.entry(row_key(&key)).or_insert_with(|| {
-                    groups.push(Vec::new());
-                    groups.len() - 1
-                });
+                let key = row_key(&key);
+                let slot = match index.get(&key) {
+                    Some(&slot) => slot,
+                    None => {
+                        self.charge_key(&key)?;
+                        groups.push(Vec::new());
+                        index.insert(key, groups.len() - 1);
+                        groups.len() - 1
+                    }
+                };
+                // The group's reference to the row.
+                self.memory.charge(8)?;
                 groups[slot].push(row);
             }
             if groups.is_empty() && group_exprs.is_empty() {
@@ -174,6 +183,7 @@ impl Executor<'_> {
                 let keys = self.sort_keys(q, &names, &out, &mut |e| {
                     self.eval_in(e, Some(&frame), &hooks)
                 })?;
+                self.memory.charge(row_bytes(&out) + row_bytes(&keys))?;
                 keyed.push((keys, out));
             }
         } else {
@@ -189,6 +199,7 @@ impl Executor<'_> {
                 let keys = self.sort_keys(q, &names, &out, &mut |e| {
                     self.eval_in(e, Some(&frame), self)
                 })?;
+                self.memory.charge(row_bytes(&out) + row_bytes(&keys))?;
                 keyed.push((keys, out));
             }
         }
@@ -196,7 +207,15 @@ impl Executor<'_> {
             None | Some(ast::Distinct::All) => {}
             Some(ast::Distinct::Distinct) => {
                 let mut seen = HashSet::new();
-                keyed.retain(|(_, out)| seen.insert(row_key(out)));
+                let mut charged = Ok(());
+                keyed.retain(|(_, out)| {
+                    let k = row_key(out);
+                    if charged.is_ok() {
+                        charged = self.charge_key(&k);
+                    }
+                    seen.insert(k)
+                });
+                charged?;
             }
             Some(ast::Distinct::On(_)) => {
                 return Err(SqlError::unsupported("SELECT DISTINCT ON is not supported"))

@@ -18,6 +18,7 @@ use std::time::Duration;
 use sqlparser::ast::{ObjectType, Statement};
 use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::engine::{CheckpointReason, Isolation, Transaction};
+use walrus_engine::settings::format_size;
 use walrus_engine::Engine;
 
 use self::parse::{parse, Parsed};
@@ -25,6 +26,7 @@ use self::settings::{default_settings, SettingUndo};
 use crate::error::{SqlError, SqlResult};
 use crate::exec::{self, copy, ddl, dml, Env};
 use crate::expr::{coerce, eval, type_from_sql, Scope};
+use crate::memory::{self, MemoryBudget};
 use crate::names::{ident, object_name};
 use crate::plan;
 use crate::result::{Column, Outcome, QueryResult};
@@ -55,6 +57,13 @@ pub struct Session {
     prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
     /// Parsed extended-protocol statements by SQL text ([`Session::execute_cached`]).
     parse_cache: std::collections::HashMap<String, Arc<Vec<Parsed>>>,
+    /// The running statement's budget for materialised rows (`statement_memory_limit`),
+    /// reset at each statement's start.
+    memory: Arc<MemoryBudget>,
+    /// A `statement_memory_limit` in walrus.toml that is not a valid size: every
+    /// statement fails with it (the server refuses to start with one; this is for
+    /// sessions opened on an engine directly).
+    memory_setting_error: Option<SqlError>,
 }
 
 /// Distinct SQL texts whose parse a session keeps (cleared when full).
@@ -111,6 +120,19 @@ impl Session {
             "autovacuum_vacuum_scale_factor".into(),
             s.autovacuum_vacuum_scale_factor.to_string(),
         );
+        let (memory_limit, memory_setting_error) = match memory::statement_memory_limit(s) {
+            Ok(limit) => {
+                settings.insert(memory::SETTING.into(), format_size(limit));
+                (limit, None)
+            }
+            Err(e) => {
+                // SHOW tells what the file says.
+                if let Some((_, v)) = s.extra.iter().rev().find(|(k, _)| k == memory::SETTING) {
+                    settings.insert(memory::SETTING.into(), v.clone());
+                }
+                (memory::DEFAULT_LIMIT, Some(e))
+            }
+        };
         Session {
             engine,
             txn: None,
@@ -126,7 +148,21 @@ impl Session {
             block_undo: Vec::new(),
             prepared: BTreeMap::new(),
             parse_cache: std::collections::HashMap::new(),
+            memory: Arc::new(MemoryBudget::new(memory_limit)),
+            memory_setting_error,
         }
+    }
+
+    /// `statement_memory_limit` in bytes.
+    pub fn statement_memory_limit(&self) -> u64 {
+        self.memory.limit()
+    }
+
+    /// For the connection's COPY FROM STDIN: fails (53200) once the data it holds
+    /// waiting for a line's end passes `statement_memory_limit` (a line with no end
+    /// would otherwise be buffered without bound).
+    pub fn check_copy_buffer(&self, bytes: usize) -> SqlResult<()> {
+        self.memory.check(bytes as u64)
     }
 
     /// PostgreSQL's `idle_in_transaction_session_timeout`: how long the connection may
@@ -222,6 +258,10 @@ impl Session {
             plan::infer_params(st, &mut types, &mut |name| self.txn().table(name).ok());
             if let Statement::Query(q) = st.as_ref() {
                 if !self.failed {
+                    if let Some(e) = &self.memory_setting_error {
+                        return Err(e.clone());
+                    }
+                    self.memory.reset();
                     let n = types.len();
                     let nulls = vec![Datum::Null; n];
                     let r = exec::select(self, q, &nulls);
@@ -287,6 +327,12 @@ impl Session {
             Parsed::Setting(s) => return self.setting_statement(s).map(Outcome::Done),
             _ => {}
         }
+        if let Some(e) = &self.memory_setting_error {
+            let e = e.clone();
+            self.fail_statement();
+            return Err(e);
+        }
+        self.memory.reset();
         if !self.in_block {
             self.now = now_micros();
         }
@@ -599,6 +645,10 @@ impl Env for Session {
 
     fn interrupt(&self) -> Arc<AtomicBool> {
         self.interrupt.clone()
+    }
+
+    fn memory(&self) -> Arc<MemoryBudget> {
+        self.memory.clone()
     }
 }
 

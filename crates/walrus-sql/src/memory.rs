@@ -1,0 +1,197 @@
+//! `statement_memory_limit`: the per-statement budget for materialised rows.
+//!
+//! The executor materialises every intermediate and final result (`Rel.rows`), so one
+//! statement could otherwise allocate without bound (a cross join of two large tables,
+//! a huge `generate_series`) and take the whole server down. Each row a statement
+//! materialises is charged an estimate of its size ([`row_bytes`]) against a budget
+//! that is reset when the statement starts and shared by its subqueries; when the
+//! total passes the limit the statement fails with 53200 (`out of memory`) and rolls
+//! back like any error. Charges are not returned when rows are freed, except for the
+//! transient results of per-row work (a subquery evaluated inside an expression, a
+//! LATERAL item, an aggregate's argument values), so the count is an upper bound on
+//! what the statement holds at once.
+//!
+//! The setting is server-wide, read from `walrus.toml` (the engine keeps names it does
+//! not know in `Settings::extra`); PostgreSQL has no equivalent because it streams and
+//! spills to disk.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use walrus_engine::access::datum::Datum;
+use walrus_engine::settings::{format_size, parse_size, Settings};
+
+use crate::error::{SqlError, SqlResult};
+
+/// The setting's name in `walrus.toml`, `SHOW` and `pg_settings`.
+pub const SETTING: &str = "statement_memory_limit";
+/// Its default: 1 GB.
+pub const DEFAULT_LIMIT: u64 = 1 << 30;
+const MIN_LIMIT: u64 = 1 << 20;
+const MAX_LIMIT: u64 = 1 << 40;
+
+/// `statement_memory_limit` in bytes from the server's settings (the default when
+/// absent); an unparsable or out-of-range value is a 22023 error naming the setting.
+pub fn statement_memory_limit(settings: &Settings) -> SqlResult<u64> {
+    match settings.extra.iter().rev().find(|(k, _)| k == SETTING) {
+        None => Ok(DEFAULT_LIMIT),
+        Some((_, v)) => parse_limit(v),
+    }
+}
+
+fn parse_limit(value: &str) -> SqlResult<u64> {
+    parse_size(value)
+        .filter(|n| (MIN_LIMIT..=MAX_LIMIT).contains(n))
+        .ok_or_else(|| {
+            SqlError::new(
+                "22023",
+                format!(
+                    "invalid value for parameter \"{SETTING}\": \"{value}\" \
+                     (expected a size between 1MB and 1TB, such as \"64MB\" or \"1GB\")"
+                ),
+            )
+        })
+}
+
+/// The estimated size of one materialised row: its vector's header, each datum's
+/// slot, and the heap bytes of text and numeric values. O(1) per datum, no allocation.
+#[inline]
+pub(crate) fn row_bytes(row: &[Datum]) -> u64 {
+    let mut n = std::mem::size_of::<Vec<Datum>>() as u64;
+    for d in row {
+        n += datum_bytes(d);
+    }
+    n
+}
+
+/// One datum's slot plus its heap bytes.
+#[inline]
+pub(crate) fn datum_bytes(d: &Datum) -> u64 {
+    let heap = match d {
+        Datum::Text(s) | Datum::Numeric(s) => s.len(),
+        _ => 0,
+    };
+    (std::mem::size_of::<Datum>() + heap) as u64
+}
+
+/// One statement's budget. Only the session's thread touches it; the atomic is there
+/// so sessions stay `Send` (plain loads and stores, no read-modify-write).
+#[derive(Debug)]
+pub(crate) struct MemoryBudget {
+    used: AtomicU64,
+    limit: u64,
+}
+
+impl MemoryBudget {
+    pub(crate) fn new(limit: u64) -> MemoryBudget {
+        MemoryBudget {
+            used: AtomicU64::new(0),
+            limit,
+        }
+    }
+
+    /// At each statement's start.
+    pub(crate) fn reset(&self) {
+        self.used.store(0, Ordering::Relaxed);
+    }
+
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Fails if `bytes` held at once would pass the limit (charges nothing).
+    pub(crate) fn check(&self, bytes: u64) -> SqlResult<()> {
+        if bytes > self.limit {
+            return Err(self.exceeded());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Charges `bytes`; fails the statement once the total passes the limit.
+    #[inline]
+    pub(crate) fn charge(&self, bytes: u64) -> SqlResult<()> {
+        let used = self.used.load(Ordering::Relaxed).saturating_add(bytes);
+        self.used.store(used, Ordering::Relaxed);
+        if used > self.limit {
+            return Err(self.exceeded());
+        }
+        Ok(())
+    }
+
+    #[inline]
+    pub(crate) fn charge_row(&self, row: &[Datum]) -> SqlResult<()> {
+        self.charge(row_bytes(row))
+    }
+
+    /// Charges every row of `rows` (rows built elsewhere, e.g. catalog views).
+    pub(crate) fn charge_rows(&self, rows: &[Vec<Datum>]) -> SqlResult<()> {
+        let mut n = 0;
+        for r in rows {
+            n += row_bytes(r);
+        }
+        self.charge(n)
+    }
+
+    /// Gives back what a transient result charged (freed before the statement goes on).
+    pub(crate) fn release_to(&self, mark: u64) {
+        if mark < self.used() {
+            self.used.store(mark, Ordering::Relaxed);
+        }
+    }
+
+    fn exceeded(&self) -> SqlError {
+        let mut e = SqlError::new("53200", "out of memory");
+        e.detail = Some(format!(
+            "the statement's materialised rows need more than {SETTING} ({})",
+            format_size(self.limit)
+        ));
+        e.hint = Some(
+            "walrus materialises each query's rows in memory; add a LIMIT or a WHERE \
+             clause, or raise statement_memory_limit in walrus.toml"
+                .into(),
+        );
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_parse_with_postgres_size_units_and_a_range() {
+        assert_eq!(parse_limit("64MB").unwrap(), 64 << 20);
+        assert_eq!(parse_limit("1GB").unwrap(), 1 << 30);
+        assert_eq!(parse_limit("1TB").unwrap(), 1 << 40);
+        for bad in ["512kB", "2TB", "lots", "", "-1MB"] {
+            let e = parse_limit(bad).unwrap_err();
+            assert_eq!(e.sqlstate, "22023", "{bad}");
+            assert!(e.message.contains(SETTING), "{}", e.message);
+        }
+        let mut s = Settings::default();
+        assert_eq!(statement_memory_limit(&s).unwrap(), DEFAULT_LIMIT);
+        s.set(SETTING, "2MB").unwrap();
+        assert_eq!(statement_memory_limit(&s).unwrap(), 2 << 20);
+    }
+
+    #[test]
+    fn the_budget_fails_past_its_limit_and_releases_transient_charges() {
+        let b = MemoryBudget::new(1 << 20);
+        let row = vec![Datum::Int4(1), Datum::Text("x".repeat(1000))];
+        assert!(row_bytes(&row) > 1000);
+        let mark = b.used();
+        for _ in 0..900 {
+            b.charge_row(&row).unwrap();
+        }
+        b.release_to(mark);
+        assert_eq!(b.used(), 0);
+        let e = (0..2000).try_for_each(|_| b.charge_row(&row)).unwrap_err();
+        assert_eq!((e.sqlstate, e.message.as_str()), ("53200", "out of memory"));
+        assert!(e.detail.unwrap().contains("statement_memory_limit (1MB)"));
+        b.reset();
+        b.charge_row(&row).unwrap();
+    }
+}
