@@ -520,3 +520,71 @@ fn vacuum_freeze_then_checkpoint_truncates_the_commit_status_log() {
     ok(&mut s, "insert into f values (2, 'key of a deleted row')");
     ok(&mut s, "update f set v = 'z' where id = 1");
 }
+
+/// `synchronous_commit` is the session's own, as in PostgreSQL: `off` makes this
+/// session's commits return before their WAL is flushed (the WAL writer flushes it
+/// later), `on`/`local` wait; DDL is flushed whatever the setting; `remote_write` and
+/// `remote_apply` promise a standby walrus has not got and are refused; RESET goes back to
+/// walrus.toml's value. The WAL writer's settings show as PostgreSQL shows them, and
+/// `walrus_stat_wal` counts its work.
+#[test]
+fn synchronous_commit_is_per_session_and_the_wal_writer_shows_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = walrus_engine::settings::default_config_text(1 << 20)
+        .replace("shared_buffers = \"128MB\"", "shared_buffers = \"8MB\"")
+        // The writer sleeps 10 s: within this test only commits flush.
+        .replace("wal_writer_delay = \"200ms\"", "wal_writer_delay = \"10s\"")
+        .replace(
+            "wal_writer_flush_after = \"1MB\"",
+            "wal_writer_flush_after = \"1GB\"",
+        );
+    walrus_engine::Engine::init(dir.path(), Some(&cfg)).unwrap();
+    let e = walrus_engine::Engine::open(dir.path()).unwrap().0;
+    let mut s = Session::new(e.clone());
+    let show = |s: &mut Session, what: &str| match scalar(s, &format!("show {what}")) {
+        Datum::Text(t) => t,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(show(&mut s, "wal_writer_delay"), "10000ms");
+    assert_eq!(show(&mut s, "wal_writer_flush_after"), "1GB");
+    assert_eq!(show(&mut s, "synchronous_commit"), "on");
+    ok(&mut s, "set synchronous_commit = off");
+    assert_eq!(show(&mut s, "synchronous_commit"), "off");
+    ok(&mut s, "create table a (id int primary key)");
+    let wal = e.wal();
+    assert!(wal.flushed_lsn() >= wal.insert_lsn(), "DDL commits flush");
+    ok(&mut s, "insert into a values (1)");
+    assert!(
+        wal.flushed_lsn() < wal.insert_lsn(),
+        "an asynchronous commit waited for its flush"
+    );
+    ok(&mut s, "set synchronous_commit to local");
+    ok(&mut s, "insert into a values (2)");
+    assert!(wal.flushed_lsn() >= wal.insert_lsn(), "local waits like on");
+    // The value in force at COMMIT decides.
+    ok(&mut s, "begin");
+    ok(&mut s, "insert into a values (3)");
+    ok(&mut s, "set synchronous_commit = off");
+    ok(&mut s, "commit");
+    assert!(wal.flushed_lsn() < wal.insert_lsn());
+    assert_eq!(
+        err(&mut s, "set synchronous_commit = remote_apply"),
+        "0A000"
+    );
+    assert_eq!(err(&mut s, "set synchronous_commit = sometimes"), "22023");
+    ok(&mut s, "reset synchronous_commit");
+    assert_eq!(show(&mut s, "synchronous_commit"), "on");
+    let q = ok(
+        &mut s,
+        "select walwriter_flushes, segments_prepared_ahead, segments_created_by_sessions from walrus_stat_wal",
+    );
+    assert_eq!(q.rows.len(), 1);
+    assert!(
+        matches!(q.rows[0][1], Datum::Int8(n) if n >= 1),
+        "open prepares segments ahead: {:?}",
+        q.rows
+    );
+    assert_eq!(q.rows[0][2], Datum::Int8(0), "{:?}", q.rows);
+    drop(s);
+    e.shutdown().unwrap();
+}

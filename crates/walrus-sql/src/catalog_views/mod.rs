@@ -56,6 +56,10 @@ const TABLES: &[(&str, &str)] = &[
     ("pg_tables", "schemaname:t tablename:t tableowner:t tablespace:t hasindexes:b hasrules:b hastriggers:b rowsecurity:b"),
     ("pg_indexes", "schemaname:t tablename:t indexname:t tablespace:t indexdef:t"),
     ("pg_stat_wal", "wal_records:l wal_fpi:l wal_bytes:n wal_buffers_full:l wal_write:l wal_sync:l wal_write_time:f wal_sync_time:f stats_reset:z"),
+    // walrus's own WAL counters beside PostgreSQL's pg_stat_wal: the WAL writer's flushes,
+    // segments prepared ahead versus created by a session in the foreground, commits
+    // whose flush someone else's sync covered.
+    ("walrus_stat_wal", "walwriter_flushes:l segments_prepared_ahead:l segments_created_by_sessions:l flush_piggybacks:l"),
     ("pg_stat_bgwriter", "checkpoints_timed:l checkpoints_req:l checkpoint_write_time:f checkpoint_sync_time:f buffers_checkpoint:l buffers_clean:l maxwritten_clean:l buffers_backend:l buffers_backend_fsync:l buffers_alloc:l stats_reset:z"),
     ("pg_stat_user_tables", STAT_TABLES_COLUMNS),
     ("pg_stat_all_tables", STAT_TABLES_COLUMNS),
@@ -190,6 +194,10 @@ pub(crate) struct Snapshot {
     wal_writes: u64,
     wal_syncs: u64,
     wal_buffer_full: u64,
+    wal_writer_flushes: u64,
+    wal_segments_prepared_ahead: u64,
+    wal_segments_created_by_sessions: u64,
+    wal_flush_piggybacks: u64,
     checkpoints: CheckpointStats,
     buffers_clean: u64,
     buffers_alloc: u64,
@@ -238,6 +246,13 @@ impl Snapshot {
             wal_writes: wal.stats.writes.load(Ordering::Relaxed),
             wal_syncs: wal.stats.syncs.load(Ordering::Relaxed),
             wal_buffer_full: wal.stats.buffer_full_waits.load(Ordering::Relaxed),
+            wal_writer_flushes: wal.stats.writer_flushes.load(Ordering::Relaxed),
+            wal_segments_prepared_ahead: wal.stats.segments_prepared_ahead.load(Ordering::Relaxed),
+            wal_segments_created_by_sessions: wal
+                .stats
+                .segments_created_by_sessions
+                .load(Ordering::Relaxed),
+            wal_flush_piggybacks: wal.stats.flush_piggybacks.load(Ordering::Relaxed),
             checkpoints: engine.checkpoint_stats(),
             buffers_clean: pool.stats.writes_by_page_writer.load(Ordering::Relaxed),
             buffers_alloc: pool.stats.misses.load(Ordering::Relaxed),

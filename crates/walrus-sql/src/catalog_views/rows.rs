@@ -280,6 +280,12 @@ impl Snapshot {
                     ]
                 })
                 .collect(),
+            "walrus_stat_wal" => vec![vec![
+                Datum::Int8(self.wal_writer_flushes as i64),
+                Datum::Int8(self.wal_segments_prepared_ahead as i64),
+                Datum::Int8(self.wal_segments_created_by_sessions as i64),
+                Datum::Int8(self.wal_flush_piggybacks as i64),
+            ]],
             "pg_stat_wal" => vec![vec![
                 Datum::Int8(self.wal_records as i64),
                 Datum::Int8(self.wal_fpi as i64),

@@ -97,6 +97,19 @@ impl Session {
             if s.synchronous_commit { "on" } else { "off" }.into(),
         );
         settings.insert(
+            "wal_writer_delay".into(),
+            format!("{}ms", s.wal_writer_delay.as_millis()),
+        );
+        settings.insert(
+            "wal_writer_flush_after".into(),
+            match s.wal_writer_flush_after_bytes {
+                0 => "0".to_string(),
+                b if b % (1 << 30) == 0 => format!("{}GB", b >> 30),
+                b if b % (1 << 20) == 0 => format!("{}MB", b >> 20),
+                b => format!("{}kB", b / 1024),
+            },
+        );
+        settings.insert(
             "checkpoint_timeout".into(),
             format!("{}s", s.checkpoint_timeout.as_secs()),
         );
@@ -337,8 +350,10 @@ impl Session {
             self.now = now_micros();
         }
         let lock_timeout = self.lock_timeout();
+        let synchronous = self.synchronous_commit();
         if let Some(t) = self.txn.as_mut() {
             t.set_lock_timeout(lock_timeout);
+            t.set_synchronous_commit(synchronous);
         }
         let timer = match self.statement_timeout_ms {
             0 => Ok(None),
@@ -395,6 +410,11 @@ impl Session {
     }
 
     fn end_block(&mut self, commit: bool) -> SqlResult<()> {
+        // The value in force at COMMIT decides, as in PostgreSQL (a SET just before it).
+        let synchronous = self.synchronous_commit();
+        if let Some(t) = self.txn.as_mut() {
+            t.set_synchronous_commit(synchronous);
+        }
         self.restore_block_settings(commit);
         self.in_block = false;
         self.failed = false;
@@ -421,6 +441,7 @@ impl Session {
             let mut t = self.engine.begin(iso);
             t.set_interrupt(self.interrupt.clone());
             t.set_lock_timeout(self.lock_timeout());
+            t.set_synchronous_commit(self.synchronous_commit());
             self.txn = Some(t);
         }
         let t = self.txn.as_mut().expect("just created");

@@ -99,7 +99,12 @@ impl Session {
                     vec![name.to_string()]
                 };
                 for n in names {
-                    if let Some(v) = defaults.get(&n) {
+                    if n == "synchronous_commit" {
+                        // Back to the server's setting (walrus.toml), as in PostgreSQL.
+                        let v = self.server_synchronous_commit();
+                        self.remember_for_block(&n, false);
+                        self.put_setting(&n, Some(v.into()));
+                    } else if let Some(v) = defaults.get(&n) {
                         self.remember_for_block(&n, false);
                         self.put_setting(&n, Some(v.clone()));
                     } else if name != "all" {
@@ -170,6 +175,9 @@ impl Session {
                 if self.time_setting(&name).is_some() {
                     value = crate::timeout::show_ms(crate::timeout::parse_ms(&name, &value)?);
                 }
+                if name == "synchronous_commit" {
+                    value = synchronous_commit_value(&value)?.to_string();
+                }
                 self.remember_for_block(&name, local);
                 self.put_setting(&name, Some(value));
                 Ok(QueryResult::tag("SET"))
@@ -223,6 +231,19 @@ impl Session {
         };
     }
 
+    /// Whether this session's commits wait for their WAL flush (`synchronous_commit`).
+    pub(super) fn synchronous_commit(&self) -> bool {
+        self.settings.get("synchronous_commit").map(String::as_str) != Some("off")
+    }
+
+    pub(super) fn server_synchronous_commit(&self) -> &'static str {
+        if self.engine.settings().synchronous_commit {
+            "on"
+        } else {
+            "off"
+        }
+    }
+
     pub(super) fn lock_timeout(&self) -> Option<Duration> {
         (self.lock_timeout_ms > 0).then(|| Duration::from_millis(self.lock_timeout_ms))
     }
@@ -235,5 +256,30 @@ impl Session {
             "idle_in_transaction_session_timeout" => Some(&mut self.idle_in_transaction_timeout_ms),
             _ => None,
         }
+    }
+}
+
+/// A value for `synchronous_commit`, as PostgreSQL spells it back. Without replication
+/// `local` is `on` (PostgreSQL's meaning too); `remote_write` and `remote_apply` promise a
+/// standby walrus does not have yet, so they are refused rather than silently weakened.
+fn synchronous_commit_value(v: &str) -> SqlResult<&'static str> {
+    match v.to_ascii_lowercase().as_str() {
+        "on" | "true" | "yes" | "1" => Ok("on"),
+        "off" | "false" | "no" | "0" => Ok("off"),
+        "local" => Ok("local"),
+        "remote_write" | "remote_apply" => Err(SqlError::new(
+            "0A000",
+            format!(
+                "synchronous_commit = {v} needs a synchronous standby, and walrus has no \
+                 replication yet"
+            ),
+        )),
+        _ => Err(SqlError {
+            hint: Some("Available values: local, on, off.".into()),
+            ..SqlError::new(
+                "22023",
+                format!("invalid value for parameter \"synchronous_commit\": \"{v}\""),
+            )
+        }),
     }
 }
