@@ -303,13 +303,13 @@ mod tests {
         }
         fn write(&mut self, r: RelFileId) -> Result<()> {
             self.locks
-                .lock_for_write(r, self.xid, self.txn, LockWait::default())?;
+                .lock_for_write(r, self.xid, self.txn, bounded_wait())?;
             self.hold(r);
             Ok(())
         }
         fn ddl(&mut self, r: RelFileId) -> Result<()> {
             self.locks
-                .begin_ddl(r, self.xid, self.txn, LockWait::default())?;
+                .begin_ddl(r, self.xid, self.txn, bounded_wait())?;
             self.hold(r);
             Ok(())
         }
@@ -325,6 +325,31 @@ mod tests {
                 self.locks.release(r, self.xid);
             }
         }
+    }
+
+    /// Waits end after 30 s: a test whose expectation fails must fail, never hang (a
+    /// thread scope waits for its threads before it reports a panic).
+    fn bounded_wait() -> LockWait<'static> {
+        LockWait {
+            interrupt: None,
+            timeout: Some(Duration::from_secs(30)),
+        }
+    }
+
+    /// Waits until `txn` has counted more lock waits than `before`: the thread under test
+    /// is blocked now. Sleeping a fixed time instead made these tests hang on a loaded
+    /// machine, where the thread had not reached its wait yet.
+    fn until_waiting(txn: &TxnManager, before: u64) {
+        let start = std::time::Instant::now();
+        while txn.stats.row_lock_waits.load(Ordering::Acquire) <= before {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "the thread never started waiting"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // It registered; give it a moment to park (harmless if it already has).
+        std::thread::sleep(Duration::from_millis(5));
     }
 
     fn setup() -> (tempfile::TempDir, TxnManager, TableLocks) {
@@ -399,18 +424,20 @@ mod tests {
         drop(locks.try_vacuum(T).expect("vacuum runs beside writers"));
         w2.end();
         std::thread::scope(|s| {
+            let waits = txn.stats.row_lock_waits.load(Ordering::Acquire);
             let ddl = s.spawn(|| {
                 let mut d = Tx::begin(&txn, &locks);
                 d.ddl(T).map(|_| d)
             });
-            std::thread::sleep(Duration::from_millis(20));
+            until_waiting(&txn, waits);
             assert!(!ddl.is_finished(), "DDL waits for the open writer");
             // A writer arriving now queues behind the waiting DDL (no starvation).
+            let waits = txn.stats.row_lock_waits.load(Ordering::Acquire);
             let late = s.spawn(|| {
                 let mut w = Tx::begin(&txn, &locks);
                 w.write(T).map(|_| w)
             });
-            std::thread::sleep(Duration::from_millis(20));
+            until_waiting(&txn, waits);
             assert!(
                 !late.is_finished(),
                 "a new writer waits for the waiting DDL"
@@ -439,8 +466,9 @@ mod tests {
         a.write(T).unwrap();
         b.write(T).unwrap();
         std::thread::scope(|s| {
+            let waits = txn.stats.row_lock_waits.load(Ordering::Acquire);
             let first = s.spawn(|| a.ddl(T).map(|_| a));
-            std::thread::sleep(Duration::from_millis(20));
+            until_waiting(&txn, waits);
             // b waits for a (the waiting DDL), which waits for b: b is the victim.
             match b.ddl(T) {
                 Err(Error::Deadlock { .. }) => b.end(),
