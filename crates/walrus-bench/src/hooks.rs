@@ -156,7 +156,8 @@ impl FailRule {
             "wal" => FileKind::Wal,
             "clog" => FileKind::Clog,
             "control" => FileKind::Control,
-            _ => bail!("--fail-io kind must be data, wal, clog or control, got {kind:?}"),
+            "dwb" => FileKind::DoubleWrite,
+            _ => bail!("--fail-io kind must be data, wal, clog, control or dwb, got {kind:?}"),
         };
         let op = match op {
             "write" => "write",

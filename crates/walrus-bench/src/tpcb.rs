@@ -103,11 +103,12 @@ fn open(data: &std::path::Path, set: &[String]) -> anyhow::Result<Engine> {
     let (engine, report) = Engine::open_with(data, settings)?;
     if let Some(r) = report {
         eprintln!(
-            "recovery: {} records, {} bytes, {:.3} s, {} images restored, {} rolled back",
+            "recovery: {} records, {} bytes, {:.3} s, {} images restored, {} pages restored from the double-write buffer, {} rolled back",
             r.records,
             r.replayed_bytes,
             r.elapsed.as_secs_f64(),
             r.images_restored,
+            r.pages_restored_from_double_write,
             r.rolled_back
         );
     }

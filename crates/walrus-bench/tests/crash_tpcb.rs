@@ -69,6 +69,15 @@ fn crash_tpcb_fpw() {
 }
 
 #[test]
+fn crash_tpcb_dwb() {
+    let _ = crash_cycles(&[
+        "page_protection=dwb",
+        "dwb_batch_pages=16",
+        "wal_sync_method=fdatasync",
+    ]);
+}
+
+#[test]
 fn crash_tpcb_none_with_fsync() {
     let _ = crash_cycles(&["page_protection=none", "wal_sync_method=fdatasync"]);
 }

@@ -153,6 +153,21 @@ fn powerloss_tpcb_fpw_open_datasync_lz4() {
     );
 }
 
+/// The double-write buffer: a random half of the unsynced blocks survive, so home pages
+/// (and double-write batches) are torn; no page images exist to repair them.
+#[test]
+fn powerloss_tpcb_dwb_torn_blocks() {
+    powerloss_cycles(
+        &[
+            "page_protection=dwb",
+            "dwb_batch_pages=16",
+            "wal_sync_method=fdatasync",
+        ],
+        0.5,
+        false,
+    );
+}
+
 /// Without page images a torn page cannot be repaired, so only whole unsynced writes are
 /// lost here (keep fraction 0): nothing may be lost that a sync covered.
 #[test]

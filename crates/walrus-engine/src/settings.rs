@@ -23,6 +23,8 @@ pub struct Settings {
     pub checkpoint_completion_target: f64,
     pub wal_sync_method: SyncMethod,
     pub page_protection: PageProtection,
+    /// Pages per double-write batch (one slot of the double-write file).
+    pub dwb_batch_pages: usize,
     pub wal_compression: bool,
     pub synchronous_commit: bool,
     /// The WAL writer's sleep between rounds (PostgreSQL's `wal_writer_delay`).
@@ -61,6 +63,7 @@ impl Default for Settings {
             checkpoint_completion_target: 0.9,
             wal_sync_method: SyncMethod::Fdatasync,
             page_protection: PageProtection::Fpw,
+            dwb_batch_pages: 64,
             wal_compression: false,
             synchronous_commit: true,
             wal_writer_delay: Duration::from_millis(200),
@@ -104,8 +107,11 @@ checkpoint_timeout = "5min"
 checkpoint_completion_target = 0.9
 # fdatasync (default) | fsync | open_datasync | none (tests only: no durability)
 wal_sync_method = "fdatasync"
-# Torn-page protection: fpw (full-page images in WAL) | none (detect only)
+# Torn-page protection: fpw (full-page images in WAL) | dwb (batched double-write
+# buffer: no images) | none (detect only)
 page_protection = "fpw"
+# dwb: pages per double-write batch (1..1024); the file "dwb" holds 8 such slots.
+dwb_batch_pages = 64
 # Compress full-page images: off | lz4
 wal_compression = "off"
 # Wait for the WAL flush at commit. With "off" a commit returns before its WAL is
@@ -251,11 +257,18 @@ impl Settings {
                     Some(mode) => mode,
                     None if PLANNED_MODES.contains(&value) => {
                         return Err(Error::FeatureNotSupported(format!(
-                            "page_protection = {value} is not built yet; use fpw or none"
+                            "page_protection = {value} is not built yet; use fpw, dwb or none"
                         )))
                     }
-                    None => return Err(bad("expected fpw or none")),
+                    None => return Err(bad("expected fpw, dwb or none")),
                 }
+            }
+            "dwb_batch_pages" => {
+                self.dwb_batch_pages = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| (1..=1024).contains(n))
+                    .ok_or_else(|| bad("expected 1..1024"))?
             }
             "full_page_writes" => {
                 self.page_protection =
@@ -433,7 +446,9 @@ mod tests {
         assert!(err.to_string().contains("wal_sync_method"), "{err}");
         let err = s.apply_toml("shared_buffers = [1, 2]").unwrap_err();
         assert!(err.to_string().contains("shared_buffers"), "{err}");
-        assert!(s.set("page_protection", "dwb").is_err());
+        assert!(s.set("page_protection", "atomic").is_err());
+        s.set("page_protection", "dwb").unwrap();
+        assert!(s.set("dwb_batch_pages", "0").is_err());
         assert!(s.autovacuum && s.autovacuum_naptime == Duration::from_secs(60));
         assert_eq!(s.autovacuum_vacuum_cost_delay, Duration::from_millis(2));
         s.set("autovacuum_naptime", "250ms").unwrap();

@@ -99,11 +99,12 @@ fn recover(dir: &std::path::Path) -> anyhow::Result<()> {
     let (engine, report) = walrus_engine::Engine::open(dir)?;
     match report {
         Some(r) => println!(
-            "recovered: replayed {} records ({} bytes) in {:.3} s, {} page images restored, {} transactions rolled back",
+            "recovered: replayed {} records ({} bytes) in {:.3} s, {} page images restored, {} pages restored from the double-write buffer, {} transactions rolled back",
             r.records,
             r.replayed_bytes,
             r.elapsed.as_secs_f64(),
             r.images_restored,
+            r.pages_restored_from_double_write,
             r.rolled_back
         ),
         None => println!("data directory was shut down cleanly; nothing to recover"),

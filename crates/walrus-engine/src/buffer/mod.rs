@@ -1,5 +1,6 @@
 #![doc = include_str!("README.md")]
 
+mod batch_write;
 pub mod page_writer;
 
 use std::collections::{HashMap, VecDeque};
@@ -101,6 +102,9 @@ pub struct BufferPool {
     pub(crate) writer_wake: (Mutex<bool>, Condvar),
     clean_wait: (Mutex<()>, Condvar),
     pub stats: BufferStats,
+    /// The double-write buffer, in `page_protection = dwb` (set once at open): every page
+    /// write then goes through a batch (`batch_write.rs`).
+    dwb: std::sync::OnceLock<Arc<crate::protect::dwb::DoubleWrite>>,
     /// The frames' page memory; declared last so it is unmapped after every frame.
     _arena: PageArena,
 }
@@ -164,8 +168,18 @@ impl BufferPool {
             writer_wake: (Mutex::new(false), Condvar::new()),
             clean_wait: (Mutex::new(()), Condvar::new()),
             stats: BufferStats::default(),
+            dwb: std::sync::OnceLock::new(),
             _arena: arena,
         })
+    }
+
+    /// Routes every page write through the double-write buffer from now on.
+    pub fn set_double_write(&self, dwb: Arc<crate::protect::dwb::DoubleWrite>) {
+        let _ = self.dwb.set(dwb);
+    }
+
+    pub fn double_write(&self) -> Option<&crate::protect::dwb::DoubleWrite> {
+        self.dwb.get().map(|d| &**d)
     }
 
     pub fn nframes(&self) -> usize {
@@ -558,7 +572,29 @@ impl BufferPool {
         };
         let mut written = 0;
         let mut skipped = Vec::new();
+        if let Some(dwb) = self.dwb.get() {
+            let cands: Vec<(u32, u64)> = batch.iter().map(|e| (e.frame, e.page)).collect();
+            match self.write_batch_dwb(dwb, &cands, who) {
+                Ok((n, not_staged)) => {
+                    written = n;
+                    skipped = not_staged.into_iter().map(|i| batch[i]).collect();
+                }
+                Err(err) => {
+                    // Keep every entry whose page is still dirty: nothing is forgotten.
+                    let mut q = self.dirty_queue.lock();
+                    for e in batch.iter().rev() {
+                        if self.entry_live(e) {
+                            q.push_front(*e);
+                        }
+                    }
+                    return Err(err);
+                }
+            }
+        }
         for (i, e) in batch.iter().enumerate() {
+            if self.dwb.get().is_some() {
+                break;
+            }
             match self.write_frame(e.frame, e.page, who) {
                 Ok(true) => written += 1,
                 Ok(false) => {
@@ -597,6 +633,27 @@ impl BufferPool {
         let n = self.frames.len();
         let start = self.clock.load(Ordering::Relaxed);
         let mut written = 0;
+        if let Some(dwb) = self.dwb.get() {
+            let mut cands = Vec::new();
+            for k in 0..scan.min(n) {
+                let i = (start + k) % n;
+                let fr = &self.frames[i];
+                if fr.flags.load(Ordering::Acquire) & FLAG_DIRTY == 0
+                    || fr.pin.load(Ordering::Acquire) != 0
+                    || fr.usage.load(Ordering::Relaxed) > 1
+                {
+                    continue;
+                }
+                let page = fr.page.load(Ordering::Acquire);
+                if page != NO_PAGE {
+                    cands.push((i as u32, page));
+                    if cands.len() >= max_pages {
+                        break;
+                    }
+                }
+            }
+            return Ok(self.write_batch_dwb(dwb, &cands, Writer::PageWriter)?.0);
+        }
         for k in 0..scan.min(n) {
             let i = (start + k) % n;
             let fr = &self.frames[i];

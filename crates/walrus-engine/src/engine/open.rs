@@ -35,6 +35,8 @@ pub struct RecoveryReport {
     pub elapsed: Duration,
     pub rolled_back: u64,
     pub images_restored: u64,
+    /// Torn home pages restored from the double-write buffer before redo.
+    pub pages_restored_from_double_write: u64,
 }
 
 impl Engine {
@@ -174,6 +176,32 @@ impl Engine {
         let flush_wal = wal.clone();
         clog.set_wal_flush(Box::new(move |lsn| flush_wal.flush(Lsn(lsn))));
         let txn = TxnManager::new(clog, cd.next_xid);
+        // Torn-page repair from the double-write buffer comes before anything reads a
+        // page (redo included), whatever the mode is now: it may have been dwb before.
+        let mut dwb_restored = 0;
+        if crashed {
+            let r = crate::protect::dwb::repair(dir, &pool.relfiles)?;
+            if r.copies + r.torn_copies > 0 {
+                tracing::info!(
+                    "double-write buffer: {} valid copies, {} torn copies ignored, {} home pages restored",
+                    r.copies,
+                    r.torn_copies,
+                    r.restored
+                );
+            }
+            dwb_restored = r.restored;
+        }
+        let dwb_path = dir.join(crate::protect::dwb::DWB_FILE);
+        if settings.page_protection == crate::protect::PageProtection::Dwb {
+            let dwb = crate::protect::dwb::DoubleWrite::open(dir, settings.dwb_batch_pages)?;
+            pool.set_double_write(Arc::new(dwb));
+        } else if dwb_path.exists() {
+            // Left by an earlier dwb run, already used above: its stale copies must not
+            // meet a later crash in another mode.
+            std::fs::remove_file(&dwb_path)
+                .map_err(|e| Error::io("remove double-write file", dwb_path.display(), e))?;
+            crate::storage::relfile::sync_dir(dir)?;
+        }
         let page_writers = PageWriters::start(
             pool.clone(),
             settings.pagewriter_threads,
@@ -210,6 +238,7 @@ impl Engine {
                 elapsed: s.elapsed,
                 rolled_back: s.rolled_back,
                 images_restored: s.pages_restored_from_images,
+                pages_restored_from_double_write: dwb_restored,
             });
         }
         let inner = Arc::new(Inner {

@@ -32,6 +32,8 @@ pub enum FileKind {
     Clog,
     /// The control file.
     Control,
+    /// The double-write buffer's file (`protect::dwb`).
+    DoubleWrite,
     /// Anything else (statistics, temporary files).
     Other,
 }

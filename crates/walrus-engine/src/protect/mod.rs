@@ -1,5 +1,6 @@
 #![doc = include_str!("README.md")]
 
+pub mod dwb;
 pub mod fpw;
 
 pub use fpw::ImagePolicy;
@@ -9,17 +10,20 @@ pub use fpw::ImagePolicy;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PageProtection {
     Fpw,
+    /// The batched double-write buffer (`dwb.rs`).
+    Dwb,
     None,
 }
 
 /// The modes DESIGN §4 names that are not built yet: `page_protection` refuses them as
 /// not supported, not as unknown values.
-pub const PLANNED_MODES: [&str; 3] = ["dwb", "standby", "atomic"];
+pub const PLANNED_MODES: [&str; 2] = ["standby", "atomic"];
 
 impl PageProtection {
     pub fn name(self) -> &'static str {
         match self {
             PageProtection::Fpw => "fpw",
+            PageProtection::Dwb => "dwb",
             PageProtection::None => "none",
         }
     }
@@ -28,6 +32,7 @@ impl PageProtection {
     pub fn from_name(name: &str) -> Option<PageProtection> {
         match name {
             "fpw" => Some(PageProtection::Fpw),
+            "dwb" => Some(PageProtection::Dwb),
             "none" => Some(PageProtection::None),
             _ => None,
         }
@@ -37,7 +42,7 @@ impl PageProtection {
     pub fn image_policy(self) -> ImagePolicy {
         match self {
             PageProtection::Fpw => ImagePolicy::FirstChangeAfterRedo,
-            PageProtection::None => ImagePolicy::Never,
+            PageProtection::Dwb | PageProtection::None => ImagePolicy::Never,
         }
     }
 }

@@ -248,6 +248,20 @@ impl RelFiles {
         Ok(pending.len())
     }
 
+    /// Syncs the files of `relfiles` now (a double-write batch's home writes), leaving
+    /// them in the pending set: the next checkpoint syncs them again, which costs little,
+    /// and never finds the set emptied by someone whose sync has not finished. A failure
+    /// stops the process, as in [`RelFiles::sync_pending`].
+    pub fn sync_files(&self, relfiles: &std::collections::BTreeSet<RelFileId>) -> Result<()> {
+        for relfile in relfiles {
+            let rf = self.get(*relfile)?;
+            if let Err(e) = io::sync_data(FileKind::Data, &rf.file) {
+                crate::fatal_io(&format!("fsync file {}", self.path(*relfile).display()), &e);
+            }
+        }
+        Ok(())
+    }
+
     /// All relation files present on disk (for offline verification tools).
     pub fn list(&self) -> Result<Vec<RelFileId>> {
         let mut out = Vec::new();
