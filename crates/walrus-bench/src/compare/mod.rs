@@ -36,7 +36,7 @@ use process::check_interrupt;
 use report::{median_run, pair_table, ratio, show, spread, table, Metric, Spread, LOAD_METRICS};
 use server::{Server, Settings, System, Variant};
 
-const SCENARIOS: &[&str] = &["fpw", "insert", "checkpoint", "recovery", "scaling"];
+const SCENARIOS: &[&str] = &["fpw", "dwb", "insert", "checkpoint", "recovery", "scaling"];
 
 /// `(repetition, configuration)` pairs: every configuration once per repetition, in
 /// forward order on even repetitions and backward on odd ones, so slow drift of a shared
@@ -51,7 +51,7 @@ const START_LIMIT: Duration = Duration::from_secs(600);
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
-    /// Scenario to run: fpw, insert, checkpoint, recovery, scaling, or all.
+    /// Scenario to run: fpw, dwb, insert, checkpoint, recovery, scaling, or all.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Smoke check: scale 1, 1 repetition, 3 s per run, scaling at 1/16/128 clients only
@@ -181,7 +181,7 @@ impl Plan {
         let reps = self.reps as f64;
         let (i, r) = (self.init_estimate(), self.run_estimate());
         match scenario {
-            "fpw" => 4.0 * i + 4.0 * reps * r,
+            "fpw" | "dwb" => 4.0 * i + 4.0 * reps * r,
             "insert" => 6.0 * 4.0 + 6.0 * reps * r,
             "checkpoint" => 2.0 * i + 2.0 * reps * (r + 5.0),
             "recovery" => 2.0 * i + 2.0 * reps * (self.duration as f64 + 10.0),
@@ -423,6 +423,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         let section = match *sc {
             "fpw" => scenario_fpw(&mut ctx)?,
             "insert" => scenario_insert(&mut ctx)?,
+            "dwb" => scenario_dwb(&mut ctx)?,
             "checkpoint" => scenario_checkpoint(&mut ctx)?,
             "recovery" => scenario_recovery(&mut ctx)?,
             "scaling" => scenario_scaling(&mut ctx)?,
@@ -786,6 +787,46 @@ fn scenario_fpw(ctx: &mut Ctx) -> anyhow::Result<String> {
     )?;
     s.push_str("![fpw: per-second TPS]({{chart:fpw-tps.svg}})\n");
     Ok(s)
+}
+
+/// dwb (the double-write paper): the fpw scenario's load, walrus's double-write buffer
+/// against PostgreSQL with page images and walrus's own fpw and none.
+fn scenario_dwb(ctx: &mut Ctx) -> anyhow::Result<String> {
+    let max_wal = if ctx.plan.quick { "32MB" } else { "64MB" };
+    let fpw = Settings::new(max_wal, "30s");
+    let mut dwb = fpw.clone();
+    dwb.double_write = true;
+    let mut none = fpw.clone();
+    none.page_images = false;
+    let variants = [
+        variant(System::Postgres, "full_page_writes=on", &fpw),
+        variant(System::Walrus, "page_protection=dwb", &dwb),
+        variant(System::Walrus, "page_protection=fpw", &fpw),
+        variant(System::Walrus, "page_protection=none", &none),
+    ];
+    let mut servers = prepare_all(ctx, "dwb", &variants, Setup::Pgbench)?;
+    let o = Options {
+        workload: Workload::TpcbLike,
+        clients: 16,
+        seconds: ctx.plan.duration,
+        detailed: true,
+    };
+    let r = measure_all(ctx, "dwb", &mut servers, &o)?;
+    drop(servers);
+    Ok(format!(
+        "### dwb: the double-write buffer instead of page images (seed: batched double writes)\n\n\
+         pgbench tpcb-like, scale {}, 16 clients, `-M prepared`; `checkpoint_timeout = 30s`, \
+         `max_wal_size = {max_wal}` (frequent checkpoints, as in the fpw scenario). walrus \
+         `dwb` writes every data page through batches of 64 in the double-write file (one \
+         write + sync per batch, then the pages home and their files synced) and logs no page \
+         images.\n\n#### PostgreSQL with page images vs walrus dwb\n\n{}\n\
+         #### walrus dwb vs walrus none (no protection: the cost of dwb)\n\n{}\n\
+         #### walrus dwb vs walrus fpw\n\n{}\n",
+        ctx.plan.scale,
+        pair_table(&variants[0].label, &r[0], &variants[1].label, &r[1]),
+        pair_table(&variants[3].label, &r[3], &variants[1].label, &r[1]),
+        pair_table(&variants[2].label, &r[2], &variants[1].label, &r[1]),
+    ))
 }
 
 /// insert (pmem WAL paper): 1 KiB-row inserts, 32 clients; WAL on disk and on tmpfs.

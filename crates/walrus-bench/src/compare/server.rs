@@ -39,6 +39,9 @@ pub struct Settings {
     pub max_connections: u32,
     /// `synchronous_commit` (on: every commit waits for its WAL flush).
     pub synchronous_commit: bool,
+    /// walrus only: `page_protection = dwb` (the double-write buffer) instead of what
+    /// `page_images` says.
+    pub double_write: bool,
 }
 
 impl Settings {
@@ -51,6 +54,7 @@ impl Settings {
             wal_on_tmpfs: false,
             max_connections: 200,
             synchronous_commit: true,
+            double_write: false,
         }
     }
 }

@@ -48,7 +48,13 @@ pub fn init(tools: &Tools, data: &Path, s: &Settings, _root: &Path) -> anyhow::R
         s.max_wal_size,
         s.checkpoint_timeout,
         if s.synchronous_commit { "on" } else { "off" },
-        if s.page_images { "fpw" } else { "none" }
+        if s.double_write {
+            "dwb"
+        } else if s.page_images {
+            "fpw"
+        } else {
+            "none"
+        }
     );
     std::fs::write(config_path(data), conf)?;
     Ok(())
