@@ -87,6 +87,16 @@ impl Default for Settings {
 
 pub const CONFIG_FILE: &str = "walrus.toml";
 
+/// walrus.toml settings the engine keeps for the layers above it (`Settings::extra`).
+pub const SERVER_SETTINGS: [&str; 6] = [
+    "port",
+    "listen_addresses",
+    "max_connections",
+    "password",
+    "authentication_timeout",
+    "statement_memory_limit",
+];
+
 /// The commented configuration file `walrus init` writes.
 pub fn default_config_text(segment_size: u64) -> String {
     format!(
@@ -372,9 +382,18 @@ impl Settings {
                     self.autovacuum_vacuum_cost_limit = n;
                 }
             }
-            _ => {
+            // Read by the layers above the engine (the server, the SQL layer).
+            n if SERVER_SETTINGS.contains(&n) => {
                 self.extra.retain(|(k, _)| k != name);
                 self.extra.push((name.to_string(), value.to_string()));
+            }
+            // A name walrus does not implement is refused, never kept and ignored: a
+            // misspelt or PostgreSQL-only setting would otherwise do nothing, silently.
+            _ => {
+                return Err(Error::InvalidInput(format!(
+                    "unrecognized configuration parameter \"{name}\" (walrus implements the \
+                     settings its walrus.toml lists)"
+                )))
             }
         }
         Ok(())
@@ -447,6 +466,16 @@ mod tests {
         let err = s.apply_toml("shared_buffers = [1, 2]").unwrap_err();
         assert!(err.to_string().contains("shared_buffers"), "{err}");
         assert!(s.set("page_protection", "atomic").is_err());
+        // Unknown and PostgreSQL-only names are refused, never kept and ignored.
+        for name in ["checkpoint_timout", "fsync", "extreme_flush_dirty_page"] {
+            let err = s.set(name, "on").unwrap_err();
+            assert!(
+                err.to_string().contains("unrecognized configuration parameter"),
+                "{name}: {err}"
+            );
+        }
+        s.set("port", "6000").unwrap();
+        assert_eq!(s.extra.last().unwrap(), &("port".into(), "6000".into()));
         s.set("page_protection", "dwb").unwrap();
         assert!(s.set("dwb_batch_pages", "0").is_err());
         assert!(s.autovacuum && s.autovacuum_naptime == Duration::from_secs(60));

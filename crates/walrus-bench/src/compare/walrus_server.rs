@@ -39,7 +39,6 @@ pub fn init(tools: &Tools, data: &Path, s: &Settings, _root: &Path) -> anyhow::R
          shared_buffers = \"{}\"\n\
          max_wal_size = \"{}\"\n\
          checkpoint_timeout = \"{}\"\n\
-         fsync = \"on\"\n\
          synchronous_commit = \"{}\"\n\
          page_protection = \"{}\"\n\
          wal_sync_method = \"fdatasync\"\n",
