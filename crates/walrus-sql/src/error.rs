@@ -25,6 +25,14 @@ impl SqlError {
     pub fn syntax(what: impl Into<String>) -> SqlError {
         SqlError::new("42601", what)
     }
+    pub fn with_hint(mut self, hint: impl Into<String>) -> SqlError {
+        self.hint = Some(hint.into());
+        self
+    }
+    pub fn with_detail(mut self, detail: impl Into<String>) -> SqlError {
+        self.detail = Some(detail.into());
+        self
+    }
 }
 
 impl From<walrus_engine::Error> for SqlError {

@@ -37,6 +37,7 @@ pub mod expr;
 mod guc;
 mod memory;
 mod names;
+pub mod numeric;
 mod plan;
 mod rel;
 mod result;

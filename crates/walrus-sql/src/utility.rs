@@ -13,7 +13,10 @@ pub enum Utility {
         tables: Vec<String>,
         freeze: bool,
     },
-    Analyze,
+    /// The tables named (none: every table); each must exist.
+    Analyze {
+        tables: Vec<String>,
+    },
     Checkpoint,
     CopyFrom {
         table: String,
@@ -72,7 +75,26 @@ pub fn parse(sql: &str) -> SqlResult<Option<Utility>> {
             }
             Ok(Some(Utility::Checkpoint))
         }
-        "analyze" | "analyse" => Ok(Some(Utility::Analyze)),
+        "analyze" | "analyse" => {
+            let mut tables = Vec::new();
+            let mut i = 1;
+            while i < w.len() {
+                let lw = w[i].to_ascii_lowercase();
+                match lw.as_str() {
+                    // An option list before the tables, or a column list after one.
+                    "(" => {
+                        while i < w.len() && w[i] != ")" {
+                            i += 1;
+                        }
+                    }
+                    "verbose" if tables.is_empty() => {}
+                    "," => {}
+                    _ => tables.push(ident(&w[i])),
+                }
+                i += 1;
+            }
+            Ok(Some(Utility::Analyze { tables }))
+        }
         "vacuum" => {
             let mut i = 1;
             let mut tables = Vec::new();

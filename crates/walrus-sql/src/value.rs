@@ -123,12 +123,7 @@ pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
         TypeId::Int4 => Datum::Int4(t.parse().map_err(|_| out_of_range_or_bad(ty, t))?),
         TypeId::Int8 => Datum::Int8(t.parse().map_err(|_| out_of_range_or_bad(ty, t))?),
         TypeId::Float8 => Datum::Float8(t.parse().map_err(|_| bad(ty, s))?),
-        TypeId::Numeric => {
-            if t.parse::<f64>().is_err() {
-                return Err(bad(ty, s));
-            }
-            Datum::Numeric(t.to_string())
-        }
+        TypeId::Numeric => Datum::Numeric(crate::numeric::canonical(t)?),
         TypeId::Text => Datum::Text(s.to_string()),
         TypeId::Timestamp => Datum::Timestamp(parse_timestamp(t).ok_or_else(|| bad(ty, s))?),
         TypeId::TimestampTz => Datum::TimestampTz(parse_timestamp(t).ok_or_else(|| bad(ty, s))?),

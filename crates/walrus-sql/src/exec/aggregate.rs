@@ -5,12 +5,14 @@ use std::cmp::Ordering;
 use std::collections::HashSet;
 
 use sqlparser::ast::{self, FunctionArg, FunctionArgExpr, FunctionArguments};
-use walrus_engine::access::datum::Datum;
+use walrus_engine::access::datum::{Datum, TypeId};
 
 use super::{row_key, Executor};
 use crate::error::{SqlError, SqlResult};
+use crate::expr::as_i64;
 use crate::expr::{compare_values, format_array_text, function_args, function_name};
 use crate::memory::datum_bytes;
+use crate::numeric;
 use crate::rel::{ColName, Frame};
 use crate::value::format_text;
 
@@ -24,21 +26,52 @@ impl Executor<'_> {
         outer: Option<&Frame<'_>>,
     ) -> SqlResult<Datum> {
         let name = function_name(f);
-        let (star, distinct) = match &f.args {
-            FunctionArguments::List(l) => (
-                l.args
-                    .iter()
-                    .any(|a| matches!(a, FunctionArg::Unnamed(FunctionArgExpr::Wildcard))),
-                matches!(
-                    l.duplicate_treatment,
-                    Some(ast::DuplicateTreatment::Distinct)
-                ),
-            ),
-            _ => (name == "count", false),
+        let (star, distinct, order) = match &f.args {
+            FunctionArguments::List(l) => {
+                let mut order: &[ast::OrderByExpr] = &[];
+                for c in &l.clauses {
+                    match c {
+                        ast::FunctionArgumentClause::OrderBy(o) => order = o,
+                        other => {
+                            return Err(SqlError::unsupported(format!(
+                                "{other} in an aggregate call is not supported"
+                            )))
+                        }
+                    }
+                }
+                (
+                    l.args
+                        .iter()
+                        .any(|a| matches!(a, FunctionArg::Unnamed(FunctionArgExpr::Wildcard))),
+                    matches!(
+                        l.duplicate_treatment,
+                        Some(ast::DuplicateTreatment::Distinct)
+                    ),
+                    order,
+                )
+            }
+            _ => (name == "count", false, &[][..]),
         };
         let args = function_args(f);
-        let mut vals: Vec<Datum> = Vec::new();
-        let mut seps: Vec<Datum> = Vec::new();
+        if matches!(name.as_str(), "min" | "max") {
+            let defs: Vec<walrus_engine::catalog::ColumnDef> = cols
+                .iter()
+                .filter_map(|c| {
+                    c.ty.map(|ty| walrus_engine::catalog::ColumnDef {
+                        name: c.name.clone(),
+                        ty,
+                        not_null: false,
+                    })
+                })
+                .collect();
+            if let Some(a) = args.first() {
+                if crate::plan::static_type(a, &defs) == Some(TypeId::Bool) {
+                    return Err(no_bool_minmax(&name));
+                }
+            }
+        }
+        // (sort keys, value, separator) of each input row that counts.
+        let mut entries: Vec<(Vec<Datum>, Datum, Datum)> = Vec::new();
         let mut counted = 0usize;
         // The argument values are this group's alone and freed once the aggregate has
         // its value: charged while collected, given back at the end.
@@ -58,25 +91,46 @@ impl Executor<'_> {
                 SqlError::new("42883", format!("function {name}() does not exist"))
             })?;
             let v = self.eval_in(arg, Some(&frame), self)?;
-            if name == "string_agg" {
-                let sep = match args.get(1) {
+            let sep = if name == "string_agg" {
+                match args.get(1) {
                     Some(s) => self.eval_in(s, Some(&frame), self)?,
                     None => Datum::Null,
-                };
-                self.memory.charge(datum_bytes(&sep))?;
-                seps.push(sep);
-            }
+                }
+            } else {
+                Datum::Null
+            };
             if !v.is_null() || name == "array_agg" {
-                self.memory.charge(datum_bytes(&v))?;
-                vals.push(v);
-            } else if name == "string_agg" {
-                seps.pop();
+                let keys = order
+                    .iter()
+                    .map(|o| self.eval_in(&o.expr, Some(&frame), self))
+                    .collect::<SqlResult<Vec<_>>>()?;
+                self.memory.charge(
+                    datum_bytes(&v) + datum_bytes(&sep) + crate::memory::row_bytes(&keys),
+                )?;
+                entries.push((keys, v, sep));
             }
         }
+        if !order.is_empty() {
+            let dirs = super::sort_dirs(order);
+            entries.sort_by(|a, b| super::compare_keys(&a.0, &b.0, &dirs));
+        }
         if distinct {
+            if !order.is_empty() {
+                // PostgreSQL: with DISTINCT, ORDER BY may only name the arguments.
+                let arg_texts: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+                if order
+                    .iter()
+                    .any(|o| !arg_texts.contains(&o.expr.to_string()))
+                {
+                    return Err(SqlError::new(
+                        "42P10",
+                        "in an aggregate with DISTINCT, ORDER BY expressions must appear in argument list",
+                    ));
+                }
+            }
             let mut seen = HashSet::new();
             let mut charged = Ok(());
-            vals.retain(|v| {
+            entries.retain(|(_, v, _)| {
                 let k = row_key(std::slice::from_ref(v));
                 if charged.is_ok() {
                     charged = self.charge_key(&k);
@@ -85,10 +139,22 @@ impl Executor<'_> {
             });
             charged?;
         }
+        let (vals, seps): (Vec<Datum>, Vec<Datum>) =
+            entries.into_iter().map(|(_, v, s)| (v, s)).unzip();
         let r = aggregate_result(&name, star, counted, vals, seps);
         self.memory.release_to(mark);
         r
     }
+}
+
+fn no_bool_minmax(name: &str) -> SqlError {
+    SqlError::new(
+        "42883",
+        format!("function {name}(boolean) does not exist"),
+    )
+    .with_hint(
+        "No function matches the given name and argument types. You might need to add explicit type casts.",
+    )
 }
 
 /// Finishes an aggregate from the non-NULL argument values of its group.
@@ -102,6 +168,10 @@ fn aggregate_result(
     Ok(match name {
         "count" => Datum::Int8(if star { counted } else { vals.len() } as i64),
         "min" | "max" => {
+            // PostgreSQL has no min/max over boolean (bool_and / bool_or are those).
+            if let Some(Datum::Bool(_)) = vals.first() {
+                return Err(no_bool_minmax(name));
+            }
             let mut best: Option<Datum> = None;
             for v in vals {
                 let better = match &best {
@@ -187,36 +257,53 @@ fn aggregate_result(
                             )
                         }
                     } else {
-                        Datum::Numeric(numeric_ratio(total, is.len() as i128))
+                        let sum = bigdecimal::BigDecimal::from(
+                            bigdecimal::num_bigint::BigInt::from(total),
+                        );
+                        Datum::Numeric(numeric::format(&numeric::avg(&sum, is.len())?))
                     }
                 }
-                None => {
+                None if vals.iter().all(|v| matches!(v, Datum::Float8(_))) => {
                     let fs: Vec<f64> = vals
                         .iter()
                         .filter_map(|v| match v {
                             Datum::Float8(x) => Some(*x),
-                            Datum::Numeric(s) => s.parse().ok(),
-                            Datum::Text(s) => s.parse().ok(),
                             _ => None,
                         })
                         .collect();
-                    if fs.len() != vals.len() {
-                        return Err(SqlError::new(
-                            "42883",
-                            format!("function {name}() does not exist for this argument type"),
-                        ));
-                    }
                     let total: f64 = fs.iter().sum();
-                    let v = if name == "sum" {
+                    Datum::Float8(if name == "sum" {
                         total
                     } else {
                         total / fs.len() as f64
-                    };
-                    if vals.iter().all(|x| matches!(x, Datum::Float8(_))) {
-                        Datum::Float8(v)
-                    } else {
-                        Datum::Numeric(v.to_string())
+                    })
+                }
+                None => {
+                    // numeric (mixed with integers): exact, PostgreSQL's scales.
+                    let mut total = bigdecimal::BigDecimal::from(0);
+                    for v in &vals {
+                        let x = match v {
+                            Datum::Numeric(t) => numeric::parse(t)?,
+                            Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) => {
+                                bigdecimal::BigDecimal::from(as_i64(v).unwrap_or(0))
+                            }
+                            other => {
+                                return Err(SqlError::new(
+                                    "42883",
+                                    format!(
+                                        "function {name}({}) does not exist",
+                                        other.type_id().map(|t| t.name()).unwrap_or("unknown")
+                                    ),
+                                ))
+                            }
+                        };
+                        total = numeric::arith(&total, '+', &x)?;
                     }
+                    Datum::Numeric(numeric::format(&if name == "sum" {
+                        total
+                    } else {
+                        numeric::avg(&total, vals.len())?
+                    }))
                 }
             }
         }
@@ -226,14 +313,4 @@ fn aggregate_result(
             )))
         }
     })
-}
-
-/// `num / den` as numeric text with PostgreSQL's 16 fractional digits for `avg`.
-fn numeric_ratio(num: i128, den: i128) -> String {
-    let neg = (num < 0) != (den < 0) && num != 0;
-    let (n, d) = (num.unsigned_abs(), den.unsigned_abs());
-    let scale = 10u128.pow(16);
-    let scaled = (n * scale * 10 / d + 5) / 10; // round half up at the 16th digit
-    let (int, frac) = (scaled / scale, scaled % scale);
-    format!("{}{int}.{frac:016}", if neg { "-" } else { "" })
 }

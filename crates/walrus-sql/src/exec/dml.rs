@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sqlparser::ast::{self, Expr, SetExpr, TableFactor};
 use walrus_base::Tid;
-use walrus_engine::access::datum::Datum;
+use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::{ColumnDef, TableDef};
 use walrus_engine::engine::{RowChange, Transaction};
 
@@ -16,13 +16,219 @@ use crate::error::{SqlError, SqlResult};
 use crate::expr::{coerce, eval, Scope};
 use crate::names::object_name;
 use crate::plan::{choose_access, Access};
-use crate::result::QueryResult;
+use crate::result::{Column, QueryResult};
+
+/// Refuses the INSERT forms walrus does not implement. Every field of sqlparser's
+/// `Insert` is named, so a new one fails to compile here until it is decided.
+fn check_insert(ins: &ast::Insert) -> SqlResult<()> {
+    let ast::Insert {
+        insert_token: _,
+        optimizer_hints,
+        or,
+        ignore,
+        into: _,
+        table: _,
+        table_alias,
+        columns: _,
+        overwrite,
+        source: _,
+        assignments,
+        partitioned,
+        after_columns,
+        has_table_keyword,
+        on,
+        returning: _,
+        output,
+        replace_into,
+        priority,
+        insert_alias,
+        settings,
+        format_clause,
+        multi_table_insert_type,
+        multi_table_into_clauses,
+        multi_table_when_clauses,
+        multi_table_else_clause,
+    } = ins;
+    let refuse = |what: &str| Err(SqlError::unsupported(format!("{what} is not supported")));
+    if let Some(on) = on {
+        return refuse(&format!("INSERT ... {on}"));
+    }
+    if table_alias.is_some() {
+        return refuse("INSERT INTO table AS alias");
+    }
+    if !optimizer_hints.is_empty() {
+        return refuse("optimizer hints");
+    }
+    if or.is_some() || *ignore || *replace_into || priority.is_some() {
+        return refuse("this INSERT variant");
+    }
+    if *overwrite || partitioned.is_some() || !after_columns.is_empty() || *has_table_keyword {
+        return refuse("this INSERT variant");
+    }
+    if !assignments.is_empty() || output.is_some() || insert_alias.is_some() {
+        return refuse("this INSERT variant");
+    }
+    if settings.is_some() || format_clause.is_some() {
+        return refuse("INSERT SETTINGS / FORMAT");
+    }
+    if multi_table_insert_type.is_some()
+        || !multi_table_into_clauses.is_empty()
+        || !multi_table_when_clauses.is_empty()
+        || multi_table_else_clause.is_some()
+    {
+        return refuse("multi-table INSERT");
+    }
+    Ok(())
+}
+
+/// One output column of RETURNING: a table column, or an expression over the row.
+pub(crate) enum ReturnItem {
+    Column(usize),
+    Expr(Box<Expr>),
+}
+
+/// RETURNING's output columns (names, expressions), `*` expanded to the table's columns.
+pub(crate) fn returning_items(
+    items: &[ast::SelectItem],
+    def: &TableDef,
+    alias: Option<&str>,
+) -> SqlResult<Vec<(String, ReturnItem)>> {
+    let mut out = Vec::new();
+    for it in items {
+        match it {
+            ast::SelectItem::Wildcard(opts) if opts.to_string().is_empty() => {
+                for (i, c) in def.columns.iter().enumerate() {
+                    out.push((c.name.clone(), ReturnItem::Column(i)));
+                }
+            }
+            ast::SelectItem::QualifiedWildcard(
+                ast::SelectItemQualifiedWildcardKind::ObjectName(n),
+                opts,
+            ) if opts.to_string().is_empty() => {
+                let q = object_name(n);
+                if q != alias.unwrap_or(&def.name) {
+                    return Err(SqlError::new(
+                        "42P01",
+                        format!("missing FROM-clause entry for table \"{q}\""),
+                    ));
+                }
+                for (i, c) in def.columns.iter().enumerate() {
+                    out.push((c.name.clone(), ReturnItem::Column(i)));
+                }
+            }
+            ast::SelectItem::UnnamedExpr(e) => out.push((
+                crate::plan::output_name(e),
+                ReturnItem::Expr(Box::new(e.clone())),
+            )),
+            ast::SelectItem::ExprWithAlias { expr, alias } => out.push((
+                crate::names::ident(alias),
+                ReturnItem::Expr(Box::new(expr.clone())),
+            )),
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "RETURNING {other} is not supported"
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The result columns RETURNING describes (Describe and execution agree).
+pub(crate) fn returning_columns(items: &[(String, ReturnItem)], def: &TableDef) -> Vec<Column> {
+    items
+        .iter()
+        .map(|(n, it)| Column {
+            name: n.clone(),
+            ty: match it {
+                ReturnItem::Column(i) => def.columns[*i].ty,
+                ReturnItem::Expr(e) => {
+                    crate::plan::static_type(e, &def.columns).unwrap_or(TypeId::Text)
+                }
+            },
+        })
+        .collect()
+}
+
+/// Collects RETURNING's rows over the changed rows (new rows for INSERT and UPDATE, the
+/// deleted rows for DELETE).
+struct Returning<'a> {
+    items: Vec<(String, ReturnItem)>,
+    def: &'a TableDef,
+    rows: Vec<Vec<Datum>>,
+}
+
+impl<'a> Returning<'a> {
+    fn new(
+        items: Option<&Vec<ast::SelectItem>>,
+        def: &'a TableDef,
+        alias: Option<&str>,
+    ) -> SqlResult<Option<Returning<'a>>> {
+        let Some(items) = items else {
+            return Ok(None);
+        };
+        let items = returning_items(items, def, alias)?;
+        // Bind before any row changes: a misspelt column fails on an empty table too.
+        let cols = crate::plan::table_cols(alias.unwrap_or(&def.name), &def.columns);
+        for (_, it) in &items {
+            if let ReturnItem::Expr(e) = it {
+                crate::plan::bind(e, &cols, None, &[])?;
+                if crate::plan::contains_aggregate(e) {
+                    return Err(SqlError::new(
+                        "42803",
+                        "aggregate functions are not allowed in RETURNING",
+                    ));
+                }
+            }
+        }
+        Ok(Some(Returning {
+            items,
+            def,
+            rows: Vec::new(),
+        }))
+    }
+
+    fn push(&mut self, row: &[Datum], scope: &Scope<'_>) -> SqlResult<()> {
+        let scope = Scope {
+            columns: &self.def.columns,
+            row: Some(row),
+            params: scope.params,
+            now: scope.now,
+            setting: scope.setting,
+            interrupt: scope.interrupt,
+            frame: None,
+            hooks: None,
+        };
+        let out = self
+            .items
+            .iter()
+            .map(|(_, it)| match it {
+                ReturnItem::Column(i) => Ok(row.get(*i).cloned().unwrap_or(Datum::Null)),
+                ReturnItem::Expr(e) => eval(e, &scope),
+            })
+            .collect::<SqlResult<Vec<_>>>()?;
+        self.rows.push(out);
+        Ok(())
+    }
+
+    fn result(r: Option<Returning<'_>>, tag: String) -> QueryResult {
+        match r {
+            None => QueryResult::tag(tag),
+            Some(r) => QueryResult {
+                tag,
+                columns: returning_columns(&r.items, r.def),
+                rows: r.rows,
+            },
+        }
+    }
+}
 
 pub(crate) fn insert(
     env: &mut dyn Env,
     ins: &ast::Insert,
     params: &[Datum],
 ) -> SqlResult<QueryResult> {
+    check_insert(ins)?;
     let table = match &ins.table {
         ast::TableObject::TableName(n) => object_name(n),
         other => {
@@ -31,12 +237,8 @@ pub(crate) fn insert(
             )))
         }
     };
-    if ins.returning.is_some() {
-        return Err(SqlError::unsupported(
-            "INSERT ... RETURNING is not supported yet",
-        ));
-    }
     let def = env.txn().table(&table)?;
+    let mut returning = Returning::new(ins.returning.as_ref(), &def, None)?;
     let targets: Vec<usize> = if ins.columns.is_empty() {
         (0..def.columns.len()).collect()
     } else {
@@ -57,9 +259,22 @@ pub(crate) fn insert(
         .source
         .as_ref()
         .ok_or_else(|| SqlError::unsupported("INSERT without VALUES is not supported"))?;
+    let (now, settings) = (env.now(), env.settings());
+    let get = move |n: &str| settings.get(n);
+    let intr = env.interrupt();
+    let scope = Scope {
+        columns: &[],
+        row: None,
+        params,
+        now,
+        setting: &get,
+        interrupt: Some(&intr),
+        frame: None,
+        hooks: None,
+    };
     let values = match source.body.as_ref() {
-        SetExpr::Values(v) => v,
-        SetExpr::Select(_) => {
+        SetExpr::Values(v) if source.order_by.is_none() && source.limit_clause.is_none() => v,
+        SetExpr::Select(_) | SetExpr::Values(_) | SetExpr::SetOperation { .. } => {
             // INSERT ... SELECT (pgbench -I G generates its data this way).
             let rows = super::select(env, source, params)?.rows;
             let mut n = 0u64;
@@ -74,15 +289,15 @@ pub(crate) fn insert(
                     row[ci] = coerce(v, def.columns[ci].ty)?;
                 }
                 env.txn().insert(&def, &row)?;
+                if let Some(ret) = returning.as_mut() {
+                    ret.push(&row, &scope)?;
+                }
                 n += 1;
             }
-            return Ok(QueryResult::tag(format!("INSERT 0 {n}")));
+            return Ok(Returning::result(returning, format!("INSERT 0 {n}")));
         }
         _ => return Err(SqlError::unsupported("this INSERT source is not supported")),
     };
-    let (now, settings) = (env.now(), env.settings());
-    let get = move |n: &str| settings.get(n);
-    let intr = env.interrupt();
     let mut n = 0;
     for row_exprs in &values.rows {
         if row_exprs.len() > targets.len() {
@@ -90,24 +305,17 @@ pub(crate) fn insert(
                 "INSERT has more expressions than target columns",
             ));
         }
-        let scope = Scope {
-            columns: &[],
-            row: None,
-            params,
-            now,
-            setting: &get,
-            interrupt: Some(&intr),
-            frame: None,
-            hooks: None,
-        };
         let mut row = vec![Datum::Null; def.columns.len()];
         for (e, &ci) in row_exprs.iter().zip(&targets) {
             row[ci] = coerce(eval(e, &scope)?, def.columns[ci].ty)?;
         }
         env.txn().insert(&def, &row)?;
+        if let Some(ret) = returning.as_mut() {
+            ret.push(&row, &scope)?;
+        }
         n += 1;
     }
-    Ok(QueryResult::tag(format!("INSERT 0 {n}")))
+    Ok(Returning::result(returning, format!("INSERT 0 {n}")))
 }
 
 /// Rows of `def` matching `filter`, through a unique index when the filter pins all
@@ -161,16 +369,52 @@ pub(crate) fn matching_rows(
     Ok(out)
 }
 
+/// The one plain table an UPDATE or DELETE names, and its alias. Every field of
+/// `TableFactor::Table` is named: what walrus does not implement is refused.
 fn single_table(
     env: &mut dyn Env,
     from: &[ast::TableWithJoins],
-) -> SqlResult<Option<Arc<TableDef>>> {
+) -> SqlResult<Option<(Arc<TableDef>, Option<String>)>> {
     match from {
         [] => Ok(None),
         [t] if t.joins.is_empty() => match &t.relation {
-            TableFactor::Table { name, .. } => {
+            TableFactor::Table {
+                name,
+                alias,
+                args,
+                with_hints,
+                version,
+                with_ordinality,
+                partitions,
+                json_path,
+                sample,
+                index_hints,
+            } => {
+                if args.is_some()
+                    || !with_hints.is_empty()
+                    || version.is_some()
+                    || *with_ordinality
+                    || !partitions.is_empty()
+                    || json_path.is_some()
+                    || sample.is_some()
+                    || !index_hints.is_empty()
+                {
+                    return Err(SqlError::unsupported(format!(
+                        "{} is not supported as a target table",
+                        t.relation
+                    )));
+                }
+                let alias = match alias {
+                    None => None,
+                    Some(a) if a.columns.is_empty() => Some(crate::names::ident(&a.name)),
+                    Some(a) => {
+                        return Err(SqlError::unsupported(format!(
+                            "column aliases on a target table ({a}) are not supported"
+                        )))
+                    }
+                };
                 let n = object_name(name);
-                Ok(Some(env.txn().table(&n)?))
+                Ok(Some((env.txn().table(&n)?, alias)))
             }
             other => Err(SqlError::unsupported(format!(
                 "FROM {other} is not supported yet"
@@ -205,10 +449,37 @@ pub(crate) fn update(
     u: &ast::Update,
     params: &[Datum],
 ) -> SqlResult<QueryResult> {
-    let def = single_table(env, std::slice::from_ref(&u.table))?
+    let ast::Update {
+        update_token: _,
+        optimizer_hints,
+        table,
+        assignments,
+        from,
+        selection,
+        returning,
+        output,
+        or,
+        order_by,
+        limit,
+    } = u;
+    if from.is_some() {
+        return Err(SqlError::unsupported("UPDATE ... FROM is not supported"));
+    }
+    if !optimizer_hints.is_empty()
+        || output.is_some()
+        || or.is_some()
+        || !order_by.is_empty()
+        || limit.is_some()
+    {
+        return Err(SqlError::unsupported(
+            "this UPDATE variant is not supported",
+        ));
+    }
+    let (def, alias) = single_table(env, std::slice::from_ref(table))?
         .ok_or_else(|| SqlError::syntax("UPDATE needs a table"))?;
+    let mut returning = Returning::new(returning.as_ref(), &def, alias.as_deref())?;
     let mut sets: Vec<(usize, Expr)> = Vec::new();
-    for a in &u.assignments {
+    for a in assignments {
         let name = match &a.target {
             ast::AssignmentTarget::ColumnName(n) => object_name(n),
             other => {
@@ -228,14 +499,14 @@ pub(crate) fn update(
         })?;
         sets.push((i, a.value.clone()));
     }
-    let rows = matching_rows(env, &def, u.selection.as_ref(), params)?;
+    let rows = matching_rows(env, &def, selection.as_ref(), params)?;
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let intr = env.interrupt();
     let n = change_rows(
         env,
         &def,
-        u.selection.as_ref(),
+        selection.as_ref(),
         rows,
         params,
         |t, tid, old| {
@@ -253,10 +524,14 @@ pub(crate) fn update(
             for (i, e) in &sets {
                 new[*i] = coerce(eval(e, &scope)?, def.columns[*i].ty)?;
             }
-            Ok(t.update(&def, tid, &new)?)
+            let r = t.update(&def, tid, &new)?;
+            if let (RowChange::Done(_), Some(ret)) = (&r, returning.as_mut()) {
+                ret.push(&new, &scope)?;
+            }
+            Ok(r)
         },
     )?;
-    Ok(QueryResult::tag(format!("UPDATE {n}")))
+    Ok(Returning::result(returning, format!("UPDATE {n}")))
 }
 
 /// Applies `op` (an update or delete) to each matching row. Under READ COMMITTED a
@@ -299,20 +574,69 @@ pub(crate) fn delete(
     d: &ast::Delete,
     params: &[Datum],
 ) -> SqlResult<QueryResult> {
-    let from = match &d.from {
-        ast::FromTable::WithFromKeyword(f) | ast::FromTable::WithoutKeyword(f) => f.clone(),
+    let ast::Delete {
+        delete_token: _,
+        optimizer_hints,
+        tables,
+        from,
+        using,
+        selection,
+        returning,
+        output,
+        order_by,
+        limit,
+    } = d;
+    if using.is_some() {
+        return Err(SqlError::unsupported("DELETE ... USING is not supported"));
+    }
+    if !optimizer_hints.is_empty()
+        || !tables.is_empty()
+        || output.is_some()
+        || !order_by.is_empty()
+        || limit.is_some()
+    {
+        return Err(SqlError::unsupported(
+            "this DELETE variant is not supported",
+        ));
+    }
+    let from = match from {
+        ast::FromTable::WithFromKeyword(f) => f.clone(),
+        ast::FromTable::WithoutKeyword(_) => {
+            return Err(SqlError::syntax("syntax error: DELETE needs FROM"))
+        }
     };
-    let def = single_table(env, &from)?.ok_or_else(|| SqlError::syntax("DELETE needs a table"))?;
-    let rows = matching_rows(env, &def, d.selection.as_ref(), params)?;
+    let (def, alias) =
+        single_table(env, &from)?.ok_or_else(|| SqlError::syntax("DELETE needs a table"))?;
+    let mut returning = Returning::new(returning.as_ref(), &def, alias.as_deref())?;
+    let rows = matching_rows(env, &def, selection.as_ref(), params)?;
+    let (now, settings) = (env.now(), env.settings());
+    let get = move |n: &str| settings.get(n);
+    let intr = env.interrupt();
     let n = change_rows(
         env,
         &def,
-        d.selection.as_ref(),
+        selection.as_ref(),
         rows,
         params,
-        |t, tid, _| Ok(t.delete(&def, tid)?),
+        |t, tid, old| {
+            let r = t.delete(&def, tid)?;
+            if let (RowChange::Done(_), Some(ret)) = (&r, returning.as_mut()) {
+                let scope = Scope {
+                    columns: &def.columns,
+                    row: Some(old),
+                    params,
+                    now,
+                    setting: &get,
+                    interrupt: Some(&intr),
+                    frame: None,
+                    hooks: None,
+                };
+                ret.push(old, &scope)?;
+            }
+            Ok(r)
+        },
     )?;
-    Ok(QueryResult::tag(format!("DELETE {n}")))
+    Ok(Returning::result(returning, format!("DELETE {n}")))
 }
 
 fn row_matches(

@@ -85,7 +85,70 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
 /// A row key for grouping and duplicate elimination (values of different integer
 /// widths that compare equal still group apart; the planner never mixes them).
 fn row_key(row: &[Datum]) -> String {
-    format!("{row:?}")
+    if !row.iter().any(|d| matches!(d, Datum::Numeric(_))) {
+        return format!("{row:?}");
+    }
+    // Equal numerics group together whatever their scales (2.1 = 2.10).
+    let norm: Vec<Datum> = row
+        .iter()
+        .map(|d| match d {
+            Datum::Numeric(t) => Datum::Numeric(
+                crate::numeric::parse(t)
+                    .map(|v| crate::numeric::format(&v.normalized()))
+                    .unwrap_or_else(|_| t.clone()),
+            ),
+            other => other.clone(),
+        })
+        .collect();
+    format!("{norm:?}")
+}
+
+/// ORDER BY directions of each key: (descending, NULLs first), PostgreSQL's defaults
+/// (NULLs sort as if larger than every value).
+pub(crate) fn sort_dirs(exprs: &[ast::OrderByExpr]) -> Vec<(bool, bool)> {
+    exprs
+        .iter()
+        .map(|o| {
+            let desc = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
+            (desc, o.options.nulls_first.unwrap_or(desc))
+        })
+        .collect()
+}
+
+/// Compares two rows of sort keys under `dirs`.
+pub(crate) fn compare_keys(a: &[Datum], b: &[Datum], dirs: &[(bool, bool)]) -> Ordering {
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        let (desc, nulls_first) = dirs[i];
+        let o = match (x.is_null(), y.is_null()) {
+            (true, true) => Ordering::Equal,
+            (true, false) => {
+                if nulls_first {
+                    Ordering::Less
+                } else {
+                    Ordering::Greater
+                }
+            }
+            (false, true) => {
+                if nulls_first {
+                    Ordering::Greater
+                } else {
+                    Ordering::Less
+                }
+            }
+            _ => {
+                let o = compare_values(x, y).unwrap_or(Ordering::Equal);
+                if desc {
+                    o.reverse()
+                } else {
+                    o
+                }
+            }
+        };
+        if o.is_ne() {
+            return o;
+        }
+    }
+    Ordering::Equal
 }
 
 /// Runs SELECTs for one statement of a session.
@@ -217,9 +280,7 @@ impl<'s> Executor<'s> {
     }
 
     pub(crate) fn run_query(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
-        if q.with.is_some() {
-            return Err(SqlError::unsupported("WITH queries are not supported yet"));
-        }
+        select::check_query(q)?;
         match q.body.as_ref() {
             SetExpr::Select(sel) => self.select(sel, q, outer),
             body => {
@@ -416,62 +477,72 @@ impl<'s> Executor<'s> {
                 self.memory.charge(
                     (keyed.len() / 2 * std::mem::size_of::<(Vec<Datum>, Vec<Datum>)>()) as u64,
                 )?;
-                keyed.sort_by(|a, b| {
-                    for (i, (x, y)) in a.0.iter().zip(&b.0).enumerate() {
-                        let (desc, nulls_first) = dirs[i];
-                        let o = match (x.is_null(), y.is_null()) {
-                            (true, true) => Ordering::Equal,
-                            (true, false) => {
-                                if nulls_first {
-                                    Ordering::Less
-                                } else {
-                                    Ordering::Greater
-                                }
-                            }
-                            (false, true) => {
-                                if nulls_first {
-                                    Ordering::Greater
-                                } else {
-                                    Ordering::Less
-                                }
-                            }
-                            _ => {
-                                let o = compare_values(x, y).unwrap_or(Ordering::Equal);
-                                if desc {
-                                    o.reverse()
-                                } else {
-                                    o
-                                }
-                            }
-                        };
-                        if o.is_ne() {
-                            return o;
-                        }
-                    }
-                    Ordering::Equal
-                });
+                keyed.sort_by(|a, b| compare_keys(&a.0, &b.0, &dirs));
             }
         }
         let mut rows: Vec<Vec<Datum>> = keyed.into_iter().map(|(_, r)| r).collect();
-        if let Some(ast::LimitClause::LimitOffset { limit, offset, .. }) = &q.limit_clause {
-            let count = |e: &Expr| -> SqlResult<Option<usize>> {
-                match coerce(self.eval_in(e, outer, self)?, TypeId::Int8)? {
-                    Datum::Null => Ok(None),
-                    Datum::Int8(n) if n >= 0 => Ok(Some(n as usize)),
-                    _ => Err(SqlError::new(
-                        "2201W",
-                        "LIMIT and OFFSET must not be negative",
-                    )),
+        let count = |e: &Expr| -> SqlResult<Option<usize>> {
+            match coerce(self.eval_in(e, outer, self)?, TypeId::Int8)? {
+                Datum::Null => Ok(None),
+                Datum::Int8(n) if n >= 0 => Ok(Some(n as usize)),
+                _ => Err(SqlError::new(
+                    "2201W",
+                    "LIMIT and OFFSET must not be negative",
+                )),
+            }
+        };
+        let (mut skip, mut take) = (0usize, usize::MAX);
+        match &q.limit_clause {
+            None => {}
+            Some(ast::LimitClause::LimitOffset {
+                limit,
+                offset,
+                limit_by,
+            }) => {
+                if !limit_by.is_empty() {
+                    return Err(SqlError::unsupported("LIMIT BY is not supported"));
                 }
+                if let Some(o) = offset {
+                    skip = count(&o.value)?.unwrap_or(0);
+                }
+                if let Some(l) = limit {
+                    take = count(l)?.unwrap_or(usize::MAX);
+                }
+            }
+            Some(ast::LimitClause::OffsetCommaLimit { .. }) => {
+                return Err(SqlError::unsupported(
+                    "LIMIT offset, count is not supported",
+                ))
+            }
+        }
+        if let Some(ast::Fetch {
+            with_ties,
+            percent,
+            quantity,
+        }) = &q.fetch
+        {
+            if *with_ties {
+                return Err(SqlError::unsupported(
+                    "FETCH FIRST ... WITH TIES is not supported",
+                ));
+            }
+            if *percent {
+                return Err(SqlError::unsupported(
+                    "FETCH FIRST ... PERCENT is not supported",
+                ));
+            }
+            if matches!(
+                &q.limit_clause,
+                Some(ast::LimitClause::LimitOffset { limit: Some(_), .. })
+            ) {
+                return Err(SqlError::syntax("multiple LIMIT clauses not allowed"));
+            }
+            take = match quantity {
+                Some(e) => count(e)?.unwrap_or(usize::MAX),
+                None => 1,
             };
-            let skip = match offset {
-                Some(o) => count(&o.value)?.unwrap_or(0),
-                None => 0,
-            };
-            let take = match limit {
-                Some(l) => count(l)?.unwrap_or(usize::MAX),
-                None => usize::MAX,
-            };
+        }
+        if skip > 0 || take != usize::MAX {
             rows = rows.into_iter().skip(skip).take(take).collect();
         }
         Ok(rows)

@@ -18,6 +18,125 @@ use crate::plan::{
 };
 use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
 
+/// Refuses the SELECT clauses walrus does not implement, naming them. Every field of
+/// sqlparser's `Select` is named: a new one fails to compile until it is decided.
+pub(crate) fn check_select(sel: &Select) -> SqlResult<()> {
+    let Select {
+        select_token: _,
+        optimizer_hints,
+        distinct: _,
+        select_modifiers,
+        top,
+        top_before_distinct: _,
+        projection: _,
+        exclude,
+        into,
+        from: _,
+        lateral_views,
+        prewhere,
+        selection: _,
+        connect_by,
+        group_by,
+        cluster_by,
+        distribute_by,
+        sort_by,
+        having: _,
+        named_window,
+        qualify,
+        window_before_qualify: _,
+        value_table_mode,
+        flavor,
+    } = sel;
+    let refuse = |what: &str| Err(SqlError::unsupported(format!("{what} is not supported")));
+    if into.is_some() {
+        return refuse("SELECT ... INTO");
+    }
+    if !named_window.is_empty() {
+        return refuse("WINDOW clauses (window functions)");
+    }
+    if qualify.is_some() {
+        return refuse("QUALIFY");
+    }
+    if top.is_some() {
+        return refuse("SELECT TOP");
+    }
+    if !optimizer_hints.is_empty() || select_modifiers.is_some() {
+        return refuse("SELECT modifiers and hints");
+    }
+    if exclude.is_some() {
+        return refuse("SELECT * EXCLUDE");
+    }
+    if !lateral_views.is_empty() {
+        return refuse("LATERAL VIEW");
+    }
+    if prewhere.is_some() {
+        return refuse("PREWHERE");
+    }
+    if !connect_by.is_empty() {
+        return refuse("CONNECT BY");
+    }
+    if !cluster_by.is_empty() || !distribute_by.is_empty() || !sort_by.is_empty() {
+        return refuse("CLUSTER BY / DISTRIBUTE BY / SORT BY");
+    }
+    if value_table_mode.is_some() {
+        return refuse("SELECT AS VALUE / STRUCT");
+    }
+    if !matches!(flavor, ast::SelectFlavor::Standard) {
+        return refuse("FROM-first SELECT");
+    }
+    if let ast::GroupByExpr::Expressions(_, modifiers) = group_by {
+        if !modifiers.is_empty() {
+            return refuse("GROUP BY modifiers (ROLLUP, CUBE, GROUPING SETS, TOTALS)");
+        }
+    }
+    Ok(())
+}
+
+/// Refuses the query-level clauses walrus does not implement (every field named).
+pub(crate) fn check_query(q: &Query) -> SqlResult<()> {
+    let Query {
+        with,
+        body: _,
+        order_by: _,
+        limit_clause: _,
+        fetch: _,
+        locks,
+        for_clause,
+        settings,
+        format_clause,
+        pipe_operators,
+    } = q;
+    let refuse = |what: &str| Err(SqlError::unsupported(format!("{what} is not supported")));
+    if with.is_some() {
+        return refuse("WITH queries");
+    }
+    if !locks.is_empty() {
+        return refuse("SELECT ... FOR UPDATE / FOR SHARE (row locking clauses)");
+    }
+    if for_clause.is_some() {
+        return refuse("FOR XML / FOR JSON");
+    }
+    if settings.is_some() || format_clause.is_some() {
+        return refuse("SETTINGS / FORMAT");
+    }
+    if !pipe_operators.is_empty() {
+        return refuse("pipe operators");
+    }
+    if let Some(ob) = &q.order_by {
+        if ob.interpolate.is_some() {
+            return refuse("ORDER BY ... INTERPOLATE");
+        }
+        if let ast::OrderByKind::Expressions(exprs) = &ob.kind {
+            for o in exprs {
+                if o.with_fill.is_some() {
+                    return refuse("ORDER BY ... WITH FILL");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Executor<'_> {
     pub(super) fn select(
         &self,
@@ -25,6 +144,7 @@ impl Executor<'_> {
         q: &Query,
         outer: Option<&Frame<'_>>,
     ) -> SqlResult<Rel> {
+        check_select(sel)?;
         let (from, filtered) = self.scan_from(sel, outer)?;
         // Output items.
         let mut items: Vec<(String, Expr)> = Vec::new();

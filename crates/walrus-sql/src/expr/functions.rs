@@ -4,7 +4,7 @@
 
 use std::cmp::Ordering;
 
-use sqlparser::ast::BinaryOperator;
+use sqlparser::ast::{self, BinaryOperator};
 use walrus_engine::access::datum::Datum;
 
 use super::array::{format_array_text, parse_array_text};
@@ -21,7 +21,96 @@ pub(crate) fn parse_lsn(d: &Datum) -> Option<u64> {
     Some((u64::from_str_radix(hi, 16).ok()? << 32) | u64::from_str_radix(lo, 16).ok()?)
 }
 
+/// Refuses the parts of a function call walrus does not implement (window functions,
+/// WITHIN GROUP, IGNORE NULLS, ...) so they are never silently dropped. Every field is
+/// named: a field added to sqlparser's `Function` fails to compile here.
+pub fn check_function(f: &ast::Function) -> SqlResult<()> {
+    let ast::Function {
+        name: _,
+        uses_odbc_syntax,
+        parameters,
+        args,
+        filter,
+        null_treatment,
+        over,
+        within_group,
+    } = f;
+    let name = function_name(f);
+    let aggregate = is_aggregate_name(&name);
+    if over.is_some() {
+        return Err(SqlError::unsupported(format!(
+            "window functions are not supported ({name}() OVER ...)"
+        )));
+    }
+    if *uses_odbc_syntax {
+        return Err(SqlError::unsupported(
+            "ODBC {fn ...} calls are not supported",
+        ));
+    }
+    if !matches!(parameters, ast::FunctionArguments::None) {
+        return Err(SqlError::unsupported(
+            "parametric function calls are not supported",
+        ));
+    }
+    if null_treatment.is_some() {
+        return Err(SqlError::unsupported(
+            "IGNORE NULLS / RESPECT NULLS is not supported",
+        ));
+    }
+    if !within_group.is_empty() {
+        return Err(SqlError::unsupported(
+            "ordered-set aggregates (WITHIN GROUP) are not supported",
+        ));
+    }
+    if filter.is_some() && !aggregate {
+        return Err(SqlError::new(
+            "42809",
+            format!("FILTER specified, but {name} is not an aggregate function"),
+        ));
+    }
+    if let ast::FunctionArguments::List(l) = args {
+        let ast::FunctionArgumentList {
+            duplicate_treatment,
+            args: list,
+            clauses,
+        } = l;
+        if !aggregate {
+            if matches!(duplicate_treatment, Some(ast::DuplicateTreatment::Distinct)) {
+                return Err(SqlError::new(
+                    "42809",
+                    format!("DISTINCT specified, but {name} is not an aggregate function"),
+                ));
+            }
+            if !clauses.is_empty() {
+                return Err(SqlError::new(
+                    "42809",
+                    format!("ORDER BY specified, but {name} is not an aggregate function"),
+                ));
+            }
+        }
+        for c in clauses {
+            if !matches!(c, ast::FunctionArgumentClause::OrderBy(_)) {
+                return Err(SqlError::unsupported(format!(
+                    "{c} in a function call is not supported"
+                )));
+            }
+        }
+        for a in list {
+            match a {
+                ast::FunctionArg::Unnamed(_) => {}
+                other => {
+                    return Err(SqlError::unsupported(format!(
+                        "named function argument {other} is not supported"
+                    )))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult<Datum> {
+    check_function(f)?;
     let name = function_name(f);
     if is_aggregate_name(&name) {
         return match s.hooks.and_then(|h| h.aggregate(f, s.frame)) {
@@ -75,8 +164,19 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
                 v.checked_abs()
                     .ok_or_else(|| SqlError::new("22003", "bigint out of range"))?,
             ),
+            Datum::Int2(v) => Datum::Int2(
+                v.checked_abs()
+                    .ok_or_else(|| SqlError::new("22003", "smallint out of range"))?,
+            ),
             Datum::Float8(v) => Datum::Float8(v.abs()),
-            other => other,
+            Datum::Numeric(t) => Datum::Numeric(t.trim_start_matches('-').to_string()),
+            Datum::Null => Datum::Null,
+            other => {
+                return Err(SqlError::new(
+                    "42883",
+                    format!("function abs({}) does not exist", type_name(&other)),
+                ))
+            }
         },
         "length" | "char_length" => match format_text(&arg(0)) {
             Some(t) => Datum::Int4(t.chars().count() as i32),

@@ -18,7 +18,8 @@ mod functions;
 mod ops;
 
 pub use array::{format_array_text, parse_array_text};
-pub use cast::{coerce, type_from_sql};
+pub(crate) use cast::as_i64;
+pub use cast::{cast_to, coerce, declared_limit, numeric_typmod, type_from_sql};
 pub use ops::{binary, compare_values, like_match};
 
 use std::cmp::Ordering;
@@ -32,9 +33,10 @@ use walrus_engine::catalog::ColumnDef;
 
 use crate::error::{SqlError, SqlResult};
 use crate::rel::{Frame, Rel};
-use crate::value::{format_text, parse_text};
+use crate::value::format_text;
 
 use cast::literal;
+pub use functions::check_function;
 use functions::function;
 use ops::{arith, logic, regex_op};
 
@@ -270,9 +272,29 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
         }
         Expr::Nested(inner) => eval(inner, s),
         Expr::UnaryOp { op, expr } => {
+            // PostgreSQL folds a minus into a numeric constant: -2147483648 is an integer.
+            if let (UnaryOperator::Minus, Some(n)) = (op, numeric_constant(expr)) {
+                return literal(&Value::Number(format!("-{n}"), false));
+            }
             let v = eval(expr, s)?;
             match op {
-                UnaryOperator::Minus => arith(&Datum::Int4(0), &v, &BinaryOperator::Minus),
+                UnaryOperator::Minus => match v {
+                    // Keeps the operand's type (-int2 is int2), with its range.
+                    Datum::Int2(x) => x
+                        .checked_neg()
+                        .map(Datum::Int2)
+                        .ok_or_else(|| SqlError::new("22003", "smallint out of range")),
+                    Datum::Int4(x) => x
+                        .checked_neg()
+                        .map(Datum::Int4)
+                        .ok_or_else(|| SqlError::new("22003", "integer out of range")),
+                    Datum::Int8(x) => x
+                        .checked_neg()
+                        .map(Datum::Int8)
+                        .ok_or_else(|| SqlError::new("22003", "bigint out of range")),
+                    Datum::Float8(x) => Ok(Datum::Float8(-x)),
+                    other => arith(&Datum::Int4(0), &other, &BinaryOperator::Minus),
+                },
                 UnaryOperator::Plus => Ok(v),
                 UnaryOperator::Not => Ok(match v {
                     Datum::Bool(b) => Datum::Bool(!b),
@@ -384,24 +406,42 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                             .unwrap_or_else(|| Err(SqlError::unsupported(format!("cast to {n}"))));
                     }
                     "oid" | "xid" | "regrole" => return coerce(v, TypeId::Int8),
-                    "name" | "char" | "bpchar" => return coerce(v, TypeId::Text),
+                    "name" | "bpchar" => return coerce(v, TypeId::Text),
+                    // The one-byte internal type: its first character.
+                    "char" => {
+                        return Ok(match coerce(v, TypeId::Text)? {
+                            Datum::Text(t) => Datum::Text(t.chars().take(1).collect()),
+                            other => other,
+                        })
+                    }
                     _ => {}
                 }
             }
-            coerce(v, type_from_sql(data_type)?)
+            cast_to(v, data_type)
         }
         Expr::TypedString(ts) => {
-            let ty = type_from_sql(&ts.data_type)?;
             let text = match &ts.value.value {
                 Value::SingleQuotedString(v) => v.clone(),
                 other => other.to_string(),
             };
-            parse_text(ty, &text)
+            cast_to(Datum::Text(text), &ts.data_type)
         }
         Expr::Function(f) => function(f, s),
         other => Err(SqlError::unsupported(format!(
             "expression {other} is not supported"
         ))),
+    }
+}
+
+/// The digits of a (possibly parenthesised) numeric constant.
+fn numeric_constant(e: &Expr) -> Option<&str> {
+    match e {
+        Expr::Value(v) => match &v.value {
+            Value::Number(n, _) if !n.starts_with('-') => Some(n),
+            _ => None,
+        },
+        Expr::Nested(inner) => numeric_constant(inner),
+        _ => None,
     }
 }
 

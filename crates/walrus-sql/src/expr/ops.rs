@@ -8,6 +8,7 @@ use walrus_engine::access::datum::{compare_datums, Datum, TypeId};
 
 use super::cast::{as_f64, as_i64};
 use crate::error::{SqlError, SqlResult};
+use crate::numeric;
 use crate::value::{format_text, parse_text};
 
 pub(crate) fn logic(
@@ -75,11 +76,17 @@ pub fn compare_values(l: &Datum, r: &Datum) -> SqlResult<Ordering> {
     match (l, r) {
         (Datum::Text(t), other) if !matches!(other, Datum::Text(_)) => {
             let ty = other.type_id().unwrap_or(TypeId::Text);
-            Ok(compare_datums(&parse_text(ty, t)?, other))
+            compare_values(&parse_text(ty, t)?, other)
         }
         (other, Datum::Text(t)) if !matches!(other, Datum::Text(_)) => {
             let ty = other.type_id().unwrap_or(TypeId::Text);
-            Ok(compare_datums(other, &parse_text(ty, t)?))
+            compare_values(other, &parse_text(ty, t)?)
+        }
+        // Exact when no float is involved (numeric with numeric or an integer).
+        (Datum::Numeric(_), _) | (_, Datum::Numeric(_))
+            if as_exact(l).is_some() && as_exact(r).is_some() =>
+        {
+            Ok(numeric::compare(&exact(l)?, &exact(r)?))
         }
         (a, b)
             if as_f64(a).is_some()
@@ -111,8 +118,19 @@ pub(crate) fn arith(l: &Datum, r: &Datum, op: &BinaryOperator) -> SqlResult<Datu
         }
         _ => {}
     }
-    let overflow = || SqlError::new("22003", "integer out of range");
     if let (Some(a), Some(b)) = (as_i64(l), as_i64(r)) {
+        // Result type: the wider operand type (int2 op int2 is int2, as PostgreSQL).
+        let rank = |d: &Datum| match d {
+            Datum::Int2(_) => 0,
+            Datum::Int4(_) => 1,
+            _ => 2,
+        };
+        let ty = match rank(l).max(rank(r)) {
+            0 => TypeId::Int2,
+            1 => TypeId::Int4,
+            _ => TypeId::Int8,
+        };
+        let overflow = || SqlError::new("22003", format!("{} out of range", ty.name()));
         let v = match op {
             BinaryOperator::Plus => a.checked_add(b),
             BinaryOperator::Minus => a.checked_sub(b),
@@ -124,19 +142,33 @@ pub(crate) fn arith(l: &Datum, r: &Datum, op: &BinaryOperator) -> SqlResult<Datu
                 if matches!(op, BinaryOperator::Divide) {
                     a.checked_div(b)
                 } else {
-                    a.checked_rem(b)
+                    // i64::MIN % -1 is 0 in PostgreSQL.
+                    Some(a.checked_rem(b).unwrap_or(0))
                 }
             }
             _ => None,
         }
         .ok_or_else(overflow)?;
-        // Result type: the wider of the two operand types (PostgreSQL's int rules).
-        let wide = matches!(l, Datum::Int8(_)) || matches!(r, Datum::Int8(_));
-        return Ok(if wide {
-            Datum::Int8(v)
-        } else {
-            Datum::Int4(i32::try_from(v).map_err(|_| overflow())?)
+        return Ok(match ty {
+            TypeId::Int2 => Datum::Int2(i16::try_from(v).map_err(|_| overflow())?),
+            TypeId::Int4 => Datum::Int4(i32::try_from(v).map_err(|_| overflow())?),
+            _ => Datum::Int8(v),
         });
+    }
+    let float = matches!(l, Datum::Float8(_)) || matches!(r, Datum::Float8(_));
+    if !float && as_exact(l).is_some() && as_exact(r).is_some() {
+        let c = match op {
+            BinaryOperator::Plus => '+',
+            BinaryOperator::Minus => '-',
+            BinaryOperator::Multiply => '*',
+            BinaryOperator::Divide => '/',
+            _ => '%',
+        };
+        return Ok(Datum::Numeric(numeric::format(&numeric::arith(
+            &exact(l)?,
+            c,
+            &exact(r)?,
+        )?)));
     }
     match (as_f64(l), as_f64(r)) {
         (Some(a), Some(b)) => {
@@ -150,15 +182,17 @@ pub(crate) fn arith(l: &Datum, r: &Datum, op: &BinaryOperator) -> SqlResult<Datu
                     }
                     a / b
                 }
-                _ => a % b,
+                _ => {
+                    return Err(SqlError::new(
+                        "42883",
+                        "operator does not exist: double precision % double precision",
+                    ))
+                }
             };
-            Ok(
-                if matches!(l, Datum::Numeric(_)) || matches!(r, Datum::Numeric(_)) {
-                    Datum::Numeric(v.to_string())
-                } else {
-                    Datum::Float8(v)
-                },
-            )
+            if v.is_infinite() && a.is_finite() && b.is_finite() {
+                return Err(SqlError::new("22003", "value out of range: overflow"));
+            }
+            Ok(Datum::Float8(v))
         }
         _ => Err(SqlError::new(
             "42883",
@@ -168,6 +202,22 @@ pub(crate) fn arith(l: &Datum, r: &Datum, op: &BinaryOperator) -> SqlResult<Datu
                 type_name(r)
             ),
         )),
+    }
+}
+
+/// Whether a value takes part in exact (numeric) arithmetic: numeric or an integer.
+fn as_exact(d: &Datum) -> Option<()> {
+    matches!(
+        d,
+        Datum::Numeric(_) | Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_)
+    )
+    .then_some(())
+}
+
+fn exact(d: &Datum) -> SqlResult<bigdecimal::BigDecimal> {
+    match d {
+        Datum::Numeric(t) => numeric::parse(t),
+        other => Ok(bigdecimal::BigDecimal::from(as_i64(other).unwrap_or(0))),
     }
 }
 

@@ -5,7 +5,7 @@
 use sqlparser::ast::{Expr, FunctionArguments};
 
 use crate::error::{SqlError, SqlResult};
-use crate::expr::{function_args, function_name, is_aggregate_name};
+use crate::expr::{check_function, function_args, function_name, is_aggregate_name};
 use crate::rel::{col_ref, find_col, no_column, ColName, Frame};
 
 /// Calls `f` on `e` and every expression nested in it, not descending into subqueries
@@ -79,6 +79,13 @@ fn walk(
                 return Ok(());
             }
             function_args(func).into_iter().try_for_each(&mut go)?;
+            if let FunctionArguments::List(l) = &func.args {
+                for c in &l.clauses {
+                    if let sqlparser::ast::FunctionArgumentClause::OrderBy(o) = c {
+                        o.iter().try_for_each(|x| go(&x.expr))?;
+                    }
+                }
+            }
             match &func.filter {
                 Some(x) => go(x),
                 None => Ok(()),
@@ -117,6 +124,9 @@ pub(crate) fn bind(
     aliases: &[String],
 ) -> SqlResult<()> {
     walk(e, true, &mut |x| {
+        if let Expr::Function(f) = x {
+            check_function(f)?;
+        }
         if let Some((qual, name)) = col_ref(x) {
             if find_col(cols, qual.as_deref(), &name)?.is_some()
                 || (qual.is_none() && aliases.contains(&name))

@@ -286,6 +286,44 @@ impl Session {
                     columns = Some(r?.columns);
                 }
             }
+            // DML with RETURNING describes its output columns.
+            let target = match st.as_ref() {
+                Statement::Insert(i) => match (&i.table, &i.returning) {
+                    (sqlparser::ast::TableObject::TableName(n), Some(r)) => {
+                        Some((object_name(n), r, None))
+                    }
+                    _ => None,
+                },
+                Statement::Update(u) => match (&u.table.relation, &u.returning) {
+                    (sqlparser::ast::TableFactor::Table { name, alias, .. }, Some(r)) => {
+                        Some((object_name(name), r, alias.as_ref().map(|a| ident(&a.name))))
+                    }
+                    _ => None,
+                },
+                Statement::Delete(d) => match (&d.from, &d.returning) {
+                    (sqlparser::ast::FromTable::WithFromKeyword(f), Some(r)) => {
+                        match f.first().map(|t| &t.relation) {
+                            Some(sqlparser::ast::TableFactor::Table { name, alias, .. }) => {
+                                Some((object_name(name), r, alias.as_ref().map(|a| ident(&a.name))))
+                            }
+                            _ => None,
+                        }
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some((table, items, alias)) = target {
+                let def = self.txn().table(&table);
+                if !self.in_block {
+                    if let Some(t) = self.txn.take() {
+                        let _ = t.rollback();
+                    }
+                }
+                let def = def?;
+                let items = dml::returning_items(items, &def, alias.as_deref())?;
+                columns = Some(dml::returning_columns(&items, &def));
+            }
         }
         Ok((
             types
@@ -454,7 +492,13 @@ impl Session {
                 self.engine.checkpoint(CheckpointReason::Requested)?;
                 Ok(Outcome::Done(QueryResult::tag("CHECKPOINT")))
             }
-            Utility::Analyze => Ok(Outcome::Done(QueryResult::tag("ANALYZE"))),
+            Utility::Analyze { tables } => {
+                // walrus keeps no planner statistics: ANALYZE only checks its tables.
+                for t in &tables {
+                    self.txn().table(t)?;
+                }
+                Ok(Outcome::Done(QueryResult::tag("ANALYZE")))
+            }
             Utility::Vacuum { tables, freeze } => {
                 if self.in_block {
                     return Err(SqlError::new(
