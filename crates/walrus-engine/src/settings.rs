@@ -467,7 +467,7 @@ mod tests {
         assert!(err.to_string().contains("shared_buffers"), "{err}");
         assert!(s.set("page_protection", "atomic").is_err());
         // Unknown and PostgreSQL-only names are refused, never kept and ignored.
-        for name in ["checkpoint_timout", "fsync", "extreme_flush_dirty_page"] {
+        for name in ["checkpoint_timout", "fsnyc", "extreme_flush_dirty_page"] {
             let err = s.set(name, "on").unwrap_err();
             assert!(
                 err.to_string().contains("unrecognized configuration parameter"),
