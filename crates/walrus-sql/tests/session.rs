@@ -588,3 +588,41 @@ fn synchronous_commit_is_per_session_and_the_wal_writer_shows_itself() {
     drop(s);
     e.shutdown().unwrap();
 }
+
+/// `page_protection = dwb` shows itself: SHOW says so, a checkpoint's writes go through
+/// double-write batches, and `walrus_stat_dwb` counts them.
+#[test]
+fn the_double_write_buffer_shows_in_walrus_stat_dwb() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = walrus_engine::settings::default_config_text(1 << 20)
+        .replace("shared_buffers = \"128MB\"", "shared_buffers = \"8MB\"")
+        .replace("page_protection = \"fpw\"", "page_protection = \"dwb\"");
+    walrus_engine::Engine::init(dir.path(), Some(&cfg)).unwrap();
+    let e = walrus_engine::Engine::open(dir.path()).unwrap().0;
+    let mut s = Session::new(e.clone());
+    assert_eq!(
+        scalar(&mut s, "show page_protection"),
+        Datum::Text("dwb".into())
+    );
+    assert_eq!(
+        scalar(&mut s, "show full_page_writes"),
+        Datum::Text("off".into())
+    );
+    ok(&mut s, "create table t (id int primary key, pad text)");
+    ok(
+        &mut s,
+        "insert into t select g, repeat('x', 200) from generate_series(1, 2000) g",
+    );
+    ok(&mut s, "checkpoint");
+    let q = ok(
+        &mut s,
+        "select batches, pages, avg_batch_pages from walrus_stat_dwb",
+    );
+    let (Datum::Int8(batches), Datum::Int8(pages)) = (&q.rows[0][0], &q.rows[0][1]) else {
+        panic!("{:?}", q.rows)
+    };
+    assert!(*batches >= 1 && *pages >= 50, "{:?}", q.rows);
+    assert!(dir.path().join("dwb").exists());
+    drop(s);
+    e.shutdown().unwrap();
+}

@@ -60,6 +60,9 @@ const TABLES: &[(&str, &str)] = &[
     // segments prepared ahead versus created by a session in the foreground, commits
     // whose flush someone else's sync covered.
     ("walrus_stat_wal", "walwriter_flushes:l segments_prepared_ahead:l segments_created_by_sessions:l flush_piggybacks:l"),
+    // The double-write buffer (page_protection = dwb): batches written, pages and bytes
+    // they carried, their average size, and waits for a free slot.
+    ("walrus_stat_dwb", "batches:l pages:l bytes:l avg_batch_pages:f slot_waits:l"),
     ("pg_stat_bgwriter", "checkpoints_timed:l checkpoints_req:l checkpoint_write_time:f checkpoint_sync_time:f buffers_checkpoint:l buffers_clean:l maxwritten_clean:l buffers_backend:l buffers_backend_fsync:l buffers_alloc:l stats_reset:z"),
     ("pg_stat_user_tables", STAT_TABLES_COLUMNS),
     ("pg_stat_all_tables", STAT_TABLES_COLUMNS),
@@ -198,6 +201,8 @@ pub(crate) struct Snapshot {
     wal_segments_prepared_ahead: u64,
     wal_segments_created_by_sessions: u64,
     wal_flush_piggybacks: u64,
+    /// (batches, pages, bytes, slot waits) of the double-write buffer; zeros when off.
+    dwb: (u64, u64, u64, u64),
     checkpoints: CheckpointStats,
     buffers_clean: u64,
     buffers_alloc: u64,
@@ -253,6 +258,14 @@ impl Snapshot {
                 .segments_created_by_sessions
                 .load(Ordering::Relaxed),
             wal_flush_piggybacks: wal.stats.flush_piggybacks.load(Ordering::Relaxed),
+            dwb: pool.double_write().map_or((0, 0, 0, 0), |d| {
+                (
+                    d.stats.batches.load(Ordering::Relaxed),
+                    d.stats.pages.load(Ordering::Relaxed),
+                    d.stats.bytes.load(Ordering::Relaxed),
+                    d.stats.slot_waits.load(Ordering::Relaxed),
+                )
+            }),
             checkpoints: engine.checkpoint_stats(),
             buffers_clean: pool.stats.writes_by_page_writer.load(Ordering::Relaxed),
             buffers_alloc: pool.stats.misses.load(Ordering::Relaxed),

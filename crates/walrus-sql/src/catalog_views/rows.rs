@@ -280,6 +280,20 @@ impl Snapshot {
                     ]
                 })
                 .collect(),
+            "walrus_stat_dwb" => {
+                let (batches, pages, bytes, waits) = self.dwb;
+                vec![vec![
+                    Datum::Int8(batches as i64),
+                    Datum::Int8(pages as i64),
+                    Datum::Int8(bytes as i64),
+                    Datum::Float8(if batches == 0 {
+                        0.0
+                    } else {
+                        pages as f64 / batches as f64
+                    }),
+                    Datum::Int8(waits as i64),
+                ]]
+            }
             "walrus_stat_wal" => vec![vec![
                 Datum::Int8(self.wal_writer_flushes as i64),
                 Datum::Int8(self.wal_segments_prepared_ahead as i64),
