@@ -470,7 +470,8 @@ mod tests {
         for name in ["checkpoint_timout", "fsnyc", "extreme_flush_dirty_page"] {
             let err = s.set(name, "on").unwrap_err();
             assert!(
-                err.to_string().contains("unrecognized configuration parameter"),
+                err.to_string()
+                    .contains("unrecognized configuration parameter"),
                 "{name}: {err}"
             );
         }
