@@ -633,38 +633,23 @@ impl BufferPool {
         let n = self.frames.len();
         let start = self.clock.load(Ordering::Relaxed);
         let mut written = 0;
-        if let Some(dwb) = self.dwb.get() {
-            let mut cands = Vec::new();
-            for k in 0..scan.min(n) {
-                let i = (start + k) % n;
-                let fr = &self.frames[i];
-                if fr.flags.load(Ordering::Acquire) & FLAG_DIRTY == 0
-                    || fr.pin.load(Ordering::Acquire) != 0
-                    || fr.usage.load(Ordering::Relaxed) > 1
-                {
-                    continue;
-                }
-                let page = fr.page.load(Ordering::Acquire);
-                if page != NO_PAGE {
-                    cands.push((i as u32, page));
-                    if cands.len() >= max_pages {
-                        break;
-                    }
-                }
-            }
-            return Ok(self.write_batch_dwb(dwb, &cands, Writer::PageWriter)?.0);
-        }
-        for k in 0..scan.min(n) {
+        // Dirty, unpinned, unpopular frames the sweep reaches next.
+        let candidates = (0..scan.min(n)).filter_map(|k| {
             let i = (start + k) % n;
             let fr = &self.frames[i];
-            if fr.flags.load(Ordering::Acquire) & FLAG_DIRTY == 0
-                || fr.pin.load(Ordering::Acquire) != 0
-                || fr.usage.load(Ordering::Relaxed) > 1
-            {
-                continue;
-            }
             let page = fr.page.load(Ordering::Acquire);
-            if page != NO_PAGE && self.write_frame(i as u32, page, Writer::PageWriter)? {
+            (fr.flags.load(Ordering::Acquire) & FLAG_DIRTY != 0
+                && fr.pin.load(Ordering::Acquire) == 0
+                && fr.usage.load(Ordering::Relaxed) <= 1
+                && page != NO_PAGE)
+                .then_some((i as u32, page))
+        });
+        if let Some(dwb) = self.dwb.get() {
+            let cands: Vec<(u32, u64)> = candidates.take(max_pages).collect();
+            return Ok(self.write_batch_dwb(dwb, &cands, Writer::PageWriter)?.0);
+        }
+        for (f, page) in candidates {
+            if self.write_frame(f, page, Writer::PageWriter)? {
                 written += 1;
                 if written >= max_pages {
                     break;

@@ -343,21 +343,7 @@ impl Engine {
         if self.inner.shutting_down.swap(true, Ordering::AcqRel) {
             return;
         }
-        {
-            *self.inner.autovacuum_wake.0.lock() = true;
-            self.inner.autovacuum_wake.1.notify_all();
-        }
-        let bg = self.background.lock().take();
-        if let Some(mut bg) = bg {
-            if let Some(h) = bg.autovacuum.take() {
-                let _ = h.join();
-            }
-            if let Some(h) = bg.checkpointer.take() {
-                let _ = h.join();
-            }
-            if let Some(w) = bg.wal_writer.take() {
-                w.stop();
-            }
+        if let Some(mut bg) = self.stop_threads_but_page_writers() {
             bg.page_writers.stop();
         }
         if let Some(lock) = self.inner.dir_lock.lock().take() {
@@ -366,27 +352,33 @@ impl Engine {
         }
     }
 
+    /// Stops autovacuum, the checkpointer and the WAL writer (in that order); the page
+    /// writers keep running for a final checkpoint. `None` if already stopped.
+    fn stop_threads_but_page_writers(&self) -> Option<Background> {
+        {
+            *self.inner.autovacuum_wake.0.lock() = true;
+            self.inner.autovacuum_wake.1.notify_all();
+        }
+        let mut bg = self.background.lock().take()?;
+        if let Some(h) = bg.autovacuum.take() {
+            let _ = h.join();
+        }
+        if let Some(h) = bg.checkpointer.take() {
+            let _ = h.join();
+        }
+        if let Some(w) = bg.wal_writer.take() {
+            w.stop();
+        }
+        Some(bg)
+    }
+
     /// Clean shutdown: final checkpoint, control file marked shut down.
     pub fn shutdown(&self) -> Result<()> {
         if self.inner.shutting_down.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         self.request_checkpoint();
-        {
-            *self.inner.autovacuum_wake.0.lock() = true;
-            self.inner.autovacuum_wake.1.notify_all();
-        }
-        let bg = self.background.lock().take();
-        if let Some(mut bg) = bg {
-            if let Some(h) = bg.autovacuum.take() {
-                let _ = h.join();
-            }
-            if let Some(h) = bg.checkpointer.take() {
-                let _ = h.join();
-            }
-            if let Some(w) = bg.wal_writer.take() {
-                w.stop();
-            }
+        if let Some(mut bg) = self.stop_threads_but_page_writers() {
             run_checkpoint(&self.inner, CheckpointReason::Shutdown)?;
             bg.page_writers.stop();
         }
