@@ -91,6 +91,8 @@ fn col(name: &str, ty: TypeId) -> ColumnDef {
         name: name.into(),
         ty,
         not_null: false,
+        typmod: -1,
+        declared: Default::default(),
     }
 }
 

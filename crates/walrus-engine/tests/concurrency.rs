@@ -31,16 +31,22 @@ fn hot_row_increments_are_never_lost() {
             name: "id".into(),
             ty: TypeId::Int4,
             not_null: true,
+            typmod: -1,
+            declared: Default::default(),
         },
         ColumnDef {
             name: "n".into(),
             ty: TypeId::Int8,
             not_null: true,
+            typmod: -1,
+            declared: Default::default(),
         },
         ColumnDef {
             name: "pad".into(),
             ty: TypeId::Text,
             not_null: false,
+            typmod: -1,
+            declared: Default::default(),
         },
     ];
     t.create_table("counters", cols, 100).unwrap();

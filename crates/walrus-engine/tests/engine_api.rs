@@ -44,11 +44,15 @@ fn table(e: &Engine) -> Arc<TableDef> {
             name: "id".into(),
             ty: TypeId::Int4,
             not_null: true,
+            typmod: -1,
+            declared: Default::default(),
         },
         ColumnDef {
             name: "v".into(),
             ty: TypeId::Text,
             not_null: false,
+            typmod: -1,
+            declared: Default::default(),
         },
     ];
     t.create_table("t", cols, 100).unwrap();
@@ -315,6 +319,8 @@ fn ddl_is_transactional() {
             name: "a".into(),
             ty: TypeId::Int4,
             not_null: false,
+            typmod: -1,
+            declared: Default::default(),
         }],
         100,
     );
@@ -1226,6 +1232,8 @@ fn a_row_whose_status_was_truncated_without_a_hint_is_an_error_not_a_guess() {
             name: "x".into(),
             ty: TypeId::Int4,
             not_null: false,
+            typmod: -1,
+            declared: Default::default(),
         }],
         100,
     )

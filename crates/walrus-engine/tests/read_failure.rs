@@ -41,11 +41,15 @@ fn create(e: &Engine, name: &str, rows: i32) {
             name: "id".into(),
             ty: TypeId::Int4,
             not_null: true,
+            typmod: -1,
+            declared: Default::default(),
         },
         ColumnDef {
             name: "v".into(),
             ty: TypeId::Text,
             not_null: false,
+            typmod: -1,
+            declared: Default::default(),
         },
     ];
     t.create_table(name, cols, 100).unwrap();

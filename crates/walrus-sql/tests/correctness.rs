@@ -196,19 +196,109 @@ fn on_conflict_is_refused() {
 }
 
 #[test]
-fn declared_limits_are_refused_in_create_table() {
+fn declared_type_modifiers_apply_on_assignment() {
     let (_d, mut s) = session();
-    for sql in [
-        "create table d1 (name varchar(10))",
-        "create table d1 (v numeric(10,2))",
-        "create table d1 (v decimal(5))",
-        "create table d1 (v character varying(3))",
-    ] {
-        assert_eq!(err(&mut s, sql), "0A000", "{sql}");
-    }
     ok(
         &mut s,
-        "create table d1 (a varchar, b numeric, c decimal, filler char(84))",
+        "create table d1 (id int, name varchar(5), c char(4), v numeric(5,2), d decimal(3), t text, w varchar)",
+    );
+    // varchar(n): longer fails, except trailing spaces which are cut.
+    ok(&mut s, "insert into d1 (id, name) values (1, 'abc')");
+    ok(&mut s, "insert into d1 (id, name) values (2, 'abcde   ')");
+    assert_eq!(
+        one(&mut s, "select name || '|' from d1 where id = 2"),
+        "abcde|"
+    );
+    assert_eq!(
+        error(&mut s, "insert into d1 (id, name) values (3, 'abcdef')"),
+        (
+            "22001",
+            "value too long for type character varying(5)".into()
+        )
+    );
+    // char(n): padded to n on store, longer fails unless the excess is spaces.
+    ok(&mut s, "insert into d1 (id, c) values (4, 'ab')");
+    assert_eq!(one(&mut s, "select c || '|' from d1 where id = 4"), "ab  |");
+    ok(&mut s, "insert into d1 (id, c) values (5, 'wxyz  ')");
+    assert_eq!(one(&mut s, "select c || '|' from d1 where id = 5"), "wxyz|");
+    assert_eq!(
+        error(&mut s, "insert into d1 (id, c) values (6, 'abcde')"),
+        ("22001", "value too long for type character(4)".into())
+    );
+    // numeric(p,s): rounded half away from zero, overflow past p - s integer digits.
+    ok(
+        &mut s,
+        "insert into d1 (id, v, d) values (7, 123.455, 12.5)",
+    );
+    assert_eq!(one(&mut s, "select v from d1 where id = 7"), "123.46");
+    assert_eq!(one(&mut s, "select d from d1 where id = 7"), "13");
+    ok(&mut s, "insert into d1 (id, v) values (8, -2)");
+    assert_eq!(one(&mut s, "select v from d1 where id = 8"), "-2.00");
+    assert_eq!(
+        error(&mut s, "insert into d1 (id, v) values (9, 1000)"),
+        ("22003", "numeric field overflow".into())
+    );
+    assert_eq!(
+        error(&mut s, "insert into d1 (id, v) values (9, 999.995)"),
+        ("22003", "numeric field overflow".into())
+    );
+    // UPDATE and INSERT ... SELECT apply the same rules.
+    ok(&mut s, "update d1 set v = 1.005, c = 'q' where id = 8");
+    assert_eq!(one(&mut s, "select v from d1 where id = 8"), "1.01");
+    assert_eq!(one(&mut s, "select c || '|' from d1 where id = 8"), "q   |");
+    assert_eq!(
+        error(&mut s, "update d1 set name = 'toolong' where id = 1"),
+        (
+            "22001",
+            "value too long for type character varying(5)".into()
+        )
+    );
+    assert_eq!(
+        err(&mut s, "insert into d1 (id, v) select 10, 12345"),
+        "22003"
+    );
+    // COPY FROM STDIN applies them too.
+    let copy = |s: &mut Session, data: &str| match s
+        .execute("copy d1 (id, c, v) from stdin", &[])
+        .pop()
+        .unwrap()
+    {
+        Ok(Outcome::CopyIn { table, columns }) => s.copy_in(&table, &columns, data),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(copy(&mut s, "12\tx\t1.234\n\\.\n").unwrap().tag, "COPY 1");
+    assert_eq!(
+        one(&mut s, "select c || '|', v from d1 where id = 12"),
+        "x   ||1.23"
+    );
+    let e = copy(&mut s, "13\tabcdef\t1\n\\.\n").unwrap_err();
+    assert_eq!(e.sqlstate, "22001");
+    assert!(
+        e.message
+            .starts_with("value too long for type character(4)"),
+        "{}",
+        e.message
+    );
+    let e = copy(&mut s, "13\ta\t1000\n\\.\n").unwrap_err();
+    assert_eq!(e.sqlstate, "22003");
+    // Unconstrained types are unchanged.
+    ok(&mut s, "insert into d1 (id, t, w) values (11, 'x ', 'y ')");
+    assert_eq!(
+        one(&mut s, "select t || w || '|' from d1 where id = 11"),
+        "x y |"
+    );
+    // Invalid declarations.
+    assert_eq!(err(&mut s, "create table d2 (a varchar(0))"), "22023");
+    assert_eq!(err(&mut s, "create table d2 (a numeric(0))"), "22023");
+    ok(
+        &mut s,
+        "create table d3 (a varchar, b numeric, c decimal, filler char(84), e char)",
+    );
+    ok(&mut s, "insert into d3 (filler, e) values ('f', 'g')");
+    assert_eq!(one(&mut s, "select length(filler || '|') from d3"), "85");
+    assert_eq!(
+        error(&mut s, "insert into d3 (e) values ('gh')"),
+        ("22001", "value too long for type character(1)".into())
     );
 }
 

@@ -20,6 +20,56 @@ pub struct ColumnDef {
     pub name: String,
     pub ty: TypeId,
     pub not_null: bool,
+    /// The declared type modifier in PostgreSQL's `atttypmod` encoding: -1 for none,
+    /// `n + 4` for `varchar(n)` / `char(n)`, `((p << 16) | s) + 4` for `numeric(p,s)`.
+    /// The engine stores it and never interprets it; the SQL layer applies it.
+    pub typmod: i32,
+    /// How a `TypeId::Text` column was declared (`text`, `varchar`, `char`), for the
+    /// SQL layer's assignment rules and type names.
+    pub declared: DeclaredType,
+}
+
+/// The SQL spelling of a text column: the engine has one text type, PostgreSQL three.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DeclaredType {
+    /// As `ty` says (`text`, or any non-text type).
+    #[default]
+    Plain,
+    /// `varchar` / `character varying`.
+    Varchar,
+    /// `char` / `character` (`bpchar`): blank-padded to its length.
+    Char,
+}
+
+impl DeclaredType {
+    fn to_u8(self) -> u8 {
+        match self {
+            DeclaredType::Plain => 0,
+            DeclaredType::Varchar => 1,
+            DeclaredType::Char => 2,
+        }
+    }
+    fn from_u8(v: u8) -> Option<DeclaredType> {
+        match v {
+            0 => Some(DeclaredType::Plain),
+            1 => Some(DeclaredType::Varchar),
+            2 => Some(DeclaredType::Char),
+            _ => None,
+        }
+    }
+}
+
+impl ColumnDef {
+    /// A column without a type modifier.
+    pub fn new(name: impl Into<String>, ty: TypeId, not_null: bool) -> ColumnDef {
+        ColumnDef {
+            name: name.into(),
+            ty,
+            not_null,
+            typmod: -1,
+            declared: DeclaredType::Plain,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -69,11 +119,20 @@ const CATALOG_TYPES: [TypeId; 8] = [
     TypeId::Int2,
 ];
 
+/// A table row's column spec: `name \x1f type \x1f not_null`, followed by
+/// `\x1f typmod \x1f declared` when the column has either. Rows written before the type
+/// modifier existed have three fields and decode as typmod -1, plain.
 pub fn encode_table(t: &TableDef) -> Vec<u8> {
     let cols: Vec<String> = t
         .columns
         .iter()
-        .map(|c| format!("{}\u{1f}{}\u{1f}{}", c.name, c.ty.to_u8(), c.not_null as u8))
+        .map(|c| {
+            let mut s = format!("{}\u{1f}{}\u{1f}{}", c.name, c.ty.to_u8(), c.not_null as u8);
+            if c.typmod != -1 || c.declared != DeclaredType::Plain {
+                s.push_str(&format!("\u{1f}{}\u{1f}{}", c.typmod, c.declared.to_u8()));
+            }
+            s
+        })
         .collect();
     let mut out = Vec::new();
     encode_row(
@@ -140,9 +199,21 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
             let mut columns = Vec::new();
             for c in spec.split('\u{1e}').filter(|s| !s.is_empty()) {
                 let parts: Vec<&str> = c.split('\u{1f}').collect();
-                if parts.len() != 3 {
+                if parts.len() != 3 && parts.len() != 5 {
                     return Err(bad("bad column spec"));
                 }
+                let (typmod, declared) = if parts.len() == 5 {
+                    (
+                        parts[3].parse::<i32>().map_err(|_| bad("bad typmod"))?,
+                        parts[4]
+                            .parse::<u8>()
+                            .ok()
+                            .and_then(DeclaredType::from_u8)
+                            .ok_or_else(|| bad("bad declared type"))?,
+                    )
+                } else {
+                    (-1, DeclaredType::Plain)
+                };
                 let ty = parts[1]
                     .parse::<u8>()
                     .ok()
@@ -152,6 +223,8 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                     name: parts[0].to_string(),
                     ty,
                     not_null: parts[2] == "1",
+                    typmod,
+                    declared,
                 });
             }
             Ok(CatalogEntry::Table {
@@ -251,15 +324,27 @@ mod tests {
             name: "pgbench_accounts".into(),
             relfile: RelFileId(16390),
             columns: vec![
-                ColumnDef {
-                    name: "aid".into(),
-                    ty: TypeId::Int4,
-                    not_null: true,
-                },
+                ColumnDef::new("aid", TypeId::Int4, true),
                 ColumnDef {
                     name: "filler".into(),
                     ty: TypeId::Text,
                     not_null: false,
+                    typmod: 84 + 4,
+                    declared: DeclaredType::Char,
+                },
+                ColumnDef {
+                    name: "abalance".into(),
+                    ty: TypeId::Numeric,
+                    not_null: false,
+                    typmod: ((10 << 16) | 2) + 4,
+                    declared: DeclaredType::Plain,
+                },
+                ColumnDef {
+                    name: "note".into(),
+                    ty: TypeId::Text,
+                    not_null: false,
+                    typmod: -1,
+                    declared: DeclaredType::Varchar,
                 },
             ],
             fillfactor: 100,
@@ -282,5 +367,43 @@ mod tests {
             other => panic!("decoded {other:?}"),
         }
         assert!(decode_entry(Tid::new(0, 3), b"\x01\x00garbage").is_err());
+    }
+
+    /// A table row written before columns had a type modifier (three-field column
+    /// specs) still decodes, as typmod -1 and plain types.
+    #[test]
+    fn old_format_table_row_decodes() {
+        let mut old = Vec::new();
+        encode_row(
+            &[
+                Datum::Int2(KIND_TABLE),
+                Datum::Text("pgbench_branches".into()),
+                Datum::Int8(16384),
+                Datum::Text(String::new()),
+                Datum::Text(format!(
+                    "bid\u{1f}{}\u{1f}1\u{1e}filler\u{1f}{}\u{1f}0",
+                    TypeId::Int4.to_u8(),
+                    TypeId::Text.to_u8()
+                )),
+                Datum::Bool(false),
+                Datum::Bool(false),
+                Datum::Int2(100),
+            ],
+            &mut old,
+        );
+        let def = match decode_entry(Tid::new(0, 1), &old).unwrap() {
+            CatalogEntry::Table { def, .. } => def,
+            other => panic!("decoded {other:?}"),
+        };
+        assert_eq!(
+            def.columns,
+            vec![
+                ColumnDef::new("bid", TypeId::Int4, true),
+                ColumnDef::new("filler", TypeId::Text, false),
+            ]
+        );
+        assert_eq!(def.fillfactor, 100);
+        // A plain column is still written in the old three-field form.
+        assert_eq!(encode_table(&def), old);
     }
 }

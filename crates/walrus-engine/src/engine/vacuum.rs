@@ -561,6 +561,8 @@ mod tests {
             name: "v".into(),
             ty: TypeId::Int8,
             not_null: false,
+            typmod: -1,
+            declared: Default::default(),
         };
         let def = t.create_table("t", vec![col], 100).unwrap();
         t.commit().unwrap();

@@ -61,6 +61,8 @@ impl Executor<'_> {
                         name: c.name.clone(),
                         ty,
                         not_null: false,
+                        typmod: -1,
+                        declared: Default::default(),
                     })
                 })
                 .collect();

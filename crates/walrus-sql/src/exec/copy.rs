@@ -4,6 +4,7 @@ use walrus_engine::access::datum::Datum;
 use walrus_engine::engine::Transaction;
 
 use crate::error::{SqlError, SqlResult};
+use crate::expr::assign;
 use crate::utility;
 use crate::value::parse_text;
 
@@ -52,12 +53,12 @@ pub(crate) fn copy_rows(
         for (f, &ci) in fields.into_iter().zip(&targets) {
             if let Some(text) = f {
                 let col = &def.columns[ci];
-                row[ci] = parse_text(col.ty, &text).map_err(|e| {
-                    SqlError::new(
-                        e.sqlstate,
-                        format!("{} (COPY {table}, line {})", e.message, lineno + 1),
-                    )
-                })?;
+                row[ci] = parse_text(col.ty, &text)
+                    .and_then(|v| assign(v, col))
+                    .map_err(|e| SqlError {
+                        message: format!("{} (COPY {table}, line {})", e.message, lineno + 1),
+                        ..e
+                    })?;
             }
         }
         t.insert(&def, &row)?;

@@ -7,7 +7,7 @@ use walrus_engine::catalog::ColumnDef;
 use walrus_engine::engine::Transaction;
 
 use crate::error::{SqlError, SqlResult};
-use crate::expr::{declared_limit, type_from_sql};
+use crate::expr::column_type;
 use crate::names::{ident, object_name};
 use crate::result::QueryResult;
 
@@ -71,16 +71,9 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
     let mut pk: Option<Vec<String>> = None;
     for c in &ct.columns {
         let cname = ident(&c.name);
-        // The catalog keeps no type modifier, so a declared limit could not be enforced
-        // on later statements: refused rather than silently ignored. char(n) stays
-        // accepted (pgbench's tables use it) and is stored as text, unpadded and
-        // unchecked: a known gap (issue 27).
-        if let Some(t) = declared_limit(&c.data_type) {
-            return Err(SqlError::unsupported(format!(
-                "column type {t} is not supported: walrus cannot keep a declared length, precision or scale (use varchar, text or numeric without it)"
-            )));
-        }
-        let ty = type_from_sql(&c.data_type)?;
+        // varchar(n), char(n) and numeric(p,s) keep their type modifier in the catalog;
+        // INSERT, UPDATE and COPY apply it (expr::assign).
+        let (ty, typmod, declared) = column_type(&c.data_type)?;
         let mut not_null = false;
         for o in &c.options {
             match &o.option {
@@ -107,6 +100,8 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
             name: cname,
             ty,
             not_null,
+            typmod,
+            declared,
         });
     }
     let mut fillfactor = 100u8;

@@ -13,7 +13,7 @@ use walrus_engine::engine::{RowChange, Transaction};
 
 use super::Env;
 use crate::error::{SqlError, SqlResult};
-use crate::expr::{coerce, eval, Scope};
+use crate::expr::{assign, eval, Scope};
 use crate::names::object_name;
 use crate::plan::{choose_access, Access};
 use crate::result::{Column, QueryResult};
@@ -286,7 +286,7 @@ pub(crate) fn insert(
                 }
                 let mut row = vec![Datum::Null; def.columns.len()];
                 for (v, &ci) in r.into_iter().zip(&targets) {
-                    row[ci] = coerce(v, def.columns[ci].ty)?;
+                    row[ci] = assign(v, &def.columns[ci])?;
                 }
                 env.txn().insert(&def, &row)?;
                 if let Some(ret) = returning.as_mut() {
@@ -307,7 +307,7 @@ pub(crate) fn insert(
         }
         let mut row = vec![Datum::Null; def.columns.len()];
         for (e, &ci) in row_exprs.iter().zip(&targets) {
-            row[ci] = coerce(eval(e, &scope)?, def.columns[ci].ty)?;
+            row[ci] = assign(eval(e, &scope)?, &def.columns[ci])?;
         }
         env.txn().insert(&def, &row)?;
         if let Some(ret) = returning.as_mut() {
@@ -522,7 +522,7 @@ pub(crate) fn update(
             };
             let mut new = old.to_vec();
             for (i, e) in &sets {
-                new[*i] = coerce(eval(e, &scope)?, def.columns[*i].ty)?;
+                new[*i] = assign(eval(e, &scope)?, &def.columns[*i])?;
             }
             let r = t.update(&def, tid, &new)?;
             if let (RowChange::Done(_), Some(ret)) = (&r, returning.as_mut()) {

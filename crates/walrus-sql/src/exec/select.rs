@@ -349,6 +349,8 @@ impl Executor<'_> {
                     name: c.name.clone(),
                     ty,
                     not_null: false,
+                    typmod: -1,
+                    declared: Default::default(),
                 })
             })
             .collect();

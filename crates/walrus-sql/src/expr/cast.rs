@@ -2,6 +2,7 @@
 
 use sqlparser::ast::{CharacterLength, DataType, ExactNumberInfo, Value};
 use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::catalog::{ColumnDef, DeclaredType};
 
 use crate::error::{SqlError, SqlResult};
 use crate::numeric;
@@ -66,21 +67,134 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
     })
 }
 
-/// The declared limit of a type name, which walrus's catalog cannot keep for a column
-/// (`varchar(n)`, `char(n)`, `numeric(p,s)`): `Some(description)`.
+/// The declared limit of a type name walrus cannot keep for a column (type modifiers on
+/// a type name it parses as custom, e.g. `bpchar(3)`): `Some(description)`.
 pub fn declared_limit(dt: &DataType) -> Option<String> {
-    use DataType as D;
     match dt {
-        D::Varchar(Some(_))
-        | D::CharVarying(Some(_))
-        | D::CharacterVarying(Some(_))
-        | D::Numeric(ExactNumberInfo::Precision(_) | ExactNumberInfo::PrecisionAndScale(..))
-        | D::Decimal(ExactNumberInfo::Precision(_) | ExactNumberInfo::PrecisionAndScale(..))
-        | D::Dec(ExactNumberInfo::Precision(_) | ExactNumberInfo::PrecisionAndScale(..)) => {
-            Some(dt.to_string())
-        }
-        D::Custom(_, mods) if !mods.is_empty() => Some(dt.to_string()),
+        DataType::Custom(_, mods) if !mods.is_empty() => Some(dt.to_string()),
         _ => None,
+    }
+}
+
+/// The largest `varchar(n)` / `char(n)` PostgreSQL accepts.
+const MAX_CHAR_LEN: usize = 10 * 1024 * 1024;
+
+fn char_typmod(l: &Option<CharacterLength>, name: &str, default: Option<usize>) -> SqlResult<i32> {
+    match varchar_len(l)?.or(default) {
+        None => Ok(-1),
+        Some(0) => Err(SqlError::new(
+            "22023",
+            format!("length for type {name} must be at least 1"),
+        )),
+        Some(n) if n > MAX_CHAR_LEN => Err(SqlError::new(
+            "22023",
+            format!("length for type {name} cannot exceed {MAX_CHAR_LEN}"),
+        )),
+        Some(n) => Ok(n as i32 + 4),
+    }
+}
+
+/// A column's declared type for the catalog: the engine type, PostgreSQL's `atttypmod`
+/// (-1, `n + 4` for `varchar(n)`/`char(n)`, `((p << 16) | s) + 4` for `numeric(p,s)`)
+/// and the text spelling. `char` without a length is `char(1)`, as in PostgreSQL.
+pub fn column_type(dt: &DataType) -> SqlResult<(TypeId, i32, DeclaredType)> {
+    use DataType as D;
+    if let Some(t) = declared_limit(dt) {
+        return Err(SqlError::unsupported(format!(
+            "type modifiers on {t} are not supported"
+        )));
+    }
+    Ok(match dt {
+        D::Varchar(l) | D::CharVarying(l) | D::CharacterVarying(l) => (
+            TypeId::Text,
+            char_typmod(l, "varchar", None)?,
+            DeclaredType::Varchar,
+        ),
+        D::Char(l) | D::Character(l) => (
+            TypeId::Text,
+            char_typmod(l, "char", Some(1))?,
+            DeclaredType::Char,
+        ),
+        D::Numeric(info) | D::Decimal(info) | D::Dec(info) => {
+            let typmod = match numeric_limits(info)? {
+                None => -1,
+                Some((p, s)) => (((p as i32) << 16) | s as i32) + 4,
+            };
+            (TypeId::Numeric, typmod, DeclaredType::Plain)
+        }
+        other => (type_from_sql(other)?, -1, DeclaredType::Plain),
+    })
+}
+
+/// The SQL name of a column's declared type as PostgreSQL's `format_type` spells it
+/// (`character varying(10)`, `character(84)`, `numeric(10,2)`); `None` when the
+/// column has neither a type modifier nor a text spelling other than `text`.
+pub fn declared_type_name(c: &ColumnDef) -> Option<String> {
+    let len = || (c.typmod >= 4).then(|| format!("({})", c.typmod - 4));
+    match (c.ty, c.declared) {
+        (TypeId::Text, DeclaredType::Varchar) => {
+            Some(format!("character varying{}", len().unwrap_or_default()))
+        }
+        (TypeId::Text, DeclaredType::Char) => {
+            Some(format!("character{}", len().unwrap_or_default()))
+        }
+        (TypeId::Numeric, _) if c.typmod >= 4 => {
+            let (p, s) = numeric_ps(c.typmod);
+            Some(format!("numeric({p},{s})"))
+        }
+        _ => None,
+    }
+}
+
+fn numeric_ps(typmod: i32) -> (u64, u64) {
+    let t = (typmod - 4) as u32;
+    ((t >> 16) as u64 & 0xffff, t as u64 & 0xffff)
+}
+
+/// PostgreSQL's assignment of a value to a column (INSERT, UPDATE, COPY): converts it
+/// to the column type, then applies the declared type modifier. `varchar(n)` and
+/// `char(n)` refuse longer values with 22001 unless the excess is all spaces (cut);
+/// `char(n)` pads shorter values with spaces; `numeric(p,s)` rounds to `s` and fails
+/// with 22003 past `p - s` integer digits.
+pub fn assign(v: Datum, c: &ColumnDef) -> SqlResult<Datum> {
+    let v = coerce(v, c.ty)?;
+    if c.typmod < 4 && c.declared != DeclaredType::Char {
+        return Ok(v);
+    }
+    match (c.ty, v) {
+        (TypeId::Text, Datum::Text(s)) if c.typmod >= 4 => {
+            let n = (c.typmod - 4) as usize;
+            let len = s.chars().count();
+            let (name, pad) = match c.declared {
+                DeclaredType::Char => ("character", true),
+                _ => ("character varying", false),
+            };
+            if len > n {
+                let cut: usize = s.char_indices().nth(n).map(|(i, _)| i).unwrap_or(s.len());
+                if s[cut..].chars().any(|ch| ch != ' ') {
+                    return Err(SqlError::new(
+                        "22001",
+                        format!("value too long for type {name}({n})"),
+                    ));
+                }
+                return Ok(Datum::Text(s[..cut].to_string()));
+            }
+            if pad && len < n {
+                let mut s = s;
+                s.extend(std::iter::repeat_n(' ', n - len));
+                return Ok(Datum::Text(s));
+            }
+            Ok(Datum::Text(s))
+        }
+        (TypeId::Numeric, Datum::Numeric(t)) if c.typmod >= 4 => {
+            let (p, s) = numeric_ps(c.typmod);
+            Ok(Datum::Numeric(numeric::format(&numeric::apply_typmod(
+                &numeric::parse(&t)?,
+                p,
+                s,
+            )?)))
+        }
+        (_, v) => Ok(v),
     }
 }
 
@@ -123,10 +237,10 @@ pub fn cast_to(v: Datum, dt: &DataType) -> SqlResult<Datum> {
     }
 }
 
-/// Applies `numeric(p[,s])` to a numeric value.
-pub fn numeric_typmod(v: Datum, info: &ExactNumberInfo) -> SqlResult<Datum> {
+/// The checked precision and scale of `numeric(p[,s])`; `None` without them.
+fn numeric_limits(info: &ExactNumberInfo) -> SqlResult<Option<(u64, u64)>> {
     let (p, s) = match info {
-        ExactNumberInfo::None => return Ok(v),
+        ExactNumberInfo::None => return Ok(None),
         ExactNumberInfo::Precision(p) => (*p, 0i64),
         ExactNumberInfo::PrecisionAndScale(p, s) => (*p, *s),
     };
@@ -141,11 +255,19 @@ pub fn numeric_typmod(v: Datum, info: &ExactNumberInfo) -> SqlResult<Datum> {
             "NUMERIC scale {s} outside 0..precision is not supported"
         )));
     }
+    Ok(Some((p, s as u64)))
+}
+
+/// Applies `numeric(p[,s])` to a numeric value.
+pub fn numeric_typmod(v: Datum, info: &ExactNumberInfo) -> SqlResult<Datum> {
+    let Some((p, s)) = numeric_limits(info)? else {
+        return Ok(v);
+    };
     match v {
         Datum::Numeric(t) => Ok(Datum::Numeric(numeric::format(&numeric::apply_typmod(
             &numeric::parse(&t)?,
             p,
-            s as u64,
+            s,
         )?))),
         other => Ok(other),
     }
