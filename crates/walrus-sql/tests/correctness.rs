@@ -225,6 +225,17 @@ fn declared_type_modifiers_apply_on_assignment() {
         error(&mut s, "insert into d1 (id, c) values (6, 'abcde')"),
         ("22001", "value too long for type character(4)".into())
     );
+    // A char(n) column compares without its trailing spaces.
+    assert_eq!(one(&mut s, "select count(*) from d1 where c = 'ab'"), "1");
+    assert_eq!(one(&mut s, "select count(*) from d1 where c = 'ab  '"), "1");
+    assert_eq!(
+        one(&mut s, "select count(*) from d1 where d1.c < 'ab '"),
+        "0"
+    );
+    ok(&mut s, "create table d4 (k char(3) primary key)");
+    ok(&mut s, "insert into d4 values ('a')");
+    assert_eq!(one(&mut s, "select k || '|' from d4 where k = 'a'"), "a  |");
+    assert_eq!(one(&mut s, "select count(*) from d4 where k = 'abcd'"), "0");
     // numeric(p,s): rounded half away from zero, overflow past p - s integer digits.
     ok(
         &mut s,

@@ -318,7 +318,15 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             if matches!(op, BinaryOperator::And | BinaryOperator::Or) {
                 return logic(eval(left, s)?, op, || eval(right, s));
             }
-            let (l, r) = (eval(left, s)?, eval(right, s)?);
+            let (mut l, mut r) = (eval(left, s)?, eval(right, s)?);
+            if is_comparison(op) && (is_char_column(left, s) || is_char_column(right, s)) {
+                // A char(n) column compares without its trailing spaces (bpchar).
+                for d in [&mut l, &mut r] {
+                    if let Datum::Text(t) = d {
+                        t.truncate(t.trim_end_matches(' ').len());
+                    }
+                }
+            }
             match op {
                 BinaryOperator::PGRegexMatch
                 | BinaryOperator::PGRegexIMatch
@@ -453,6 +461,35 @@ fn eval_not(d: Datum) -> Datum {
         Datum::Bool(b) => Datum::Bool(!b),
         other => other,
     }
+}
+
+fn is_comparison(op: &BinaryOperator) -> bool {
+    matches!(
+        op,
+        BinaryOperator::Eq
+            | BinaryOperator::NotEq
+            | BinaryOperator::Lt
+            | BinaryOperator::Gt
+            | BinaryOperator::LtEq
+            | BinaryOperator::GtEq
+    )
+}
+
+/// Whether `e` names a `char(n)` column of the scope's table.
+fn is_char_column(e: &Expr, s: &Scope<'_>) -> bool {
+    let name = match e {
+        Expr::Identifier(id) => &id.value,
+        Expr::CompoundIdentifier(ids) => match ids.last() {
+            Some(i) => &i.value,
+            None => return false,
+        },
+        _ => return false,
+    };
+    let lname = name.to_ascii_lowercase();
+    s.frame.is_none()
+        && s.columns
+            .iter()
+            .any(|c| c.name == lname && c.declared == walrus_engine::catalog::DeclaredType::Char)
 }
 
 fn column(s: &Scope<'_>, name: &str) -> SqlResult<Datum> {

@@ -50,7 +50,15 @@ pub(crate) fn choose_access<'d>(
                     .find(|(ec, _)| ec == c)
                     .map(|(_, v)| v.clone())
                     .unwrap_or(Datum::Null);
-                key.push(match coerce(v, def.columns[*c].ty) {
+                let col = &def.columns[*c];
+                // A char(n) key is stored blank-padded: the constant is padded the same
+                // way (assign), so 'ab' finds 'ab  ' as PostgreSQL's bpchar equality.
+                let k = if col.declared == walrus_engine::catalog::DeclaredType::Char {
+                    crate::expr::assign(v, col)
+                } else {
+                    coerce(v, col.ty)
+                };
+                key.push(match k {
                     Ok(k) => k,
                     // A constant that does not fit the column type matches nothing.
                     Err(_) => return Access::Nothing,
