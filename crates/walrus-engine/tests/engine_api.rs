@@ -596,13 +596,15 @@ fn autovacuum_reclaims_dead_rows_and_their_index_entries() {
 #[test]
 fn ddl_cancels_a_running_autovacuum_and_the_next_one_cleans_the_new_index() {
     let dir = tempfile::tempdir().unwrap();
-    // Every page visited costs the whole limit: the vacuum crawls (10-40 ms a page).
+    // Every page visited costs the whole limit: the vacuum crawls (100 ms a page, the
+    // longest delay allowed), so it is still running when CREATE INDEX commits even on a
+    // machine busy enough to make the index build slow (10 ms a page was not, once).
     let e = engine_with(
         dir.path(),
         &[
             ("autovacuum_naptime", "\"50ms\""),
             ("autovacuum_vacuum_cost_limit", "1"),
-            ("autovacuum_vacuum_cost_delay", "\"10ms\""),
+            ("autovacuum_vacuum_cost_delay", "\"100ms\""),
         ],
     );
     let def = table(&e);
