@@ -824,8 +824,14 @@ fn scenario_dwb(ctx: &mut Ctx) -> anyhow::Result<String> {
          #### walrus dwb vs walrus fpw\n\n{}\n",
         ctx.plan.scale,
         pair_table(&variants[0].label, &r[0], &variants[1].label, &r[1]),
-        pair_table(&variants[3].label, &r[3], &variants[1].label, &r[1]),
-        pair_table(&variants[2].label, &r[2], &variants[1].label, &r[1]),
+        report::named_pair_table(
+            ("walrus", &variants[3].label, &r[3]),
+            ("walrus", &variants[1].label, &r[1])
+        ),
+        report::named_pair_table(
+            ("walrus", &variants[2].label, &r[2]),
+            ("walrus", &variants[1].label, &r[1])
+        ),
     ))
 }
 

@@ -174,11 +174,25 @@ pub fn table(header: &[String], rows: &[Vec<String>]) -> String {
 
 /// The standard PostgreSQL / walrus / ratio table for one pair of configurations.
 pub fn pair_table(pg_label: &str, pg: &[Measurement], w_label: &str, w: &[Measurement]) -> String {
+    named_pair_table(("PostgreSQL", pg_label, pg), ("walrus", w_label, w))
+}
+
+/// Two configurations side by side, each `(system, label, runs)`; the ratio is the
+/// second over the first (walrus against walrus in the dwb scenario).
+pub fn named_pair_table(
+    (a_sys, a_label, a_runs): (&str, &str, &[Measurement]),
+    (b_sys, b_label, b_runs): (&str, &str, &[Measurement]),
+) -> String {
+    let (pg, w) = (a_runs, b_runs);
     let header = vec![
         "metric".to_string(),
-        format!("PostgreSQL ({pg_label})"),
-        format!("walrus ({w_label})"),
-        "walrus / PostgreSQL".to_string(),
+        format!("{a_sys} ({a_label})"),
+        format!("{b_sys} ({b_label})"),
+        if a_sys == b_sys {
+            format!("{b_label} / {a_label}")
+        } else {
+            format!("{b_sys} / {a_sys}")
+        },
     ];
     let rows: Vec<Vec<String>> = LOAD_METRICS
         .iter()
