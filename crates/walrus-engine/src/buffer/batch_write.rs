@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 
 use walrus_base::{Lsn, PageId};
 
-use super::{unpack, BufferPool, DirtyEntry, UnpinOnDrop, Writer, FLAG_DIRTY, FLAG_VALID};
+use super::{unpack, BufferPool, DirtyEntry, UnpinOnDrop, Writer, FLAG_DIRTY, FLAG_IO, FLAG_VALID};
 use crate::error::Result;
 use crate::protect::dwb::DoubleWrite;
 use crate::storage::page::{self, PageBuf};
@@ -90,6 +90,9 @@ impl BufferPool {
         {
             return None;
         }
+        if fr.flags.fetch_or(FLAG_IO, Ordering::AcqRel) & FLAG_IO != 0 {
+            return None; // another batch is writing it; that one finalizes it
+        }
         let mut copy = PageBuf::zeroed();
         copy.0.copy_from_slice(&g[..]);
         let insert_at_copy = self.wal.insert_lsn();
@@ -149,12 +152,13 @@ impl BufferPool {
             let fr = &self.frames[s.frame as usize];
             let _unpin = UnpinOnDrop(fr);
             if !wrote {
+                fr.flags.fetch_and(!FLAG_IO, Ordering::AcqRel);
                 continue; // still dirty, still queued (or found again by the sweep)
             }
             let g = fr.latch.read();
-            if fr.page.load(Ordering::Acquire) != s.page {
-                continue;
-            }
+            // Pinned since staging, so still this page; the batch owns its write.
+            debug_assert_eq!(fr.page.load(Ordering::Acquire), s.page);
+            fr.flags.fetch_and(!FLAG_IO, Ordering::AcqRel);
             if page::lsn(&g[..]) == s.lsn {
                 fr.flags.fetch_and(!FLAG_DIRTY, Ordering::AcqRel);
                 fr.rec_lsn.store(0, Ordering::Release);

@@ -24,6 +24,10 @@ use arena::{PageArena, PageSlot};
 const NO_PAGE: u64 = u64::MAX;
 const FLAG_VALID: u32 = 1;
 const FLAG_DIRTY: u32 = 2;
+/// A double-write batch holds this frame's copy in flight (`batch_write.rs`): no other
+/// batch may stage it until that one finalizes, or an older copy could land home after
+/// a newer one.
+const FLAG_IO: u32 = 4;
 const USAGE_MAX: u32 = 5;
 
 fn pack(id: PageId) -> u64 {

@@ -1167,7 +1167,7 @@ mod loom_tests {
                 // modelled: a miss is simply reported.
                 let set = match c.pin(page) {
                     Some(s) => {
-                        c.set_on(s, word, shift, XidStatus::Committed, xid);
+                        c.set_on(s, word, shift, XidStatus::Committed, xid, 0);
                         s.unpin();
                         true
                     }
