@@ -545,7 +545,7 @@ fn header(ctx: &Ctx, fsync_rate: f64) -> String {
     let p = &ctx.plan;
     format!(
         "## walrus-bench compare: PostgreSQL 15 vs walrus ({date})\n\n\
-         Command: `walrus {}`\n\n\
+         Command: `walrus-bench {}`\n\n\
          Machine: {cores} cores ({cpu}), {mem_gib:.0} GiB memory, data on {}, Linux {}; \
          8 KiB pwrite+fdatasync on that disk: **{fsync_rate:.0} ops/s** (measured in this run).\n\
          PostgreSQL {} ({}); walrus {} build{rev}.\n\n\
