@@ -401,49 +401,66 @@ enum Entry {
 }
 
 fn read_journal(bytes: &[u8]) -> anyhow::Result<Vec<Entry>> {
+    // Every field is read through `Fields`, which fails on a short entry instead of
+    // panicking: a journal is a file, and a damaged one must be a clear error.
+    struct Fields<'a>(&'a [u8], usize);
+    impl Fields<'_> {
+        fn take(&mut self, n: usize) -> anyhow::Result<&[u8]> {
+            let out = self
+                .0
+                .get(self.1..self.1 + n)
+                .context("power-loss journal: entry cut short")?;
+            self.1 += n;
+            Ok(out)
+        }
+        fn u64(&mut self) -> anyhow::Result<u64> {
+            Ok(u64::from_le_bytes(self.take(8)?.try_into()?))
+        }
+        fn path(&mut self) -> anyhow::Result<PathBuf> {
+            let n = u32::from_le_bytes(self.take(4)?.try_into()?) as usize;
+            Ok(PathBuf::from(
+                String::from_utf8_lossy(self.take(n)?).into_owned(),
+            ))
+        }
+        fn rest(&mut self) -> Vec<u8> {
+            self.0[self.1..].to_vec()
+        }
+    }
     let mut out = Vec::new();
     let mut at = 0;
-    let u64_at = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
-    let path_at = |b: &[u8], i: usize| -> (PathBuf, usize) {
-        let n = u32::from_le_bytes(b[i..i + 4].try_into().unwrap()) as usize;
-        let s = String::from_utf8_lossy(&b[i + 4..i + 4 + n]).into_owned();
-        (PathBuf::from(s), i + 4 + n)
-    };
     while at + 4 <= bytes.len() {
-        let n = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
-        if at + 4 + n > bytes.len() {
+        let n = u32::from_le_bytes(bytes[at..at + 4].try_into()?) as usize;
+        if n == 0 || at + 4 + n > bytes.len() {
             break; // the last append was cut short by the kill: it never happened
         }
-        let e = &bytes[at + 4..at + 4 + n];
+        let mut f = Fields(&bytes[at + 4..at + 4 + n], 1);
+        let tag = bytes[at + 4];
         at += 4 + n;
-        out.push(match e[0] {
+        out.push(match tag {
             TAG_WRITE => Entry::Write {
-                ino: u64_at(e, 1),
-                offset: u64_at(e, 9),
-                len: u64_at(e, 17),
-                old_len: u64_at(e, 25),
-                saved: e[33..].to_vec(),
+                ino: f.u64()?,
+                offset: f.u64()?,
+                len: f.u64()?,
+                old_len: f.u64()?,
+                saved: f.rest(),
             },
             TAG_SYNC => Entry::Sync {
-                ino: u64_at(e, 1),
-                upto: u64_at(e, 9),
+                ino: f.u64()?,
+                upto: f.u64()?,
             },
             TAG_CREATE => Entry::Create {
-                ino: u64_at(e, 1),
-                path: path_at(e, 9).0,
+                ino: f.u64()?,
+                path: f.path()?,
             },
-            TAG_RENAME => {
-                let (from, i) = path_at(e, 9);
-                Entry::Rename {
-                    ino: u64_at(e, 1),
-                    from,
-                    to: path_at(e, i).0,
-                }
-            }
-            TAG_REMOVE => Entry::Remove { ino: u64_at(e, 1) },
+            TAG_RENAME => Entry::Rename {
+                ino: f.u64()?,
+                from: f.path()?,
+                to: f.path()?,
+            },
+            TAG_REMOVE => Entry::Remove { ino: f.u64()? },
             TAG_SYNC_DIR => Entry::SyncDir {
-                upto: u64_at(e, 1),
-                dir: path_at(e, 9).0,
+                upto: f.u64()?,
+                dir: f.path()?,
             },
             t => bail!("power-loss journal: unknown entry tag {t}"),
         });
@@ -550,7 +567,9 @@ pub fn powercut(a: PowercutArgs) -> anyhow::Result<()> {
                         if keep(a.keep_fraction) {
                             u.blocks_kept += 1;
                         } else {
-                            let s = &saved[(lo - offset) as usize..(hi - offset) as usize];
+                            let s = saved
+                                .get((lo - offset) as usize..(hi - offset) as usize)
+                                .context("power-loss journal: write entry without its old bytes")?;
                             f.write_all_at(s, lo)?;
                         }
                     }

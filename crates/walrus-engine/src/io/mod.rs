@@ -173,7 +173,7 @@ pub fn open_rw(kind: FileKind, path: &Path, create: bool, dsync: bool) -> std::i
         out = Some(oo.open(path)?);
         Ok(())
     })?;
-    Ok(out.expect("hook returned Ok without opening"))
+    out.ok_or_else(|| std::io::Error::other("an I/O hook reported an open it did not run"))
 }
 
 /// Creates `path`, which must not exist (`O_CREAT | O_EXCL`).
@@ -196,7 +196,7 @@ pub fn create_new(kind: FileKind, path: &Path) -> std::io::Result<File> {
             Ok(())
         },
     )?;
-    Ok(out.expect("hook returned Ok without opening"))
+    out.ok_or_else(|| std::io::Error::other("an I/O hook reported an open it did not run"))
 }
 
 pub fn rename(kind: FileKind, from: &Path, to: &Path) -> std::io::Result<()> {
