@@ -32,6 +32,17 @@ pub struct Settings {
     /// Unflushed WAL that wakes the WAL writer early (`wal_writer_flush_after`).
     pub wal_writer_flush_after_bytes: u64,
     pub pagewriter_threads: usize,
+    /// An explicit, shutdown or switchover checkpoint should complete within this
+    /// (MogDB's range, 5..60 s): page writers join in as the deadline nears.
+    pub checkpoint_target_time: Duration,
+    /// Keep the estimated crash-recovery time under this (zero: off). Page writers
+    /// flush the dirty queue's head fast enough (incremental checkpoints only).
+    pub recovery_time_target: Duration,
+    /// Page writers may use larger batches and every thread for a checkpoint (MogDB).
+    pub extreme_flush_dirty_page: bool,
+    /// Checkpoints take their redo point from the dirty-page queue. `None`: decided
+    /// by `page_protection` (on unless `fpw`).
+    pub incremental_checkpoint: Option<bool>,
     pub bgwriter_delay: Duration,
     pub clog_buffers: usize,
     /// Autovacuum (PostgreSQL's settings and defaults; see `engine/vacuum.rs`).
@@ -69,6 +80,10 @@ impl Default for Settings {
             wal_writer_delay: Duration::from_millis(200),
             wal_writer_flush_after_bytes: 1 << 20,
             pagewriter_threads: 1,
+            checkpoint_target_time: Duration::from_secs(30),
+            recovery_time_target: Duration::from_secs(60),
+            extreme_flush_dirty_page: false,
+            incremental_checkpoint: None,
             bgwriter_delay: Duration::from_millis(10),
             clog_buffers: 32,
             autovacuum: true,
@@ -134,6 +149,17 @@ wal_writer_flush_after = "1MB"
 # Page-writer threads and their sleep between rounds.
 pagewriter_threads = 1
 bgwriter_delay = "10ms"
+# Checkpoints: with page_protection dwb or none they are incremental (the redo point is
+# the oldest change not yet written, advanced by the page writers; no I/O burst);
+# incremental_checkpoint = off keeps classic checkpoints. fpw is always classic.
+# incremental_checkpoint = "on"
+# Page writers keep the estimated crash-recovery time under this (0: off; incremental
+# checkpoints only; the replay rate is measured at each recovery).
+recovery_time_target = "60s"
+# An explicit, shutdown or switchover checkpoint completes within this (5s..60s).
+checkpoint_target_time = "30s"
+# Let page writers use larger batches and every thread for such a checkpoint.
+extreme_flush_dirty_page = "off"
 # Commit-status log pages kept in memory.
 clog_buffers = 32
 # Autovacuum: every autovacuum_naptime, vacuum each table with more dead row versions
@@ -306,6 +332,25 @@ impl Settings {
                     .filter(|n| (1..=16).contains(n))
                     .ok_or_else(|| bad("expected 1..16"))?
             }
+            "checkpoint_target_time" => {
+                self.checkpoint_target_time = parse_duration(value)
+                    .filter(|d| (Duration::from_secs(5)..=Duration::from_secs(60)).contains(d))
+                    .ok_or_else(|| bad("expected a duration between 5s and 60s"))?
+            }
+            "recovery_time_target" => {
+                self.recovery_time_target = parse_duration(value)
+                    .filter(|d| *d <= Duration::from_secs(3600))
+                    .filter(|d| d.is_zero() || *d >= Duration::from_secs(1))
+                    .ok_or_else(|| bad("expected 0 (off) or a duration between 1s and 1h"))?
+            }
+            "extreme_flush_dirty_page" => {
+                self.extreme_flush_dirty_page =
+                    parse_bool(value).ok_or_else(|| bad("expected on or off"))?
+            }
+            "incremental_checkpoint" => {
+                self.incremental_checkpoint =
+                    Some(parse_bool(value).ok_or_else(|| bad("expected on or off"))?)
+            }
             "wal_writer_delay" => {
                 // PostgreSQL's range: 1 ms to 10 s.
                 self.wal_writer_delay = parse_duration(value)
@@ -438,7 +483,28 @@ impl Settings {
             };
             self.set(&k, &value)?;
         }
+        self.check_combination()
+    }
+
+    /// Checks settings that depend on each other (their order in the file is free).
+    pub fn check_combination(&self) -> Result<()> {
+        if self.incremental_checkpoint == Some(true)
+            && !self.page_protection.allows_incremental_checkpoint()
+        {
+            return Err(Error::InvalidInput(format!(
+                "incremental_checkpoint = on needs page_protection dwb or none: with {} the \
+                 redo point must stay put between checkpoints, or every change would log a \
+                 full-page image",
+                self.page_protection.name()
+            )));
+        }
         Ok(())
+    }
+
+    /// Whether checkpoints are incremental (redo point from the dirty-page queue).
+    pub fn incremental_checkpoints(&self) -> bool {
+        self.incremental_checkpoint
+            .unwrap_or_else(|| self.page_protection.allows_incremental_checkpoint())
     }
 }
 
@@ -467,7 +533,7 @@ mod tests {
         assert!(err.to_string().contains("shared_buffers"), "{err}");
         assert!(s.set("page_protection", "atomic").is_err());
         // Unknown and PostgreSQL-only names are refused, never kept and ignored.
-        for name in ["checkpoint_timout", "fsnyc", "extreme_flush_dirty_page"] {
+        for name in ["checkpoint_timout", "fsnyc", "enable_double_write"] {
             let err = s.set(name, "on").unwrap_err();
             assert!(
                 err.to_string()
@@ -475,6 +541,14 @@ mod tests {
                 "{name}: {err}"
             );
         }
+        // The checkpoint settings check their ranges.
+        assert!(s.set("checkpoint_target_time", "2s").is_err());
+        assert!(s.set("checkpoint_target_time", "61s").is_err());
+        s.set("checkpoint_target_time", "10s").unwrap();
+        assert!(s.set("recovery_time_target", "500ms").is_err());
+        s.set("recovery_time_target", "0").unwrap();
+        assert!(s.recovery_time_target.is_zero());
+        assert!(s.set("extreme_flush_dirty_page", "maybe").is_err());
         s.set("port", "6000").unwrap();
         assert_eq!(s.extra.last().unwrap(), &("port".into(), "6000".into()));
         s.set("page_protection", "dwb").unwrap();

@@ -42,6 +42,8 @@ pub struct Settings {
     /// walrus only: `page_protection = dwb` (the double-write buffer) instead of what
     /// `page_images` says.
     pub double_write: bool,
+    /// walrus only: further `name = value` lines for its walrus.toml (values as TOML).
+    pub walrus_extra: Vec<(String, String)>,
 }
 
 impl Settings {
@@ -55,6 +57,7 @@ impl Settings {
             max_connections: 200,
             synchronous_commit: true,
             double_write: false,
+            walrus_extra: Vec::new(),
         }
     }
 }

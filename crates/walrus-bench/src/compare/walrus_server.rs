@@ -55,6 +55,10 @@ pub fn init(tools: &Tools, data: &Path, s: &Settings, _root: &Path) -> anyhow::R
             "none"
         }
     );
+    let mut conf = conf;
+    for (k, v) in &s.walrus_extra {
+        conf.push_str(&format!("{k} = {v}\n"));
+    }
     std::fs::write(config_path(data), conf)?;
     Ok(())
 }

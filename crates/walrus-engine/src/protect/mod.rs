@@ -28,6 +28,32 @@ impl PageProtection {
         }
     }
 
+    /// The mode's code in the control file (0 means "not recorded").
+    pub fn code(self) -> u32 {
+        match self {
+            PageProtection::Fpw => 1,
+            PageProtection::Dwb => 2,
+            PageProtection::None => 3,
+        }
+    }
+
+    /// The inverse of [`PageProtection::code`].
+    pub fn from_code(code: u32) -> Option<PageProtection> {
+        match code {
+            1 => Some(PageProtection::Fpw),
+            2 => Some(PageProtection::Dwb),
+            3 => Some(PageProtection::None),
+            _ => None,
+        }
+    }
+
+    /// Whether checkpoints may take their redo point from the dirty-page queue
+    /// (incremental): not with `fpw`, where an advancing redo point would log an image
+    /// for nearly every change.
+    pub fn allows_incremental_checkpoint(self) -> bool {
+        !matches!(self, PageProtection::Fpw)
+    }
+
     /// The built mode called `name` (the inverse of [`PageProtection::name`]).
     pub fn from_name(name: &str) -> Option<PageProtection> {
         match name {
