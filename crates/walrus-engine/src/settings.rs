@@ -23,6 +23,8 @@ pub struct Settings {
     pub checkpoint_completion_target: f64,
     pub wal_sync_method: SyncMethod,
     pub page_protection: PageProtection,
+    /// `atomic` or `auto` as written; resolved against the device at init and open.
+    pub page_protection_requested: Option<String>,
     /// Pages per double-write batch (one slot of the double-write file).
     pub dwb_batch_pages: usize,
     pub wal_compression: bool,
@@ -74,6 +76,7 @@ impl Default for Settings {
             checkpoint_completion_target: 0.9,
             wal_sync_method: SyncMethod::Fdatasync,
             page_protection: PageProtection::Fpw,
+            page_protection_requested: None,
             dwb_batch_pages: 64,
             wal_compression: false,
             synchronous_commit: true,
@@ -289,14 +292,22 @@ impl Settings {
                 }
             }
             "page_protection" => {
+                self.page_protection_requested = None;
                 self.page_protection = match PageProtection::from_name(value) {
                     Some(mode) => mode,
+                    // Decided against the data directory's device when it is opened
+                    // (`protect::atomic`): `atomic` refused with the device's figures,
+                    // `auto` resolved to dwb.
+                    None if value == "atomic" || value == "auto" => {
+                        self.page_protection_requested = Some(value.to_string());
+                        PageProtection::Dwb
+                    }
                     None if PLANNED_MODES.contains(&value) => {
                         return Err(Error::FeatureNotSupported(format!(
                             "page_protection = {value} is not built yet; use fpw, dwb or none"
                         )))
                     }
-                    None => return Err(bad("expected fpw, dwb or none")),
+                    None => return Err(bad("expected fpw, dwb, none, atomic or auto")),
                 }
             }
             "dwb_batch_pages" => {
@@ -501,6 +512,26 @@ impl Settings {
         Ok(())
     }
 
+    /// Resolves `page_protection = atomic | auto` for data directory `dir`: `atomic` is
+    /// refused with what the device reports (`protect::atomic`); `auto` becomes `dwb`,
+    /// logged with the probe's answer.
+    pub fn resolve_page_protection(&mut self, dir: &Path) -> Result<()> {
+        match self.page_protection_requested.as_deref() {
+            Some("atomic") => Err(Error::FeatureNotSupported(
+                crate::protect::atomic::refuse_atomic(dir),
+            )),
+            Some("auto") => {
+                let found = crate::protect::atomic::probe(&dir.join("base"))
+                    .map(|s| s.describe())
+                    .unwrap_or_else(|e| format!("probe failed: {e}"));
+                tracing::info!("page_protection = auto: using dwb ({found})");
+                self.page_protection = PageProtection::Dwb;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Whether checkpoints are incremental (redo point from the dirty-page queue).
     pub fn incremental_checkpoints(&self) -> bool {
         self.incremental_checkpoint
@@ -531,7 +562,7 @@ mod tests {
         assert!(err.to_string().contains("wal_sync_method"), "{err}");
         let err = s.apply_toml("shared_buffers = [1, 2]").unwrap_err();
         assert!(err.to_string().contains("shared_buffers"), "{err}");
-        assert!(s.set("page_protection", "atomic").is_err());
+        assert!(s.set("page_protection", "standby").is_err());
         // Unknown and PostgreSQL-only names are refused, never kept and ignored.
         for name in ["checkpoint_timout", "fsnyc", "enable_double_write"] {
             let err = s.set(name, "on").unwrap_err();

@@ -310,3 +310,30 @@ fn recovery_time_target_bounds_the_wal_a_crash_replays() {
         "without a target the crash replays the whole load, replayed {unbounded}"
     );
 }
+
+/// `page_protection = atomic` is decided against the data directory's device: refused
+/// at init with what statx reports (no device here reports 8 KiB atomic writes, and
+/// walrus's atomic write path is not built); `auto` falls back to `dwb`.
+#[test]
+fn atomic_is_refused_with_the_device_figures_and_auto_uses_dwb() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = Engine::init(
+        dir.path(),
+        Some(&config(&[("page_protection", "\"atomic\"")])),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, walrus_engine::Error::FeatureNotSupported(_)),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("statx") || msg.contains("atomic write path"),
+        "the refusal says what the device reports: {msg}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_with(dir.path(), &[("page_protection", "\"auto\"")]);
+    assert_eq!(e.settings().page_protection.name(), "dwb");
+    assert!(e.pool().double_write().is_some());
+    e.shutdown().unwrap();
+}

@@ -59,6 +59,7 @@ impl Engine {
             None => crate::settings::default_config_text(settings.wal_segment_size),
         };
         settings.apply_toml(&text)?;
+        settings.resolve_page_protection(dir)?;
         std::fs::write(dir.join(crate::settings::CONFIG_FILE), text)
             .map_err(|e| Error::io("write configuration file", dir.display(), e))?;
         let segs = Segments::new(dir, settings.wal_segment_size, settings.wal_sync_method)?;
@@ -120,6 +121,7 @@ impl Engine {
         mut settings: Settings,
     ) -> Result<(Engine, Option<RecoveryReport>)> {
         settings.check_combination()?;
+        settings.resolve_page_protection(dir)?;
         if !dir.join("control").exists() {
             return Err(Error::BadDataDirectory {
                 dir: dir.display().to_string(),
