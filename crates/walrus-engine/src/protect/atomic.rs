@@ -70,11 +70,12 @@ fn statx_atomic(path: &Path) -> std::io::Result<AtomicWriteSupport> {
     use std::os::unix::ffi::OsStrExt;
     let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path"))?;
-    // 256 bytes, 8-aligned: the size of `struct statx`.
-    let mut buf = [0u64; 32];
+    // 256 bytes: the size of `struct statx`, read back as native 32-bit words (every
+    // field used here is a 32-bit field at a 4-aligned offset).
+    let mut buf = [0u32; 64];
     // SAFETY: `c_path` is a NUL-terminated string that outlives the call; `buf` is a
-    // writable, suitably aligned 256-byte buffer, the size of `struct statx`, which the
-    // kernel fills and never writes past.
+    // writable 256-byte buffer, the size of `struct statx`, which the kernel fills with
+    // `copy_to_user` (no alignment needed) and never writes past.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_statx,
@@ -88,8 +89,7 @@ fn statx_atomic(path: &Path) -> std::io::Result<AtomicWriteSupport> {
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    let u32at = |at: usize| u32::from_ne_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+    let u32at = |at: usize| buf[at / 4];
     let reported = u32at(OFF_MASK) & STATX_WRITE_ATOMIC != 0;
     Ok(AtomicWriteSupport {
         reported,
