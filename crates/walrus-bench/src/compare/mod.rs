@@ -36,7 +36,15 @@ use process::check_interrupt;
 use report::{median_run, pair_table, ratio, show, spread, table, Metric, Spread, LOAD_METRICS};
 use server::{Server, Settings, System, Variant};
 
-const SCENARIOS: &[&str] = &["fpw", "dwb", "insert", "checkpoint", "recovery", "scaling"];
+const SCENARIOS: &[&str] = &[
+    "fpw",
+    "dwb",
+    "eviction",
+    "insert",
+    "checkpoint",
+    "recovery",
+    "scaling",
+];
 
 /// `(repetition, configuration)` pairs: every configuration once per repetition, in
 /// forward order on even repetitions and backward on odd ones, so slow drift of a shared
@@ -51,7 +59,7 @@ const START_LIMIT: Duration = Duration::from_secs(600);
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
-    /// Scenario to run: fpw, dwb, insert, checkpoint, recovery, scaling, or all.
+    /// Scenario to run: fpw, dwb, eviction, insert, checkpoint, recovery, scaling, or all.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Smoke check: scale 1, 1 repetition, 3 s per run, scaling at 1/16/128 clients only
@@ -182,6 +190,7 @@ impl Plan {
         let (i, r) = (self.init_estimate(), self.run_estimate());
         match scenario {
             "fpw" | "dwb" => 4.0 * i + 4.0 * reps * r,
+            "eviction" => 4.0 * 5.0 * i + 4.0 * reps * r,
             "insert" => 6.0 * 4.0 + 6.0 * reps * r,
             "checkpoint" => 2.0 * i + 2.0 * reps * (r + 5.0),
             "recovery" => 2.0 * i + 2.0 * reps * (self.duration as f64 + 10.0),
@@ -424,6 +433,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
             "fpw" => scenario_fpw(&mut ctx)?,
             "insert" => scenario_insert(&mut ctx)?,
             "dwb" => scenario_dwb(&mut ctx)?,
+            "eviction" => scenario_eviction(&mut ctx)?,
             "checkpoint" => scenario_checkpoint(&mut ctx)?,
             "recovery" => scenario_recovery(&mut ctx)?,
             "scaling" => scenario_scaling(&mut ctx)?,
@@ -830,6 +840,58 @@ fn scenario_dwb(ctx: &mut Ctx) -> anyhow::Result<String> {
         ),
         report::named_pair_table(
             ("walrus", &variants[2].label, &r[2]),
+            ("walrus", &variants[1].label, &r[1])
+        ),
+    ))
+}
+
+/// eviction (seed 002's collapse case): a working set several times shared_buffers, so
+/// nearly every transaction evicts a dirty page; walrus dwb must not fall the way the
+/// seed's single-page double writes did.
+fn scenario_eviction(ctx: &mut Ctx) -> anyhow::Result<String> {
+    let base_scale = ctx.plan.scale;
+    let scale = base_scale * 5;
+    let mut fpw = Settings::new("1GB", "5min");
+    fpw.shared_buffers = "16MB".into();
+    let mut dwb = fpw.clone();
+    dwb.double_write = true;
+    let mut none = fpw.clone();
+    none.page_images = false;
+    let variants = [
+        variant(System::Postgres, "full_page_writes=on", &fpw),
+        variant(System::Walrus, "page_protection=dwb", &dwb),
+        variant(System::Walrus, "page_protection=none", &none),
+        variant(System::Walrus, "page_protection=fpw", &fpw),
+    ];
+    ctx.plan.scale = scale;
+    let prepared = prepare_all(ctx, "eviction", &variants, Setup::Pgbench);
+    ctx.plan.scale = base_scale;
+    let mut servers = prepared?;
+    let o = Options {
+        workload: Workload::TpcbLike,
+        clients: 16,
+        seconds: ctx.plan.duration,
+        detailed: true,
+    };
+    let r = measure_all(ctx, "eviction", &mut servers, &o)?;
+    drop(servers);
+    Ok(format!(
+        "### eviction: a working set far larger than shared_buffers (seed 002's collapse case)\n\n\
+         pgbench tpcb-like, scale {scale} (about {} MB of accounts), `shared_buffers = 16MB`, \
+         16 clients, `-M prepared`, `checkpoint_timeout = 5min`, `max_wal_size = 1GB`: nearly \
+         every transaction needs a page that is not resident, and backends never write one \
+         (walrus page writers clean ahead of the clock; dwb writes them in batches).\n\n\
+         #### walrus dwb vs walrus none (the cost of dwb under eviction)\n\n{}\n\
+         #### PostgreSQL with page images vs walrus dwb\n\n{}\n\
+         #### walrus dwb vs walrus fpw\n\n{}\n",
+        scale * 16 / 10,
+        report::named_pair_table(
+            ("walrus", &variants[2].label, &r[2]),
+            ("walrus", &variants[1].label, &r[1])
+        ),
+        pair_table(&variants[0].label, &r[0], &variants[1].label, &r[1]),
+        report::named_pair_table(
+            ("walrus", &variants[3].label, &r[3]),
             ("walrus", &variants[1].label, &r[1])
         ),
     ))
