@@ -977,6 +977,47 @@ struct CheckpointRun {
     shutdown_seconds: f64,
 }
 
+/// The header of a table with one column per variant (PostgreSQL first), then each other
+/// variant's ratio to PostgreSQL.
+fn variants_header(variants: &[Variant]) -> Vec<String> {
+    let mut header: Vec<String> = vec!["metric".into()];
+    header.extend(
+        variants
+            .iter()
+            .map(|v| format!("{} {}", v.system.name(), v.label)),
+    );
+    header.extend(
+        variants[1..]
+            .iter()
+            .map(|v| format!("{} / PostgreSQL", v.label)),
+    );
+    header
+}
+
+/// One row of a [`variants_header`] table: each variant's spread, then the ratios.
+fn variants_row(name: String, spreads: &[Option<Spread>], decimals: usize) -> Vec<String> {
+    let mut row = vec![name];
+    row.extend(spreads.iter().map(|s| show(*s, decimals)));
+    row.extend(spreads[1..].iter().map(|s| ratio(*s, spreads[0])));
+    row
+}
+
+/// Rows of per-run metrics (name, decimals, getter) over every variant's runs.
+type RunMetric<'a, R> = (&'a str, usize, fn(&R) -> Option<f64>);
+
+fn metric_rows<R>(runs: &[Vec<R>], metrics: &[RunMetric<'_, R>]) -> Vec<Vec<String>> {
+    metrics
+        .iter()
+        .map(|(name, dec, get)| {
+            let spreads: Vec<Option<Spread>> = runs
+                .iter()
+                .map(|r| Spread::of(&r.iter().map(get).collect::<Vec<_>>()))
+                .collect();
+            variants_row(name.to_string(), &spreads, *dec)
+        })
+        .collect()
+}
+
 fn mean(v: &[f64]) -> Option<f64> {
     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
 }
@@ -1096,39 +1137,14 @@ fn scenario_checkpoint(ctx: &mut Ctx) -> anyhow::Result<String> {
             r.m.buffers_written
         }),
     ];
-    // One column per variant, then each walrus variant's ratio to PostgreSQL.
-    let mut header: Vec<String> = vec!["metric".into()];
-    header.extend(
-        variants
-            .iter()
-            .map(|v| format!("{} {}", v.system.name(), v.label)),
-    );
-    header.extend(
-        variants[1..]
-            .iter()
-            .map(|v| format!("{} / PostgreSQL", v.label)),
-    );
-    let row_of = |name: String, spreads: Vec<Option<Spread>>, dec: usize| {
-        let mut row = vec![name];
-        row.extend(spreads.iter().map(|s| show(*s, dec)));
-        row.extend(spreads[1..].iter().map(|s| ratio(*s, spreads[0])));
-        row
-    };
-    let mut rows: Vec<Vec<String>> = metrics
-        .iter()
-        .map(|(name, dec, get)| {
-            let spreads = (0..n)
-                .map(|i| Spread::of(&runs[i].iter().map(get).collect::<Vec<_>>()))
-                .collect();
-            row_of(name.to_string(), spreads, *dec)
-        })
-        .collect();
+    let header = variants_header(&variants);
+    let mut rows = metric_rows(&runs, &metrics);
     let load = |i: usize| -> Vec<Measurement> { runs[i].iter().map(|r| r.m.clone()).collect() };
     for m in [&LOAD_METRICS[0], &LOAD_METRICS[3], &LOAD_METRICS[5]] {
-        let spreads = (0..n).map(|i| spread(&load(i), m)).collect();
-        rows.push(row_of(
+        let spreads: Vec<Option<Spread>> = (0..n).map(|i| spread(&load(i), m)).collect();
+        rows.push(variants_row(
             format!("whole run: {}", m.name),
-            spreads,
+            &spreads,
             m.decimals,
         ));
     }
@@ -1268,29 +1284,8 @@ fn scenario_recovery(ctx: &mut Ctx) -> anyhow::Result<String> {
             Some(r.wal_mb? / r.restart_seconds)
         }),
     ];
-    let mut header: Vec<String> = vec!["metric".into()];
-    header.extend(
-        variants
-            .iter()
-            .map(|v| format!("{} {}", v.system.name(), v.label)),
-    );
-    header.extend(
-        variants[1..]
-            .iter()
-            .map(|v| format!("{} / PostgreSQL", v.label)),
-    );
-    let rows: Vec<Vec<String>> = metrics
-        .iter()
-        .map(|(name, dec, get)| {
-            let spreads: Vec<Option<Spread>> = (0..n)
-                .map(|i| Spread::of(&runs[i].iter().map(get).collect::<Vec<_>>()))
-                .collect();
-            let mut row = vec![name.to_string()];
-            row.extend(spreads.iter().map(|s| show(*s, *dec)));
-            row.extend(spreads[1..].iter().map(|s| ratio(*s, spreads[0])));
-            row
-        })
-        .collect();
+    let header = variants_header(&variants);
+    let rows = metric_rows(&runs, &metrics);
     Ok(format!(
         "### recovery: kill -9 under load, time to accept connections again\n\n\
          pgbench tpcb-like, scale {}, 16 clients, `-M prepared`; `CHECKPOINT` at the start, \
