@@ -10,7 +10,8 @@
 //! flight. Finalizing looks at each page again under its latch: unchanged since the copy
 //! (same LSN), it is clean now; changed, it stays dirty, and its `rec_lsn` becomes the
 //! insert position noted at the copy — every change after the copy was logged after that
-//! point — so a checkpoint whose redo LSN is past it need not wait for the page, and a
+//! point (during crash recovery: the start of the record being replayed, since the insert
+//! position is then the end of the WAL) — so a checkpoint whose redo LSN is past it need not wait for the page, and a
 //! hot page cannot keep a checkpoint from finishing. Its dirty-queue entry is put back in
 //! `rec_lsn` order.
 
@@ -30,7 +31,8 @@ struct Staged {
     id: PageId,
     copy: Box<PageBuf>,
     lsn: Lsn,
-    /// WAL insert position while the copy was taken (under the page's latch).
+    /// `change_floor()` while the copy was taken (under the page's latch): the WAL insert
+    /// position, or during recovery the record being replayed.
     insert_at_copy: Lsn,
 }
 
@@ -95,7 +97,7 @@ impl BufferPool {
         }
         let mut copy = PageBuf::zeroed();
         copy.0.copy_from_slice(&g[..]);
-        let insert_at_copy = self.wal.insert_lsn();
+        let insert_at_copy = self.change_floor();
         drop(g);
         // The pin stays until `finalize`: the frame cannot be reused meanwhile.
         std::mem::forget(unpin);

@@ -166,6 +166,11 @@ pub struct BufferPool {
     /// The double-write buffer, in `page_protection = dwb` (set once at open): every page
     /// write then goes through a batch (`batch_write.rs`).
     dwb: std::sync::OnceLock<Arc<crate::protect::dwb::DoubleWrite>>,
+    /// While crash recovery replays: the start LSN of the record being applied (0 when
+    /// not replaying). A page changed after a write copied it gets this as its new
+    /// `rec_lsn` (`batch_write.rs`): during replay the WAL insert position is the end of
+    /// the WAL, far past the changes still to be replayed onto the page.
+    replay_lsn: AtomicU64,
     /// The frames' page memory; declared last so it is unmapped after every frame.
     _arena: PageArena,
 }
@@ -229,6 +234,7 @@ impl BufferPool {
             clean_wait: (Mutex::new(()), Condvar::new()),
             stats: BufferStats::default(),
             dwb: std::sync::OnceLock::new(),
+            replay_lsn: AtomicU64::new(0),
             _arena: arena,
         })
     }
@@ -240,6 +246,22 @@ impl BufferPool {
 
     pub fn double_write(&self) -> Option<&crate::protect::dwb::DoubleWrite> {
         self.dwb.get().map(|d| &**d)
+    }
+
+    /// Recovery: the record starting at `lsn` is about to be applied (`None`: replay is
+    /// over).
+    pub fn set_replay_position(&self, lsn: Option<Lsn>) {
+        self.replay_lsn
+            .store(lsn.map_or(0, |l| l.0), Ordering::Release);
+    }
+
+    /// An LSN at or before the start of every change a page may still receive: the
+    /// record being replayed during recovery, else the WAL insert position.
+    pub(crate) fn change_floor(&self) -> Lsn {
+        match self.replay_lsn.load(Ordering::Acquire) {
+            0 => self.wal.insert_lsn(),
+            r => Lsn(r),
+        }
     }
 
     pub fn nframes(&self) -> usize {

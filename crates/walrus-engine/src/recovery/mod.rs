@@ -115,7 +115,12 @@ pub fn replay(
                 in_progress.insert(rec.xid);
             }
         }
-        apply(pool, txn, &rec, &mut stats, &mut out, &mut in_progress)?;
+        pool.set_replay_position(Some(rec.lsn));
+        let applied = apply(pool, txn, &rec, &mut stats, &mut out, &mut in_progress);
+        if applied.is_err() {
+            pool.set_replay_position(None);
+        }
+        applied?;
         // Reading the clock per record cost 2.5 % of replay (perf): look every 4096.
         if stats.records % 4096 == 0 && last_report.elapsed() > Duration::from_secs(2) {
             last_report = Instant::now();
@@ -131,6 +136,7 @@ pub fn replay(
             );
         }
     }
+    pool.set_replay_position(None);
     for xid in &in_progress {
         if txn.clog.try_get_status(*xid)? == XidStatus::InProgress {
             txn.clog.set_status(*xid, XidStatus::Aborted);
