@@ -672,6 +672,11 @@ fn checkpoint_and_clog_state_show_in_views_and_functions() {
     assert_eq!(q.rows[0][1], Datum::Text("incremental".into()));
     assert_eq!(q.rows[0][2], Datum::Float8(5.0));
     assert_eq!(q.rows[0][3], Datum::Text("default".into()));
+    let q = ok(
+        &mut s,
+        "select backend_clean_waits >= 0 from walrus_flush_detail() where thread = 'total'",
+    );
+    assert_eq!(q.rows[0][0], Datum::Bool(true));
     let q = ok(&mut s, "select count(*) from walrus_flush_detail()");
     assert_eq!(
         q.rows[0][0],

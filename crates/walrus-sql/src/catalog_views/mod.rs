@@ -68,7 +68,8 @@ const TABLES: &[(&str, &str)] = &[
     ("walrus_stat_clog", "fast_path_sets:l lock_waits:l group_updates:l group_members:l avg_group_size:f max_group_size:l"),
     // Page writers and checkpoints (seed 003), one row per page-writer thread and a
     // total row (thread = 'total'): also `SELECT * FROM walrus_flush_detail()`.
-    ("walrus_flush_detail", "thread:t pages_flushed:l batches:l pages_per_sec:l dirty_pages:l queue_length:l oldest_rec_lsn:t redo_lsn:t insert_lsn:t checkpoint_mode:t estimated_recovery_s:f recovery_time_target_s:f replay_rate_mb_s:f replay_rate_source:t lag_target_bytes:l last_checkpoint_ms:l checkpoint_target_time_ms:l"),
+    // backend_clean_waits: backends that found no clean victim and waited (pool-wide).
+    ("walrus_flush_detail", "thread:t pages_flushed:l batches:l pages_per_sec:l dirty_pages:l queue_length:l oldest_rec_lsn:t redo_lsn:t insert_lsn:t checkpoint_mode:t estimated_recovery_s:f recovery_time_target_s:f replay_rate_mb_s:f replay_rate_source:t lag_target_bytes:l last_checkpoint_ms:l checkpoint_target_time_ms:l backend_clean_waits:l"),
     // PostgreSQL 15's pg_control_checkpoint() columns, from walrus's control file.
     ("pg_control_checkpoint", "checkpoint_lsn:t redo_lsn:t redo_wal_file:t timeline_id:i prev_timeline_id:i full_page_writes:b next_xid:t next_oid:o next_multixact_id:t next_multi_offset:t oldest_xid:t oldest_xid_dbid:o oldest_active_xid:t oldest_multi_xid:t oldest_multi_dbid:o oldest_commit_ts_xid:t newest_commit_ts_xid:t checkpoint_time:z"),
     ("pg_stat_bgwriter", "checkpoints_timed:l checkpoints_req:l checkpoint_write_time:f checkpoint_sync_time:f buffers_checkpoint:l buffers_clean:l maxwritten_clean:l buffers_backend:l buffers_backend_fsync:l buffers_alloc:l stats_reset:z"),
@@ -220,6 +221,8 @@ pub(crate) struct Snapshot {
     /// (buffers_checkpoint, buffers_clean, maxwritten_clean, buffers_backend), counted
     /// by the writing thread's role.
     bgwriter: (u64, u64, u64, u64),
+    /// Times a backend found no clean victim and waited for the page writers.
+    backend_clean_waits: u64,
     buffers_alloc: u64,
     clog: walrus_engine::txn::clog::ClogStats,
     flush: walrus_engine::engine::FlushDetail,
@@ -292,6 +295,7 @@ impl Snapshot {
                 pool.stats.maxwritten_clean.load(Ordering::Relaxed),
                 pool.stats.writes_by_backend.load(Ordering::Relaxed),
             ),
+            backend_clean_waits: pool.stats.backend_clean_waits.load(Ordering::Relaxed),
             clog: engine.txn_manager().clog.stats(),
             flush: engine.flush_detail(),
             control: engine.control_data(),

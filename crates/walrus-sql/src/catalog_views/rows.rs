@@ -541,6 +541,7 @@ impl Snapshot {
                 },
                 l(f.last_checkpoint_ms),
                 l(f.checkpoint_target_time.as_millis() as u64),
+                l(self.backend_clean_waits),
             ]
         };
         let mut rows: Vec<Vec<Datum>> = f
