@@ -57,17 +57,24 @@ impl Engine {
             None => crate::settings::default_config_text(settings.wal_segment_size),
         };
         settings.apply_toml(&text)?;
-        std::fs::write(dir.join(crate::settings::CONFIG_FILE), text)
-            .map_err(|e| Error::io("write configuration file", dir.display(), e))?;
         if let Some(wal_dir) = &settings.wal_directory {
             link_wal_directory(dir, wal_dir)?;
         }
+        // Before the configuration file is written: a refused WAL directory (no libpmem,
+        // not persistent memory) leaves no data directory behind, and init can be rerun.
         let segs = Segments::open_with(
             dir,
             settings.wal_segment_size,
             settings.wal_sync_method,
             &settings.wal_pmem_library,
-        )?;
+        )
+        .inspect_err(|_| {
+            if settings.wal_directory.is_some() {
+                let _ = std::fs::remove_file(dir.join("wal"));
+            }
+        })?;
+        std::fs::write(dir.join(crate::settings::CONFIG_FILE), text)
+            .map_err(|e| Error::io("write configuration file", dir.display(), e))?;
         let relfiles = crate::storage::relfile::RelFiles::open(dir)?;
         relfiles.create(CATALOG_RELFILE)?;
         std::fs::create_dir_all(dir.join("clog"))

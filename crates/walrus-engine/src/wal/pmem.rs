@@ -155,8 +155,9 @@ impl Pmem {
         if probe.is_pmem {
             Ok(())
         } else {
+            // The resolved path: `data_dir/wal` may be a link to `wal_directory`.
             Err(PmemError::NotPmem {
-                dir: dir.to_path_buf(),
+                dir: std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
             })
         }
     }
