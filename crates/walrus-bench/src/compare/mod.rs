@@ -33,7 +33,10 @@ use anyhow::{bail, Context};
 use measure::Measurement;
 use pgbench::{Options, Workload};
 use process::check_interrupt;
-use report::{median_run, named_pair_table, pair_table, ratio, show, spread, table, Metric, Spread, LOAD_METRICS};
+use report::{
+    median_run, named_pair_table, pair_table, ratio, show, spread, table, Metric, Spread,
+    LOAD_METRICS,
+};
 use server::{Server, Settings, System, Variant};
 
 const SCENARIOS: &[&str] = &["fpw", "dwb", "insert", "checkpoint", "recovery", "scaling"];
@@ -634,7 +637,10 @@ fn prepare(ctx: &mut Ctx, scenario: &str, v: &Variant, setup: Setup) -> anyhow::
     // The pmem method refuses a WAL that is not on (forced) persistent memory, so its WAL
     // moves to tmpfs before the first start; the others are loaded on disk first.
     let move_first = v.settings.pmem_forced;
-    assert!(!move_first || v.settings.wal_on_tmpfs, "pmem runs on tmpfs here");
+    assert!(
+        !move_first || v.settings.wal_on_tmpfs,
+        "pmem runs on tmpfs here"
+    );
     if move_first {
         move_wal(ctx, &mut s)?;
     }
@@ -847,7 +853,8 @@ fn scenario_dwb(ctx: &mut Ctx) -> anyhow::Result<String> {
 }
 
 /// The label of every result whose WAL was on tmpfs.
-const NON_DURABLE: &str = "non-durable: measures the syscall and page-cache savings, not persistence";
+const NON_DURABLE: &str =
+    "non-durable: measures the syscall and page-cache savings, not persistence";
 
 /// insert (pmem WAL paper): 1 KiB-row inserts, 32 clients; WAL on disk and on tmpfs,
 /// and walrus's `wal_sync_method = pmem` on tmpfs (forced), then one client alone.
