@@ -622,7 +622,12 @@ impl Wal {
     fn make_segments(&self, from: u64, to: u64) -> Result<u64> {
         let mut made = 0;
         for segno in from..=to {
-            if !self.segments.exists(segno) && self.segments.preallocate(segno)? {
+            // pmem: an existing segment (recycled, or made before a restart) still has to
+            // be mapped ahead of the commit path; `preallocate` does that and creates
+            // nothing when the file exists.
+            if (self.segments.is_mapped() || !self.segments.exists(segno))
+                && self.segments.preallocate(segno)?
+            {
                 made += 1;
             }
         }
