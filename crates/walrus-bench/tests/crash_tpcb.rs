@@ -156,7 +156,7 @@ fn crash_tpcb_pmem_wal_directory_on_tmpfs() {
         std::fs::canonicalize(wal_dir).unwrap(),
         "the data directory's wal is the tmpfs directory"
     );
-    let c = run_cycles(c);
+    let _c = run_cycles(c);
     assert!(
         std::fs::read_dir(wal_dir).unwrap().count() > 2,
         "segments were written in the tmpfs WAL directory"

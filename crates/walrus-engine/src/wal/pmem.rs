@@ -98,27 +98,19 @@ impl Pmem {
                 library: library.to_string(),
                 reason: e.to_string(),
             })?;
-        macro_rules! symbol {
-            ($name:literal, $ty:ty) => {{
-                // SAFETY: `$ty` is the function's signature in libpmem.h (invariant 3);
-                // the pointer is copied out and used only while `lib` lives (invariant 1).
-                let s: libloading::Symbol<'_, $ty> =
-                    unsafe { lib.get($name) }.map_err(|e| PmemError::MissingSymbol {
-                        library: library.to_string(),
-                        symbol: std::str::from_utf8($name).unwrap_or("?"),
-                        reason: e.to_string(),
-                    })?;
-                *s
-            }};
-        }
-        let pmem = Pmem {
-            library: library.to_string(),
-            map_file: symbol!(b"pmem_map_file", MapFileFn),
-            unmap: symbol!(b"pmem_unmap", UnmapFn),
-            memcpy_nodrain: symbol!(b"pmem_memcpy_nodrain", MemcpyNodrainFn),
-            drain: symbol!(b"pmem_drain", DrainFn),
-            errormsg: symbol!(b"pmem_errormsg", ErrormsgFn),
-            _lib: lib,
+        // SAFETY: each type below is that function's signature in libpmem.h (invariant
+        // 3); the pointers are copied out of their `Symbol`s and used only while `lib`,
+        // moved into the same `Pmem`, stays loaded (invariant 1).
+        let pmem = unsafe {
+            Pmem {
+                library: library.to_string(),
+                map_file: symbol::<MapFileFn>(&lib, library, "pmem_map_file")?,
+                unmap: symbol::<UnmapFn>(&lib, library, "pmem_unmap")?,
+                memcpy_nodrain: symbol::<MemcpyNodrainFn>(&lib, library, "pmem_memcpy_nodrain")?,
+                drain: symbol::<DrainFn>(&lib, library, "pmem_drain")?,
+                errormsg: symbol::<ErrormsgFn>(&lib, library, "pmem_errormsg")?,
+                _lib: lib,
+            }
         };
         Ok(Arc::new(pmem))
     }
@@ -208,6 +200,25 @@ impl Pmem {
         // SAFETY: pmem_drain takes no arguments and touches no memory of ours.
         unsafe { (self.drain)() }
     }
+}
+
+/// The function `name` of `lib`, as a `T`.
+///
+/// # Safety
+/// `T` must be the function's C signature, and the returned pointer must not be used
+/// after `lib` is unloaded.
+unsafe fn symbol<T: Copy>(
+    lib: &libloading::Library,
+    library: &str,
+    name: &'static str,
+) -> Result<T, PmemError> {
+    // SAFETY: the caller vouches for `T` and for the pointer's lifetime (above).
+    let s = unsafe { lib.get::<T>(name.as_bytes()) }.map_err(|e| PmemError::MissingSymbol {
+        library: library.to_string(),
+        symbol: name,
+        reason: e.to_string(),
+    })?;
+    Ok(*s)
 }
 
 /// One file mapped by `pmem_map_file`, unmapped on drop (invariant 2).
