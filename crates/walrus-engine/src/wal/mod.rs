@@ -503,13 +503,21 @@ impl Wal {
             }
             limit = self.inserted_upto();
         }
+        // pmem: the write *is* the sync (copy, then drain, in write_upto), so it is what
+        // the committers' polling budget must follow.
+        let write_start = std::time::Instant::now();
         self.write_upto(limit);
         // Every write below `limit` finished inside write_upto above (writes are serialized
-        // under write_state), so the touched set now names every segment to sync.
+        // under write_state), so the touched set now names every segment to sync (none
+        // with pmem: written bytes are already drained).
         let segs: Vec<u64> = std::mem::take(&mut *self.write_state.lock())
             .into_iter()
             .collect();
-        let sync_start = std::time::Instant::now();
+        let sync_start = if self.segments.is_mapped() {
+            write_start
+        } else {
+            std::time::Instant::now()
+        };
         for s in segs {
             self.segments.sync(s);
         }
