@@ -10,7 +10,8 @@
 //! - every record inserted and flushed is read back (by `pread`, not through the
 //!   mapping) in order, across segment switches, from recycled segments (which still
 //!   hold stale records) and after the mappings are gone;
-//! - group commit batches the drains (fewer drains than flushes) and the counters add up;
+//! - every write-out is drained by the thread that copied it, and every inserted byte is
+//!   copied exactly once;
 //! - a tmpfs WAL directory is refused without the force variable, naming it;
 //! - a library path that lacks libpmem gives "libpmem not found: install libpmem1", and
 //!   only the pmem method loads the library.
@@ -156,11 +157,9 @@ fn pmem_wal_written_read_back_switched_and_recycled() {
     let drains = wal.stats.pmem_drains.load(Ordering::Relaxed);
     let copied = wal.stats.pmem_bytes_copied.load(Ordering::Relaxed);
     assert!(drains > 0, "the pmem path ran");
-    assert!(
-        drains < threads * per / 2,
-        "group commit batches drains: {drains} for {} flushes",
-        threads * per / 2
-    );
+    // Whoever writes WAL out (flush leader, or an inserter finding the small ring full)
+    // drains its own stores: one drain per write-out, none skipped.
+    assert_eq!(drains, wal.stats.writes.load(Ordering::Relaxed));
     assert_eq!(
         copied,
         wal.bytes_inserted(),

@@ -160,12 +160,12 @@ impl Engine {
                     "wal_sync_method = pmem with PMEM_IS_PMEM_FORCE=1: libpmem calls {} \
                      persistent memory without checking; on tmpfs or DRAM commits are NOT \
                      durable (testing only)",
-                    segs.dir().display()
+                    resolved(segs.dir()).display()
                 );
             } else {
                 tracing::info!(
                     "wal_sync_method = pmem: WAL segments in {} are mapped persistent memory",
-                    segs.dir().display()
+                    resolved(segs.dir()).display()
                 );
             }
         }
@@ -488,4 +488,9 @@ fn check_wal_directory(dir: &Path, wal_dir: &Path) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// `path` with links resolved (`wal` may lead to `wal_directory`), for log lines.
+fn resolved(path: &Path) -> std::path::PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }
