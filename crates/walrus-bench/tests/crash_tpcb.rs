@@ -81,6 +81,37 @@ fn crash_tpcb_dwb() {
     ]);
 }
 
+/// Incremental checkpoints (the default with dwb): no checkpoint is requested, a small
+/// recovery budget (max_wal_size 4MB) makes the page writers chase the redo lag and the
+/// checkpointer record an advanced redo point many times per cycle.
+#[test]
+fn crash_tpcb_dwb_incremental() {
+    let _ = crash_cycles_with(
+        &[
+            "page_protection=dwb",
+            "dwb_batch_pages=16",
+            "wal_sync_method=fdatasync",
+            "max_wal_size=4MB",
+            "recovery_time_target=1s",
+        ],
+        &["--checkpoint-ms", "1000000"],
+    );
+}
+
+/// The same without torn-page protection (SIGKILL tears no page): incremental
+/// checkpoints whose only data-file syncs are the checkpoint's own.
+#[test]
+fn crash_tpcb_none_incremental() {
+    let _ = crash_cycles_with(
+        &[
+            "page_protection=none",
+            "wal_sync_method=fdatasync",
+            "max_wal_size=4MB",
+        ],
+        &["--checkpoint-ms", "1000000"],
+    );
+}
+
 #[test]
 fn crash_tpcb_none_with_fsync() {
     let _ = crash_cycles(&["page_protection=none", "wal_sync_method=fdatasync"]);

@@ -48,7 +48,7 @@ mod table_locks;
 mod table_stats;
 mod transaction;
 mod vacuum;
-pub use checkpoint::{CheckpointReason, CheckpointStats};
+pub use checkpoint::{CheckpointReason, CheckpointStats, FlushDetail, ReplayRate};
 pub use dml::{datum_text, RowChange};
 pub use open::RecoveryReport;
 use table_locks::TableLocks;
@@ -92,6 +92,13 @@ struct Inner {
     /// A finished freeze pass's cutoff and the end of its WAL: the clog below the
     /// cutoff goes at the first checkpoint whose redo point is past that WAL.
     clog_truncate_pending: Mutex<Option<(Xid, Lsn)>>,
+    /// The page writers' targets (redo lag, checkpoint help), set by the checkpointer.
+    flush_control: Arc<crate::buffer::page_writer::FlushControl>,
+    /// The WAL replay rate recovery_time_target is planned with.
+    replay_rate: Mutex<checkpoint::ReplayRate>,
+    /// `page_protection` differs from the one the control file recorded: the first
+    /// checkpoint is a full one (cleared by it).
+    protection_changed_pending: AtomicBool,
 }
 
 /// An open walrus engine. Cheap to clone; shut down with [`Engine::shutdown`].

@@ -30,6 +30,8 @@ pub struct Settings {
     /// path, e.g. to a PMDK built from source).
     pub wal_pmem_library: String,
     pub page_protection: PageProtection,
+    /// `atomic` or `auto` as written; resolved against the device at init and open.
+    pub page_protection_requested: Option<String>,
     /// Pages per double-write batch (one slot of the double-write file).
     pub dwb_batch_pages: usize,
     pub wal_compression: bool,
@@ -39,6 +41,17 @@ pub struct Settings {
     /// Unflushed WAL that wakes the WAL writer early (`wal_writer_flush_after`).
     pub wal_writer_flush_after_bytes: u64,
     pub pagewriter_threads: usize,
+    /// An explicit, shutdown or switchover checkpoint should complete within this
+    /// (MogDB's range, 5..60 s): page writers join in as the deadline nears.
+    pub checkpoint_target_time: Duration,
+    /// Keep the estimated crash-recovery time under this (zero: off). Page writers
+    /// flush the dirty queue's head fast enough (incremental checkpoints only).
+    pub recovery_time_target: Duration,
+    /// Page writers may use larger batches and every thread for a checkpoint (MogDB).
+    pub extreme_flush_dirty_page: bool,
+    /// Checkpoints take their redo point from the dirty-page queue. `None`: decided
+    /// by `page_protection` (on unless `fpw`).
+    pub incremental_checkpoint: Option<bool>,
     pub bgwriter_delay: Duration,
     pub clog_buffers: usize,
     /// Autovacuum (PostgreSQL's settings and defaults; see `engine/vacuum.rs`).
@@ -72,12 +85,17 @@ impl Default for Settings {
             wal_directory: None,
             wal_pmem_library: crate::wal::pmem::LIBRARY_DEFAULT.to_string(),
             page_protection: PageProtection::Fpw,
+            page_protection_requested: None,
             dwb_batch_pages: 64,
             wal_compression: false,
             synchronous_commit: true,
             wal_writer_delay: Duration::from_millis(200),
             wal_writer_flush_after_bytes: 1 << 20,
             pagewriter_threads: 1,
+            checkpoint_target_time: Duration::from_secs(30),
+            recovery_time_target: Duration::from_secs(60),
+            extreme_flush_dirty_page: false,
+            incremental_checkpoint: None,
             bgwriter_delay: Duration::from_millis(10),
             clog_buffers: 32,
             autovacuum: true,
@@ -150,6 +168,17 @@ wal_writer_flush_after = "1MB"
 # Page-writer threads and their sleep between rounds.
 pagewriter_threads = 1
 bgwriter_delay = "10ms"
+# Checkpoints: with page_protection dwb or none they are incremental (the redo point is
+# the oldest change not yet written, advanced by the page writers; no I/O burst);
+# incremental_checkpoint = off keeps classic checkpoints. fpw is always classic.
+# incremental_checkpoint = "on"
+# Page writers keep the estimated crash-recovery time under this (0: off; incremental
+# checkpoints only; the replay rate is measured at each recovery).
+recovery_time_target = "60s"
+# An explicit, shutdown or switchover checkpoint completes within this (5s..60s).
+checkpoint_target_time = "30s"
+# Let page writers use larger batches and every thread for such a checkpoint.
+extreme_flush_dirty_page = "off"
 # Commit-status log pages kept in memory.
 clog_buffers = 32
 # Autovacuum: every autovacuum_naptime, vacuum each table with more dead row versions
@@ -292,14 +321,22 @@ impl Settings {
                 }
             }
             "page_protection" => {
+                self.page_protection_requested = None;
                 self.page_protection = match PageProtection::from_name(value) {
                     Some(mode) => mode,
+                    // Decided against the data directory's device when it is opened
+                    // (`protect::atomic`): `atomic` refused with the device's figures,
+                    // `auto` resolved to dwb.
+                    None if value == "atomic" || value == "auto" => {
+                        self.page_protection_requested = Some(value.to_string());
+                        PageProtection::Dwb
+                    }
                     None if PLANNED_MODES.contains(&value) => {
                         return Err(Error::FeatureNotSupported(format!(
                             "page_protection = {value} is not built yet; use fpw, dwb or none"
                         )))
                     }
-                    None => return Err(bad("expected fpw, dwb or none")),
+                    None => return Err(bad("expected fpw, dwb, none, atomic or auto")),
                 }
             }
             "dwb_batch_pages" => {
@@ -334,6 +371,25 @@ impl Settings {
                     .ok()
                     .filter(|n| (1..=16).contains(n))
                     .ok_or_else(|| bad("expected 1..16"))?
+            }
+            "checkpoint_target_time" => {
+                self.checkpoint_target_time = parse_duration(value)
+                    .filter(|d| (Duration::from_secs(5)..=Duration::from_secs(60)).contains(d))
+                    .ok_or_else(|| bad("expected a duration between 5s and 60s"))?
+            }
+            "recovery_time_target" => {
+                self.recovery_time_target = parse_duration(value)
+                    .filter(|d| *d <= Duration::from_secs(3600))
+                    .filter(|d| d.is_zero() || *d >= Duration::from_secs(1))
+                    .ok_or_else(|| bad("expected 0 (off) or a duration between 1s and 1h"))?
+            }
+            "extreme_flush_dirty_page" => {
+                self.extreme_flush_dirty_page =
+                    parse_bool(value).ok_or_else(|| bad("expected on or off"))?
+            }
+            "incremental_checkpoint" => {
+                self.incremental_checkpoint =
+                    Some(parse_bool(value).ok_or_else(|| bad("expected on or off"))?)
             }
             "wal_writer_delay" => {
                 // PostgreSQL's range: 1 ms to 10 s.
@@ -467,7 +523,48 @@ impl Settings {
             };
             self.set(&k, &value)?;
         }
+        self.check_combination()
+    }
+
+    /// Checks settings that depend on each other (their order in the file is free).
+    pub fn check_combination(&self) -> Result<()> {
+        if self.incremental_checkpoint == Some(true)
+            && !self.page_protection.allows_incremental_checkpoint()
+        {
+            return Err(Error::InvalidInput(format!(
+                "incremental_checkpoint = on needs page_protection dwb or none: with {} the \
+                 redo point must stay put between checkpoints, or every change would log a \
+                 full-page image",
+                self.page_protection.name()
+            )));
+        }
         Ok(())
+    }
+
+    /// Resolves `page_protection = atomic | auto` for data directory `dir`: `atomic` is
+    /// refused with what the device reports (`protect::atomic`); `auto` becomes `dwb`,
+    /// logged with the probe's answer.
+    pub fn resolve_page_protection(&mut self, dir: &Path) -> Result<()> {
+        match self.page_protection_requested.as_deref() {
+            Some("atomic") => Err(Error::FeatureNotSupported(
+                crate::protect::atomic::refuse_atomic(dir),
+            )),
+            Some("auto") => {
+                let found = crate::protect::atomic::probe(&dir.join("base"))
+                    .map(|s| s.describe())
+                    .unwrap_or_else(|e| format!("probe failed: {e}"));
+                tracing::info!("page_protection = auto: using dwb ({found})");
+                self.page_protection = PageProtection::Dwb;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether checkpoints are incremental (redo point from the dirty-page queue).
+    pub fn incremental_checkpoints(&self) -> bool {
+        self.incremental_checkpoint
+            .unwrap_or_else(|| self.page_protection.allows_incremental_checkpoint())
     }
 }
 
@@ -494,9 +591,9 @@ mod tests {
         assert!(err.to_string().contains("wal_sync_method"), "{err}");
         let err = s.apply_toml("shared_buffers = [1, 2]").unwrap_err();
         assert!(err.to_string().contains("shared_buffers"), "{err}");
-        assert!(s.set("page_protection", "atomic").is_err());
+        assert!(s.set("page_protection", "standby").is_err());
         // Unknown and PostgreSQL-only names are refused, never kept and ignored.
-        for name in ["checkpoint_timout", "fsnyc", "extreme_flush_dirty_page"] {
+        for name in ["checkpoint_timout", "fsnyc", "enable_double_write"] {
             let err = s.set(name, "on").unwrap_err();
             assert!(
                 err.to_string()
@@ -504,6 +601,14 @@ mod tests {
                 "{name}: {err}"
             );
         }
+        // The checkpoint settings check their ranges.
+        assert!(s.set("checkpoint_target_time", "2s").is_err());
+        assert!(s.set("checkpoint_target_time", "61s").is_err());
+        s.set("checkpoint_target_time", "10s").unwrap();
+        assert!(s.set("recovery_time_target", "500ms").is_err());
+        s.set("recovery_time_target", "0").unwrap();
+        assert!(s.recovery_time_target.is_zero());
+        assert!(s.set("extreme_flush_dirty_page", "maybe").is_err());
         s.set("port", "6000").unwrap();
         assert_eq!(s.extra.last().unwrap(), &("port".into(), "6000".into()));
         s.set("page_protection", "dwb").unwrap();

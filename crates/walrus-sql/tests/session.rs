@@ -640,3 +640,77 @@ fn the_double_write_buffer_shows_in_walrus_stat_dwb() {
     drop(s);
     e.shutdown().unwrap();
 }
+
+/// Seed 003 and 004 are observable the PostgreSQL way: `walrus_flush_detail()` shows the
+/// page writers and the incremental redo point, `pg_control_checkpoint()` the control
+/// file's latest checkpoint, `walrus_stat_clog` the commit-status log's group update,
+/// and `SHOW` the checkpoint settings.
+#[test]
+fn checkpoint_and_clog_state_show_in_views_and_functions() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = walrus_engine::settings::default_config_text(1 << 20)
+        .replace("shared_buffers = \"128MB\"", "shared_buffers = \"8MB\"")
+        .replace("page_protection = \"fpw\"", "page_protection = \"dwb\"")
+        .replace(
+            "recovery_time_target = \"60s\"",
+            "recovery_time_target = \"5s\"",
+        );
+    walrus_engine::Engine::init(dir.path(), Some(&cfg)).unwrap();
+    let e = walrus_engine::Engine::open(dir.path()).unwrap().0;
+    let mut s = Session::new(e.clone());
+    assert_eq!(
+        scalar(&mut s, "show incremental_checkpoint"),
+        Datum::Text("on".into())
+    );
+    assert_eq!(
+        scalar(&mut s, "show recovery_time_target"),
+        Datum::Text("5s".into())
+    );
+    ok(&mut s, "create table t (id int primary key, pad text)");
+    for i in 0..20 {
+        ok(
+            &mut s,
+            &format!("insert into t values ({i}, repeat('x', 100))"),
+        );
+    }
+    ok(&mut s, "checkpoint");
+    // The control file's redo point is the one the flush detail reports.
+    let redo = scalar(&mut s, "select redo_lsn from pg_control_checkpoint()");
+    let q = ok(
+        &mut s,
+        "select redo_lsn, checkpoint_mode, recovery_time_target_s, replay_rate_source \
+         from walrus_flush_detail() where thread = 'total'",
+    );
+    assert_eq!(q.rows.len(), 1, "{:?}", q.rows);
+    assert_eq!(q.rows[0][0], redo);
+    assert_eq!(q.rows[0][1], Datum::Text("incremental".into()));
+    assert_eq!(q.rows[0][2], Datum::Float8(5.0));
+    assert_eq!(q.rows[0][3], Datum::Text("default".into()));
+    let q = ok(&mut s, "select count(*) from walrus_flush_detail()");
+    assert_eq!(
+        q.rows[0][0],
+        Datum::Int8(2),
+        "one page writer and the total"
+    );
+    let q = ok(
+        &mut s,
+        "select full_page_writes, timeline_id, checkpoint_time is not null \
+         from pg_control_checkpoint()",
+    );
+    assert_eq!(
+        q.rows[0],
+        vec![Datum::Bool(false), Datum::Int4(1), Datum::Bool(true)]
+    );
+    // Twenty-odd commits set their status through the clog.
+    let q = ok(
+        &mut s,
+        "select fast_path_sets + group_members from walrus_stat_clog",
+    );
+    let Datum::Int8(sets) = q.rows[0][0] else {
+        panic!("{:?}", q.rows)
+    };
+    assert!(sets >= 20, "{sets}");
+    assert_eq!(err(&mut s, "select * from walrus_flush_detail(1)"), "42883");
+    drop(s);
+    e.shutdown().unwrap();
+}

@@ -42,6 +42,8 @@ pub struct Settings {
     /// walrus only: `page_protection = dwb` (the double-write buffer) instead of what
     /// `page_images` says.
     pub double_write: bool,
+    /// walrus only: further `name = value` lines for its walrus.toml (values as TOML).
+    pub walrus_extra: Vec<(String, String)>,
     /// walrus only: `wal_sync_method = pmem`, served with `PMEM_IS_PMEM_FORCE=1` (for a
     /// WAL on tmpfs, which is not persistent memory: non-durable).
     pub pmem_forced: bool,
@@ -58,6 +60,7 @@ impl Settings {
             max_connections: 200,
             synchronous_commit: true,
             double_write: false,
+            walrus_extra: Vec::new(),
             pmem_forced: false,
         }
     }

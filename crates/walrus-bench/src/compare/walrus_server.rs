@@ -56,6 +56,10 @@ pub fn init(tools: &Tools, data: &Path, s: &Settings, _root: &Path) -> anyhow::R
         },
         if s.pmem_forced { "pmem" } else { "fdatasync" }
     );
+    let mut conf = conf;
+    for (k, v) in &s.walrus_extra {
+        conf.push_str(&format!("{k} = {v}\n"));
+    }
     std::fs::write(config_path(data), conf)?;
     Ok(())
 }

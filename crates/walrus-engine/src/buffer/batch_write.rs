@@ -66,7 +66,7 @@ impl BufferPool {
                 continue;
             }
             let result = self.write_staged(dwb, &mut staged);
-            written += self.finalize(&staged, result.is_ok(), who);
+            written += self.finalize(&staged, result.is_ok());
             result?;
         }
         Ok((written, skipped))
@@ -146,7 +146,7 @@ impl BufferPool {
     /// Marks each staged frame clean if its page did not change since the copy (and the
     /// write succeeded), else keeps it dirty with the copy's insert position as its
     /// `rec_lsn`; unpins. Returns how many became clean.
-    fn finalize(&self, staged: &[Staged], wrote: bool, who: Writer) -> usize {
+    fn finalize(&self, staged: &[Staged], wrote: bool) -> usize {
         let mut clean = 0;
         for s in staged {
             let fr = &self.frames[s.frame as usize];
@@ -166,6 +166,7 @@ impl BufferPool {
                 clean += 1;
             } else {
                 let mut q = self.dirty_queue.lock();
+                let q = &mut q.entries;
                 fr.rec_lsn.store(s.insert_at_copy.0, Ordering::Release);
                 let entry = DirtyEntry {
                     rec_lsn: s.insert_at_copy,
@@ -178,13 +179,7 @@ impl BufferPool {
             drop(g);
         }
         if wrote {
-            let n = staged.len() as u64;
-            self.stats.pages_written.fetch_add(n, Ordering::Relaxed);
-            match who {
-                Writer::PageWriter => &self.stats.writes_by_page_writer,
-                Writer::Checkpointer => &self.stats.writes_by_checkpoint,
-            }
-            .fetch_add(n, Ordering::Relaxed);
+            self.count_writes(staged.len() as u64);
         }
         self.clean_wait.1.notify_all();
         clean

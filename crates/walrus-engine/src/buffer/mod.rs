@@ -3,7 +3,8 @@
 mod batch_write;
 pub mod page_writer;
 
-use std::collections::{HashMap, VecDeque};
+use std::cell::Cell;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,24 +81,80 @@ pub struct BufferStats {
     pub hits: AtomicU64,
     pub misses: AtomicU64,
     pub pages_written: AtomicU64,
+    /// Pages written by a page-writer thread (`pg_stat_bgwriter.buffers_clean`).
     pub writes_by_page_writer: AtomicU64,
+    /// Pages written by a thread running a checkpoint (`buffers_checkpoint`).
     pub writes_by_checkpoint: AtomicU64,
+    /// Pages written by any other thread (`buffers_backend`). Counted by the thread's
+    /// role, not by the caller's say-so, so it measures the no-backend-writes rule.
+    pub writes_by_backend: AtomicU64,
+    /// Times a page writer's cleaning pass stopped at its batch limit with more dirty
+    /// candidates ahead of the clock (`maxwritten_clean`).
+    pub maxwritten_clean: AtomicU64,
     pub backend_clean_waits: AtomicU64,
 }
 
-/// Who asked for a page write (statistics and the no-backend-writes rule).
+/// Who asked for a page write: decides whether the writer may wait for a latch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Writer {
     PageWriter,
     Checkpointer,
 }
 
+thread_local! {
+    /// The role of the current thread for write statistics: set by the page-writer
+    /// threads and for the duration of a checkpoint; `None` on every other thread.
+    static WRITER_ROLE: Cell<Option<Writer>> = const { Cell::new(None) };
+}
+
+/// Marks the current thread as a page writer or checkpointer until dropped.
+pub struct WriterRole(Option<Writer>);
+
+impl WriterRole {
+    pub fn enter(role: Writer) -> WriterRole {
+        WriterRole(WRITER_ROLE.with(|r| r.replace(Some(role))))
+    }
+}
+
+impl Drop for WriterRole {
+    fn drop(&mut self) {
+        WRITER_ROLE.with(|r| r.set(self.0));
+    }
+}
+
+/// The dirty-page queue: entries in `rec_lsn` order, plus the `rec_lsn`s of entries a
+/// flusher has taken out and is writing. The oldest of both is the redo point an
+/// incremental checkpoint may use; several flushers work in parallel on disjoint
+/// entries, and a page in flight still holds the redo point back.
+#[derive(Default)]
+struct DirtyQueue {
+    entries: VecDeque<DirtyEntry>,
+    in_flight: BTreeMap<Lsn, u32>,
+}
+
+impl DirtyQueue {
+    fn take_in_flight(&mut self, e: &DirtyEntry) {
+        *self.in_flight.entry(e.rec_lsn).or_insert(0) += 1;
+    }
+    fn release_in_flight(&mut self, e: &DirtyEntry) {
+        match self.in_flight.get_mut(&e.rec_lsn) {
+            Some(n) if *n > 1 => *n -= 1,
+            Some(_) => {
+                self.in_flight.remove(&e.rec_lsn);
+            }
+            None => panic!("dirty-queue entry released twice"),
+        }
+    }
+    fn oldest_in_flight(&self) -> Option<Lsn> {
+        self.in_flight.keys().next().copied()
+    }
+}
+
 pub struct BufferPool {
     frames: Box<[Frame]>,
     table: Vec<Mutex<PageTable>>,
     clock: AtomicUsize,
-    dirty_queue: Mutex<VecDeque<DirtyEntry>>,
-    queue_flusher: Mutex<()>,
+    dirty_queue: Mutex<DirtyQueue>,
     dirty_count: AtomicUsize,
     pub relfiles: Arc<RelFiles>,
     pub wal: Arc<Wal>,
@@ -163,8 +220,7 @@ impl BufferPool {
                 .map(|_| Mutex::new(PageTable::default()))
                 .collect(),
             clock: AtomicUsize::new(0),
-            dirty_queue: Mutex::new(VecDeque::new()),
-            queue_flusher: Mutex::new(()),
+            dirty_queue: Mutex::new(DirtyQueue::default()),
             dirty_count: AtomicUsize::new(0),
             relfiles,
             wal,
@@ -438,6 +494,7 @@ impl BufferPool {
         }
         let mut q = self.dirty_queue.lock();
         let rec_lsn = redo_lsn.unwrap_or_else(|| self.wal.insert_lsn());
+        let q = &mut q.entries;
         if let Some(last) = q.back() {
             assert!(last.rec_lsn <= rec_lsn, "dirty queue out of rec_lsn order");
         }
@@ -462,17 +519,30 @@ impl BufferPool {
             && fr.rec_lsn.load(Ordering::Acquire) == e.rec_lsn.0
     }
 
-    /// The oldest `rec_lsn` of any dirty page (`None` when nothing is dirty): the redo
-    /// LSN an incremental checkpoint may use.
+    /// The oldest `rec_lsn` of any dirty page, queued or being written (`None` when
+    /// nothing is dirty): the redo LSN an incremental checkpoint may use, provided the
+    /// caller read the WAL insert position *before* calling this (a page dirtied after
+    /// this call gets a `rec_lsn` at or past that position).
     pub fn oldest_rec_lsn(&self) -> Option<Lsn> {
         let mut q = self.dirty_queue.lock();
-        while let Some(e) = q.front() {
-            if self.entry_live(e) {
-                return Some(e.rec_lsn);
+        let queued = loop {
+            match q.entries.front() {
+                Some(e) if self.entry_live(e) => break Some(e.rec_lsn),
+                Some(_) => {
+                    q.entries.pop_front();
+                }
+                None => break None,
             }
-            q.pop_front();
+        };
+        match (queued, q.oldest_in_flight()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
-        None
+    }
+
+    /// Dirty-queue length (entries may include some already written, dropped lazily).
+    pub fn dirty_queue_len(&self) -> usize {
+        self.dirty_queue.lock().entries.len()
     }
 
     /// The single page-write path. Writes frame `f` if it still holds `expect` and is
@@ -518,54 +588,53 @@ impl BufferPool {
         );
         page::seal(&mut copy.0, id);
         self.relfiles.write_page(id, &copy.0)?;
-        fr.flags.fetch_and(!FLAG_DIRTY, Ordering::AcqRel);
-        fr.rec_lsn.store(0, Ordering::Release);
-        self.dirty_count.fetch_sub(1, Ordering::Relaxed);
+        // Two writers may write the same unchanged page at once (both under the shared
+        // latch, same bytes); only the one that clears the flag counts it.
+        if fr.flags.fetch_and(!FLAG_DIRTY, Ordering::AcqRel) & FLAG_DIRTY != 0 {
+            fr.rec_lsn.store(0, Ordering::Release);
+            self.dirty_count.fetch_sub(1, Ordering::Relaxed);
+        }
         drop(g);
-        self.stats.pages_written.fetch_add(1, Ordering::Relaxed);
-        match who {
-            Writer::PageWriter => self
-                .stats
-                .writes_by_page_writer
-                .fetch_add(1, Ordering::Relaxed),
-            Writer::Checkpointer => self
-                .stats
-                .writes_by_checkpoint
-                .fetch_add(1, Ordering::Relaxed),
-        };
+        self.count_writes(1);
         self.clean_wait.1.notify_all();
         Ok(true)
     }
 
+    /// Counts `n` pages written by the current thread, by its role.
+    fn count_writes(&self, n: u64) {
+        self.stats.pages_written.fetch_add(n, Ordering::Relaxed);
+        match WRITER_ROLE.with(|r| r.get()) {
+            Some(Writer::PageWriter) => &self.stats.writes_by_page_writer,
+            Some(Writer::Checkpointer) => &self.stats.writes_by_checkpoint,
+            None => &self.stats.writes_by_backend,
+        }
+        .fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Writes dirty pages from the head of the dirty queue whose `rec_lsn` is below
     /// `upto`, at most `max_pages` of them. Returns (pages written, whether pages below
-    /// `upto` remain).
+    /// `upto` remain, queued or still being written by another flusher).
+    ///
+    /// Any number of threads may flush at once: each takes a disjoint run of entries
+    /// off the head under the queue mutex and records their `rec_lsn`s as in flight
+    /// until each page is written or put back, so neither `oldest_rec_lsn` nor a
+    /// checkpoint's "anything left below `upto`?" can miss a page being written.
     pub fn flush_queue_head(
         &self,
         upto: Lsn,
         max_pages: usize,
         who: Writer,
     ) -> Result<(usize, bool)> {
-        // One queue flusher at a time: entries leave the queue while being written, and a
-        // checkpoint must not conclude "nothing older than the redo LSN is left" while
-        // another flusher still holds such an entry in flight.
-        // A page writer does not wait for a checkpoint in progress (which may itself wait
-        // for a latch whose holder waits for the page writer's clean frames).
-        let _one = match who {
-            Writer::Checkpointer => self.queue_flusher.lock(),
-            Writer::PageWriter => match self.queue_flusher.try_lock() {
-                Some(g) => g,
-                None => return Ok((0, false)),
-            },
-        };
+        let max_pages = self.io_batch_cap(max_pages);
         let batch: Vec<DirtyEntry> = {
             let mut q = self.dirty_queue.lock();
             let mut b = Vec::new();
             while b.len() < max_pages {
-                match q.front() {
+                match q.entries.front() {
                     Some(e) if e.rec_lsn < upto => {
-                        let e = q.pop_front().expect("front exists");
+                        let e = q.entries.pop_front().expect("front exists");
                         if self.entry_live(&e) {
+                            q.take_in_flight(&e);
                             b.push(e);
                         }
                     }
@@ -575,65 +644,78 @@ impl BufferPool {
             b
         };
         let mut written = 0;
-        let mut skipped = Vec::new();
+        let mut put_back = Vec::new();
+        let mut failure = None;
         if let Some(dwb) = self.dwb.get() {
             let cands: Vec<(u32, u64)> = batch.iter().map(|e| (e.frame, e.page)).collect();
             match self.write_batch_dwb(dwb, &cands, who) {
                 Ok((n, not_staged)) => {
                     written = n;
-                    skipped = not_staged.into_iter().map(|i| batch[i]).collect();
+                    put_back = not_staged.into_iter().map(|i| batch[i]).collect();
                 }
                 Err(err) => {
                     // Keep every entry whose page is still dirty: nothing is forgotten.
-                    let mut q = self.dirty_queue.lock();
-                    for e in batch.iter().rev() {
+                    put_back = batch
+                        .iter()
+                        .copied()
+                        .filter(|e| self.entry_live(e))
+                        .collect();
+                    failure = Some(err);
+                }
+            }
+        } else {
+            for (i, e) in batch.iter().enumerate() {
+                match self.write_frame(e.frame, e.page, who) {
+                    Ok(true) => written += 1,
+                    Ok(false) => {
+                        // Latched by someone (page writers do not wait): still dirty, so
+                        // it must stay queued for the checkpoint that relies on it.
                         if self.entry_live(e) {
-                            q.push_front(*e);
+                            put_back.push(*e);
                         }
                     }
-                    return Err(err);
-                }
-            }
-        }
-        for (i, e) in batch.iter().enumerate() {
-            if self.dwb.get().is_some() {
-                break;
-            }
-            match self.write_frame(e.frame, e.page, who) {
-                Ok(true) => written += 1,
-                Ok(false) => {
-                    // Latched by someone (page writers do not wait): still dirty, so it
-                    // must stay in the queue for the checkpoint that relies on it.
-                    if self.entry_live(e) {
-                        skipped.push(*e);
+                    Err(err) => {
+                        // Keep the unwritten entries so the pages are not forgotten.
+                        put_back.extend(batch[i..].iter().copied());
+                        failure = Some(err);
+                        break;
                     }
-                }
-                Err(err) => {
-                    // Keep the unwritten entries so the pages are not forgotten.
-                    let mut q = self.dirty_queue.lock();
-                    for e in batch[i..].iter().rev() {
-                        q.push_front(*e);
-                    }
-                    return Err(err);
                 }
             }
         }
         let mut q = self.dirty_queue.lock();
-        for e in skipped.iter().rev() {
-            q.push_front(*e);
+        for e in put_back.iter() {
+            // In `rec_lsn` order among entries other flushers may have put back meanwhile.
+            let at = q.entries.partition_point(|x| x.rec_lsn <= e.rec_lsn);
+            q.entries.insert(at, *e);
         }
-        let more = matches!(q.front(), Some(e) if e.rec_lsn < upto);
-        if !skipped.is_empty() && written == 0 {
-            // Only latched pages left at the head: let their holders finish.
+        for e in batch.iter() {
+            q.release_in_flight(e);
+        }
+        if let Some(err) = failure {
+            return Err(err);
+        }
+        let more = matches!(q.entries.front(), Some(e) if e.rec_lsn < upto)
+            || matches!(q.oldest_in_flight(), Some(l) if l < upto);
+        if more && written == 0 {
+            // Only latched pages, or pages another flusher is writing, are left below
+            // `upto`: let them finish.
             drop(q);
             std::thread::sleep(Duration::from_micros(200));
         }
         Ok((written, more))
     }
 
+    /// A batch keeps its frames pinned until written (`dwb`): never more than a quarter
+    /// of the pool at once, or a small pool would leave backends no frame to evict.
+    fn io_batch_cap(&self, max_pages: usize) -> usize {
+        max_pages.min((self.frames.len() / 4).max(1))
+    }
+
     /// Page-writer cleaning ahead of the clock hand: writes dirty, unpinned, unpopular
     /// frames the sweep will reach next, so backends find clean victims.
     pub fn clean_ahead_of_clock(&self, scan: usize, max_pages: usize) -> Result<usize> {
+        let max_pages = self.io_batch_cap(max_pages);
         let n = self.frames.len();
         let start = self.clock.load(Ordering::Relaxed);
         let mut written = 0;
@@ -649,16 +731,24 @@ impl BufferPool {
                 .then_some((i as u32, page))
         });
         if let Some(dwb) = self.dwb.get() {
-            let cands: Vec<(u32, u64)> = candidates.take(max_pages).collect();
+            let mut candidates = candidates;
+            let cands: Vec<(u32, u64)> = candidates.by_ref().take(max_pages).collect();
+            if cands.len() == max_pages && candidates.next().is_some() {
+                self.stats.maxwritten_clean.fetch_add(1, Ordering::Relaxed);
+            }
             return Ok(self.write_batch_dwb(dwb, &cands, Writer::PageWriter)?.0);
         }
-        for (f, page) in candidates {
+        let mut candidates = candidates;
+        for (f, page) in candidates.by_ref() {
             if self.write_frame(f, page, Writer::PageWriter)? {
                 written += 1;
                 if written >= max_pages {
                     break;
                 }
             }
+        }
+        if written >= max_pages && candidates.next().is_some() {
+            self.stats.maxwritten_clean.fetch_add(1, Ordering::Relaxed);
         }
         Ok(written)
     }

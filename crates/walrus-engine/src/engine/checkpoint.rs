@@ -1,7 +1,21 @@
 //! Checkpoints (DESIGN §5): the checkpointer thread decides when one runs (time,
-//! WAL volume, a request, a WAL segment that could not be created) and `run_checkpoint`
-//! runs it: the redo point, the dirty pages below it, the file syncs, the checkpoint
-//! record, the control file, then WAL segment recycling and clog truncation.
+//! WAL volume, a request, a WAL segment that could not be created, the redo point having
+//! advanced) and `run_checkpoint` runs it: the redo point, the dirty pages below it, the
+//! file syncs, the checkpoint record, the control file, then WAL segment recycling and
+//! clog truncation.
+//!
+//! Two kinds (seed 003, MogDB's incremental checkpoint):
+//! - **full**: the redo point is the WAL insert position and every page dirtied before it
+//!   is written (explicit `CHECKPOINT`, shutdown, and every checkpoint with `fpw`, where
+//!   the redo point must stay put between checkpoints or each change would log an image;
+//!   timed ones are spread over `checkpoint_completion_target`). An explicit or shutdown
+//!   checkpoint aims at `checkpoint_target_time`: when its measured rate says it would
+//!   miss it, the page writers join in (larger batches with `extreme_flush_dirty_page`).
+//! - **incremental** (`dwb`, `none`): the redo point is the oldest `rec_lsn` of any dirty
+//!   page, which the page writers keep advancing; the checkpoint writes no page, only
+//!   syncs the files written since the last one and records the point. The page writers
+//!   keep `insert − oldest rec_lsn` under a lag sized from `recovery_time_target` and the
+//!   replay rate recovery measured (`ReplayRate`), so a crash replays at most that much.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -10,7 +24,7 @@ use std::time::{Duration, Instant};
 use walrus_base::{Lsn, Xid};
 
 use super::{vacuum, Engine, Inner};
-use crate::buffer::Writer;
+use crate::buffer::{Writer, WriterRole};
 use crate::error::{Error, Result};
 use crate::xlog;
 
@@ -25,6 +39,86 @@ pub enum CheckpointReason {
     /// A WAL segment could not be created for lack of disk space: a checkpoint lets the
     /// old segments be recycled into the ones needed next.
     WalSpace,
+    /// Incremental mode: the oldest dirty page moved on far enough that recording the
+    /// new redo point shortens a crash recovery noticeably.
+    RedoAdvanced,
+}
+
+/// A WAL replay rate never measured here: conservative (recovery on this class of
+/// machine replays pgbench WAL at 40–120 MB/s), so the first lag target is safe.
+pub const DEFAULT_REPLAY_RATE_BPS: u64 = 20_000_000;
+
+/// The replay rate `recovery_time_target` is planned with: the last crash recovery's
+/// (end-of-WAL scan plus replay, per byte of WAL), or the default before one ran.
+#[derive(Clone, Copy, Debug)]
+pub struct ReplayRate {
+    pub bytes_per_sec: u64,
+    pub measured: bool,
+}
+
+impl ReplayRate {
+    pub fn from_control(bps: u64) -> ReplayRate {
+        ReplayRate {
+            bytes_per_sec: if bps == 0 {
+                DEFAULT_REPLAY_RATE_BPS
+            } else {
+                bps
+            },
+            measured: bps != 0,
+        }
+    }
+
+    pub fn seconds_for(&self, bytes: u64) -> f64 {
+        bytes as f64 / self.bytes_per_sec.max(1) as f64
+    }
+
+    /// Takes a recovery's figures as the new rate when there was enough WAL (4 MB) for
+    /// the constant costs not to dominate.
+    pub fn measure(&mut self, bytes: u64, took: Duration) {
+        if bytes >= 4 << 20 && !took.is_zero() {
+            self.bytes_per_sec = (bytes as f64 / took.as_secs_f64()) as u64;
+            self.measured = true;
+        }
+    }
+}
+
+/// The WAL a crash may replay, in bytes: `recovery_time_target` at the replay rate
+/// (`u64::MAX`: no target), never more than half of `max_wal_size`.
+fn recovery_budget(inner: &Inner) -> u64 {
+    let by_wal = inner.settings.max_wal_size_bytes / 2;
+    let target = inner.settings.recovery_time_target;
+    if target.is_zero() {
+        return by_wal;
+    }
+    let rate = inner.replay_rate.lock().bytes_per_sec;
+    ((target.as_secs_f64() * rate as f64) as u64).min(by_wal)
+}
+
+/// Sets the page writers' redo-lag target: 60% of the recovery budget, the rest left to
+/// the WAL written between incremental checkpoints (taken at every 20%). Classic
+/// checkpoints: no lag target.
+pub(super) fn set_lag_target(inner: &Inner) {
+    let lag = if inner.settings.incremental_checkpoints() {
+        recovery_budget(inner) / 10 * 6
+    } else {
+        u64::MAX
+    };
+    inner.flush_control.lag_target.store(lag, Ordering::Release);
+    inner
+        .flush_control
+        .extreme
+        .store(inner.settings.extreme_flush_dirty_page, Ordering::Release);
+}
+
+/// The redo point an incremental checkpoint may record now: the oldest `rec_lsn` of a
+/// dirty page, or the insert position when none is dirty. The insert position is read
+/// first: a page dirtied after it gets a `rec_lsn` at or past it.
+fn incremental_redo(inner: &Inner) -> Lsn {
+    let insert = inner.pool.wal.insert_lsn();
+    inner
+        .pool
+        .oldest_rec_lsn()
+        .map_or(insert, |oldest| oldest.min(insert))
 }
 
 #[derive(Clone, Debug, Default)]
@@ -32,6 +126,10 @@ pub struct CheckpointStats {
     pub last_pages_written: u64,
     pub last_duration_ms: u64,
     pub last_redo: Lsn,
+    /// Whether the latest checkpoint was incremental.
+    pub last_incremental: bool,
+    /// Incremental checkpoints completed (also counted in `timed` or `requested`).
+    pub incremental: u64,
     /// Cumulative, as PostgreSQL's `pg_stat_bgwriter`: checkpoints started by
     /// `checkpoint_timeout` vs. by request (`CHECKPOINT`, `max_wal_size`, shutdown);
     /// their sum is the number completed.
@@ -43,7 +141,69 @@ pub struct CheckpointStats {
     pub pages_written: u64,
 }
 
+/// The page writers' and checkpoints' state, for `walrus_flush_detail()`.
+#[derive(Clone, Debug)]
+pub struct FlushDetail {
+    /// Per page-writer thread: pages written, batches, pages/s over its last second.
+    pub threads: Vec<(u64, u64, u64)>,
+    pub dirty_pages: usize,
+    pub queue_length: usize,
+    pub oldest_rec_lsn: Option<Lsn>,
+    /// The redo point a crash now would replay from (the last checkpoint's).
+    pub redo_lsn: Lsn,
+    pub insert_lsn: Lsn,
+    pub incremental: bool,
+    /// Seconds a crash now would spend replaying, at `replay_rate`.
+    pub estimated_recovery_secs: f64,
+    pub recovery_time_target: Duration,
+    pub replay_rate: ReplayRate,
+    /// The page writers' redo-lag target in bytes (`u64::MAX`: none).
+    pub lag_target: u64,
+    pub last_checkpoint_ms: u64,
+    pub checkpoint_target_time: Duration,
+}
+
 impl Engine {
+    pub fn flush_detail(&self) -> FlushDetail {
+        let inner = &self.inner;
+        let pool = &inner.pool;
+        let wal = &pool.wal;
+        let replay_rate = *inner.replay_rate.lock();
+        let redo_lsn = inner.control.lock().data().redo_lsn;
+        let insert_lsn = wal.insert_lsn();
+        FlushDetail {
+            threads: inner
+                .flush_control
+                .threads
+                .iter()
+                .map(|t| {
+                    (
+                        t.pages.load(Ordering::Relaxed),
+                        t.batches.load(Ordering::Relaxed),
+                        t.rate.load(Ordering::Relaxed),
+                    )
+                })
+                .collect(),
+            dirty_pages: pool.dirty_pages(),
+            queue_length: pool.dirty_queue_len(),
+            oldest_rec_lsn: pool.oldest_rec_lsn(),
+            redo_lsn,
+            insert_lsn,
+            incremental: inner.settings.incremental_checkpoints(),
+            estimated_recovery_secs: replay_rate.seconds_for(insert_lsn.distance_from(redo_lsn)),
+            recovery_time_target: inner.settings.recovery_time_target,
+            replay_rate,
+            lag_target: inner.flush_control.lag_target.load(Ordering::Relaxed),
+            last_checkpoint_ms: inner.checkpoint_stats.lock().last_duration_ms,
+            checkpoint_target_time: inner.settings.checkpoint_target_time,
+        }
+    }
+
+    /// The control file as of the latest checkpoint (`pg_control_checkpoint()`).
+    pub fn control_data(&self) -> crate::storage::control::ControlData {
+        self.inner.control.lock().data().clone()
+    }
+
     pub fn checkpoint_stats(&self) -> CheckpointStats {
         self.inner.checkpoint_stats.lock().clone()
     }
@@ -80,8 +240,15 @@ pub(super) fn checkpointer_loop(inner: &Arc<Inner>) {
         let since = inner.last_checkpoint_at.lock().elapsed();
         let wal = &inner.pool.wal;
         let wal_since = wal.insert_lsn().distance_from(wal.redo_lsn());
+        let incremental = inner.settings.incremental_checkpoints();
         let reason = if requested {
             Some(CheckpointReason::Requested)
+        } else if incremental && since >= Duration::from_secs(1) && {
+            // Record the redo point once it moved a fifth of the recovery budget on.
+            let advance = incremental_redo(inner).distance_from(wal.redo_lsn());
+            advance > 0 && advance >= recovery_budget(inner) / 5
+        } {
+            Some(CheckpointReason::RedoAdvanced)
         } else if wal_since >= inner.settings.max_wal_size_bytes / 2 {
             Some(CheckpointReason::WalSize)
         } else if since >= inner.settings.checkpoint_timeout && wal_since > 0 {
@@ -118,37 +285,43 @@ pub(super) fn checkpointer_loop(inner: &Arc<Inner>) {
 
 pub(super) fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<()> {
     let _one = inner.checkpoint_lock.lock();
+    let _role = WriterRole::enter(Writer::Checkpointer);
     let started = Instant::now();
     let pool = &inner.pool;
     let wal = &pool.wal;
+    // Incremental unless the mode forbids it, or a full flush is the point: an explicit
+    // CHECKPOINT, shutdown, or the first checkpoint after a protection-mode change.
+    let incremental = inner.settings.incremental_checkpoints()
+        && !inner.protection_changed_pending.load(Ordering::Acquire)
+        && matches!(
+            reason,
+            CheckpointReason::Timed
+                | CheckpointReason::WalSize
+                | CheckpointReason::WalSpace
+                | CheckpointReason::RedoAdvanced
+                | CheckpointReason::EndOfRecovery
+        );
+    // No commit may sit between its WAL record and its commit-status update while the
+    // redo point is chosen: the clog flushed below must hold every commit before it.
     let redo = {
         let _b = inner.txn.commit_barrier.write();
-        wal.set_redo_point()
+        if incremental {
+            // Never behind the last redo point (asserted): every page dirtied before that
+            // one was written by the full checkpoint that set it, or is still queued.
+            let redo = incremental_redo(inner);
+            wal.set_redo_to(redo);
+            redo
+        } else {
+            wal.set_redo_point()
+        }
     };
     let next_xid = inner.txn.next_xid().max(Xid(inner.txn.xid_reserved_upto()));
     let next_relfile = inner.next_relfile.load(Ordering::Acquire);
-    let spread = matches!(reason, CheckpointReason::Timed);
-    let target = inner
-        .settings
-        .checkpoint_timeout
-        .mul_f64(inner.settings.checkpoint_completion_target);
-    let dirty_at_start = pool.dirty_pages().max(1);
-    let mut written = 0usize;
-    loop {
-        let (n, more) = pool.flush_queue_head(redo, 32, Writer::Checkpointer)?;
-        written += n;
-        if !more {
-            break;
-        }
-        if spread && !inner.shutting_down.load(Ordering::Acquire) {
-            // Pace: stay no further ahead of schedule than the elapsed fraction allows.
-            let progress = written as f64 / dirty_at_start as f64;
-            let elapsed = started.elapsed().as_secs_f64() / target.as_secs_f64().max(0.001);
-            if progress > elapsed && !*inner.checkpoint_request.0.lock() {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-    }
+    let written = if incremental {
+        0
+    } else {
+        write_below_redo(inner, reason, redo, started)?
+    };
     let write_done = Instant::now();
     let synced = pool.relfiles.sync_pending()?;
     let sync_ms = write_done.elapsed().as_millis() as u64;
@@ -173,8 +346,19 @@ pub(super) fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<
         d.redo_lsn = redo;
         d.next_xid = next_xid;
         d.next_relfile = next_relfile;
+        d.page_protection = inner.settings.page_protection.code();
+        d.checkpoint_time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |t| t.as_secs());
+        let rate = *inner.replay_rate.lock();
+        if rate.measured {
+            d.replay_rate_bps = rate.bytes_per_sec;
+        }
         c.update(d)?;
     }
+    inner
+        .protection_changed_pending
+        .store(false, Ordering::Release);
     let keep_future = (inner.settings.max_wal_size_bytes / wal.segments.segment_size).max(2);
     let (recycled, removed) = wal
         .segments
@@ -187,7 +371,12 @@ pub(super) fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<
         s.last_pages_written = written as u64;
         s.last_duration_ms = ms;
         s.last_redo = redo;
-        if matches!(reason, CheckpointReason::Timed) {
+        s.last_incremental = incremental;
+        s.incremental += incremental as u64;
+        if matches!(
+            reason,
+            CheckpointReason::Timed | CheckpointReason::RedoAdvanced
+        ) {
             s.timed += 1;
         } else {
             s.requested += 1;
@@ -196,8 +385,88 @@ pub(super) fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<
         s.sync_ms += sync_ms;
         s.pages_written += written as u64;
     }
+    let level_info = !matches!(reason, CheckpointReason::RedoAdvanced);
+    if !level_info {
+        tracing::debug!(
+            "incremental checkpoint: synced {synced} files; WAL segments recycled {recycled}, removed {removed}; redo lsn {redo}; took {ms} ms"
+        );
+        return Ok(());
+    }
     tracing::info!(
-        "checkpoint complete ({reason:?}): wrote {written} buffers, synced {synced} files; WAL segments recycled {recycled}, removed {removed}; redo lsn {redo}; took {ms} ms"
+        "checkpoint complete ({reason:?}{}): wrote {written} buffers, synced {synced} files; WAL segments recycled {recycled}, removed {removed}; redo lsn {redo}; took {ms} ms",
+        if incremental { ", incremental" } else { "" }
     );
     Ok(())
+}
+
+/// A full checkpoint's writes: every page dirtied before `redo`. Timed ones are spread
+/// over `checkpoint_completion_target`; the others aim at `checkpoint_target_time`,
+/// calling the page writers in when the rate so far says the checkpointer alone would
+/// miss it. Returns the pages the checkpointer itself wrote.
+fn write_below_redo(
+    inner: &Inner,
+    reason: CheckpointReason,
+    redo: Lsn,
+    started: Instant,
+) -> Result<usize> {
+    let pool = &inner.pool;
+    let spread = matches!(reason, CheckpointReason::Timed);
+    let spread_over = inner
+        .settings
+        .checkpoint_timeout
+        .mul_f64(inner.settings.checkpoint_completion_target);
+    let deadline = inner.settings.checkpoint_target_time;
+    let extreme = inner.settings.extreme_flush_dirty_page;
+    let batch =
+        pool.double_write().map_or(32, |d| d.batch_pages()).max(32) * if extreme { 4 } else { 1 };
+    let dirty_at_start = pool.dirty_pages().max(1);
+    let control = &inner.flush_control;
+    let mut helped = false;
+    let mut written = 0usize;
+    let result: Result<()> = (|| {
+        loop {
+            let (n, more) = pool.flush_queue_head(redo, batch, Writer::Checkpointer)?;
+            written += n;
+            if !more {
+                return Ok(());
+            }
+            let elapsed = started.elapsed();
+            if spread && !inner.shutting_down.load(Ordering::Acquire) {
+                // Pace: stay no further ahead of schedule than the elapsed fraction allows.
+                let progress = written as f64 / dirty_at_start as f64;
+                let on_time = elapsed.as_secs_f64() / spread_over.as_secs_f64().max(0.001);
+                if progress > on_time && !*inner.checkpoint_request.0.lock() {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            } else if !spread && !helped {
+                // Projected finish at the rate so far; help when it passes 80% of the
+                // target (at once with extreme_flush_dirty_page).
+                let rate = written as f64 / elapsed.as_secs_f64().max(1e-3);
+                let left = pool.dirty_pages() as f64;
+                let projected = elapsed.as_secs_f64() + left / rate.max(1.0);
+                if extreme
+                    || (elapsed >= Duration::from_millis(200)
+                        && projected > deadline.as_secs_f64() * 0.8)
+                {
+                    helped = true;
+                    control.checkpoint_upto.store(redo.0, Ordering::Release);
+                    pool.wake_writers();
+                }
+            }
+        }
+    })();
+    control.checkpoint_upto.store(0, Ordering::Release);
+    result?;
+    let took = started.elapsed();
+    if !spread && took > deadline {
+        let secs = took.as_secs_f64();
+        tracing::warn!(
+            "checkpoint ({reason:?}) took {secs:.1} s, over checkpoint_target_time {} s: {} pages written at {:.0} pages/s measured{}",
+            deadline.as_secs(),
+            written,
+            written as f64 / secs.max(1e-3),
+            if helped { " with the page writers' help" } else { "" }
+        );
+    }
+    Ok(written)
 }

@@ -13,10 +13,12 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 use walrus_base::{Lsn, RelFileId, Xid, PAGE_SIZE};
 
-use super::checkpoint::{checkpointer_loop, run_checkpoint, CheckpointReason, CheckpointStats};
+use super::checkpoint::{
+    checkpointer_loop, run_checkpoint, CheckpointReason, CheckpointStats, ReplayRate,
+};
 use super::table_locks::TableLocks;
 use super::{vacuum, Background, Engine, Inner};
-use crate::buffer::page_writer::PageWriters;
+use crate::buffer::page_writer::{FlushControl, PageWriters};
 use crate::buffer::BufferPool;
 use crate::catalog::CATALOG_RELFILE;
 use crate::error::{Error, Result};
@@ -57,6 +59,7 @@ impl Engine {
             None => crate::settings::default_config_text(settings.wal_segment_size),
         };
         settings.apply_toml(&text)?;
+        settings.resolve_page_protection(dir)?;
         if let Some(wal_dir) = &settings.wal_directory {
             link_wal_directory(dir, wal_dir)?;
         }
@@ -113,6 +116,9 @@ impl Engine {
                 next_xid: Xid::FIRST_NORMAL,
                 next_relfile: RelFileId::FIRST_USER.0,
                 clog_oldest: Xid(0),
+                replay_rate_bps: 0,
+                page_protection: settings.page_protection.code(),
+                checkpoint_time: 0,
             },
         )?;
         crate::storage::relfile::sync_dir(dir)?;
@@ -129,6 +135,8 @@ impl Engine {
         dir: &Path,
         mut settings: Settings,
     ) -> Result<(Engine, Option<RecoveryReport>)> {
+        settings.check_combination()?;
+        settings.resolve_page_protection(dir)?;
         if !dir.join("control").exists() {
             return Err(Error::BadDataDirectory {
                 dir: dir.display().to_string(),
@@ -176,6 +184,7 @@ impl Engine {
         let scan_started = std::time::Instant::now();
         let wal_end = crate::recovery::find_end(&segs, cd.redo_lsn, cd.checkpoint_lsn)?;
         let scan_took = scan_started.elapsed();
+        let settings_protection_code = settings.page_protection.code();
         let crashed = cd.state != DbState::ShutDown || wal_end.end > cd.checkpoint_lsn.add(64);
         let policy = settings.page_protection.image_policy();
         let wal = Arc::new(Wal::open(
@@ -240,11 +249,10 @@ impl Engine {
                 .map_err(|e| Error::io("remove double-write file", dwb_path.display(), e))?;
             crate::storage::relfile::sync_dir(dir)?;
         }
-        let page_writers = PageWriters::start(
-            pool.clone(),
-            settings.pagewriter_threads,
-            settings.bgwriter_delay,
-        );
+        let flush_control = Arc::new(FlushControl::new(settings.pagewriter_threads));
+        let page_writers =
+            PageWriters::start(pool.clone(), flush_control.clone(), settings.bgwriter_delay);
+        let mut replay_rate = ReplayRate::from_control(cd.replay_rate_bps);
         let mut report = None;
         let mut next_relfile = cd.next_relfile;
         if crashed {
@@ -257,6 +265,18 @@ impl Engine {
             );
             let out =
                 crate::recovery::replay(&wal.segments, &pool, &txn, cd.redo_lsn, wal_end.end)?;
+            // Restart cost = end-of-WAL scan + replay: what recovery_time_target bounds.
+            let took = scan_took + out.stats.elapsed;
+            let predicted = replay_rate.seconds_for(out.stats.bytes);
+            tracing::info!(
+                "recovery: {:.2} s for {} MB of WAL (scan and replay); predicted {:.2} s at the {} replay rate of {:.1} MB/s",
+                took.as_secs_f64(),
+                out.stats.bytes >> 20,
+                predicted,
+                if replay_rate.measured { "measured" } else { "default" },
+                replay_rate.bytes_per_sec as f64 / 1e6
+            );
+            replay_rate.measure(out.stats.bytes, took);
             txn.advance_next_xid(Xid(out.max_xid.0 + 1).max(out.next_xid_reserved));
             next_relfile = next_relfile.max(out.max_relfile + 1);
             let s = &out.stats;
@@ -303,12 +323,27 @@ impl Engine {
             freeze_lock: Mutex::new(()),
             freeze_passes: AtomicU64::new(0),
             clog_truncate_pending: Mutex::new(None),
+            flush_control,
+            replay_rate: Mutex::new(replay_rate),
+            protection_changed_pending: AtomicBool::new(
+                cd.page_protection != 0 && cd.page_protection != settings_protection_code,
+            ),
         });
+        let protection_changed = inner.protection_changed_pending.load(Ordering::Acquire);
+        if protection_changed {
+            tracing::info!(
+                "page_protection changed from {} to {}: a full checkpoint runs before the new mode is relied on",
+                crate::protect::PageProtection::from_code(cd.page_protection)
+                    .map_or("unknown", |p| p.name()),
+                inner.settings.page_protection.name()
+            );
+        }
+        super::checkpoint::set_lag_target(&inner);
         let engine = Engine {
             inner: inner.clone(),
             background: Arc::new(Mutex::new(None)),
         };
-        if crashed {
+        if crashed || protection_changed {
             engine.checkpoint(CheckpointReason::EndOfRecovery)?;
         }
         inner.pool.relfiles.stop_creating_missing();

@@ -1,5 +1,6 @@
 #![doc = include_str!("README.md")]
 
+pub mod atomic;
 pub mod dwb;
 pub mod fpw;
 
@@ -16,8 +17,9 @@ pub enum PageProtection {
 }
 
 /// The modes DESIGN §4 names that are not built yet: `page_protection` refuses them as
-/// not supported, not as unknown values.
-pub const PLANNED_MODES: [&str; 2] = ["standby", "atomic"];
+/// not supported, not as unknown values (`atomic` with the device's figures, `auto`
+/// resolves to `dwb`: `atomic.rs`).
+pub const PLANNED_MODES: [&str; 1] = ["standby"];
 
 impl PageProtection {
     pub fn name(self) -> &'static str {
@@ -26,6 +28,32 @@ impl PageProtection {
             PageProtection::Dwb => "dwb",
             PageProtection::None => "none",
         }
+    }
+
+    /// The mode's code in the control file (0 means "not recorded").
+    pub fn code(self) -> u32 {
+        match self {
+            PageProtection::Fpw => 1,
+            PageProtection::Dwb => 2,
+            PageProtection::None => 3,
+        }
+    }
+
+    /// The inverse of [`PageProtection::code`].
+    pub fn from_code(code: u32) -> Option<PageProtection> {
+        match code {
+            1 => Some(PageProtection::Fpw),
+            2 => Some(PageProtection::Dwb),
+            3 => Some(PageProtection::None),
+            _ => None,
+        }
+    }
+
+    /// Whether checkpoints may take their redo point from the dirty-page queue
+    /// (incremental): not with `fpw`, where an advancing redo point would log an image
+    /// for nearly every change.
+    pub fn allows_incremental_checkpoint(self) -> bool {
+        !matches!(self, PageProtection::Fpw)
     }
 
     /// The built mode called `name` (the inverse of [`PageProtection::name`]).

@@ -54,6 +54,16 @@ pub struct ControlData {
     /// segments below were truncated after a freeze pass). Zero in control files written
     /// before truncation existed, which is their truth.
     pub clog_oldest: Xid,
+    /// WAL replay rate (bytes/s) the last crash recovery measured; 0 = never measured
+    /// (control files written before it existed read as 0, which is their truth). The
+    /// page writers size the dirty-page lag for `recovery_time_target` from it.
+    pub replay_rate_bps: u64,
+    /// `page_protection` the directory last ran with (`PageProtection::code`); 0 = not
+    /// recorded. A change between restarts is logged and followed by a checkpoint.
+    pub page_protection: u32,
+    /// When the latest checkpoint completed (seconds since the Unix epoch; 0 = unknown),
+    /// for `pg_control_checkpoint().checkpoint_time`.
+    pub checkpoint_time: u64,
 }
 
 impl ControlData {
@@ -76,6 +86,9 @@ impl ControlData {
         put(&self.next_xid.0.to_le_bytes());
         put(&self.next_relfile.to_le_bytes());
         put(&self.clog_oldest.0.to_le_bytes());
+        put(&self.replay_rate_bps.to_le_bytes());
+        put(&self.page_protection.to_le_bytes());
+        put(&self.checkpoint_time.to_le_bytes());
         let crc = crc32c::crc32c(&b[..COPY_SIZE - 4]);
         b[COPY_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -112,6 +125,9 @@ impl ControlData {
             next_xid: Xid(u64at(60)),
             next_relfile: u32at(68),
             clog_oldest: Xid(u64at(72)),
+            replay_rate_bps: u64at(80),
+            page_protection: u32at(88),
+            checkpoint_time: u64at(92),
         })
     }
 }
@@ -247,7 +263,28 @@ mod tests {
             next_xid: Xid(77),
             next_relfile: 16390,
             clog_oldest: Xid(3 << 20),
+            replay_rate_bps: 45_000_000,
+            page_protection: 2,
+            checkpoint_time: 1_790_000_000,
         }
+    }
+
+    #[test]
+    fn new_fields_round_trip_and_old_copies_read_them_as_zero() {
+        let d = sample();
+        let b = d.encode();
+        assert_eq!(ControlData::decode(&b), Some(d.clone()));
+        // A copy written before the fields existed has zeros there.
+        let mut old = b;
+        old[80..100].fill(0);
+        let crc = crc32c::crc32c(&old[..COPY_SIZE - 4]);
+        old[COPY_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
+        let o = ControlData::decode(&old).unwrap();
+        assert_eq!(
+            (o.replay_rate_bps, o.page_protection, o.checkpoint_time),
+            (0, 0, 0)
+        );
+        assert_eq!(o.clog_oldest, d.clog_oldest);
     }
 
     #[test]

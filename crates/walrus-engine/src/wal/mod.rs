@@ -579,6 +579,22 @@ impl Wal {
         r.pos
     }
 
+    /// Sets the redo point to `lsn`, an LSN at or before the insert position that an
+    /// incremental checkpoint took from the dirty-page queue. The redo point never moves
+    /// backwards (asserted), and only modes that log no images use this: with `fpw` an
+    /// image decision against a moving redo point would log one for nearly every change.
+    pub fn set_redo_to(&self, lsn: Lsn) {
+        assert!(
+            !self.policy_fast.load(Ordering::Relaxed),
+            "incremental redo point with full-page images"
+        );
+        let mut r = self.reserve.lock();
+        assert!(lsn <= r.pos, "redo point past the insert position");
+        assert!(lsn >= r.redo, "redo point moved backwards");
+        r.redo = lsn;
+        self.redo_lsn.store(lsn.0, Ordering::Release);
+    }
+
     /// Switches the image policy (used when the protection mode changes at startup).
     pub fn set_image_policy(&self, p: ImagePolicy) {
         *self.policy.lock() = p;

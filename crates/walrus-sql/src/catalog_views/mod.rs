@@ -66,6 +66,14 @@ const TABLES: &[(&str, &str)] = &[
     // The double-write buffer (page_protection = dwb): batches written, pages and bytes
     // they carried, their average size, and waits for a free slot.
     ("walrus_stat_dwb", "batches:l pages:l bytes:l avg_batch_pages:f slot_waits:l"),
+    // The commit-status log's group update (seed 004): statuses set lock-free on a
+    // resident page, waits for the exclusive lock, leader rounds and their sizes.
+    ("walrus_stat_clog", "fast_path_sets:l lock_waits:l group_updates:l group_members:l avg_group_size:f max_group_size:l"),
+    // Page writers and checkpoints (seed 003), one row per page-writer thread and a
+    // total row (thread = 'total'): also `SELECT * FROM walrus_flush_detail()`.
+    ("walrus_flush_detail", "thread:t pages_flushed:l batches:l pages_per_sec:l dirty_pages:l queue_length:l oldest_rec_lsn:t redo_lsn:t insert_lsn:t checkpoint_mode:t estimated_recovery_s:f recovery_time_target_s:f replay_rate_mb_s:f replay_rate_source:t lag_target_bytes:l last_checkpoint_ms:l checkpoint_target_time_ms:l"),
+    // PostgreSQL 15's pg_control_checkpoint() columns, from walrus's control file.
+    ("pg_control_checkpoint", "checkpoint_lsn:t redo_lsn:t redo_wal_file:t timeline_id:i prev_timeline_id:i full_page_writes:b next_xid:t next_oid:o next_multixact_id:t next_multi_offset:t oldest_xid:t oldest_xid_dbid:o oldest_active_xid:t oldest_multi_xid:t oldest_multi_dbid:o oldest_commit_ts_xid:t newest_commit_ts_xid:t checkpoint_time:z"),
     ("pg_stat_bgwriter", "checkpoints_timed:l checkpoints_req:l checkpoint_write_time:f checkpoint_sync_time:f buffers_checkpoint:l buffers_clean:l maxwritten_clean:l buffers_backend:l buffers_backend_fsync:l buffers_alloc:l stats_reset:z"),
     ("pg_stat_user_tables", STAT_TABLES_COLUMNS),
     ("pg_stat_all_tables", STAT_TABLES_COLUMNS),
@@ -135,6 +143,11 @@ pub fn is_virtual(schema: Option<&str>, table: &str) -> bool {
 }
 
 /// Whether [`Snapshot::function`] answers `name` (so other calls never take a snapshot).
+/// Set-returning functions answered from a statistics view of the same name.
+pub(crate) fn is_row_function(name: &str) -> bool {
+    matches!(name, "walrus_flush_detail" | "pg_control_checkpoint")
+}
+
 pub(crate) fn is_catalog_function(name: &str) -> bool {
     matches!(
         name,
@@ -211,8 +224,14 @@ pub(crate) struct Snapshot {
     /// (batches, pages, bytes, slot waits) of the double-write buffer; zeros when off.
     dwb: (u64, u64, u64, u64),
     checkpoints: CheckpointStats,
-    buffers_clean: u64,
+    /// (buffers_checkpoint, buffers_clean, maxwritten_clean, buffers_backend), counted
+    /// by the writing thread's role.
+    bgwriter: (u64, u64, u64, u64),
     buffers_alloc: u64,
+    clog: walrus_engine::txn::clog::ClogStats,
+    flush: walrus_engine::engine::FlushDetail,
+    control: walrus_engine::storage::control::ControlData,
+    full_page_writes: bool,
     /// `pg_database.datfrozenxid`: every xid below it is frozen (hint bits on every
     /// tuple) and its commit-status segment truncated.
     frozen_xid: u64,
@@ -281,7 +300,20 @@ impl Snapshot {
                 )
             }),
             checkpoints: engine.checkpoint_stats(),
-            buffers_clean: pool.stats.writes_by_page_writer.load(Ordering::Relaxed),
+            bgwriter: (
+                pool.stats.writes_by_checkpoint.load(Ordering::Relaxed),
+                pool.stats.writes_by_page_writer.load(Ordering::Relaxed),
+                pool.stats.maxwritten_clean.load(Ordering::Relaxed),
+                pool.stats.writes_by_backend.load(Ordering::Relaxed),
+            ),
+            clog: engine.txn_manager().clog.stats(),
+            flush: engine.flush_detail(),
+            control: engine.control_data(),
+            full_page_writes: engine
+                .settings()
+                .page_protection
+                .image_policy()
+                .logs_images(),
             buffers_alloc: pool.stats.misses.load(Ordering::Relaxed),
             frozen_xid: engine
                 .txn_manager()

@@ -356,18 +356,68 @@ impl Snapshot {
             }
             "pg_stat_bgwriter" => {
                 let c = &self.checkpoints;
+                let (checkpoint, clean, maxwritten, backend) = self.bgwriter;
                 vec![vec![
                     Datum::Int8(c.timed as i64),
                     Datum::Int8(c.requested as i64),
                     Datum::Float8(c.write_ms as f64),
                     Datum::Float8(c.sync_ms as f64),
-                    Datum::Int8(c.pages_written as i64),
-                    Datum::Int8(self.buffers_clean as i64),
-                    Datum::Int8(0),
-                    // Backends never write pages in walrus (DESIGN §5).
-                    Datum::Int8(0),
+                    Datum::Int8(checkpoint as i64),
+                    Datum::Int8(clean as i64),
+                    Datum::Int8(maxwritten as i64),
+                    // Measured: pages written by threads that are neither page writers
+                    // nor running a checkpoint. Zero by design (DESIGN §4).
+                    Datum::Int8(backend as i64),
                     Datum::Int8(0),
                     Datum::Int8(self.buffers_alloc as i64),
+                ]]
+            }
+            "walrus_stat_clog" => {
+                let c = &self.clog;
+                vec![vec![
+                    Datum::Int8(c.fast_path_sets as i64),
+                    Datum::Int8(c.lock_waits as i64),
+                    Datum::Int8(c.group_updates as i64),
+                    Datum::Int8(c.group_members as i64),
+                    Datum::Float8(if c.group_updates == 0 {
+                        0.0
+                    } else {
+                        c.group_members as f64 / c.group_updates as f64
+                    }),
+                    Datum::Int8(c.max_group_size as i64),
+                ]]
+            }
+            "walrus_flush_detail" => self.flush_detail_rows(),
+            "pg_control_checkpoint" => {
+                let c = &self.control;
+                let seg = self.flush_segment_name(c.redo_lsn);
+                let xid = |x: u64| t(&x.to_string());
+                vec![vec![
+                    t(&c.checkpoint_lsn.to_string()),
+                    t(&c.redo_lsn.to_string()),
+                    t(&seg),
+                    Datum::Int4(1),
+                    Datum::Int4(1),
+                    b(self.full_page_writes),
+                    t(&format!("0:{}", c.next_xid.0)),
+                    o(c.next_relfile as i64),
+                    xid(1),
+                    xid(0),
+                    xid(self.frozen_xid),
+                    o(1),
+                    xid(c.next_xid.0),
+                    xid(1),
+                    o(1),
+                    xid(0),
+                    xid(0),
+                    if c.checkpoint_time == 0 {
+                        n
+                    } else {
+                        Datum::TimestampTz(crate::value::system_time_to_pg(
+                            std::time::UNIX_EPOCH
+                                + std::time::Duration::from_secs(c.checkpoint_time),
+                        ))
+                    },
                 ]]
             }
             _ => Vec::new(),
@@ -459,5 +509,56 @@ impl Snapshot {
                 .collect(),
             _ => Vec::new(),
         }
+    }
+
+    /// The WAL segment file holding `lsn`, named as walrus names its segments.
+    fn flush_segment_name(&self, lsn: walrus_base::Lsn) -> String {
+        format!("{:016X}", lsn.0 / self.control.wal_segment_size.max(1))
+    }
+
+    fn flush_detail_rows(&self) -> Vec<Vec<Datum>> {
+        let f = &self.flush;
+        let l = |v: u64| Datum::Int8(v.min(i64::MAX as u64) as i64);
+        let shared = |pages: u64, batches: u64, rate: u64, thread: String| {
+            vec![
+                t(&thread),
+                l(pages),
+                l(batches),
+                l(rate),
+                l(f.dirty_pages as u64),
+                l(f.queue_length as u64),
+                f.oldest_rec_lsn.map_or(Datum::Null, |x| t(&x.to_string())),
+                t(&f.redo_lsn.to_string()),
+                t(&f.insert_lsn.to_string()),
+                t(if f.incremental { "incremental" } else { "full" }),
+                Datum::Float8(f.estimated_recovery_secs),
+                Datum::Float8(f.recovery_time_target.as_secs_f64()),
+                Datum::Float8(f.replay_rate.bytes_per_sec as f64 / 1e6),
+                t(if f.replay_rate.measured {
+                    "measured"
+                } else {
+                    "default"
+                }),
+                if f.lag_target == u64::MAX {
+                    Datum::Null
+                } else {
+                    l(f.lag_target)
+                },
+                l(f.last_checkpoint_ms),
+                l(f.checkpoint_target_time.as_millis() as u64),
+            ]
+        };
+        let mut rows: Vec<Vec<Datum>> = f
+            .threads
+            .iter()
+            .enumerate()
+            .map(|(i, &(p, b, r))| shared(p, b, r, format!("pagewriter {i}")))
+            .collect();
+        let (p, b, r) = f
+            .threads
+            .iter()
+            .fold((0, 0, 0), |a, t| (a.0 + t.0, a.1 + t.1, a.2 + t.2));
+        rows.push(shared(p, b, r, "total".into()));
+        rows
     }
 }

@@ -244,26 +244,7 @@ impl Executor<'_> {
                             .collect();
                         let table = parts.last().cloned().unwrap_or_default();
                         let schema = parts.len().checked_sub(2).map(|i| parts[i].as_str());
-                        self.catalog_snapshot()?;
-                        let snap = self.catalog.borrow();
-                        let snap = snap.as_ref().expect("taken above");
-                        let (cols, rows) = snap.table(schema, &table, &self.settings.all())?;
-                        self.memory.charge_rows(&rows)?;
-                        let qual = alias
-                            .as_ref()
-                            .map(|a| ident(&a.name))
-                            .unwrap_or_else(|| table.clone());
-                        Rel {
-                            cols: cols
-                                .into_iter()
-                                .map(|(n, ty)| ColName {
-                                    qual: Some(qual.clone()),
-                                    name: n.to_string(),
-                                    ty: Some(ty),
-                                })
-                                .collect(),
-                            rows,
-                        }
+                        self.virtual_table(schema, &table, alias.as_ref())?
                     }
                 };
                 rename(&mut rel, alias.as_ref())?;
@@ -313,6 +294,34 @@ impl Executor<'_> {
         }
     }
 
+    /// A `pg_catalog` or `information_schema` table computed from the catalog snapshot.
+    fn virtual_table(
+        &self,
+        schema: Option<&str>,
+        table: &str,
+        alias: Option<&ast::TableAlias>,
+    ) -> SqlResult<Rel> {
+        self.catalog_snapshot()?;
+        let snap = self.catalog.borrow();
+        let snap = snap.as_ref().expect("taken above");
+        let (cols, rows) = snap.table(schema, table, &self.settings.all())?;
+        self.memory.charge_rows(&rows)?;
+        let qual = alias
+            .map(|a| ident(&a.name))
+            .unwrap_or_else(|| table.to_string());
+        Ok(Rel {
+            cols: cols
+                .into_iter()
+                .map(|(n, ty)| ColName {
+                    qual: Some(qual.clone()),
+                    name: n.to_string(),
+                    ty: Some(ty),
+                })
+                .collect(),
+            rows,
+        })
+    }
+
     fn table_function(
         &self,
         name: &ast::ObjectName,
@@ -321,6 +330,19 @@ impl Executor<'_> {
         outer: Option<&Frame<'_>>,
     ) -> SqlResult<Rel> {
         let fname = object_name(name);
+        // Functions returning one row or set of several columns, computed like the
+        // statistics views (`walrus_flush_detail()`, `pg_control_checkpoint()`).
+        if catalog_views::is_row_function(&fname) {
+            if !args.is_empty() {
+                return Err(SqlError::new(
+                    "42883",
+                    format!("function {fname}() takes no arguments"),
+                ));
+            }
+            let mut rel = self.virtual_table(Some("pg_catalog"), &fname, alias)?;
+            rename(&mut rel, alias)?;
+            return Ok(rel);
+        }
         let vals = args
             .iter()
             .map(|a| match a {

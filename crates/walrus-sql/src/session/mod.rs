@@ -92,6 +92,28 @@ impl Session {
             .into(),
         );
         settings.insert("page_protection".into(), s.page_protection.name().into());
+        let on_off = |b: bool| if b { "on" } else { "off" }.to_string();
+        settings.insert(
+            "incremental_checkpoint".into(),
+            on_off(s.incremental_checkpoints()),
+        );
+        settings.insert(
+            "recovery_time_target".into(),
+            format!("{}s", s.recovery_time_target.as_secs()),
+        );
+        settings.insert(
+            "checkpoint_target_time".into(),
+            format!("{}s", s.checkpoint_target_time.as_secs()),
+        );
+        settings.insert(
+            "extreme_flush_dirty_page".into(),
+            on_off(s.extreme_flush_dirty_page),
+        );
+        settings.insert(
+            "pagewriter_threads".into(),
+            s.pagewriter_threads.to_string(),
+        );
+        settings.insert("dwb_batch_pages".into(), s.dwb_batch_pages.to_string());
         settings.insert(
             "synchronous_commit".into(),
             if s.synchronous_commit { "on" } else { "off" }.into(),

@@ -60,7 +60,11 @@ fn no_wait(_: Xid) -> Result<()> {
 fn btree_matches_model_with_eviction() {
     let dir = tempfile::tempdir().unwrap();
     let pool = pool(dir.path(), 64);
-    let mut writers = PageWriters::start(pool.clone(), 1, Duration::from_millis(2));
+    let mut writers = PageWriters::start(
+        pool.clone(),
+        Arc::new(crate::buffer::page_writer::FlushControl::new(1)),
+        Duration::from_millis(2),
+    );
     BTree::create(&pool, REL, Xid(3)).unwrap();
     let t = BTree::open(&pool, REL, false, "t_idx");
     let mut model: BTreeMap<(Vec<u8>, Tid), ()> = BTreeMap::new();
