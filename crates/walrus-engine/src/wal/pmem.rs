@@ -41,6 +41,7 @@ type MapFileFn = unsafe extern "C" fn(
     is_pmem: *mut c_int,
 ) -> *mut c_void;
 type UnmapFn = unsafe extern "C" fn(addr: *mut c_void, len: usize) -> c_int;
+type IsPmemFn = unsafe extern "C" fn(addr: *const c_void, len: usize) -> c_int;
 type MemcpyNodrainFn =
     unsafe extern "C" fn(dest: *mut c_void, src: *const c_void, len: usize) -> *mut c_void;
 type DrainFn = unsafe extern "C" fn();
@@ -71,6 +72,7 @@ pub struct Pmem {
     library: String,
     map_file: MapFileFn,
     unmap: UnmapFn,
+    is_pmem: IsPmemFn,
     memcpy_nodrain: MemcpyNodrainFn,
     drain: DrainFn,
     errormsg: ErrormsgFn,
@@ -106,6 +108,7 @@ impl Pmem {
                 library: library.to_string(),
                 map_file: symbol::<MapFileFn>(&lib, library, "pmem_map_file")?,
                 unmap: symbol::<UnmapFn>(&lib, library, "pmem_unmap")?,
+                is_pmem: symbol::<IsPmemFn>(&lib, library, "pmem_is_pmem")?,
                 memcpy_nodrain: symbol::<MemcpyNodrainFn>(&lib, library, "pmem_memcpy_nodrain")?,
                 drain: symbol::<DrainFn>(&lib, library, "pmem_drain")?,
                 errormsg: symbol::<ErrormsgFn>(&lib, library, "pmem_errormsg")?,
@@ -184,11 +187,16 @@ impl Pmem {
         let Some(addr) = NonNull::new(addr.cast::<u8>()) else {
             return Err(map_err(self.last_error()));
         };
+        // pmem_map_file's answer is pmem_is_pmem's; ask the function itself as well, over
+        // the whole mapping, and believe the mapping is pmem only if both say so.
+        // SAFETY: `[addr, addr + mapped_len)` was just mapped by libpmem; the call reads
+        // only libpmem's own bookkeeping about that range.
+        let whole = unsafe { (self.is_pmem)(addr.as_ptr().cast::<c_void>(), mapped_len) };
         Ok(PmemMap {
             pmem: self.clone(),
             addr,
             len: mapped_len,
-            is_pmem: is_pmem != 0,
+            is_pmem: is_pmem != 0 && whole != 0,
         })
     }
 
@@ -242,7 +250,7 @@ impl PmemMap {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
-    /// `pmem_is_pmem` for the whole mapping, as `pmem_map_file` reported it.
+    /// `pmem_is_pmem` for the whole mapping (and `pmem_map_file`'s flag agreed).
     pub fn is_pmem(&self) -> bool {
         self.is_pmem
     }
