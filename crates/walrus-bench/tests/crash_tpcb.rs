@@ -187,9 +187,16 @@ fn crash_tpcb_pmem_wal_directory_on_tmpfs() {
         std::fs::canonicalize(wal_dir).unwrap(),
         "the data directory's wal is the tmpfs directory"
     );
-    let _c = run_cycles(c);
+    let c = run_cycles(c);
     assert!(
         std::fs::read_dir(wal_dir).unwrap().count() > 2,
         "segments were written in the tmpfs WAL directory"
+    );
+    // The runs really used the pmem method (and said it is not durable).
+    let chk = c.check();
+    assert!(
+        text(&chk).contains("wal_sync_method = pmem with PMEM_IS_PMEM_FORCE=1"),
+        "{}",
+        text(&chk)
     );
 }
