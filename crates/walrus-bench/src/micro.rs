@@ -30,7 +30,8 @@ pub struct MicroArgs {
     #[arg(long, default_value_t = 3)]
     seconds: u64,
     /// Run only measurements whose name contains this (raw, commit, walinsert, buffer,
-    /// recovery).
+    /// recovery, pmem). `pmem` needs libpmem and `PMEM_IS_PMEM_FORCE=1` (it runs on
+    /// /dev/shm: non-durable).
     #[arg(long)]
     only: Option<String>,
 }
@@ -68,6 +69,9 @@ fn micro(dir: &Path, secs: Duration, only: Option<&str>) -> anyhow::Result<()> {
             mb / secs_replay.max(1e-9),
             records / 1e3 / secs_replay.max(1e-9)
         );
+    }
+    if want("pmem") {
+        pmem_commits(secs)?;
     }
     if !want("commit") {
         return Ok(());
@@ -162,13 +166,75 @@ fn rss_mb() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// Group commit with `wal_sync_method = pmem` against fdatasync, both with the WAL on
+/// /dev/shm (tmpfs, forced: non-durable), at 1 and 16 threads; and how long the flush
+/// leader's copy into the mapping plus drain takes per drain (what making the WAL
+/// buffer the mapping could save at most).
+fn pmem_commits(secs: Duration) -> anyhow::Result<()> {
+    use walrus_engine::wal::pmem::{Pmem, LIBRARY_DEFAULT};
+    if !Pmem::forced() {
+        println!("| pmem | skipped: set PMEM_IS_PMEM_FORCE=1 (the WAL goes to /dev/shm) | — | — |");
+        return Ok(());
+    }
+    Pmem::load(LIBRARY_DEFAULT)?;
+    let shm = PathBuf::from(format!("/dev/shm/walrus-micro-pmem-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&shm);
+    std::fs::create_dir_all(&shm)?;
+    let result = (|| -> anyhow::Result<()> {
+        for threads in [1usize, 16] {
+            let fd = commits_with(
+                &shm.join(format!("fd{threads}")),
+                threads,
+                secs,
+                "fdatasync",
+            )?;
+            let pm = commits_with(&shm.join(format!("pm{threads}")), threads, secs, "pmem")?;
+            println!(
+                "| group commit, {threads} thread(s), WAL on tmpfs (non-durable): pmem (forced) | {:.0} commits/s | fdatasync on tmpfs {:.0}/s | {:.2}× |",
+                pm.rate, fd.rate, pm.rate / fd.rate
+            );
+            println!(
+                "| pmem, {threads} thread(s): copy into the mapping + drain | {:.1} µs per drain, {:.0} B per drain | {:.1} commits per drain | — |",
+                pm.copy_ns_per_drain / 1e3,
+                pm.bytes_per_drain,
+                pm.rate / pm.drains_per_sec.max(1.0)
+            );
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&shm);
+    result
+}
+
+/// What one commit run measured.
+struct CommitRun {
+    rate: f64,
+    rss_mb: f64,
+    syncs_per_sec: f64,
+    drains_per_sec: f64,
+    copy_ns_per_drain: f64,
+    bytes_per_drain: f64,
+}
+
 /// Commits/s of one-row insert transactions from `threads` threads, with the resident
 /// memory at the end and the WAL syncs/s the run needed.
 fn commits_per_sec(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result<(f64, f64, f64)> {
-    Engine::init(
-        dir,
-        Some(&walrus_engine::settings::default_config_text(16 << 20)),
-    )?;
+    let r = commits_with(dir, threads, secs, "fdatasync")?;
+    Ok((r.rate, r.rss_mb, r.syncs_per_sec))
+}
+
+/// [`commits_per_sec`] with the given `wal_sync_method`.
+fn commits_with(
+    dir: &Path,
+    threads: usize,
+    secs: Duration,
+    method: &str,
+) -> anyhow::Result<CommitRun> {
+    let config = walrus_engine::settings::default_config_text(16 << 20).replace(
+        "wal_sync_method = \"fdatasync\"",
+        &format!("wal_sync_method = \"{method}\""),
+    );
+    Engine::init(dir, Some(&config))?;
     let (engine, _) = Engine::open(dir)?;
     let mut t = engine.begin(Isolation::ReadCommitted);
     let def = t.create_table(
@@ -218,7 +284,13 @@ fn commits_per_sec(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result
         })
         .collect();
     let start = Instant::now();
-    let syncs_before = engine.wal().stats.syncs.load(Ordering::Relaxed);
+    let stats = &engine.wal().stats;
+    let syncs_before = stats.syncs.load(Ordering::Relaxed);
+    let pmem_before = (
+        stats.pmem_drains.load(Ordering::Relaxed),
+        stats.pmem_copy_ns.load(Ordering::Relaxed),
+        stats.pmem_bytes_copied.load(Ordering::Relaxed),
+    );
     std::thread::sleep(secs);
     stop.store(true, Ordering::Relaxed);
     for h in hs {
@@ -227,10 +299,21 @@ fn commits_per_sec(dir: &Path, threads: usize, secs: Duration) -> anyhow::Result
     }
     let elapsed = start.elapsed().as_secs_f64();
     let rate = count.load(Ordering::Relaxed) as f64 / elapsed;
-    let syncs = (engine.wal().stats.syncs.load(Ordering::Relaxed) - syncs_before) as f64 / elapsed;
+    let stats = &engine.wal().stats;
+    let syncs = (stats.syncs.load(Ordering::Relaxed) - syncs_before) as f64 / elapsed;
+    let drains = (stats.pmem_drains.load(Ordering::Relaxed) - pmem_before.0) as f64;
+    let copy_ns = (stats.pmem_copy_ns.load(Ordering::Relaxed) - pmem_before.1) as f64;
+    let bytes = (stats.pmem_bytes_copied.load(Ordering::Relaxed) - pmem_before.2) as f64;
     let rss = rss_mb();
     engine.shutdown()?;
-    Ok((rate, rss, syncs))
+    Ok(CommitRun {
+        rate,
+        rss_mb: rss,
+        syncs_per_sec: syncs,
+        drains_per_sec: drains / elapsed,
+        copy_ns_per_drain: copy_ns / drains.max(1.0),
+        bytes_per_drain: bytes / drains.max(1.0),
+    })
 }
 
 /// Insert rate *into the WAL buffer*: a ring large enough to take the whole run, so no

@@ -115,6 +115,25 @@ fn quick_insert_reports_numbers_for_both_systems() {
             "WAL bytes for both systems: {wal:?}"
         );
     }
+    // With libpmem: the pmem rows (forced, on tmpfs), at 32 clients and at one, labelled
+    // non-durable, with numbers for both sides.
+    if common::libpmem_or_skip() {
+        for heading in [
+            "#### walrus `wal_sync_method = pmem`",
+            "#### walrus pmem vs fdatasync, both WAL on tmpfs",
+            "#### 1 client: one-row insert latency",
+        ] {
+            let tps = row(&report, heading, "TPS");
+            assert!(
+                tps.iter()
+                    .take(2)
+                    .all(|c| leading_number(c).is_some_and(|v| v > 0.0)),
+                "TPS under {heading}: {tps:?}\n{report}"
+            );
+        }
+        assert!(report
+            .contains("non-durable: measures the syscall and page-cache savings, not persistence"));
+    }
     let left = processes_under(tmp.path());
     assert!(left.is_empty(), "processes left behind: {left:?}");
     let dirs: Vec<_> = std::fs::read_dir(tmp.path())

@@ -37,6 +37,10 @@ fn crash_cycles_with(sets: &[&str], run_args: &[&str]) -> Cluster {
     sets.push("autovacuum_naptime=50ms");
     let mut c = Cluster::new(&sets);
     c.run_args = run_args.iter().map(|a| a.to_string()).collect();
+    run_cycles(c)
+}
+
+fn run_cycles(c: Cluster) -> Cluster {
     let mut rng = Rng::from_env();
     for cycle in 0..cycles() {
         let mut child = c.start_workload(8, &[]);
@@ -146,5 +150,53 @@ fn crash_tpcb_fpw_with_clog_truncation() {
     assert!(
         lowest > 0,
         "no clog segment was ever truncated: the test did not exercise truncation"
+    );
+}
+
+/// `wal_sync_method = pmem`: the WAL lives in a tmpfs directory apart from the data
+/// directory (`walrus init --wal-directory`), mapped through the real libpmem with
+/// `PMEM_IS_PMEM_FORCE=1` (tmpfs is not persistent memory). A SIGKILL loses no store
+/// into a shared mapping, so every acknowledged commit (drained before it was
+/// acknowledged) must be found after recovery, with the sums intact. What a power cut
+/// would do to real PMEM is not tested here: tmpfs has none to lose.
+///
+/// Without libpmem installed this test skips, unless `CI` is set: then it fails.
+#[test]
+fn crash_tpcb_pmem_wal_directory_on_tmpfs() {
+    if !common::libpmem_or_skip() {
+        return;
+    }
+    let wal_tmp = tempfile::Builder::new()
+        .prefix("walrus-crash-pmem")
+        .tempdir_in("/dev/shm")
+        .expect("a directory on tmpfs (/dev/shm)");
+    let wal_dir = wal_tmp.path().join("wal");
+    let wal_dir = wal_dir.to_str().expect("utf-8 path");
+    let c = Cluster::new_with(
+        &[
+            "page_protection=fpw",
+            "wal_sync_method=pmem",
+            "autovacuum_naptime=50ms",
+        ],
+        &["--wal-directory", wal_dir, "--wal-sync-method", "pmem"],
+        &[("PMEM_IS_PMEM_FORCE", "1")],
+        Some(wal_tmp),
+    );
+    assert_eq!(
+        std::fs::canonicalize(c.data.join("wal")).unwrap(),
+        std::fs::canonicalize(wal_dir).unwrap(),
+        "the data directory's wal is the tmpfs directory"
+    );
+    let c = run_cycles(c);
+    assert!(
+        std::fs::read_dir(wal_dir).unwrap().count() > 2,
+        "segments were written in the tmpfs WAL directory"
+    );
+    // The runs really used the pmem method (and said it is not durable).
+    let chk = c.check();
+    assert!(
+        text(&chk).contains("wal_sync_method = pmem with PMEM_IS_PMEM_FORCE=1"),
+        "{}",
+        text(&chk)
     );
 }

@@ -36,6 +36,11 @@ pub enum Error {
     #[error("WAL is damaged or missing: {0}")]
     BadWal(String),
 
+    /// `wal_sync_method = pmem` cannot be used: libpmem is missing, or the WAL directory
+    /// is not persistent memory.
+    #[error(transparent)]
+    Pmem(#[from] crate::wal::pmem::PmemError),
+
     #[error("could not decode {what} at {at}: {reason}")]
     Decode {
         what: &'static str,
@@ -148,6 +153,8 @@ impl Error {
             Error::RowTooBig { .. } => "54000",
             Error::Unusable(_) => "57P03",
             Error::Internal(_) => "XX000",
+            // system_error: the machine lacks the library or the device.
+            Error::Pmem(_) => "58000",
         }
     }
 

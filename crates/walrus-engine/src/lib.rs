@@ -15,8 +15,9 @@
 //! | `storage`  | page format + checksum, relation files, control file                |
 //! | `io`       | the OS seam; test harnesses hook it (tears, power cuts, errors)     |
 //!
-//! `unsafe` is allowed only in `wal::buffer` (concurrent copies into reserved ranges) and
-//! `buffer::arena` (the pool's page memory, one lazily zero-filled mapping).
+//! `unsafe` is allowed only in `wal::buffer` (concurrent copies into reserved ranges),
+//! `wal::pmem` (libpmem loaded at run time) and `buffer::arena` (the pool's page memory,
+//! one lazily zero-filled mapping).
 
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 

@@ -22,6 +22,13 @@ pub struct Settings {
     pub checkpoint_timeout: Duration,
     pub checkpoint_completion_target: f64,
     pub wal_sync_method: SyncMethod,
+    /// Where WAL segments live when not in the data directory (PostgreSQL's
+    /// `initdb --waldir`): fixed by `walrus init`, which makes `data_dir/wal` a symbolic
+    /// link to it; a later open checks that the link still points there.
+    pub wal_directory: Option<std::path::PathBuf>,
+    /// The libpmem `wal_sync_method = pmem` loads (a name `dlopen` searches for, or a
+    /// path, e.g. to a PMDK built from source).
+    pub wal_pmem_library: String,
     pub page_protection: PageProtection,
     /// `atomic` or `auto` as written; resolved against the device at init and open.
     pub page_protection_requested: Option<String>,
@@ -75,6 +82,8 @@ impl Default for Settings {
             checkpoint_timeout: Duration::from_secs(300),
             checkpoint_completion_target: 0.9,
             wal_sync_method: SyncMethod::Fdatasync,
+            wal_directory: None,
+            wal_pmem_library: crate::wal::pmem::LIBRARY_DEFAULT.to_string(),
             page_protection: PageProtection::Fpw,
             page_protection_requested: None,
             dwb_batch_pages: 64,
@@ -133,8 +142,15 @@ max_wal_size = "1GB"
 checkpoint_timeout = "5min"
 # Spread a timed checkpoint's writes over this fraction of checkpoint_timeout.
 checkpoint_completion_target = 0.9
-# fdatasync (default) | fsync | open_datasync | none (tests only: no durability)
+# fdatasync (default) | fsync | open_datasync | none (tests only: no durability) |
+# pmem (WAL segments mapped with libpmem on a DAX file system: a commit is a pmem_drain,
+# no system call; needs libpmem1 and wal_directory on persistent memory)
 wal_sync_method = "fdatasync"
+# Keep WAL outside the data directory, e.g. on a DAX file system for pmem. Fixed when the
+# data directory is created (`walrus init --wal-directory`); empty: DIR/wal.
+wal_directory = ""
+# The libpmem wal_sync_method = pmem loads (Debian: package libpmem1).
+wal_pmem_library = "libpmem.so.1"
 # Torn-page protection: fpw (full-page images in WAL) | dwb (batched double-write
 # buffer: no images) | none (detect only)
 page_protection = "fpw"
@@ -284,7 +300,20 @@ impl Settings {
             }
             "wal_sync_method" => {
                 self.wal_sync_method = SyncMethod::parse(value)
-                    .ok_or_else(|| bad("expected fdatasync, fsync, open_datasync or none"))?
+                    .ok_or_else(|| bad("expected fdatasync, fsync, open_datasync, pmem or none"))?
+            }
+            "wal_directory" => {
+                self.wal_directory = match value.trim() {
+                    "" => None,
+                    v if Path::new(v).is_absolute() => Some(v.into()),
+                    _ => return Err(bad("expected an absolute path, or empty")),
+                }
+            }
+            "wal_pmem_library" => {
+                if value.trim().is_empty() {
+                    return Err(bad("expected a library name or path"));
+                }
+                self.wal_pmem_library = value.to_string();
             }
             "fsync" => {
                 if !parse_bool(value).ok_or_else(|| bad("expected on or off"))? {

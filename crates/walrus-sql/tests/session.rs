@@ -585,6 +585,20 @@ fn synchronous_commit_is_per_session_and_the_wal_writer_shows_itself() {
         q.rows
     );
     assert_eq!(q.rows[0][2], Datum::Int8(0), "{:?}", q.rows);
+    // The sync method and what it promises; the pmem counters stay zero without pmem.
+    let q = ok(
+        &mut s,
+        "select wal_sync_method, durability, pmem_drains, pmem_bytes_copied from walrus_stat_wal",
+    );
+    assert_eq!(
+        q.rows[0],
+        vec![
+            Datum::Text("fdatasync".into()),
+            Datum::Text("durable".into()),
+            Datum::Int8(0),
+            Datum::Int8(0)
+        ]
+    );
     drop(s);
     e.shutdown().unwrap();
 }

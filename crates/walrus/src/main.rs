@@ -32,6 +32,14 @@ enum Command {
         /// WAL segment size (fixed at init), e.g. 16MB.
         #[arg(long)]
         wal_segment_size: Option<String>,
+        /// Keep the WAL in this directory instead of DIR/wal (PostgreSQL's
+        /// `initdb --waldir`), e.g. on a DAX file system for `wal_sync_method = pmem`.
+        /// DIR/wal becomes a symbolic link to it.
+        #[arg(long)]
+        wal_directory: Option<PathBuf>,
+        /// `wal_sync_method` to write into walrus.toml (default fdatasync).
+        #[arg(long)]
+        wal_sync_method: Option<String>,
     },
     /// Run the PostgreSQL-compatible server (creates the data directory if missing).
     Serve(serve::ServeArgs),
@@ -70,7 +78,9 @@ fn main() {
         Command::Init {
             dir,
             wal_segment_size,
-        } => init(&dir, wal_segment_size),
+            wal_directory,
+            wal_sync_method,
+        } => init(&dir, wal_segment_size, wal_directory, wal_sync_method),
         Command::Serve(a) => serve::serve(a),
         Command::Stop { dir } => serve::stop(&dir),
         Command::Recover { dir } => recover(&dir),
@@ -83,12 +93,35 @@ fn main() {
     }
 }
 
-fn init(dir: &std::path::Path, seg: Option<String>) -> anyhow::Result<()> {
+fn init(
+    dir: &std::path::Path,
+    seg: Option<String>,
+    wal_directory: Option<PathBuf>,
+    wal_sync_method: Option<String>,
+) -> anyhow::Result<()> {
     let mut text = walrus_engine::settings::default_config_text(64 << 20);
     if let Some(s) = seg {
         let bytes = walrus_engine::settings::parse_size(&s)
             .ok_or_else(|| anyhow::anyhow!("invalid --wal-segment-size \"{s}\""))?;
         text = walrus_engine::settings::default_config_text(bytes);
+    }
+    if let Some(w) = wal_directory {
+        let w = std::path::absolute(&w)?;
+        let w = w
+            .to_str()
+            .ok_or_else(|| anyhow::anyhow!("--wal-directory must be valid UTF-8"))?;
+        // TOML basic strings escape backslashes and quotes.
+        let quoted = w.replace('\\', "\\\\").replace('"', "\\\"");
+        text = text.replace(
+            "wal_directory = \"\"",
+            &format!("wal_directory = \"{quoted}\""),
+        );
+    }
+    if let Some(m) = wal_sync_method {
+        text = text.replace(
+            "wal_sync_method = \"fdatasync\"",
+            &format!("wal_sync_method = \"{m}\""),
+        );
     }
     walrus_engine::Engine::init(dir, Some(&text))?;
     println!("created walrus data directory {}", dir.display());

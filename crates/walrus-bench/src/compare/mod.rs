@@ -33,7 +33,10 @@ use anyhow::{bail, Context};
 use measure::Measurement;
 use pgbench::{Options, Workload};
 use process::check_interrupt;
-use report::{median_run, pair_table, ratio, show, spread, table, Metric, Spread, LOAD_METRICS};
+use report::{
+    median_run, named_pair_table, pair_table, ratio, show, spread, table, Metric, Spread,
+    LOAD_METRICS,
+};
 use server::{Server, Settings, System, Variant};
 
 const SCENARIOS: &[&str] = &[
@@ -191,7 +194,7 @@ impl Plan {
         match scenario {
             "fpw" | "dwb" => 4.0 * i + 4.0 * reps * r,
             "eviction" => 4.0 * 5.0 * i + 4.0 * reps * r,
-            "insert" => 6.0 * 4.0 + 6.0 * reps * r,
+            "insert" => 7.0 * 4.0 + 10.0 * reps * r,
             "checkpoint" => 2.0 * i + 2.0 * reps * (r + 5.0),
             "recovery" => 2.0 * i + 2.0 * reps * (self.duration as f64 + 10.0),
             "scaling" => 2.0 * i + self.scaling_clients().len() as f64 * 2.0 * reps * r,
@@ -641,6 +644,16 @@ fn prepare(ctx: &mut Ctx, scenario: &str, v: &Variant, setup: Setup) -> anyhow::
         .work
         .join(format!("{scenario}-{}-{slug}", v.system.name()));
     let mut s = Server::create(&ctx.tools, v, &root, port)?;
+    // The pmem method refuses a WAL that is not on (forced) persistent memory, so its WAL
+    // moves to tmpfs before the first start; the others are loaded on disk first.
+    let move_first = v.settings.pmem_forced;
+    assert!(
+        !move_first || v.settings.wal_on_tmpfs,
+        "pmem runs on tmpfs here"
+    );
+    if move_first {
+        move_wal(ctx, &mut s)?;
+    }
     s.start(START_LIMIT)?;
     if s.system == System::Postgres {
         s.query_postgres_db("create database bench")?;
@@ -652,13 +665,17 @@ fn prepare(ctx: &mut Ctx, scenario: &str, v: &Variant, setup: Setup) -> anyhow::
         }
     }
     s.stop()?;
-    if v.settings.wal_on_tmpfs {
-        if !ctx.shm.exists() {
-            create_open_dir(&ctx.shm)?;
-        }
-        s.move_wal_to_tmpfs(&ctx.shm)?;
+    if v.settings.wal_on_tmpfs && !move_first {
+        move_wal(ctx, &mut s)?;
     }
     Ok(s)
+}
+
+fn move_wal(ctx: &Ctx, s: &mut Server) -> anyhow::Result<()> {
+    if !ctx.shm.exists() {
+        create_open_dir(&ctx.shm)?;
+    }
+    s.move_wal_to_tmpfs(&ctx.shm)
 }
 
 fn variant(system: System, label: &str, settings: &Settings) -> Variant {
@@ -834,11 +851,11 @@ fn scenario_dwb(ctx: &mut Ctx) -> anyhow::Result<String> {
          #### walrus dwb vs walrus fpw\n\n{}\n",
         ctx.plan.scale,
         pair_table(&variants[0].label, &r[0], &variants[1].label, &r[1]),
-        report::named_pair_table(
+        named_pair_table(
             ("walrus", &variants[3].label, &r[3]),
             ("walrus", &variants[1].label, &r[1])
         ),
-        report::named_pair_table(
+        named_pair_table(
             ("walrus", &variants[2].label, &r[2]),
             ("walrus", &variants[1].label, &r[1])
         ),
@@ -897,14 +914,21 @@ fn scenario_eviction(ctx: &mut Ctx) -> anyhow::Result<String> {
     ))
 }
 
-/// insert (pmem WAL paper): 1 KiB-row inserts, 32 clients; WAL on disk and on tmpfs.
+/// The label of every result whose WAL was on tmpfs.
+const NON_DURABLE: &str =
+    "non-durable: measures the syscall and page-cache savings, not persistence";
+
+/// insert (pmem WAL paper): 1 KiB-row inserts, 32 clients; WAL on disk and on tmpfs,
+/// and walrus's `wal_sync_method = pmem` on tmpfs (forced), then one client alone.
 fn scenario_insert(ctx: &mut Ctx) -> anyhow::Result<String> {
     let disk = Settings::new("1GB", "5min");
     let mut shm = disk.clone();
     shm.wal_on_tmpfs = true;
     let mut asynchronous = disk.clone();
     asynchronous.synchronous_commit = false;
-    let variants = [
+    let mut pmem = shm.clone();
+    pmem.pmem_forced = true;
+    let mut variants = vec![
         variant(System::Postgres, "WAL on disk", &disk),
         variant(System::Walrus, "WAL on disk", &disk),
         variant(System::Postgres, "WAL on tmpfs", &shm),
@@ -912,6 +936,11 @@ fn scenario_insert(ctx: &mut Ctx) -> anyhow::Result<String> {
         variant(System::Postgres, "synchronous_commit=off", &asynchronous),
         variant(System::Walrus, "synchronous_commit=off", &asynchronous),
     ];
+    // The pmem rows need libpmem; without it the rest of the scenario still runs.
+    let libpmem = walrus_engine::wal::pmem::Pmem::load(walrus_engine::wal::pmem::LIBRARY_DEFAULT);
+    if libpmem.is_ok() {
+        variants.push(variant(System::Walrus, "pmem, WAL on tmpfs", &pmem));
+    }
     let script = ctx.work.join("insert.sql");
     std::fs::write(
         &script,
@@ -926,7 +955,25 @@ fn scenario_insert(ctx: &mut Ctx) -> anyhow::Result<String> {
         detailed: true,
     };
     let r = measure_all(ctx, "insert", &mut servers, &o)?;
-    drop(servers);
+    let pmem_sections = match &libpmem {
+        Ok(_) => {
+            // One client alone: the latency of a one-row insert, walrus only (disk,
+            // tmpfs, pmem).
+            let mut alone = vec![servers.remove(6), servers.remove(3), servers.remove(1)];
+            drop(servers);
+            let one = Options {
+                clients: 1,
+                ..o.clone()
+            };
+            let single = measure_all(ctx, "insert-1-client", &mut alone, &one)?;
+            drop(alone);
+            pmem_insert_sections(&variants, &r, &single)
+        }
+        Err(e) => {
+            drop(servers);
+            format!("#### walrus `wal_sync_method = pmem`\n\nnot measured: {e}\n")
+        }
+    };
     let rows: Vec<Vec<String>> = [&LOAD_METRICS[0], &LOAD_METRICS[3]]
         .iter()
         .map(|m| {
@@ -947,9 +994,9 @@ fn scenario_insert(ctx: &mut Ctx) -> anyhow::Result<String> {
          non-durable). The asynchronous rows keep the WAL on disk with \
          `synchronous_commit = off` on both systems (PostgreSQL's walwriter and walrus's WAL \
          writer at `wal_writer_delay = 200ms`: a crash may lose the last ~600 ms of commits).\n\n\
-         #### WAL on disk\n\n{}\n#### WAL on tmpfs (non-durable)\n\n{}\n\
+         #### WAL on disk\n\n{}\n#### WAL on tmpfs ({NON_DURABLE})\n\n{}\n\
          #### synchronous_commit = off, WAL on disk\n\n{}\n\
-         #### moving the WAL to tmpfs, each system against itself\n\n{}\n",
+         #### moving the WAL to tmpfs, each system against itself\n\n{}\n{pmem_sections}",
         pair_table(&variants[0].label, &r[0], &variants[1].label, &r[1]),
         pair_table(&variants[2].label, &r[2], &variants[3].label, &r[3]),
         pair_table(&variants[4].label, &r[4], &variants[5].label, &r[5]),
@@ -960,8 +1007,41 @@ fn scenario_insert(ctx: &mut Ctx) -> anyhow::Result<String> {
                 "walrus tmpfs / disk".into()
             ],
             &rows
-        )
+        ),
     ))
+}
+
+/// The insert scenario's pmem tables: 32 clients against walrus fdatasync on disk and on
+/// tmpfs (`r`, indexed like `variants`), then one client (`single`: pmem, tmpfs, disk).
+fn pmem_insert_sections(
+    variants: &[Variant],
+    r: &[Vec<Measurement>],
+    single: &[Vec<Measurement>],
+) -> String {
+    format!(
+        "#### walrus `wal_sync_method = pmem` (libpmem, `PMEM_IS_PMEM_FORCE=1`, WAL on tmpfs; \
+         {NON_DURABLE}) vs fdatasync, WAL on disk\n\n{}\n\
+         #### walrus pmem vs fdatasync, both WAL on tmpfs ({NON_DURABLE}): what the \
+         method itself buys\n\n{}\n\
+         #### 1 client: one-row insert latency, walrus\n\n\
+         pmem and the tmpfs row: {NON_DURABLE}.\n\n{}\n{}\n",
+        named_pair_table(
+            ("walrus", &variants[1].label, &r[1]),
+            ("walrus", &variants[6].label, &r[6])
+        ),
+        named_pair_table(
+            ("walrus", &variants[3].label, &r[3]),
+            ("walrus", &variants[6].label, &r[6])
+        ),
+        named_pair_table(
+            ("walrus", &variants[1].label, &single[2]),
+            ("walrus", &variants[6].label, &single[0])
+        ),
+        named_pair_table(
+            ("walrus", &variants[3].label, &single[1]),
+            ("walrus", &variants[6].label, &single[0])
+        ),
+    )
 }
 
 /// What the checkpoint scenario measures per run.

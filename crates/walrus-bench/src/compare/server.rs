@@ -44,6 +44,9 @@ pub struct Settings {
     pub double_write: bool,
     /// walrus only: further `name = value` lines for its walrus.toml (values as TOML).
     pub walrus_extra: Vec<(String, String)>,
+    /// walrus only: `wal_sync_method = pmem`, served with `PMEM_IS_PMEM_FORCE=1` (for a
+    /// WAL on tmpfs, which is not persistent memory: non-durable).
+    pub pmem_forced: bool,
 }
 
 impl Settings {
@@ -58,6 +61,7 @@ impl Settings {
             synchronous_commit: true,
             double_write: false,
             walrus_extra: Vec::new(),
+            pmem_forced: false,
         }
     }
 }
@@ -80,6 +84,8 @@ pub struct Server {
     proc: Option<ProcGuard>,
     /// The tmpfs directory holding the WAL, removed with the server.
     tmpfs_wal: Option<PathBuf>,
+    /// walrus: serve with `PMEM_IS_PMEM_FORCE=1` (`Settings::pmem_forced`).
+    pmem_forced: bool,
 }
 
 impl Server {
@@ -101,6 +107,7 @@ impl Server {
             tools: tools.clone(),
             proc: None,
             tmpfs_wal: None,
+            pmem_forced: v.settings.pmem_forced,
         })
     }
 
@@ -122,7 +129,13 @@ impl Server {
             .open(&self.log)?;
         let mut cmd = match self.system {
             System::Postgres => postgres::command(&self.tools, &self.data),
-            System::Walrus => walrus_server::command(&self.tools, &self.data, self.port),
+            System::Walrus => {
+                let mut cmd = walrus_server::command(&self.tools, &self.data, self.port);
+                if self.pmem_forced {
+                    cmd.env("PMEM_IS_PMEM_FORCE", "1");
+                }
+                cmd
+            }
         };
         cmd.stdin(Stdio::null())
             .stdout(log.try_clone()?)

@@ -41,7 +41,7 @@ pub fn init(tools: &Tools, data: &Path, s: &Settings, _root: &Path) -> anyhow::R
          checkpoint_timeout = \"{}\"\n\
          synchronous_commit = \"{}\"\n\
          page_protection = \"{}\"\n\
-         wal_sync_method = \"fdatasync\"\n",
+         wal_sync_method = \"{}\"\n",
         s.max_connections,
         s.shared_buffers,
         s.max_wal_size,
@@ -53,7 +53,8 @@ pub fn init(tools: &Tools, data: &Path, s: &Settings, _root: &Path) -> anyhow::R
             "fpw"
         } else {
             "none"
-        }
+        },
+        if s.pmem_forced { "pmem" } else { "fdatasync" }
     );
     let mut conf = conf;
     for (k, v) in &s.walrus_extra {

@@ -32,18 +32,39 @@ pub struct Cluster {
     pub sets: Vec<String>,
     /// Extra `tpcb-run` arguments.
     pub run_args: Vec<String>,
+    /// Environment of every child (`PMEM_IS_PMEM_FORCE=1` for the pmem mode).
+    pub env: Vec<(String, String)>,
+    /// The WAL directory outside the data directory, when there is one (on tmpfs).
+    pub _wal_tmp: Option<tempfile::TempDir>,
 }
 
 impl Cluster {
     /// A fresh data directory with small segments and buffers so checkpoints, segment
     /// recycling and eviction all happen within a short run.
     pub fn new(sets: &[&str]) -> Cluster {
+        Cluster::new_with(sets, &[], &[], None)
+    }
+
+    /// [`Cluster::new`] with extra `walrus init` arguments, an environment for every
+    /// child, and a WAL directory kept (and removed) with the cluster.
+    pub fn new_with(
+        sets: &[&str],
+        init_args: &[&str],
+        env: &[(&str, &str)],
+        wal_tmp: Option<tempfile::TempDir>,
+    ) -> Cluster {
         let tmp = tempfile::tempdir().expect("tempdir");
         let data = tmp.path().join("data");
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let out = walrus()
             .arg("init")
             .arg(&data)
             .args(["--wal-segment-size", "1MB"])
+            .args(init_args)
+            .envs(env.iter().cloned())
             .output()
             .expect("run walrus init");
         assert!(
@@ -62,6 +83,8 @@ impl Cluster {
             acks,
             sets: sets.iter().map(|s| s.to_string()).collect(),
             run_args: Vec::new(),
+            env,
+            _wal_tmp: wal_tmp,
             _tmp: tmp,
         }
     }
@@ -93,6 +116,7 @@ impl Cluster {
             .args(&self.run_args)
             .args(extra)
             .args(self.set_args())
+            .envs(self.env.iter().cloned())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn workload");
@@ -129,6 +153,7 @@ impl Cluster {
             .arg("--acks")
             .arg(&self.acks)
             .args(self.set_args())
+            .envs(self.env.iter().cloned())
             .output()
             .expect("run tpcb-check")
     }
@@ -200,4 +225,17 @@ pub fn data_path(c: &Cluster, rel: &str) -> PathBuf {
 
 pub fn exists(p: &Path) -> bool {
     p.exists()
+}
+
+/// Whether libpmem (`libpmem.so.1`) can be loaded, for the pmem tests: outside CI a
+/// missing library skips the test (with a line saying so), under `CI` it fails it.
+pub fn libpmem_or_skip() -> bool {
+    match walrus_engine::wal::pmem::Pmem::load(walrus_engine::wal::pmem::LIBRARY_DEFAULT) {
+        Ok(_) => true,
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("SKIPPED: {e}");
+            false
+        }
+        Err(e) => panic!("CI is set and libpmem is missing: {e}"),
+    }
 }

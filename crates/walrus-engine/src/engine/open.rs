@@ -60,9 +60,24 @@ impl Engine {
         };
         settings.apply_toml(&text)?;
         settings.resolve_page_protection(dir)?;
+        if let Some(wal_dir) = &settings.wal_directory {
+            link_wal_directory(dir, wal_dir)?;
+        }
+        // Before the configuration file is written: a refused WAL directory (no libpmem,
+        // not persistent memory) leaves no data directory behind, and init can be rerun.
+        let segs = Segments::open_with(
+            dir,
+            settings.wal_segment_size,
+            settings.wal_sync_method,
+            &settings.wal_pmem_library,
+        )
+        .inspect_err(|_| {
+            if settings.wal_directory.is_some() {
+                let _ = std::fs::remove_file(dir.join("wal"));
+            }
+        })?;
         std::fs::write(dir.join(crate::settings::CONFIG_FILE), text)
             .map_err(|e| Error::io("write configuration file", dir.display(), e))?;
-        let segs = Segments::new(dir, settings.wal_segment_size, settings.wal_sync_method)?;
         let relfiles = crate::storage::relfile::RelFiles::open(dir)?;
         relfiles.create(CATALOG_RELFILE)?;
         std::fs::create_dir_all(dir.join("clog"))
@@ -138,7 +153,30 @@ impl Engine {
         if settings.wal_sync_method == SyncMethod::None {
             tracing::warn!("wal_sync_method = none: commits are NOT durable (testing only)");
         }
-        let segs = Segments::new(dir, cd.wal_segment_size, settings.wal_sync_method)?;
+        if let Some(wal_dir) = &settings.wal_directory {
+            check_wal_directory(dir, wal_dir)?;
+        }
+        let segs = Segments::open_with(
+            dir,
+            cd.wal_segment_size,
+            settings.wal_sync_method,
+            &settings.wal_pmem_library,
+        )?;
+        if settings.wal_sync_method == SyncMethod::Pmem {
+            if crate::wal::pmem::Pmem::forced() {
+                tracing::warn!(
+                    "wal_sync_method = pmem with PMEM_IS_PMEM_FORCE=1: libpmem calls {} \
+                     persistent memory without checking; on tmpfs or DRAM commits are NOT \
+                     durable (testing only)",
+                    resolved(segs.dir()).display()
+                );
+            } else {
+                tracing::info!(
+                    "wal_sync_method = pmem: WAL segments in {} are mapped persistent memory",
+                    resolved(segs.dir()).display()
+                );
+            }
+        }
         let leftovers = segs.remove_temp_files()?;
         if leftovers > 0 {
             tracing::info!("removed {leftovers} half-created WAL segment file(s)");
@@ -439,4 +477,55 @@ fn wal_config(s: &Settings) -> WalConfig {
         sync_method: s.wal_sync_method,
         compress_images: s.wal_compression,
     }
+}
+
+/// `walrus init` with `wal_directory`: the WAL goes to `wal_dir` (created if missing, and
+/// refused if it already holds segments of another cluster) and `dir/wal` becomes a
+/// symbolic link to it, so every reader of `dir/wal` (recovery, `walrus waldump`) finds
+/// it, as PostgreSQL's `initdb --waldir` does with `pg_wal`.
+fn link_wal_directory(dir: &Path, wal_dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(wal_dir)
+        .map_err(|e| Error::io("create WAL directory", wal_dir.display(), e))?;
+    let occupied = std::fs::read_dir(wal_dir)
+        .map_err(|e| Error::io("read directory", wal_dir.display(), e))?
+        .next()
+        .is_some();
+    if occupied {
+        return Err(Error::BadDataDirectory {
+            dir: dir.display().to_string(),
+            reason: format!("wal_directory \"{}\" is not empty", wal_dir.display()),
+        });
+    }
+    let link = dir.join("wal");
+    std::os::unix::fs::symlink(wal_dir, &link)
+        .map_err(|e| Error::io("create symbolic link", link.display(), e))?;
+    crate::storage::relfile::sync_dir(dir)
+}
+
+/// At open: `dir/wal` must still lead to `wal_directory` (the setting cannot move WAL;
+/// pointing it elsewhere would start an empty log and lose every commit since the last
+/// checkpoint).
+fn check_wal_directory(dir: &Path, wal_dir: &Path) -> Result<()> {
+    let link = dir.join("wal");
+    let found = std::fs::canonicalize(&link)
+        .map_err(|e| Error::io("resolve WAL directory", link.display(), e))?;
+    let wanted = std::fs::canonicalize(wal_dir)
+        .map_err(|e| Error::io("resolve wal_directory", wal_dir.display(), e))?;
+    if found != wanted {
+        return Err(Error::BadDataDirectory {
+            dir: dir.display().to_string(),
+            reason: format!(
+                "wal_directory is \"{}\" but the WAL is in \"{}\" (the WAL location is \
+                 fixed by walrus init)",
+                wal_dir.display(),
+                found.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `path` with links resolved (`wal` may lead to `wal_directory`), for log lines.
+fn resolved(path: &Path) -> std::path::PathBuf {
+    std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
 }

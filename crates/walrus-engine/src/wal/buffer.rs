@@ -75,6 +75,32 @@ impl WalBuffer {
             std::ptr::copy_nonoverlapping(base, dst.as_mut_ptr().add(first), dst.len() - first);
         }
     }
+
+    /// The ring bytes of `[lsn, lsn + len)` in place, as one or two slices (two when the
+    /// range wraps), handed to `each` in LSN order: the pmem writer copies them straight
+    /// into the mapped segment, without staging them in a buffer first.
+    ///
+    /// # Safety
+    /// As for [`WalBuffer::copy_out`]: the range is quiescent for the whole call.
+    pub unsafe fn read_in_place(&self, lsn: Lsn, len: usize, mut each: impl FnMut(&[u8])) {
+        let cap = self.bytes.len();
+        assert!(len <= cap);
+        let start = (lsn.0 % cap as u64) as usize;
+        let first = len.min(cap - start);
+        let base = UnsafeCell::raw_get(self.bytes.as_ptr()) as *const u8;
+        // SAFETY: bounds as in `copy_in`; no inserter writes the range while the slices
+        // live (the caller's contract), so shared references to it are sound.
+        let (head, tail) = unsafe {
+            (
+                std::slice::from_raw_parts(base.add(start), first),
+                std::slice::from_raw_parts(base, len - first),
+            )
+        };
+        each(head);
+        if !tail.is_empty() {
+            each(tail);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -93,6 +119,9 @@ mod tests {
             let mut head = [0u8; 4];
             b.copy_out(Lsn(16), &mut head);
             assert_eq!(head, [5, 6, 7, 8]);
+            let mut parts = Vec::new();
+            b.read_in_place(Lsn(12), 8, |p| parts.push(p.to_vec()));
+            assert_eq!(parts, vec![vec![1, 2, 3, 4], vec![5, 6, 7, 8]]);
         }
     }
 }

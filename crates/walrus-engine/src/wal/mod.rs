@@ -2,6 +2,7 @@
 
 pub mod buffer;
 mod group_commit;
+pub mod pmem;
 pub mod reader;
 pub mod record;
 pub mod segment;
@@ -63,6 +64,12 @@ pub struct WalStats {
     pub segments_prepared_ahead: AtomicU64,
     /// Segments a session had to create itself before it could write (`ensure_headroom`).
     pub segments_created_by_sessions: AtomicU64,
+    /// `wal_sync_method = pmem`: `pmem_drain` calls (one per write-out), WAL bytes copied
+    /// into mapped segments with `pmem_memcpy_nodrain`, and the time those copies and
+    /// drains took (the part of a flush the mapping-as-buffer design could save).
+    pub pmem_drains: AtomicU64,
+    pub pmem_bytes_copied: AtomicU64,
+    pub pmem_copy_ns: AtomicU64,
 }
 
 pub struct WalConfig {
@@ -347,6 +354,51 @@ impl Wal {
         if limit <= from {
             return;
         }
+        if self.segments.is_mapped() {
+            self.copy_to_mappings(from, limit);
+        } else {
+            self.write_chunks(from, limit, &mut touched);
+        }
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.written.store(limit.0, Ordering::Release);
+        drop(touched);
+        self.space.1.notify_all();
+    }
+
+    /// `pmem`: stores `[from, limit)` from the ring straight into the mapped segments and
+    /// drains them, so with this method every byte below `written` is durable (the
+    /// drain is a fence on *this* thread's stores: whoever copies must drain, and
+    /// inserters and the WAL writer copy too, not only the flush leader).
+    fn copy_to_mappings(&self, from: Lsn, limit: Lsn) {
+        let started = std::time::Instant::now();
+        let len = limit.distance_from(from) as usize;
+        let mut at = from;
+        // SAFETY: as in `write_chunks`: [from, limit) is below inserted_upto and above
+        // `written`, and only `write_upto` (under `write_state`) moves `written`.
+        unsafe {
+            self.ring.read_in_place(from, len, |part| {
+                if let Err(e) = self.segments.write(at, part) {
+                    crate::fatal_io(
+                        "copy WAL to persistent memory",
+                        &std::io::Error::other(e.to_string()),
+                    );
+                }
+                at = at.add(part.len() as u64);
+            })
+        };
+        self.segments.drain();
+        self.stats.pmem_drains.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .pmem_bytes_copied
+            .fetch_add(len as u64, Ordering::Relaxed);
+        self.stats
+            .pmem_copy_ns
+            .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    }
+
+    /// Writes `[from, limit)` with `pwrite`, a chunk at a time, noting the segments
+    /// written (to be synced by the flush leader).
+    fn write_chunks(&self, from: Lsn, limit: Lsn, touched: &mut BTreeSet<u64>) {
         let mut chunk = vec![0u8; WRITE_CHUNK_BYTES.min(limit.distance_from(from) as usize)];
         let mut at = from;
         while at < limit {
@@ -354,7 +406,7 @@ impl Wal {
             let n = (limit.0.min(seg_end) - at.0).min(chunk.len() as u64) as usize;
             // SAFETY: [at, at+n) is below inserted_upto (all inserters done) and above
             // `written`, so no inserter may touch it until `written` moves past it, which
-            // only this function does, under `write_state`.
+            // only `write_upto` does, under `write_state`.
             unsafe { self.ring.copy_out(at, &mut chunk[..n]) };
             if let Err(e) = self.segments.write(at, &chunk[..n]) {
                 // The log cannot be extended: nothing later may become durable.
@@ -363,10 +415,6 @@ impl Wal {
             touched.insert(self.segments.segno(at));
             at = at.add(n as u64);
         }
-        self.stats.writes.fetch_add(1, Ordering::Relaxed);
-        self.written.store(limit.0, Ordering::Release);
-        drop(touched);
-        self.space.1.notify_all();
     }
 
     /// Group commit: returns once WAL up to `lsn` is durable. One caller at a time leads
@@ -455,13 +503,21 @@ impl Wal {
             }
             limit = self.inserted_upto();
         }
+        // pmem: the write *is* the sync (copy, then drain, in write_upto), so it is what
+        // the committers' polling budget must follow.
+        let write_start = std::time::Instant::now();
         self.write_upto(limit);
         // Every write below `limit` finished inside write_upto above (writes are serialized
-        // under write_state), so the touched set now names every segment to sync.
+        // under write_state), so the touched set now names every segment to sync (none
+        // with pmem: written bytes are already drained).
         let segs: Vec<u64> = std::mem::take(&mut *self.write_state.lock())
             .into_iter()
             .collect();
-        let sync_start = std::time::Instant::now();
+        let sync_start = if self.segments.is_mapped() {
+            write_start
+        } else {
+            std::time::Instant::now()
+        };
         for s in segs {
             self.segments.sync(s);
         }
@@ -590,7 +646,12 @@ impl Wal {
     fn make_segments(&self, from: u64, to: u64) -> Result<u64> {
         let mut made = 0;
         for segno in from..=to {
-            if !self.segments.exists(segno) && self.segments.preallocate(segno)? {
+            // pmem: an existing segment (recycled, or made before a restart) still has to
+            // be mapped ahead of the commit path; `preallocate` does that and creates
+            // nothing when the file exists.
+            if (self.segments.is_mapped() || !self.segments.exists(segno))
+                && self.segments.preallocate(segno)?
+            {
                 made += 1;
             }
         }

@@ -1,6 +1,11 @@
 //! WAL segment files: `wal/<segno as 16 hex digits>`, each `segment_size` bytes, created
 //! zero-filled (so `fdatasync` never has file-size metadata to flush) or recycled from
 //! segments a checkpoint no longer needs.
+//!
+//! With `wal_sync_method = pmem` the same files are also mapped with libpmem
+//! (`wal::pmem`): writes become `pmem_memcpy_nodrain` stores into the mapping and the
+//! writer drains them (`Segments::drain`) instead of syncing; creation, recycling and
+//! reading (`pread`, coherent with the mapping) do not change.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -11,6 +16,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use walrus_base::Lsn;
 
+use super::pmem::{Pmem, PmemError, PmemMap};
 use crate::error::{Error, Result};
 use crate::io::{self, FileKind};
 use crate::storage::relfile::sync_dir;
@@ -25,6 +31,10 @@ pub enum SyncMethod {
     OpenDatasync,
     /// No durability at all. Tests and comparisons only; logged loudly at start.
     None,
+    /// Segments mapped with libpmem (`pmem_map_file`) on persistent memory; the writer
+    /// copies WAL in with `pmem_memcpy_nodrain` and a flush is `pmem_drain`: no system
+    /// call on the commit path.
+    Pmem,
 }
 
 impl SyncMethod {
@@ -34,6 +44,7 @@ impl SyncMethod {
             "fsync" => Some(SyncMethod::Fsync),
             "open_datasync" => Some(SyncMethod::OpenDatasync),
             "none" | "off" => Some(SyncMethod::None),
+            "pmem" => Some(SyncMethod::Pmem),
             _ => None,
         }
     }
@@ -43,6 +54,7 @@ impl SyncMethod {
             SyncMethod::Fsync => "fsync",
             SyncMethod::OpenDatasync => "open_datasync",
             SyncMethod::None => "none",
+            SyncMethod::Pmem => "pmem",
         }
     }
 }
@@ -58,21 +70,87 @@ pub struct Segments {
     /// and one rename fails, and a recycle could rename an old segment over one just
     /// created and already open for writing.
     files: Mutex<()>,
+    /// libpmem, loaded when the method is `pmem` (and only then).
+    pmem: Option<Arc<Pmem>>,
+    /// Mapped segments (pmem only). Each mapping has its own lock: stores need `&mut`
+    /// (`wal::pmem` invariant 2), and only the WAL writer path, serialized by the caller's
+    /// `write_state`, stores, so the lock is never contended.
+    maps: Mutex<HashMap<u64, Arc<Mutex<PmemMap>>>>,
 }
 
 impl Segments {
+    /// The segments of `data_dir/wal` (libpmem from its default name for `pmem`).
     pub fn new(data_dir: &Path, segment_size: u64, method: SyncMethod) -> Result<Segments> {
+        Segments::open_with(data_dir, segment_size, method, super::pmem::LIBRARY_DEFAULT)
+    }
+
+    /// As [`Segments::new`], loading libpmem from `pmem_library` when the method is
+    /// `pmem`. Then the WAL directory must be persistent memory (`pmem_is_pmem`), or
+    /// libpmem told to pretend it is (`PMEM_IS_PMEM_FORCE=1`): anything else is refused
+    /// here, before a record is written.
+    pub fn open_with(
+        data_dir: &Path,
+        segment_size: u64,
+        method: SyncMethod,
+        pmem_library: &str,
+    ) -> Result<Segments> {
         assert!(segment_size >= 1 << 16 && segment_size.is_power_of_two());
         let dir = data_dir.join("wal");
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io("create directory", dir.display(), e))?;
+        let pmem = match method {
+            SyncMethod::Pmem => {
+                let pmem = Pmem::load(pmem_library)?;
+                pmem.check_dir(&dir)?;
+                Some(pmem)
+            }
+            SyncMethod::Fdatasync
+            | SyncMethod::Fsync
+            | SyncMethod::OpenDatasync
+            | SyncMethod::None => None,
+        };
         Ok(Segments {
             dir,
             segment_size,
             method,
             open: Mutex::new(HashMap::new()),
             files: Mutex::new(()),
+            pmem,
+            maps: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Whether writes go into libpmem mappings (`wal_sync_method = pmem`).
+    pub fn is_mapped(&self) -> bool {
+        self.pmem.is_some()
+    }
+
+    pub fn method(&self) -> SyncMethod {
+        self.method
+    }
+
+    /// Whether a flushed commit survives a power failure, as far as walrus can tell, in
+    /// words for the log and `walrus_stat_wal.durability`. `pmem` with
+    /// `PMEM_IS_PMEM_FORCE=1` is reported as not durable: libpmem then skips its check,
+    /// and the directory is typically tmpfs (DRAM).
+    pub fn durability(&self) -> &'static str {
+        match self.method {
+            SyncMethod::None => "NOT DURABLE: wal_sync_method = none",
+            SyncMethod::Pmem if Pmem::forced() => {
+                "NOT DURABLE: PMEM_IS_PMEM_FORCE=1 made libpmem call the WAL directory \
+                 persistent memory without checking"
+            }
+            SyncMethod::Fdatasync
+            | SyncMethod::Fsync
+            | SyncMethod::OpenDatasync
+            | SyncMethod::Pmem => "durable",
+        }
+    }
+
+    /// The WAL directory (`data_dir/wal`, which may be a symbolic link to
+    /// `wal_directory`).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Removes segment files left half-created by a crash or a full disk (`*.tmp`): they
@@ -194,19 +272,70 @@ impl Segments {
         ))
     }
 
-    /// Writes `bytes` at `lsn`, across segment boundaries as needed.
+    /// Writes `bytes` at `lsn`, across segment boundaries as needed. With `pmem` the
+    /// bytes are stored into the mapping and durable only after [`Segments::drain`] on
+    /// this same thread.
     pub fn write(&self, mut lsn: Lsn, mut bytes: &[u8]) -> Result<()> {
         while !bytes.is_empty() {
             let segno = self.segno(lsn);
             let off = lsn.0 % self.segment_size;
             let n = bytes.len().min((self.segment_size - off) as usize);
-            let f = self.open_or_create(segno)?;
-            io::write_at(FileKind::Wal, &f, &bytes[..n], off)
-                .map_err(|e| Error::io("write WAL segment", self.path(segno).display(), e))?;
+            if self.pmem.is_some() {
+                self.mapping(segno)?
+                    .lock()
+                    .copy_nodrain(off as usize, &bytes[..n]);
+            } else {
+                let f = self.open_or_create(segno)?;
+                io::write_at(FileKind::Wal, &f, &bytes[..n], off)
+                    .map_err(|e| Error::io("write WAL segment", self.path(segno).display(), e))?;
+            }
             bytes = &bytes[n..];
             lsn = lsn.add(n as u64);
         }
         Ok(())
+    }
+
+    /// `pmem`: makes every store this thread made through [`Segments::write`] durable
+    /// (`pmem_drain`). A no-op for the other methods, which sync per segment.
+    pub fn drain(&self) {
+        if let Some(p) = &self.pmem {
+            p.drain();
+        }
+    }
+
+    /// Segment `segno`'s mapping (pmem only), created (file and mapping) if needed.
+    fn mapping(&self, segno: u64) -> Result<Arc<Mutex<PmemMap>>> {
+        let pmem = self
+            .pmem
+            .as_ref()
+            .expect("mapping() only with wal_sync_method = pmem");
+        if let Some(m) = self.maps.lock().get(&segno) {
+            return Ok(m.clone());
+        }
+        // Make sure the file exists (zero-filled and synced, or recycled) first.
+        self.open_or_create(segno)?;
+        let mut maps = self.maps.lock();
+        if let Some(m) = maps.get(&segno) {
+            return Ok(m.clone());
+        }
+        let path = self.path(segno);
+        let map = pmem.map(&path)?;
+        if map.len() as u64 != self.segment_size {
+            return Err(Error::BadWal(format!(
+                "segment {} mapped {} bytes, expected {}",
+                path.display(),
+                map.len(),
+                self.segment_size
+            )));
+        }
+        // The directory passed `check_dir`, but a file elsewhere (a symbolic link, a
+        // bind mount) could still be on another device.
+        if !map.is_pmem() {
+            return Err(PmemError::NotPmem { dir: path }.into());
+        }
+        let map = Arc::new(Mutex::new(map));
+        maps.insert(segno, map.clone());
+        Ok(map)
     }
 
     /// Makes everything written to segment `segno` durable. A failure is fatal.
@@ -218,7 +347,9 @@ impl Segments {
         let res = match self.method {
             SyncMethod::Fdatasync => io::sync_data(FileKind::Wal, &f),
             SyncMethod::Fsync => io::sync_all(FileKind::Wal, &f),
-            SyncMethod::OpenDatasync | SyncMethod::None => Ok(()),
+            // pmem: the writer drained its stores before it moved `written` (see
+            // `Wal::write_upto`); there is nothing left to sync.
+            SyncMethod::OpenDatasync | SyncMethod::None | SyncMethod::Pmem => Ok(()),
         };
         if let Err(e) = res {
             crate::fatal_io("fsync WAL segment", &e);
@@ -265,6 +396,8 @@ impl Segments {
         let (mut recycled, mut removed) = (0, 0);
         for segno in all.into_iter().filter(|&s| s < keep_segno) {
             self.open.lock().remove(&segno);
+            // A recycled segment is mapped again under its new number when written.
+            self.maps.lock().remove(&segno);
             let from = self.path(segno);
             if next_future <= future_limit {
                 let to = self.path(next_future);
@@ -286,8 +419,13 @@ impl Segments {
 
     /// Creates segment `segno` ahead of need (called off the commit path); false when it
     /// existed already (another thread made it first).
+    /// With `pmem` it is mapped too, so the commit path never maps a segment either.
     pub fn preallocate(&self, segno: u64) -> Result<bool> {
-        Ok(self.open_or_create_counted(segno)?.1)
+        let made = self.open_or_create_counted(segno)?.1;
+        if self.pmem.is_some() {
+            self.mapping(segno)?;
+        }
+        Ok(made)
     }
 }
 

@@ -58,8 +58,11 @@ const TABLES: &[(&str, &str)] = &[
     ("pg_stat_wal", "wal_records:l wal_fpi:l wal_bytes:n wal_buffers_full:l wal_write:l wal_sync:l wal_write_time:f wal_sync_time:f stats_reset:z"),
     // walrus's own WAL counters beside PostgreSQL's pg_stat_wal: the WAL writer's flushes,
     // segments prepared ahead versus created by a session in the foreground, commits
-    // whose flush someone else's sync covered.
-    ("walrus_stat_wal", "walwriter_flushes:l segments_prepared_ahead:l segments_created_by_sessions:l flush_piggybacks:l"),
+    // whose flush someone else's sync covered; then the sync method, whether a flushed
+    // commit is durable (loudly not, for `none` and for `pmem` forced with
+    // PMEM_IS_PMEM_FORCE=1), and for `pmem` the drains, bytes copied into mapped segments
+    // and the milliseconds those copies and drains took.
+    ("walrus_stat_wal", "walwriter_flushes:l segments_prepared_ahead:l segments_created_by_sessions:l flush_piggybacks:l wal_sync_method:t durability:t pmem_drains:l pmem_bytes_copied:l pmem_copy_time:f"),
     // The double-write buffer (page_protection = dwb): batches written, pages and bytes
     // they carried, their average size, and waits for a free slot.
     ("walrus_stat_dwb", "batches:l pages:l bytes:l avg_batch_pages:f slot_waits:l"),
@@ -215,6 +218,10 @@ pub(crate) struct Snapshot {
     wal_segments_prepared_ahead: u64,
     wal_segments_created_by_sessions: u64,
     wal_flush_piggybacks: u64,
+    wal_sync_method: &'static str,
+    wal_durability: &'static str,
+    /// (drains, bytes copied, ns copying) of `wal_sync_method = pmem`.
+    wal_pmem: (u64, u64, u64),
     /// (batches, pages, bytes, slot waits) of the double-write buffer; zeros when off.
     dwb: (u64, u64, u64, u64),
     checkpoints: CheckpointStats,
@@ -280,6 +287,13 @@ impl Snapshot {
                 .segments_created_by_sessions
                 .load(Ordering::Relaxed),
             wal_flush_piggybacks: wal.stats.flush_piggybacks.load(Ordering::Relaxed),
+            wal_sync_method: wal.segments.method().name(),
+            wal_durability: wal.segments.durability(),
+            wal_pmem: (
+                wal.stats.pmem_drains.load(Ordering::Relaxed),
+                wal.stats.pmem_bytes_copied.load(Ordering::Relaxed),
+                wal.stats.pmem_copy_ns.load(Ordering::Relaxed),
+            ),
             dwb: pool.double_write().map_or((0, 0, 0, 0), |d| {
                 (
                     d.stats.batches.load(Ordering::Relaxed),

@@ -299,6 +299,11 @@ impl Snapshot {
                 Datum::Int8(self.wal_segments_prepared_ahead as i64),
                 Datum::Int8(self.wal_segments_created_by_sessions as i64),
                 Datum::Int8(self.wal_flush_piggybacks as i64),
+                Datum::Text(self.wal_sync_method.to_string()),
+                Datum::Text(self.wal_durability.to_string()),
+                Datum::Int8(self.wal_pmem.0 as i64),
+                Datum::Int8(self.wal_pmem.1 as i64),
+                Datum::Float8(self.wal_pmem.2 as f64 / 1e6),
             ]],
             "pg_stat_wal" => vec![vec![
                 Datum::Int8(self.wal_records as i64),
