@@ -266,6 +266,14 @@ pub(crate) fn insert(
             })
             .collect::<SqlResult<_>>()?
     };
+    for (i, c) in targets.iter().enumerate() {
+        if targets[..i].contains(c) {
+            return Err(SqlError::new(
+                "42701",
+                format!("column \"{}\" specified more than once", def.columns[*c].name),
+            ));
+        }
+    }
     let source = ins
         .source
         .as_ref()
@@ -316,6 +324,11 @@ pub(crate) fn insert(
         if row_exprs.len() > targets.len() {
             return Err(SqlError::syntax(
                 "INSERT has more expressions than target columns",
+            ));
+        }
+        if row_exprs.len() < targets.len() && !ins.columns.is_empty() {
+            return Err(SqlError::syntax(
+                "INSERT has more target columns than expressions",
             ));
         }
         let mut row = vec![Datum::Null; def.columns.len()];
@@ -737,7 +750,7 @@ fn row_matches(
                 frame: None,
                 hooks: None,
             };
-            Ok(matches!(eval(f, &scope)?, Datum::Bool(true)))
+            crate::expr::holds("WHERE", f, eval(f, &scope)?)
         }
     }
 }

@@ -123,7 +123,7 @@ impl Executor<'_> {
                             row: &row,
                             outer,
                         };
-                        matches!(self.eval_in(c, Some(&frame), self)?, Datum::Bool(true))
+                        crate::expr::holds("JOIN/ON", c, self.eval_in(c, Some(&frame), self)?)?
                     }
                 };
                 if keep {

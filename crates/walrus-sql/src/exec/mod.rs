@@ -82,25 +82,35 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
     })
 }
 
-/// A row key for grouping and duplicate elimination (values of different integer
-/// widths that compare equal still group apart; the planner never mixes them).
+/// A row key for grouping and duplicate elimination: values PostgreSQL's equality calls
+/// equal get one key whatever their type or written form — every integer width, an
+/// integral NUMERIC (`1 = 1::bigint = 1.0`), any NUMERIC scale (`2.1 = 2.10`), float
+/// zero's sign (`-0 = 0`) and every NaN (`NaN = NaN` in PostgreSQL's float order). A set
+/// operation or a grouped UNION ALL subquery mixes widths in one column.
 fn row_key(row: &[Datum]) -> String {
-    if !row.iter().any(|d| matches!(d, Datum::Numeric(_))) {
-        return format!("{row:?}");
-    }
-    // Equal numerics group together whatever their scales (2.1 = 2.10).
-    let norm: Vec<Datum> = row
-        .iter()
-        .map(|d| match d {
-            Datum::Numeric(t) => Datum::Numeric(
-                crate::numeric::parse(t)
-                    .map(|v| crate::numeric::format(&v.normalized()))
-                    .unwrap_or_else(|_| t.clone()),
-            ),
-            other => other.clone(),
-        })
-        .collect();
+    let norm: Vec<Datum> = row.iter().map(key_datum).collect();
     format!("{norm:?}")
+}
+
+fn key_datum(d: &Datum) -> Datum {
+    match d {
+        Datum::Int2(v) => Datum::Int8(*v as i64),
+        Datum::Int4(v) => Datum::Int8(*v as i64),
+        Datum::Numeric(t) => match crate::numeric::parse(t) {
+            Ok(v) => {
+                let v = v.normalized();
+                let text = crate::numeric::format(&v);
+                match text.parse::<i64>() {
+                    Ok(i) => Datum::Int8(i),
+                    Err(_) => Datum::Numeric(text),
+                }
+            }
+            Err(_) => d.clone(),
+        },
+        Datum::Float8(f) if *f == 0.0 => Datum::Float8(0.0),
+        Datum::Float8(f) if f.is_nan() => Datum::Float8(f64::NAN.abs()),
+        other => other.clone(),
+    }
 }
 
 /// ORDER BY directions of each key: (descending, NULLs first), PostgreSQL's defaults
@@ -481,14 +491,13 @@ impl<'s> Executor<'s> {
             }
         }
         let mut rows: Vec<Vec<Datum>> = keyed.into_iter().map(|(_, r)| r).collect();
-        let count = |e: &Expr| -> SqlResult<Option<usize>> {
+        // PostgreSQL: 2201W for LIMIT, 2201X for OFFSET.
+        let count = |e: &Expr, offset: bool| -> SqlResult<Option<usize>> {
             match coerce(self.eval_in(e, outer, self)?, TypeId::Int8)? {
                 Datum::Null => Ok(None),
                 Datum::Int8(n) if n >= 0 => Ok(Some(n as usize)),
-                _ => Err(SqlError::new(
-                    "2201W",
-                    "LIMIT and OFFSET must not be negative",
-                )),
+                _ if offset => Err(SqlError::new("2201X", "OFFSET must not be negative")),
+                _ => Err(SqlError::new("2201W", "LIMIT must not be negative")),
             }
         };
         let (mut skip, mut take) = (0usize, usize::MAX);
@@ -503,10 +512,10 @@ impl<'s> Executor<'s> {
                     return Err(SqlError::unsupported("LIMIT BY is not supported"));
                 }
                 if let Some(o) = offset {
-                    skip = count(&o.value)?.unwrap_or(0);
+                    skip = count(&o.value, true)?.unwrap_or(0);
                 }
                 if let Some(l) = limit {
-                    take = count(l)?.unwrap_or(usize::MAX);
+                    take = count(l, false)?.unwrap_or(usize::MAX);
                 }
             }
             Some(ast::LimitClause::OffsetCommaLimit { .. }) => {
@@ -538,7 +547,7 @@ impl<'s> Executor<'s> {
                 return Err(SqlError::syntax("multiple LIMIT clauses not allowed"));
             }
             take = match quantity {
-                Some(e) => count(e)?.unwrap_or(usize::MAX),
+                Some(e) => count(e, false)?.unwrap_or(usize::MAX),
                 None => 1,
             };
         }

@@ -13,7 +13,7 @@ use crate::error::{SqlError, SqlResult};
 use crate::memory::row_bytes;
 use crate::names::{ident, object_name};
 use crate::plan::{
-    bind, contains_aggregate, contains_subquery, output_name, qualified, rename,
+    bind, check_grouped, contains_aggregate, contains_subquery, output_name, qualified, rename,
     resolve_group_expr, static_type, table_cols,
 };
 use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
@@ -226,6 +226,30 @@ impl Executor<'_> {
                 }
             }
         }
+        let grouped = !group_exprs.is_empty()
+            || sel.having.is_some()
+            || items.iter().any(|(_, e)| contains_aggregate(e));
+        if grouped {
+            let dependent = self.dependent_columns(sel, &group_exprs, &from.cols)?;
+            let dep = |i: usize| dependent.contains(&i);
+            for (_, e) in &items {
+                check_grouped(e, &group_exprs, &from.cols, &dep)?;
+            }
+            if let Some(h) = &sel.having {
+                check_grouped(h, &group_exprs, &from.cols, &dep)?;
+            }
+            if let Some(ast::OrderByKind::Expressions(exprs)) = q.order_by.as_ref().map(|o| &o.kind)
+            {
+                for o in exprs {
+                    // An output column's name or position refers to an item checked above.
+                    let output_ref = matches!(&o.expr, Expr::Value(_))
+                        || matches!(&o.expr, Expr::Identifier(i) if names.contains(&ident(i)));
+                    if !output_ref && !items.iter().any(|(_, e)| e == &o.expr) {
+                        check_grouped(&o.expr, &group_exprs, &from.cols, &dep)?;
+                    }
+                }
+            }
+        }
         // WHERE
         let mut rows = from.rows;
         if !filtered {
@@ -240,7 +264,7 @@ impl Executor<'_> {
                         row: &row,
                         outer,
                     };
-                    if matches!(self.eval_in(w, Some(&frame), self)?, Datum::Bool(true)) {
+                    if crate::expr::holds("WHERE", w, self.eval_in(w, Some(&frame), self)?)? {
                         kept.push(row);
                     }
                 }
@@ -248,9 +272,6 @@ impl Executor<'_> {
             }
         }
         let cols = &from.cols;
-        let grouped = !group_exprs.is_empty()
-            || sel.having.is_some()
-            || items.iter().any(|(_, e)| contains_aggregate(e));
         let mut keyed: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::new();
         if grouped {
             let mut groups: Vec<Vec<&Vec<Datum>>> = Vec::new();
@@ -292,7 +313,7 @@ impl Executor<'_> {
                     rows: g,
                 };
                 if let Some(h) = &sel.having {
-                    if !matches!(self.eval_in(h, Some(&frame), &hooks)?, Datum::Bool(true)) {
+                    if !crate::expr::holds("HAVING", h, self.eval_in(h, Some(&frame), &hooks)?)? {
                         continue;
                     }
                 }
@@ -376,6 +397,61 @@ impl Executor<'_> {
             cols: out_cols,
             rows,
         })
+    }
+
+    /// The columns of `cols` functionally dependent on the GROUP BY list: every column of
+    /// a FROM table whose primary key columns are all grouped (PostgreSQL accepts them
+    /// outside aggregates).
+    fn dependent_columns(
+        &self,
+        sel: &Select,
+        group: &[Expr],
+        cols: &[ColName],
+    ) -> SqlResult<Vec<usize>> {
+        let grouped: Vec<usize> = group
+            .iter()
+            .filter_map(|g| {
+                let (q, n) = col_ref(g)?;
+                find_col(cols, q.as_deref(), &n).ok().flatten()
+            })
+            .collect();
+        let mut out = Vec::new();
+        if grouped.is_empty() {
+            return Ok(out);
+        }
+        for twj in &sel.from {
+            let factors = std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation));
+            for f in factors {
+                let TableFactor::Table { name, alias, .. } = f else {
+                    continue;
+                };
+                let Some(def) = self.user_table(name)? else {
+                    continue;
+                };
+                let qual = alias
+                    .as_ref()
+                    .map(|a| ident(&a.name))
+                    .unwrap_or_else(|| def.name.clone());
+                let Some(pk) = def.indexes.iter().find(|i| i.primary) else {
+                    continue;
+                };
+                let covered = pk.columns.iter().all(|&c| {
+                    let cname = &def.columns[c].name;
+                    grouped.iter().any(|&g| {
+                        cols[g].qual.as_deref() == Some(qual.as_str()) && &cols[g].name == cname
+                    })
+                });
+                if covered {
+                    out.extend(
+                        cols.iter()
+                            .enumerate()
+                            .filter(|(_, c)| c.qual.as_deref() == Some(qual.as_str()))
+                            .map(|(i, _)| i),
+                    );
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// FROM: the cross product of its items, each a table with its joins. Returns

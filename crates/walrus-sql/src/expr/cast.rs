@@ -15,9 +15,15 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
         D::SmallInt(_) | D::Int2(_) => TypeId::Int2,
         D::BigInt(_) | D::Int8(_) => TypeId::Int8,
         D::Boolean | D::Bool => TypeId::Bool,
-        D::Double(_) | D::DoublePrecision | D::Float8 | D::Real | D::Float4 | D::Float(_) => {
-            TypeId::Float8
+        // float4 would need its own storage and 6-digit text form; kept as float8 it
+        // would answer with more digits than PostgreSQL, so it is refused.
+        D::Real | D::Float4 => return Err(SqlError::unsupported("type real (float4) is not supported")),
+        D::Float(ExactNumberInfo::Precision(p) | ExactNumberInfo::PrecisionAndScale(p, _))
+            if *p <= 24 =>
+        {
+            return Err(SqlError::unsupported("type real (float4) is not supported"))
         }
+        D::Double(_) | D::DoublePrecision | D::Float8 | D::Float(_) => TypeId::Float8,
         D::Numeric(_) | D::Decimal(_) | D::Dec(_) => TypeId::Numeric,
         D::Text
         | D::Varchar(_)
@@ -45,6 +51,9 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
                 "int4" | "int" => TypeId::Int4,
                 "int8" | "oid" => TypeId::Int8,
                 "float8" => TypeId::Float8,
+                "float4" => {
+                    return Err(SqlError::unsupported("type real (float4) is not supported"))
+                }
                 "numeric" => TypeId::Numeric,
                 "bool" => TypeId::Bool,
                 "timestamptz" => TypeId::TimestampTz,
@@ -233,7 +242,15 @@ pub fn cast_to(v: Datum, dt: &DataType) -> SqlResult<Datum> {
         D::Custom(_, mods) if !mods.is_empty() => Err(SqlError::unsupported(format!(
             "type modifiers on {dt} are not supported"
         ))),
-        _ => coerce(v, type_from_sql(dt)?),
+        _ => {
+            let ty = type_from_sql(dt)?;
+            // PostgreSQL's explicit-only casts between integer (int4 only) and boolean.
+            match (ty, &v) {
+                (TypeId::Bool, Datum::Int4(i)) => Ok(Datum::Bool(*i != 0)),
+                (TypeId::Int4, Datum::Bool(b)) => Ok(Datum::Int4(*b as i32)),
+                _ => coerce(v, ty),
+            }
+        }
     }
 }
 
@@ -324,6 +341,8 @@ pub fn coerce(d: Datum, ty: TypeId) -> SqlResult<Datum> {
         (TypeId::Numeric, _) if as_i64(&d).is_some() => {
             Datum::Numeric(format_text(&d).unwrap_or_default())
         }
+        // boolean → text spells the word (`true`), unlike boolean output (`t`).
+        (TypeId::Text, Datum::Bool(b)) => Datum::Text(if *b { "true" } else { "false" }.into()),
         (TypeId::Text, _) => Datum::Text(format_text(&d).unwrap_or_default()),
         (TypeId::TimestampTz, Datum::Timestamp(v)) => Datum::TimestampTz(*v),
         (TypeId::Timestamp, Datum::TimestampTz(v)) => Datum::Timestamp(*v),

@@ -75,6 +75,29 @@ pub trait Hooks {
 }
 
 /// Aggregate function names (evaluated over a group, never per row).
+/// Whether a WHERE / HAVING / ON / FILTER condition `e` holds for a row, given its
+/// value `v`: NULL and false do not; a value of another type than boolean is PostgreSQL's
+/// 42804 (an untyped literal or parameter is read as boolean text).
+pub fn holds(clause: &str, e: &Expr, v: Datum) -> SqlResult<bool> {
+    match v {
+        Datum::Bool(b) => Ok(b),
+        Datum::Null => Ok(false),
+        Datum::Text(t) if matches!(e, Expr::Value(_)) => {
+            match crate::value::parse_text(TypeId::Bool, &t)? {
+                Datum::Bool(b) => Ok(b),
+                _ => Ok(false),
+            }
+        }
+        other => Err(SqlError::new(
+            "42804",
+            format!(
+                "argument of {clause} must be type boolean, not type {}",
+                other.type_id().map(|t| t.name()).unwrap_or("unknown")
+            ),
+        )),
+    }
+}
+
 pub fn is_aggregate_name(name: &str) -> bool {
     matches!(
         name,
@@ -144,6 +167,9 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
         }
         Expr::Subquery(q) => {
             let rel = hooks(s)?.subquery(q, s.frame)?;
+            if rel.cols.len() != 1 {
+                return Err(SqlError::new("42601", "subquery must return only one column"));
+            }
             if rel.rows.len() > 1 {
                 return Err(SqlError::new(
                     "21000",
@@ -296,6 +322,10 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                         .map(Datum::Int8)
                         .ok_or_else(|| SqlError::new("22003", "bigint out of range")),
                     Datum::Float8(x) => Ok(Datum::Float8(-x)),
+                    Datum::Text(_) if !untyped(expr) => Err(SqlError::new(
+                        "42883",
+                        "operator does not exist: - text",
+                    )),
                     other => arith(&Datum::Int4(0), &other, &BinaryOperator::Minus),
                 },
                 UnaryOperator::Plus => Ok(v),
@@ -318,7 +348,34 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             if matches!(op, BinaryOperator::And | BinaryOperator::Or) {
                 return logic(eval(left, s)?, op, || eval(right, s));
             }
+            let arithmetic = matches!(
+                op,
+                BinaryOperator::Plus
+                    | BinaryOperator::Minus
+                    | BinaryOperator::Multiply
+                    | BinaryOperator::Divide
+                    | BinaryOperator::Modulo
+            );
+            let null = |e: &Expr| matches!(e, Expr::Value(v) if matches!(v.value, Value::Null));
+            if arithmetic && null(left) && null(right) {
+                return Err(SqlError::new(
+                    "42725",
+                    format!("operator is not unique: unknown {op} unknown"),
+                ));
+            }
             let (mut l, mut r) = (eval(left, s)?, eval(right, s)?);
+            if arithmetic {
+                // A text value (not an untyped literal) has no arithmetic operators: no
+                // implicit cast from text to a number in PostgreSQL.
+                let typed_text = |d: &Datum, e: &Expr| matches!(d, Datum::Text(_)) && !untyped(e);
+                if typed_text(&l, left) || typed_text(&r, right) {
+                    let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
+                    return Err(SqlError::new(
+                        "42883",
+                        format!("operator does not exist: {} {op} {}", name(&l), name(&r)),
+                    ));
+                }
+            }
             if is_comparison(op) && (is_char_column(left, s) || is_char_column(right, s)) {
                 // A char(n) column compares without its trailing spaces (bpchar).
                 for d in [&mut l, &mut r] {
@@ -473,6 +530,16 @@ fn is_comparison(op: &BinaryOperator) -> bool {
             | BinaryOperator::LtEq
             | BinaryOperator::GtEq
     )
+}
+
+/// Whether `e` is an untyped literal or parameter (PostgreSQL's `unknown`), whose text
+/// takes the type the other operand asks for.
+fn untyped(e: &Expr) -> bool {
+    match e {
+        Expr::Value(_) => true,
+        Expr::Nested(x) => untyped(x),
+        _ => false,
+    }
 }
 
 /// Whether `e` names a `char(n)` column of the scope's table.

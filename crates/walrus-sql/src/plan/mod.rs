@@ -22,7 +22,7 @@ mod params;
 mod types;
 
 pub(crate) use access::{choose_access, Access};
-pub(crate) use bind::{bind, contains_aggregate, contains_subquery};
+pub(crate) use bind::{bind, check_grouped, contains_aggregate, contains_subquery};
 pub(crate) use columns::{
     output_name, qualified, rename, resolve_group_expr, table_cols, using_condition,
 };
