@@ -16,6 +16,9 @@ pub struct ColName {
     pub qual: Option<String>,
     pub name: String,
     pub ty: Option<TypeId>,
+    /// A `char(n)` (bpchar) column: stored blank-padded, its trailing spaces do not
+    /// count in comparisons, `length`, `||` and casts to text.
+    pub bpchar: bool,
 }
 
 /// A materialised relation.

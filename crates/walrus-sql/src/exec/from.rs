@@ -260,6 +260,7 @@ impl Executor<'_> {
                                     qual: Some(qual.clone()),
                                     name: n.to_string(),
                                     ty: Some(ty),
+                                    bpchar: false,
                                 })
                                 .collect(),
                             rows,
@@ -366,6 +367,7 @@ impl Executor<'_> {
                 qual: Some(qual),
                 name: fname,
                 ty,
+                bpchar: false,
             }],
             rows,
         };

@@ -31,7 +31,7 @@ mod select;
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -110,6 +110,34 @@ fn key_datum(d: &Datum) -> Datum {
         Datum::Float8(f) if *f == 0.0 => Datum::Float8(0.0),
         Datum::Float8(f) if f.is_nan() => Datum::Float8(f64::NAN.abs()),
         other => other.clone(),
+    }
+}
+
+/// Type categories a set operation cannot mix (PostgreSQL's 42804).
+fn type_category(t: TypeId) -> u8 {
+    match t {
+        TypeId::Int2 | TypeId::Int4 | TypeId::Int8 | TypeId::Float8 | TypeId::Numeric => 0,
+        TypeId::Text => 1,
+        TypeId::Bool => 2,
+        TypeId::Timestamp | TypeId::TimestampTz | TypeId::Date => 3,
+    }
+}
+
+/// Whether output column `i` of a set operation's operand is a bare literal, whose type
+/// PostgreSQL resolves from the other operand (an untyped `'2'` joins integers).
+fn literal_item(e: &SetExpr, i: usize) -> bool {
+    match e {
+        SetExpr::Select(s) => matches!(
+            s.projection.get(i),
+            Some(ast::SelectItem::UnnamedExpr(Expr::Value(_)))
+                | Some(ast::SelectItem::ExprWithAlias {
+                    expr: Expr::Value(_),
+                    ..
+                })
+        ),
+        SetExpr::Query(q) => literal_item(&q.body, i),
+        SetExpr::SetOperation { left, right, .. } => literal_item(left, i) || literal_item(right, i),
+        _ => true,
     }
 }
 
@@ -347,6 +375,7 @@ impl<'s> Executor<'s> {
                                 qual: None,
                                 name: format!("column{i}"),
                                 ty: row[i - 1].type_id(),
+                                bpchar: false,
                             })
                             .collect();
                     } else if row.len() != rel.cols.len() {
@@ -374,31 +403,55 @@ impl<'s> Executor<'s> {
                         format!("each {op} query must have the same number of columns"),
                     ));
                 }
+                for (i, (a, b)) in l.cols.iter().zip(&r.cols).enumerate() {
+                    if let (Some(ta), Some(tb)) = (a.ty, b.ty) {
+                        if type_category(ta) != type_category(tb)
+                            && !literal_item(left, i)
+                            && !literal_item(right, i)
+                        {
+                            return Err(SqlError::new(
+                                "42804",
+                                format!(
+                                    "{op} types {} and {} cannot be matched",
+                                    ta.name(),
+                                    tb.name()
+                                ),
+                            ));
+                        }
+                    }
+                }
                 let all = matches!(set_quantifier, SetQuantifier::All);
-                let mut right_keys: HashSet<String> = HashSet::new();
+                // How many times each right row occurs (INTERSECT ALL and EXCEPT ALL
+                // match rows one for one, as multisets).
+                let mut right_keys: HashMap<String, usize> = HashMap::new();
                 if !matches!(op, SetOperator::Union) {
                     for x in &r.rows {
                         let k = row_key(x);
                         self.charge_key(&k)?;
-                        right_keys.insert(k);
+                        *right_keys.entry(k).or_default() += 1;
                     }
                 }
+                let mut take = |x: &Vec<Datum>| -> bool {
+                    match right_keys.get_mut(&row_key(x)) {
+                        Some(n) if *n > 0 => {
+                            if all {
+                                *n -= 1;
+                            }
+                            true
+                        }
+                        _ => false,
+                    }
+                };
                 l.rows = match op {
                     SetOperator::Union => {
                         let mut rows = l.rows;
                         rows.extend(r.rows);
                         rows
                     }
-                    SetOperator::Intersect => l
-                        .rows
-                        .into_iter()
-                        .filter(|x| right_keys.contains(&row_key(x)))
-                        .collect(),
-                    SetOperator::Except | SetOperator::Minus => l
-                        .rows
-                        .into_iter()
-                        .filter(|x| !right_keys.contains(&row_key(x)))
-                        .collect(),
+                    SetOperator::Intersect => l.rows.into_iter().filter(|x| take(x)).collect(),
+                    SetOperator::Except | SetOperator::Minus => {
+                        l.rows.into_iter().filter(|x| !take(x)).collect()
+                    }
                 };
                 if !all {
                     let mut seen = HashSet::new();

@@ -379,17 +379,18 @@ impl Executor<'_> {
             .iter()
             .enumerate()
             .map(|(i, (n, e))| {
-                let ty = match col_ref(e) {
-                    Some((qual, name)) => find_col(cols, qual.as_deref(), &name)
-                        .ok()
-                        .flatten()
-                        .and_then(|c| cols[c].ty),
+                let source = col_ref(e)
+                    .and_then(|(qual, name)| find_col(cols, qual.as_deref(), &name).ok().flatten());
+                let ty = match source {
+                    Some(c) => cols[c].ty,
+                    None if col_ref(e).is_some() => None,
                     None => static_type(e, &defs),
                 };
                 ColName {
                     qual: None,
                     name: n.clone(),
                     ty: ty.or_else(|| rows.iter().find_map(|r| r[i].type_id())),
+                    bpchar: source.is_some_and(|c| cols[c].bpchar),
                 }
             })
             .collect();

@@ -132,9 +132,17 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             .collect();
         return Ok(Datum::Text(format_array_text(&items)));
     }
+    // A char(n) argument converts to text without its padding (octet_length counts it).
     let args: Vec<Datum> = function_args(f)
         .into_iter()
-        .map(|a| eval(a, s))
+        .map(|a| {
+            let v = eval(a, s)?;
+            Ok(if name != "octet_length" && super::is_char_column(a, s) {
+                super::bpchar_text(v)
+            } else {
+                v
+            })
+        })
         .collect::<SqlResult<_>>()?;
     if let Some(r) = s.hooks.and_then(|h| h.function(&name, &args)) {
         return r;

@@ -364,6 +364,15 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                 ));
             }
             let (mut l, mut r) = (eval(left, s)?, eval(right, s)?);
+            if matches!(op, BinaryOperator::StringConcat) {
+                // `||` takes text: a char(n) operand loses its padding.
+                if is_char_column(left, s) {
+                    l = bpchar_text(l);
+                }
+                if is_char_column(right, s) {
+                    r = bpchar_text(r);
+                }
+            }
             if arithmetic {
                 // A text value (not an untyped literal) has no arithmetic operators: no
                 // implicit cast from text to a number in PostgreSQL.
@@ -376,12 +385,16 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                     ));
                 }
             }
-            if is_comparison(op) && (is_char_column(left, s) || is_char_column(right, s)) {
-                // A char(n) column compares without its trailing spaces (bpchar).
-                for d in [&mut l, &mut r] {
-                    if let Datum::Text(t) = d {
-                        t.truncate(t.trim_end_matches(' ').len());
-                    }
+            let (lc, rc) = (is_char_column(left, s), is_char_column(right, s));
+            if is_comparison(op) && (lc || rc) {
+                // A char(n) column compares without its trailing spaces (bpchar); so does
+                // an untyped literal it is compared with (it becomes bpchar). Against a
+                // text value the column converts to text and the text keeps its spaces.
+                if lc || untyped(left) {
+                    l = bpchar_text(l);
+                }
+                if rc || untyped(right) {
+                    r = bpchar_text(r);
                 }
             }
             match op {
@@ -452,7 +465,14 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             data_type,
             ..
         } => {
-            let v = eval(expr, s)?;
+            let mut v = eval(expr, s)?;
+            if is_char_column(expr, s)
+                && !matches!(data_type, DataType::Char(_) | DataType::Character(_))
+                && !matches!(data_type, DataType::Custom(n, _) if n.to_string().eq_ignore_ascii_case("bpchar"))
+            {
+                // char(n) → text / varchar drops the padding.
+                v = bpchar_text(v);
+            }
             let custom = match data_type {
                 DataType::Regclass => Some("regclass".to_string()),
                 DataType::Custom(name, _) => name.0.last().map(|p| {
@@ -542,8 +562,38 @@ fn untyped(e: &Expr) -> bool {
     }
 }
 
+/// Whether `e` names a `char(n)` column: of the row's frames (searched outwards, as
+/// the lookup does), or of the scope's table.
+pub(crate) fn is_char_column(e: &Expr, s: &Scope<'_>) -> bool {
+    if let Some(f) = s.frame {
+        let Some((qual, name)) = crate::rel::col_ref(e) else {
+            return false;
+        };
+        let mut frame = Some(f);
+        while let Some(f) = frame {
+            if let Ok(Some(i)) = crate::rel::find_col(f.cols, qual.as_deref(), &name) {
+                return f.cols[i].bpchar;
+            }
+            frame = f.outer;
+        }
+        return false;
+    }
+    is_table_char_column(e, s)
+}
+
+/// A `char(n)` value as the text it converts to: without its trailing spaces.
+pub(crate) fn bpchar_text(v: Datum) -> Datum {
+    match v {
+        Datum::Text(mut t) => {
+            t.truncate(t.trim_end_matches(' ').len());
+            Datum::Text(t)
+        }
+        other => other,
+    }
+}
+
 /// Whether `e` names a `char(n)` column of the scope's table.
-fn is_char_column(e: &Expr, s: &Scope<'_>) -> bool {
+fn is_table_char_column(e: &Expr, s: &Scope<'_>) -> bool {
     let name = match e {
         Expr::Identifier(id) => &id.value,
         Expr::CompoundIdentifier(ids) => match ids.last() {

@@ -91,6 +91,7 @@ pub(crate) fn table_cols(qual: &str, cols: &[ColumnDef]) -> Vec<ColName> {
             qual: Some(qual.to_string()),
             name: c.name.clone(),
             ty: Some(c.ty),
+            bpchar: c.declared == walrus_engine::catalog::DeclaredType::Char,
         })
         .collect()
 }
