@@ -376,6 +376,7 @@ impl<'s> Executor<'s> {
                                 name: format!("column{i}"),
                                 ty: row[i - 1].type_id(),
                                 bpchar: false,
+                                hidden: false,
                             })
                             .collect();
                     } else if row.len() != rel.cols.len() {

@@ -18,6 +18,38 @@ use crate::plan::{
 };
 use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
 
+/// 42712: two FROM items with one name (`from t, t` needs an alias).
+fn check_from_names(sel: &Select) -> SqlResult<()> {
+    let mut seen: Vec<String> = Vec::new();
+    for twj in &sel.from {
+        let factors = std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation));
+        for f in factors {
+            let name = match f {
+                TableFactor::Table { name, alias, .. } => Some(
+                    alias
+                        .as_ref()
+                        .map(|a| ident(&a.name))
+                        .unwrap_or_else(|| object_name(name)),
+                ),
+                TableFactor::Derived {
+                    alias: Some(a), ..
+                } => Some(ident(&a.name)),
+                _ => None,
+            };
+            if let Some(n) = name {
+                if seen.contains(&n) {
+                    return Err(SqlError::new(
+                        "42712",
+                        format!("table name \"{n}\" specified more than once"),
+                    ));
+                }
+                seen.push(n);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Refuses the SELECT clauses walrus does not implement, naming them. Every field of
 /// sqlparser's `Select` is named: a new one fails to compile until it is decided.
 pub(crate) fn check_select(sel: &Select) -> SqlResult<()> {
@@ -145,13 +177,14 @@ impl Executor<'_> {
         outer: Option<&Frame<'_>>,
     ) -> SqlResult<Rel> {
         check_select(sel)?;
+        check_from_names(sel)?;
         let (from, filtered) = self.scan_from(sel, outer)?;
         // Output items.
         let mut items: Vec<(String, Expr)> = Vec::new();
         for it in &sel.projection {
             match it {
                 SelectItem::Wildcard(_) => {
-                    for c in &from.cols {
+                    for c in from.cols.iter().filter(|c| !c.hidden) {
                         items.push((c.name.clone(), qualified(c)));
                     }
                 }
@@ -391,6 +424,7 @@ impl Executor<'_> {
                     name: n.clone(),
                     ty: ty.or_else(|| rows.iter().find_map(|r| r[i].type_id())),
                     bpchar: source.is_some_and(|c| cols[c].bpchar),
+                    hidden: false,
                 }
             })
             .collect();

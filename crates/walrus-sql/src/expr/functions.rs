@@ -290,11 +290,14 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
         "upper" => format_text(&arg(0))
             .map(|t| Datum::Text(t.to_uppercase()))
             .unwrap_or(Datum::Null),
-        "coalesce" => args
-            .iter()
-            .find(|d| !d.is_null())
-            .cloned()
-            .unwrap_or(Datum::Null),
+        "coalesce" => {
+            super::unify_literals(&function_args(f))?;
+            args
+                .iter()
+                .find(|d| !d.is_null())
+                .cloned()
+                .unwrap_or(Datum::Null)
+        }
         "current_setting" => {
             let n = format_text(&arg(0)).unwrap_or_default();
             match (s.setting)(&n.to_ascii_lowercase()) {

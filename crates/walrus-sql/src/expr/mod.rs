@@ -150,6 +150,12 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             else_result,
             ..
         } => {
+            let results: Vec<&Expr> = conditions
+                .iter()
+                .map(|w| &w.result)
+                .chain(else_result.as_deref())
+                .collect();
+            unify_literals(&results)?;
             let subject = operand.as_ref().map(|o| eval(o, s)).transpose()?;
             for w in conditions {
                 let hit = match &subject {
@@ -385,6 +391,27 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                     ));
                 }
             }
+            if is_comparison(op) {
+                let numeric = |d: &Datum| {
+                    matches!(
+                        d,
+                        Datum::Int2(_)
+                            | Datum::Int4(_)
+                            | Datum::Int8(_)
+                            | Datum::Float8(_)
+                            | Datum::Numeric(_)
+                    )
+                };
+                if (matches!(l, Datum::Bool(_)) && numeric(&r))
+                    || (numeric(&l) && matches!(r, Datum::Bool(_)))
+                {
+                    let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
+                    return Err(SqlError::new(
+                        "42883",
+                        format!("operator does not exist: {} {op} {}", name(&l), name(&r)),
+                    ));
+                }
+            }
             let (lc, rc) = (is_char_column(left, s), is_char_column(right, s));
             if is_comparison(op) && (lc || rc) {
                 // A char(n) column compares without its trailing spaces (bpchar); so does
@@ -552,6 +579,30 @@ fn is_comparison(op: &BinaryOperator) -> bool {
     )
 }
 
+/// PostgreSQL resolves the branches of CASE / COALESCE to one type before running: a
+/// string literal among number or boolean literals must read as that type (22P02 when
+/// it does not, even in a branch never taken).
+pub(crate) fn unify_literals(exprs: &[&Expr]) -> SqlResult<()> {
+    let typed = exprs.iter().find_map(|e| match e {
+        Expr::Value(v) => match &v.value {
+            Value::Number(..) | Value::Boolean(_) => literal(&v.value).ok(),
+            _ => None,
+        },
+        _ => None,
+    });
+    let Some(ty) = typed.and_then(|d| d.type_id()) else {
+        return Ok(());
+    };
+    for e in exprs {
+        if let Expr::Value(v) = e {
+            if let Value::SingleQuotedString(t) = &v.value {
+                crate::value::parse_text(ty, t)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Whether `e` is an untyped literal or parameter (PostgreSQL's `unknown`), whose text
 /// takes the type the other operand asks for.
 fn untyped(e: &Expr) -> bool {
@@ -565,6 +616,14 @@ fn untyped(e: &Expr) -> bool {
 /// Whether `e` names a `char(n)` column: of the row's frames (searched outwards, as
 /// the lookup does), or of the scope's table.
 pub(crate) fn is_char_column(e: &Expr, s: &Scope<'_>) -> bool {
+    // min / max of a char(n) column are char(n) too.
+    if let Expr::Function(f) = e {
+        let name = function_name(f);
+        let args = function_args(f);
+        return matches!(name.as_str(), "min" | "max")
+            && args.len() == 1
+            && is_char_column(args[0], s);
+    }
     if let Some(f) = s.frame {
         let Some((qual, name)) = crate::rel::col_ref(e) else {
             return false;
