@@ -113,11 +113,7 @@ fn parse_file(path: &Path) -> Result<SltFile, String> {
                 false,
                 Answer::Error {
                     code: (*code).to_string(),
-                    message: header
-                        .splitn(4, ' ')
-                        .nth(3)
-                        .unwrap_or_default()
-                        .to_string(),
+                    message: header.splitn(4, ' ').nth(3).unwrap_or_default().to_string(),
                 },
             ),
             ["query"] => (false, Answer::Rows(Vec::new())),
@@ -432,6 +428,12 @@ fn chown_tree(path: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
 fn start_postgres(dir: &Path) -> Result<(Server, String), String> {
     let user = pg_user();
     if let Some((uid, gid)) = user {
+        // The unprivileged user must be able to reach `dir` through its parent.
+        if let Some(parent) = dir.parent() {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| format!("chmod {}: {e}", parent.display()))?;
+        }
         chown_tree(dir, uid, gid).map_err(|e| format!("chown {}: {e}", dir.display()))?;
     }
     let as_user = |cmd: &mut Command| {
@@ -444,7 +446,15 @@ fn start_postgres(dir: &Path) -> Result<(Server, String), String> {
     initdb
         .arg("-D")
         .arg(&data)
-        .args(["-U", "bench", "--auth=trust", "-E", "UTF8", "--locale=C", "-N"])
+        .args([
+            "-U",
+            "bench",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--locale=C",
+            "-N",
+        ])
         .current_dir(dir);
     as_user(&mut initdb);
     let out = initdb.output().map_err(|e| format!("initdb: {e}"))?;
@@ -587,7 +597,11 @@ fn slt_walrus_answers_like_postgresql() {
         .iter()
         .map(|p| parse_file(p).unwrap_or_else(|e| panic!("{e}")))
         .collect();
-    assert!(!files.is_empty(), "no .slt files in {}", slt_dir().display());
+    assert!(
+        !files.is_empty(),
+        "no .slt files in {}",
+        slt_dir().display()
+    );
     let tmp = tempfile::tempdir().expect("tempdir");
     let mut failures = Vec::new();
 
@@ -621,7 +635,9 @@ fn slt_walrus_answers_like_postgresql() {
             !in_ci && !capture,
             "PostgreSQL 15 is not installed ({PG_BIN}): .ci/run must install postgresql-15"
         );
-        eprintln!("slt: PostgreSQL 15 not installed; checking walrus against the recorded answers only");
+        eprintln!(
+            "slt: PostgreSQL 15 not installed; checking walrus against the recorded answers only"
+        );
     }
 
     // walrus against the recorded answers.

@@ -270,7 +270,10 @@ pub(crate) fn insert(
         if targets[..i].contains(c) {
             return Err(SqlError::new(
                 "42701",
-                format!("column \"{}\" specified more than once", def.columns[*c].name),
+                format!(
+                    "column \"{}\" specified more than once",
+                    def.columns[*c].name
+                ),
             ));
         }
     }

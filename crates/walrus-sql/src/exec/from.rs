@@ -470,7 +470,9 @@ fn using_pairs(
         crate::rel::find_col(cols, None, name)?.ok_or_else(|| {
             SqlError::new(
                 "42703",
-                format!("column \"{name}\" specified in USING clause does not exist in {side} table"),
+                format!(
+                    "column \"{name}\" specified in USING clause does not exist in {side} table"
+                ),
             )
         })
     };

@@ -136,7 +136,9 @@ fn literal_item(e: &SetExpr, i: usize) -> bool {
                 })
         ),
         SetExpr::Query(q) => literal_item(&q.body, i),
-        SetExpr::SetOperation { left, right, .. } => literal_item(left, i) || literal_item(right, i),
+        SetExpr::SetOperation { left, right, .. } => {
+            literal_item(left, i) || literal_item(right, i)
+        }
         _ => true,
     }
 }

@@ -31,9 +31,7 @@ fn check_from_names(sel: &Select) -> SqlResult<()> {
                         .map(|a| ident(&a.name))
                         .unwrap_or_else(|| object_name(name)),
                 ),
-                TableFactor::Derived {
-                    alias: Some(a), ..
-                } => Some(ident(&a.name)),
+                TableFactor::Derived { alias: Some(a), .. } => Some(ident(&a.name)),
                 _ => None,
             };
             if let Some(n) = name {
@@ -116,9 +114,15 @@ pub(crate) fn check_select(sel: &Select) -> SqlResult<()> {
     if !matches!(flavor, ast::SelectFlavor::Standard) {
         return refuse("FROM-first SELECT");
     }
-    if let ast::GroupByExpr::Expressions(_, modifiers) = group_by {
+    if let ast::GroupByExpr::Expressions(exprs, modifiers) = group_by {
         if !modifiers.is_empty() {
             return refuse("GROUP BY modifiers (ROLLUP, CUBE, GROUPING SETS, TOTALS)");
+        }
+        if exprs
+            .iter()
+            .any(|e| matches!(e, Expr::Rollup(_) | Expr::Cube(_) | Expr::GroupingSets(_)))
+        {
+            return refuse("GROUP BY ROLLUP, CUBE and GROUPING SETS");
         }
     }
     Ok(())
@@ -455,7 +459,8 @@ impl Executor<'_> {
             return Ok(out);
         }
         for twj in &sel.from {
-            let factors = std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation));
+            let factors =
+                std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation));
             for f in factors {
                 let TableFactor::Table { name, alias, .. } = f else {
                     continue;

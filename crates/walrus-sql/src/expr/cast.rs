@@ -17,7 +17,9 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
         D::Boolean | D::Bool => TypeId::Bool,
         // float4 would need its own storage and 6-digit text form; kept as float8 it
         // would answer with more digits than PostgreSQL, so it is refused.
-        D::Real | D::Float4 => return Err(SqlError::unsupported("type real (float4) is not supported")),
+        D::Real | D::Float4 => {
+            return Err(SqlError::unsupported("type real (float4) is not supported"))
+        }
         D::Float(ExactNumberInfo::Precision(p) | ExactNumberInfo::PrecisionAndScale(p, _))
             if *p <= 24 =>
         {

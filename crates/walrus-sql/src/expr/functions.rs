@@ -208,6 +208,8 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             None => Datum::Null,
         },
         "round" | "trunc" | "ceil" | "ceiling" | "floor" => rounding(&name, &args)?,
+        "left" | "right" | "strpos" | "lpad" | "rpad" | "initcap" | "split_part" | "ltrim"
+        | "rtrim" | "btrim" | "reverse" => string_function(&name, &args)?,
         "sqrt" | "ln" | "exp" => match arg(0) {
             Datum::Null => Datum::Null,
             Datum::Float8(_) | Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) => {
@@ -280,20 +282,24 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             other => {
                 return Err(SqlError::new(
                     "42883",
-                    format!("function octet_length({}) does not exist", type_name(&other)),
+                    format!(
+                        "function octet_length({}) does not exist",
+                        type_name(&other)
+                    ),
                 ))
             }
         },
+        // walrus's database locale is C, where case mapping touches ASCII letters only
+        // (PostgreSQL: upper('é') = 'é' under C).
         "lower" => format_text(&arg(0))
-            .map(|t| Datum::Text(t.to_lowercase()))
+            .map(|t| Datum::Text(t.to_ascii_lowercase()))
             .unwrap_or(Datum::Null),
         "upper" => format_text(&arg(0))
-            .map(|t| Datum::Text(t.to_uppercase()))
+            .map(|t| Datum::Text(t.to_ascii_uppercase()))
             .unwrap_or(Datum::Null),
         "coalesce" => {
             super::unify_literals(&function_args(f))?;
-            args
-                .iter()
+            args.iter()
                 .find(|d| !d.is_null())
                 .cloned()
                 .unwrap_or(Datum::Null)
@@ -484,27 +490,246 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
 /// PostgreSQL built-in functions walrus does not implement: refused with 0A000 (a known
 /// gap) rather than 42883, which would claim PostgreSQL has no such function either.
 const POSTGRES_ONLY_FUNCTIONS: &[&str] = &[
-    "cbrt", "log", "log10", "sign", "mod", "div", "pi", "random", "gcd", "lcm", "degrees",
-    "radians", "sin", "cos", "tan", "asin", "acos", "atan", "atan2", "width_bucket", "scale",
-    "min_scale", "trim_scale", "stddev", "stddev_samp", "stddev_pop", "variance", "var_samp",
-    "var_pop", "corr", "covar_pop", "covar_samp", "regr_slope", "regr_intercept", "every",
-    "bit_and", "bit_or", "percentile_cont", "percentile_disc", "mode", "bit_length", "left",
-    "right", "strpos", "split_part", "lpad", "rpad", "btrim", "initcap", "md5", "sha256",
-    "ascii", "translate", "regexp_replace", "regexp_match", "regexp_matches",
-    "regexp_split_to_array", "regexp_split_to_table", "to_char", "to_number", "to_date",
-    "to_timestamp", "date_trunc", "date_part", "make_date", "make_timestamp", "justify_days",
-    "pg_typeof", "format", "concat_ws", "quote_ident", "quote_literal", "quote_nullable",
-    "starts_with", "overlay", "to_hex", "encode", "decode", "array_length", "cardinality",
-    "array_to_string", "string_to_array", "array_append", "array_cat", "array_position",
-    "json_build_object", "jsonb_build_object", "json_agg", "jsonb_agg", "to_json", "to_jsonb",
-    "row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "lag", "lead",
-    "first_value", "last_value", "nth_value", "ntile", "num_nulls", "num_nonnulls",
-    "gen_random_uuid", "clock_timestamp", "timeofday", "isfinite", "xmlagg",
+    "cbrt",
+    "log",
+    "log10",
+    "sign",
+    "mod",
+    "div",
+    "pi",
+    "random",
+    "gcd",
+    "lcm",
+    "degrees",
+    "radians",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "width_bucket",
+    "scale",
+    "min_scale",
+    "trim_scale",
+    "stddev",
+    "stddev_samp",
+    "stddev_pop",
+    "variance",
+    "var_samp",
+    "var_pop",
+    "corr",
+    "covar_pop",
+    "covar_samp",
+    "regr_slope",
+    "regr_intercept",
+    "every",
+    "bit_and",
+    "bit_or",
+    "percentile_cont",
+    "percentile_disc",
+    "mode",
+    "bit_length",
+    "md5",
+    "sha256",
+    "ascii",
+    "translate",
+    "regexp_replace",
+    "regexp_match",
+    "regexp_matches",
+    "regexp_split_to_array",
+    "regexp_split_to_table",
+    "to_char",
+    "to_number",
+    "to_date",
+    "to_timestamp",
+    "date_trunc",
+    "date_part",
+    "make_date",
+    "make_timestamp",
+    "justify_days",
+    "pg_typeof",
+    "format",
+    "concat_ws",
+    "quote_ident",
+    "quote_literal",
+    "quote_nullable",
+    "starts_with",
+    "overlay",
+    "to_hex",
+    "encode",
+    "decode",
+    "array_length",
+    "cardinality",
+    "array_to_string",
+    "string_to_array",
+    "array_append",
+    "array_cat",
+    "array_position",
+    "json_build_object",
+    "jsonb_build_object",
+    "json_agg",
+    "jsonb_agg",
+    "to_json",
+    "to_jsonb",
+    "row_number",
+    "rank",
+    "dense_rank",
+    "percent_rank",
+    "cume_dist",
+    "lag",
+    "lead",
+    "first_value",
+    "last_value",
+    "nth_value",
+    "ntile",
+    "num_nulls",
+    "num_nonnulls",
+    "gen_random_uuid",
+    "clock_timestamp",
+    "timeofday",
+    "isfinite",
+    "xmlagg",
 ];
+
+/// `left`, `right`, `strpos`, `lpad`, `rpad`, `initcap`, `split_part` over text
+/// (characters, not bytes), with PostgreSQL's edge cases (negative counts, empty fill).
+fn string_function(name: &str, args: &[Datum]) -> SqlResult<Datum> {
+    let want = match name {
+        "initcap" | "reverse" => 1,
+        "ltrim" | "rtrim" | "btrim" => args.len().clamp(1, 2),
+        "lpad" | "rpad" => args.len().clamp(2, 3),
+        "split_part" => 3,
+        _ => 2,
+    };
+    if args.len() != want {
+        return Err(SqlError::new(
+            "42883",
+            format!("function {name}() does not exist"),
+        ));
+    }
+    if args.iter().any(|a| a.is_null()) {
+        return Ok(Datum::Null);
+    }
+    let text = |i: usize| -> SqlResult<Vec<char>> {
+        match &args[i] {
+            Datum::Text(t) => Ok(t.chars().collect()),
+            other => Err(SqlError::new(
+                "42883",
+                format!("function {name}({}) does not exist", type_name(other)),
+            )),
+        }
+    };
+    let int = |i: usize| -> SqlResult<i64> {
+        match &args[i] {
+            Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) => Ok(as_i64(&args[i]).unwrap_or(0)),
+            Datum::Text(t) => {
+                match crate::value::parse_text(walrus_engine::access::datum::TypeId::Int4, t)? {
+                    Datum::Int4(v) => Ok(v as i64),
+                    _ => Ok(0),
+                }
+            }
+            other => Err(SqlError::new(
+                "42883",
+                format!("function {name}(text, {}) does not exist", type_name(other)),
+            )),
+        }
+    };
+    let s = text(0)?;
+    let out: String = match name {
+        "left" | "right" => {
+            let n = int(1)?;
+            let len = s.len() as i64;
+            let keep = if n >= 0 { n.min(len) } else { (len + n).max(0) } as usize;
+            if name == "left" {
+                s[..keep].iter().collect()
+            } else {
+                s[s.len() - keep..].iter().collect()
+            }
+        }
+        "strpos" => {
+            let sub = text(1)?;
+            let pos = if sub.is_empty() {
+                1
+            } else {
+                s.windows(sub.len())
+                    .position(|w| w == sub.as_slice())
+                    .map(|p| p as i32 + 1)
+                    .unwrap_or(0)
+            };
+            return Ok(Datum::Int4(pos));
+        }
+        "lpad" | "rpad" => {
+            let len = int(1)?.max(0) as usize;
+            let fill = if args.len() == 3 { text(2)? } else { vec![' '] };
+            if s.len() >= len || fill.is_empty() {
+                s.iter().take(len).collect()
+            } else {
+                let pad: String = fill.iter().cycle().take(len - s.len()).collect();
+                let body: String = s.iter().collect();
+                if name == "lpad" {
+                    pad + &body
+                } else {
+                    body + &pad
+                }
+            }
+        }
+        "initcap" => {
+            // C locale: only ASCII letters and digits make words, only ASCII changes case.
+            let mut word_start = true;
+            s.iter()
+                .map(|c| {
+                    let out = if word_start {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c.to_ascii_lowercase()
+                    };
+                    word_start = !c.is_ascii_alphanumeric();
+                    out
+                })
+                .collect()
+        }
+        "reverse" => s.iter().rev().collect(),
+        "ltrim" | "rtrim" | "btrim" => {
+            let set = if args.len() == 2 { text(1)? } else { vec![' '] };
+            let body: String = s.iter().collect();
+            let t = match name {
+                "ltrim" => body.trim_start_matches(set.as_slice()),
+                "rtrim" => body.trim_end_matches(set.as_slice()),
+                _ => body.trim_matches(set.as_slice()),
+            };
+            t.to_string()
+        }
+        _ => {
+            // split_part(text, delimiter, n): n counts from the end when negative.
+            let delim: String = text(1)?.into_iter().collect();
+            let n = int(2)?;
+            if n == 0 {
+                return Err(SqlError::new("22023", "field position must not be zero"));
+            }
+            let body: String = s.iter().collect();
+            let parts: Vec<&str> = if delim.is_empty() {
+                vec![body.as_str()]
+            } else {
+                body.split(delim.as_str()).collect()
+            };
+            let idx = if n > 0 {
+                Some((n - 1) as usize)
+            } else {
+                parts.len().checked_sub(n.unsigned_abs() as usize)
+            };
+            idx.and_then(|i| parts.get(i).copied())
+                .unwrap_or("")
+                .to_string()
+        }
+    };
+    Ok(Datum::Text(out))
+}
 
 /// `round`, `trunc` (half away from zero / toward zero, with an optional scale),
 /// `ceil`, `floor` over numeric (exact) and float8 (`round` is rint: half to even).
-fn rounding(name: &str, args: &[Datum]) -> SqlResult<Datum> {
+pub(crate) fn rounding(name: &str, args: &[Datum]) -> SqlResult<Datum> {
     use bigdecimal::RoundingMode;
     let scale = match args.get(1) {
         None => 0,
@@ -520,7 +745,10 @@ fn rounding(name: &str, args: &[Datum]) -> SqlResult<Datum> {
         }
     };
     let Some(v) = args.first() else {
-        return Err(SqlError::new("42883", format!("function {name}() does not exist")));
+        return Err(SqlError::new(
+            "42883",
+            format!("function {name}() does not exist"),
+        ));
     };
     Ok(match v {
         Datum::Null => Datum::Null,
@@ -557,7 +785,10 @@ fn rounding(name: &str, args: &[Datum]) -> SqlResult<Datum> {
 
 /// Arguments PostgreSQL resolves to the float8 variant of a math function.
 fn float_like(d: &Datum) -> bool {
-    matches!(d, Datum::Float8(_) | Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_))
+    matches!(
+        d,
+        Datum::Float8(_) | Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_)
+    )
 }
 
 /// float8 `sqrt`, `ln`, `exp` with PostgreSQL's errors.
@@ -570,9 +801,7 @@ fn float_function(name: &str, x: f64) -> SqlResult<Datum> {
             ))
         }
         "sqrt" => x.sqrt(),
-        "ln" if x == 0.0 => {
-            return Err(SqlError::new("2201E", "cannot take logarithm of zero"))
-        }
+        "ln" if x == 0.0 => return Err(SqlError::new("2201E", "cannot take logarithm of zero")),
         "ln" if x < 0.0 => {
             return Err(SqlError::new(
                 "2201E",

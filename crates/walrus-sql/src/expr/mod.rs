@@ -174,7 +174,10 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
         Expr::Subquery(q) => {
             let rel = hooks(s)?.subquery(q, s.frame)?;
             if rel.cols.len() != 1 {
-                return Err(SqlError::new("42601", "subquery must return only one column"));
+                return Err(SqlError::new(
+                    "42601",
+                    "subquery must return only one column",
+                ));
             }
             if rel.rows.len() > 1 {
                 return Err(SqlError::new(
@@ -328,10 +331,9 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                         .map(Datum::Int8)
                         .ok_or_else(|| SqlError::new("22003", "bigint out of range")),
                     Datum::Float8(x) => Ok(Datum::Float8(-x)),
-                    Datum::Text(_) if !untyped(expr) => Err(SqlError::new(
-                        "42883",
-                        "operator does not exist: - text",
-                    )),
+                    Datum::Text(_) if !untyped(expr) => {
+                        Err(SqlError::new("42883", "operator does not exist: - text"))
+                    }
                     other => arith(&Datum::Int4(0), &other, &BinaryOperator::Minus),
                 },
                 UnaryOperator::Plus => Ok(v),
@@ -542,6 +544,77 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             cast_to(Datum::Text(text), &ts.data_type)
         }
         Expr::Function(f) => function(f, s),
+        Expr::IsUnknown(x) | Expr::IsNotUnknown(x) => {
+            let unknown = match eval(x, s)? {
+                Datum::Null => true,
+                Datum::Bool(_) => false,
+                other => {
+                    return Err(SqlError::new(
+                        "42804",
+                        format!(
+                            "argument of IS UNKNOWN must be type boolean, not type {}",
+                            other.type_id().map(|t| t.name()).unwrap_or("unknown")
+                        ),
+                    ))
+                }
+            };
+            Ok(Datum::Bool(unknown == matches!(e, Expr::IsUnknown(_))))
+        }
+        Expr::Ceil {
+            expr,
+            field:
+                sqlparser::ast::CeilFloorKind::DateTimeField(sqlparser::ast::DateTimeField::NoDateTime),
+        }
+        | Expr::Floor {
+            expr,
+            field:
+                sqlparser::ast::CeilFloorKind::DateTimeField(sqlparser::ast::DateTimeField::NoDateTime),
+        } => {
+            let name = if matches!(e, Expr::Ceil { .. }) {
+                "ceil"
+            } else {
+                "floor"
+            };
+            functions::rounding(name, &[eval(expr, s)?])
+        }
+        Expr::Substring {
+            expr,
+            substring_from,
+            substring_for,
+            ..
+        } => {
+            let text = text_arg(expr, s)?;
+            let from = substring_from.as_ref().map(|f| eval(f, s)).transpose()?;
+            let count = substring_for.as_ref().map(|f| eval(f, s)).transpose()?;
+            substring(text, from, count)
+        }
+        Expr::Trim {
+            trim_where,
+            trim_what,
+            expr,
+            trim_characters: None,
+        } => {
+            let Datum::Text(text) = text_arg(expr, s)? else {
+                return Ok(Datum::Null);
+            };
+            let chars: Vec<char> = match trim_what {
+                None => vec![' '],
+                Some(w) => match text_arg(w, s)? {
+                    Datum::Text(w) => w.chars().collect(),
+                    _ => return Ok(Datum::Null),
+                },
+            };
+            let t = match trim_where {
+                Some(sqlparser::ast::TrimWhereField::Leading) => {
+                    text.trim_start_matches(chars.as_slice())
+                }
+                Some(sqlparser::ast::TrimWhereField::Trailing) => {
+                    text.trim_end_matches(chars.as_slice())
+                }
+                _ => text.trim_matches(chars.as_slice()),
+            };
+            Ok(Datum::Text(t.to_string()))
+        }
         other => Err(SqlError::unsupported(format!(
             "expression {other} is not supported"
         ))),
@@ -577,6 +650,78 @@ fn is_comparison(op: &BinaryOperator) -> bool {
             | BinaryOperator::LtEq
             | BinaryOperator::GtEq
     )
+}
+
+/// A string argument (SUBSTRING, TRIM): text as is, a char(n) column without its
+/// padding, NULL as NULL; another type is 42883 (no implicit cast to text).
+fn text_arg(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
+    match eval(e, s)? {
+        Datum::Text(t) if is_char_column(e, s) => Ok(bpchar_text(Datum::Text(t))),
+        d @ (Datum::Text(_) | Datum::Null) => Ok(d),
+        other => Err(SqlError::new(
+            "42883",
+            format!(
+                "function pg_catalog.substring({}) does not exist",
+                other.type_id().map(|t| t.name()).unwrap_or("unknown")
+            ),
+        )),
+    }
+}
+
+/// `substring(text from start for count)`: characters at 1-based positions from
+/// `start` (which may be below 1) up to `start + count`; a negative count is 22011.
+pub(crate) fn substring(
+    text: Datum,
+    from: Option<Datum>,
+    count: Option<Datum>,
+) -> SqlResult<Datum> {
+    let Datum::Text(t) = text else {
+        return Ok(Datum::Null);
+    };
+    let int = |d: Option<Datum>| -> SqlResult<Option<Option<i64>>> {
+        match d {
+            None => Ok(Some(None)),
+            Some(Datum::Null) => Ok(None),
+            Some(Datum::Int2(v)) => Ok(Some(Some(v as i64))),
+            Some(Datum::Int4(v)) => Ok(Some(Some(v as i64))),
+            Some(Datum::Int8(v)) => Ok(Some(Some(v))),
+            Some(Datum::Text(v)) => match crate::value::parse_text(TypeId::Int4, &v)? {
+                Datum::Int4(v) => Ok(Some(Some(v as i64))),
+                _ => Ok(None),
+            },
+            Some(other) => Err(SqlError::new(
+                "42883",
+                format!(
+                    "function pg_catalog.substring(text, {}) does not exist",
+                    other.type_id().map(|t| t.name()).unwrap_or("unknown")
+                ),
+            )),
+        }
+    };
+    let (Some(start), Some(count)) = (int(from)?, int(count)?) else {
+        return Ok(Datum::Null);
+    };
+    let start = start.unwrap_or(1);
+    let end = match count {
+        Some(c) if c < 0 => {
+            return Err(SqlError::new(
+                "22011",
+                "negative substring length not allowed",
+            ))
+        }
+        Some(c) => start.saturating_add(c),
+        None => i64::MAX,
+    };
+    Ok(Datum::Text(
+        t.chars()
+            .enumerate()
+            .filter(|(i, _)| {
+                let pos = *i as i64 + 1;
+                pos >= start && pos < end
+            })
+            .map(|(_, c)| c)
+            .collect(),
+    ))
 }
 
 /// PostgreSQL resolves the branches of CASE / COALESCE to one type before running: a

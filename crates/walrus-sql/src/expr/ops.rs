@@ -104,7 +104,10 @@ pub fn compare_values(l: &Datum, r: &Datum) -> SqlResult<Ordering> {
                 && as_f64(b).is_some()
                 && (as_i64(a).is_none() || as_i64(b).is_none()) =>
         {
-            Ok(float_cmp(as_f64(a).unwrap_or(0.0), as_f64(b).unwrap_or(0.0)))
+            Ok(float_cmp(
+                as_f64(a).unwrap_or(0.0),
+                as_f64(b).unwrap_or(0.0),
+            ))
         }
         (a, b) => Ok(compare_datums(a, b)),
     }

@@ -50,7 +50,27 @@ fn walk_pruned(
         | Expr::IsNotTrue(expr)
         | Expr::IsFalse(expr)
         | Expr::IsNotFalse(expr)
+        | Expr::IsUnknown(expr)
+        | Expr::Ceil { expr, .. }
+        | Expr::Floor { expr, .. }
+        | Expr::IsNotUnknown(expr)
         | Expr::InSubquery { expr, .. } => go(expr),
+        Expr::Substring {
+            expr,
+            substring_from,
+            substring_for,
+            ..
+        } => {
+            go(expr)?;
+            substring_from.iter().try_for_each(|x| go(x))?;
+            substring_for.iter().try_for_each(|x| go(x))
+        }
+        Expr::Trim {
+            expr, trim_what, ..
+        } => {
+            go(expr)?;
+            trim_what.iter().try_for_each(|x| go(x))
+        }
         Expr::InList { expr, list, .. } => {
             go(expr)?;
             list.iter().try_for_each(&mut go)

@@ -374,6 +374,19 @@ impl Session {
                 }
                 return Ok(Outcome::Done(QueryResult::tag("BEGIN")));
             }
+            Parsed::Chain(rollback) => {
+                let what = if *rollback { "ROLLBACK" } else { "COMMIT" };
+                if !self.in_block {
+                    return Err(SqlError::new(
+                        "25P01",
+                        format!("{what} AND CHAIN can only be used in transaction blocks"),
+                    ));
+                }
+                self.fail_statement();
+                return Err(SqlError::unsupported(format!(
+                    "{what} AND CHAIN is not supported"
+                )));
+            }
             Parsed::SavepointEnd(name, release) => {
                 let what = if *release {
                     "RELEASE SAVEPOINT"
@@ -501,7 +514,7 @@ impl Session {
                     .get("default_transaction_isolation")
                     .map(String::as_str)
                 {
-                    Some("repeatable read") | Some("serializable") => Isolation::RepeatableRead,
+                    Some("repeatable read") => Isolation::RepeatableRead,
                     _ => Isolation::ReadCommitted,
                 }
             });

@@ -28,6 +28,8 @@ pub(crate) enum Parsed {
     /// `ROLLBACK TO [SAVEPOINT] name` and `RELEASE [SAVEPOINT] name` (true for RELEASE):
     /// SAVEPOINT is refused, so no savepoint ever exists.
     SavepointEnd(String, bool),
+    /// `COMMIT AND CHAIN` / `ROLLBACK AND CHAIN` (true for ROLLBACK): not built.
+    Chain(bool),
     Setting(String),
     Utility(Utility),
     Sql(Box<Statement>),
@@ -61,7 +63,10 @@ fn begin_modes(sql: &str) -> SqlResult<(Option<Isolation>, bool)> {
             return Err(SqlError::syntax("syntax error at or near \"start\""));
         }
         i = 2;
-    } else if matches!(words.get(1).map(String::as_str), Some("work" | "transaction")) {
+    } else if matches!(
+        words.get(1).map(String::as_str),
+        Some("work" | "transaction")
+    ) {
         i = 2;
     }
     let mut read_only = false;
@@ -77,7 +82,13 @@ fn begin_modes(sql: &str) -> SqlResult<(Option<Isolation>, bool)> {
                 2
             }
             ("isolation", Some("level")) => match words.get(i + 2).map(String::as_str) {
-                Some("serializable") => 3,
+                Some("serializable") => {
+                    // Run as REPEATABLE READ it would allow write skew that PostgreSQL's
+                    // SERIALIZABLE prevents.
+                    return Err(SqlError::unsupported(
+                        "SERIALIZABLE isolation is not supported",
+                    ));
+                }
                 Some("repeatable" | "read") => 4,
                 _ => return Err(SqlError::syntax("syntax error in transaction mode")),
             },
@@ -91,7 +102,7 @@ fn begin_modes(sql: &str) -> SqlResult<(Option<Isolation>, bool)> {
 
 pub(crate) fn isolation_of(sql: &str) -> Option<Isolation> {
     let l = sql.to_ascii_lowercase();
-    if l.contains("repeatable read") || l.contains("serializable") {
+    if l.contains("repeatable read") {
         Some(Isolation::RepeatableRead)
     } else if l.contains("read committed") || l.contains("read uncommitted") {
         Some(Isolation::ReadCommitted)
@@ -129,11 +140,17 @@ pub(crate) fn parse(sql: &str) -> SqlResult<Vec<Parsed>> {
         "commit" | "end" | "rollback" | "abort" => {
             // Only the plain forms; anything more (AND CHAIN, PREPARED, TO SAVEPOINT)
             // must not be taken for a plain COMMIT or ROLLBACK.
-            let rest: Vec<&str> = w[1..]
+            let all = first_words(sql, 6);
+            let rest: Vec<&str> = all[1..]
                 .iter()
                 .map(String::as_str)
                 .filter(|x| !matches!(*x, "work" | "transaction"))
                 .collect();
+            let rest: &[&str] = if rest == ["and", "no", "chain"] {
+                &[]
+            } else {
+                &rest
+            };
             let rollback = matches!(first.as_str(), "rollback" | "abort");
             return match rest.first() {
                 None => Ok(vec![if rollback {
@@ -141,7 +158,10 @@ pub(crate) fn parse(sql: &str) -> SqlResult<Vec<Parsed>> {
                 } else {
                     Parsed::Commit
                 }]),
-                Some(&"to") if rollback => Ok(vec![Parsed::SavepointEnd(savepoint_name(sql), false)]),
+                Some(&"to") if rollback => {
+                    Ok(vec![Parsed::SavepointEnd(savepoint_name(sql), false)])
+                }
+                Some(&"and") if rest == ["and", "chain"] => Ok(vec![Parsed::Chain(rollback)]),
                 Some(_) => Err(SqlError::unsupported(format!(
                     "{} is not supported",
                     sql.trim().trim_end_matches(';').to_ascii_uppercase()
