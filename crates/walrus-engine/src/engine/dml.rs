@@ -109,7 +109,7 @@ impl Transaction {
         let rel = inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&inner.pool, &inner.txn, &rel);
         for idx in &def.indexes {
-            if !idx.unique || arbiters.is_some_and(|a| !a.iter().any(|n| *n == idx.name)) {
+            if !idx.unique || arbiters.is_some_and(|a| !a.contains(&idx.name)) {
                 continue;
             }
             let keyvals: Vec<Datum> = idx.columns.iter().map(|&c| values[c].clone()).collect();
