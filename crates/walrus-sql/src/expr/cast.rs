@@ -221,7 +221,7 @@ fn varchar_len(l: &Option<CharacterLength>) -> SqlResult<Option<usize>> {
 
 /// An explicit cast (`CAST(v AS t)`, `v::t`) with the target's type modifier applied as
 /// PostgreSQL does: `varchar(n)` truncates to `n` characters, `numeric(p,s)` rounds to
-/// `s` and fails with 22003 past `p`. `char(n)` (blank-padded semantics) is refused.
+/// `s` and fails with 22003 past `p`, `char(n)` truncates and blank-pads to `n`.
 pub fn cast_to(v: Datum, dt: &DataType) -> SqlResult<Datum> {
     use DataType as D;
     match dt {
@@ -234,9 +234,20 @@ pub fn cast_to(v: Datum, dt: &DataType) -> SqlResult<Datum> {
                 (_, v) => v,
             })
         }
-        D::Char(_) | D::Character(_) => Err(SqlError::unsupported(format!(
-            "type {dt} (blank-padded character) is not supported"
-        ))),
+        D::Char(l) | D::Character(l) => {
+            // Explicit cast to char(n): truncated to n characters, blank-padded to n.
+            // The value is bpchar; `expr::is_char_column` treats the cast as such.
+            let n = varchar_len(l)?.unwrap_or(1);
+            Ok(match coerce(v, TypeId::Text)? {
+                Datum::Text(t) => {
+                    let mut out: String = t.chars().take(n).collect();
+                    let len = out.chars().count();
+                    out.extend(std::iter::repeat_n(' ', n - len));
+                    Datum::Text(out)
+                }
+                other => other,
+            })
+        }
         D::Numeric(info) | D::Decimal(info) | D::Dec(info) => {
             let v = coerce(v, TypeId::Numeric)?;
             numeric_typmod(v, info)

@@ -761,6 +761,13 @@ fn untyped(e: &Expr) -> bool {
 /// Whether `e` names a `char(n)` column: of the row's frames (searched outwards, as
 /// the lookup does), or of the scope's table.
 pub(crate) fn is_char_column(e: &Expr, s: &Scope<'_>) -> bool {
+    // A cast to char(n) is bpchar too.
+    if let Expr::Cast { data_type, .. } = e {
+        return matches!(data_type, DataType::Char(_) | DataType::Character(_));
+    }
+    if let Expr::Nested(inner) = e {
+        return is_char_column(inner, s);
+    }
     // min / max of a char(n) column are char(n) too.
     if let Expr::Function(f) = e {
         let name = function_name(f);
