@@ -674,3 +674,21 @@ fn type_modifiers_show_in_the_catalog() {
         ]
     );
 }
+
+#[test]
+fn set_operations_and_distinct_resolve_like_postgresql() {
+    let (_d, mut s) = session();
+    setup(&mut s);
+    // An untyped literal takes the other operand's type: one row, or 22P02.
+    assert_eq!(col(&mut s, "select 1 union select '1'"), ["1"]);
+    assert_eq!(err(&mut s, "select 1 union select 'x'"), "22P02");
+    assert_eq!(
+        err(&mut s, "select id from t union select name from t"),
+        "42804"
+    );
+    assert_eq!(err(&mut s, "select distinct g from t order by id"), "42P10");
+    assert_eq!(
+        col(&mut s, "select distinct g from t order by g"),
+        ["1", "2"]
+    );
+}

@@ -113,6 +113,36 @@ fn key_datum(d: &Datum) -> Datum {
     }
 }
 
+/// Whether every branch of a set operand gives column `i` as a bare string literal
+/// (PostgreSQL's `unknown`, typed by the other operand).
+fn string_literal_item(e: &SetExpr, i: usize) -> bool {
+    let string = |x: &Expr| matches!(x, Expr::Value(v) if matches!(v.value, ast::Value::SingleQuotedString(_)));
+    match e {
+        SetExpr::Select(s) => match s.projection.get(i) {
+            Some(ast::SelectItem::UnnamedExpr(x)) => string(x),
+            Some(ast::SelectItem::ExprWithAlias { expr, .. }) => string(expr),
+            _ => false,
+        },
+        SetExpr::Query(q) => string_literal_item(&q.body, i),
+        SetExpr::SetOperation { left, right, .. } => {
+            string_literal_item(left, i) && string_literal_item(right, i)
+        }
+        _ => false,
+    }
+}
+
+/// Converts the untyped text literals of column `i` to `ty` (22P02 when one does not
+/// read as it).
+fn retype_literals(rel: &mut Rel, i: usize, ty: TypeId) -> SqlResult<()> {
+    for row in &mut rel.rows {
+        if let Datum::Text(t) = &row[i] {
+            row[i] = crate::value::parse_text(ty, t)?;
+        }
+    }
+    rel.cols[i].ty = Some(ty);
+    Ok(())
+}
+
 /// Type categories a set operation cannot mix (PostgreSQL's 42804).
 fn type_category(t: TypeId) -> u8 {
     match t {
@@ -399,7 +429,7 @@ impl<'s> Executor<'s> {
                 right,
             } => {
                 let mut l = self.set_expr(left, outer)?;
-                let r = self.set_expr(right, outer)?;
+                let mut r = self.set_expr(right, outer)?;
                 if l.cols.len() != r.cols.len() {
                     return Err(SqlError::new(
                         "42601",
@@ -420,6 +450,20 @@ impl<'s> Executor<'s> {
                                     tb.name()
                                 ),
                             ));
+                        }
+                    }
+                }
+                // An untyped literal column takes the other side's type, as PostgreSQL
+                // resolves `select 1 union select '1'` to integer (one row).
+                for i in 0..l.cols.len() {
+                    let (ta, tb) = (l.cols[i].ty, r.cols[i].ty);
+                    if string_literal_item(right, i) && !string_literal_item(left, i) {
+                        if let Some(t) = ta.filter(|t| *t != TypeId::Text) {
+                            retype_literals(&mut r, i, t)?;
+                        }
+                    } else if string_literal_item(left, i) && !string_literal_item(right, i) {
+                        if let Some(t) = tb.filter(|t| *t != TypeId::Text) {
+                            retype_literals(&mut l, i, t)?;
                         }
                     }
                 }

@@ -263,6 +263,24 @@ impl Executor<'_> {
                 }
             }
         }
+        if matches!(sel.distinct, Some(ast::Distinct::Distinct)) {
+            if let Some(ast::OrderByKind::Expressions(exprs)) = q.order_by.as_ref().map(|o| &o.kind)
+            {
+                for o in exprs {
+                    let output = matches!(&o.expr, Expr::Value(_))
+                        || matches!(&o.expr, Expr::Identifier(i) if names.contains(&ident(i)))
+                        || items.iter().any(|(_, e)| {
+                            e == &o.expr || e.to_string().eq_ignore_ascii_case(&o.expr.to_string())
+                        });
+                    if !output {
+                        return Err(SqlError::new(
+                            "42P10",
+                            "for SELECT DISTINCT, ORDER BY expressions must appear in select list",
+                        ));
+                    }
+                }
+            }
+        }
         let grouped = !group_exprs.is_empty()
             || sel.having.is_some()
             || items.iter().any(|(_, e)| contains_aggregate(e));
