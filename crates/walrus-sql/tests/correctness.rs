@@ -311,6 +311,8 @@ fn grouped_queries_check_their_columns() {
     assert_eq!(err(&mut s, "select id from t where g"), "42804");
     assert_eq!(err(&mut s, "select name + 1 from t"), "42883");
     assert_eq!(err(&mut s, "select true = 1"), "42883");
+    assert_eq!(err(&mut s, "select id from t where name = 1"), "42883");
+    assert_eq!(col(&mut s, "select id from t where g = '2'"), ["3"]);
     assert_eq!(err(&mut s, "select coalesce(1, 'x')"), "22P02");
     assert_eq!(err(&mut s, "select x.id from t"), "42P01");
     assert_eq!(err(&mut s, "select id from t, t"), "42712");

@@ -404,8 +404,15 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                             | Datum::Numeric(_)
                     )
                 };
+                // A text column (not an untyped literal) has no comparison with a
+                // number: no implicit cast between the two in PostgreSQL.
+                let text_column = |d: &Datum, e: &Expr| {
+                    matches!(d, Datum::Text(_)) && crate::rel::col_ref(e).is_some()
+                };
                 if (matches!(l, Datum::Bool(_)) && numeric(&r))
                     || (numeric(&l) && matches!(r, Datum::Bool(_)))
+                    || (text_column(&l, left) && numeric(&r))
+                    || (numeric(&l) && text_column(&r, right))
                 {
                     let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
                     return Err(SqlError::new(
