@@ -16,6 +16,12 @@ pub struct ColName {
     pub qual: Option<String>,
     pub name: String,
     pub ty: Option<TypeId>,
+    /// A `char(n)` (bpchar) column: stored blank-padded, its trailing spaces do not
+    /// count in comparisons, `length`, `||` and casts to text.
+    pub bpchar: bool,
+    /// A column merged away by a USING / NATURAL join: reachable qualified (`a.id`),
+    /// not by its bare name nor by `*` (the merged column stands for it).
+    pub hidden: bool,
 }
 
 /// A materialised relation.
@@ -71,7 +77,11 @@ pub(crate) fn find_col(
 ) -> SqlResult<Option<usize>> {
     let mut hit = None;
     for (i, c) in cols.iter().enumerate() {
-        if c.name == name && qual.is_none_or(|q| c.qual.as_deref() == Some(q)) {
+        let reachable = match qual {
+            None => !c.hidden,
+            Some(q) => c.qual.as_deref() == Some(q),
+        };
+        if c.name == name && reachable {
             if hit.is_some() {
                 return Err(SqlError::new(
                     "42702",

@@ -114,11 +114,7 @@ fn bad(ty: TypeId, s: &str) -> SqlError {
 pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
     let t = s.trim();
     Ok(match ty {
-        TypeId::Bool => match t.to_ascii_lowercase().as_str() {
-            "t" | "true" | "yes" | "on" | "1" | "y" => Datum::Bool(true),
-            "f" | "false" | "no" | "off" | "0" | "n" => Datum::Bool(false),
-            _ => return Err(bad(ty, s)),
-        },
+        TypeId::Bool => Datum::Bool(parse_bool(t).ok_or_else(|| bad(ty, s))?),
         TypeId::Int2 => Datum::Int2(t.parse().map_err(|_| out_of_range_or_bad(ty, t))?),
         TypeId::Int4 => Datum::Int4(t.parse().map_err(|_| out_of_range_or_bad(ty, t))?),
         TypeId::Int8 => Datum::Int8(t.parse().map_err(|_| out_of_range_or_bad(ty, t))?),
@@ -146,6 +142,39 @@ fn out_of_range_or_bad(ty: TypeId, t: &str) -> SqlError {
     }
 }
 
+/// PostgreSQL's boolean input: any prefix of `true`, `false`, `yes`, `no`; `on`, `off`
+/// from two letters (`of`); `1`, `0`; case-insensitive.
+fn parse_bool(t: &str) -> Option<bool> {
+    let l = t.to_ascii_lowercase();
+    let prefix = |word: &str, min: usize| l.len() >= min && word.starts_with(l.as_str());
+    if prefix("true", 1) || prefix("yes", 1) || prefix("on", 2) || l == "1" {
+        Some(true)
+    } else if prefix("false", 1) || prefix("no", 1) || prefix("off", 2) || l == "0" {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// A finite float8 as PostgreSQL prints it (`extra_float_digits` 1, its default): the
+/// shortest digits that read back exactly, positional when the decimal exponent is in
+/// -4..15, else `d.ddde+XX` with at least two exponent digits (`1e+20`, `1e-07`).
+pub fn float8_text(v: f64) -> String {
+    // `{:e}` gives the shortest round-trip digits: "1.5e300", "-1e-7".
+    let sci = format!("{v:e}");
+    let Some((mantissa, exp)) = sci.split_once('e') else {
+        return v.to_string();
+    };
+    let Ok(exp) = exp.parse::<i32>() else {
+        return v.to_string();
+    };
+    if (-4..15).contains(&exp) {
+        return v.to_string();
+    }
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exp.abs())
+}
+
 /// PostgreSQL text output of a value (`None` for NULL).
 pub fn format_text(d: &Datum) -> Option<String> {
     Some(match d {
@@ -160,7 +189,7 @@ pub fn format_text(d: &Datum) -> Option<String> {
             } else if v.is_nan() {
                 "NaN".to_string()
             } else {
-                v.to_string()
+                float8_text(*v)
             }
         }
         Datum::Numeric(s) | Datum::Text(s) => s.clone(),
@@ -176,6 +205,40 @@ pub fn format_text(d: &Datum) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn boolean_input_takes_postgresql_prefixes() {
+        for (t, want) in [
+            ("tru", Some(true)),
+            ("Y", Some(true)),
+            ("on", Some(true)),
+            ("of", Some(false)),
+            ("o", None),
+            ("fa", Some(false)),
+            ("truex", None),
+            ("", None),
+            ("10", None),
+        ] {
+            assert_eq!(parse_bool(t), want, "{t:?}");
+        }
+    }
+
+    #[test]
+    fn float8_text_is_postgresql_form() {
+        for (v, want) in [
+            (1e20, "1e+20"),
+            (1e-7, "1e-07"),
+            (1.5e300, "1.5e+300"),
+            (123456789012345.0, "123456789012345"),
+            (1e15, "1e+15"),
+            (0.0001, "0.0001"),
+            (0.00001234, "1.234e-05"),
+            (-2.5, "-2.5"),
+            (0.1 + 0.2, "0.30000000000000004"),
+        ] {
+            assert_eq!(float8_text(v), want, "{v}");
+        }
+    }
 
     #[test]
     fn timestamps_roundtrip_in_postgres_format() {

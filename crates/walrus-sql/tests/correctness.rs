@@ -182,17 +182,225 @@ fn analyze_checks_its_tables() {
 }
 
 #[test]
-fn on_conflict_is_refused() {
+fn on_conflict_do_nothing_skips_conflicting_rows() {
     let (_d, mut s) = session();
     setup(&mut s);
+    ok(
+        &mut s,
+        "create table u(id int primary key, code text unique)",
+    );
+    ok(&mut s, "insert into u values (1, 'a')");
+    // No target: any unique index; the row conflicting with a row of the same
+    // statement is skipped too; RETURNING shows only the inserted rows.
+    let r = col(
+        &mut s,
+        "insert into u values (1, 'z'), (2, 'a'), (3, 'c'), (3, 'd') on conflict do nothing \
+         returning id",
+    );
+    assert_eq!(r, ["3"]);
+    // A target names the arbiter: a conflict elsewhere is still an error.
+    ok(
+        &mut s,
+        "insert into u values (1, 'q') on conflict (id) do nothing",
+    );
+    assert_eq!(
+        err(
+            &mut s,
+            "insert into u values (4, 'a') on conflict (id) do nothing"
+        ),
+        "23505"
+    );
+    assert_eq!(
+        err(
+            &mut s,
+            "insert into u values (4, 'x') on conflict (nosuch) do nothing"
+        ),
+        "42703"
+    );
+    assert_eq!(
+        err(
+            &mut s,
+            "insert into t values (9,1,1,'x',true) on conflict (g) do nothing"
+        ),
+        "42P10"
+    );
+    // NOT NULL is checked before the conflict, as in PostgreSQL.
+    assert_eq!(
+        err(
+            &mut s,
+            "insert into u values (null, 'a') on conflict do nothing"
+        ),
+        "23502"
+    );
+    assert_eq!(
+        col(&mut s, "select id || code from u order by id"),
+        ["1a", "3c"]
+    );
     for sql in [
-        "insert into t values (1,1,1,'x',true) on conflict do nothing",
-        "insert into t values (9,1,1,'x',true) on conflict (id) do nothing",
         "insert into t values (1,1,1,'x',true) on conflict (id) do update set name = 'y'",
+        "insert into t values (1,1,1,'x',true) on conflict on constraint t_pkey do nothing",
     ] {
         assert_eq!(err(&mut s, sql), "0A000", "{sql}");
     }
     assert_eq!(one(&mut s, "select count(*) from t"), "3");
+}
+
+#[test]
+fn grouping_keys_follow_postgresql_equality() {
+    let (_d, mut s) = session();
+    ok(
+        &mut s,
+        "create table a(x int, y bigint, z smallint, n numeric, f float8)",
+    );
+    ok(
+        &mut s,
+        "insert into a values (1, 1, 1, 1.0, 0.0), (2, 2, 2, 2.50, -0.0), (null, null, null, null, 'NaN'), (3, 3, 3, 2.5, 'NaN')",
+    );
+    assert_eq!(
+        one(
+            &mut s,
+            "select count(*) from (select x from a union select y from a union select z from a) t"
+        ),
+        "4"
+    );
+    assert_eq!(one(&mut s, "select count(distinct n) from a"), "2");
+    assert_eq!(
+        one(&mut s, "select count(*) from (select distinct f from a) t"),
+        "2"
+    );
+    assert_eq!(
+        col(
+            &mut s,
+            "select x from a intersect all select y from a order by 1"
+        ),
+        ["1", "2", "3", "NULL"]
+    );
+    assert_eq!(
+        col(&mut s, "select 1 union all select 1 except all select 1"),
+        ["1"]
+    );
+    // NaN equals NaN and sorts above every number.
+    assert_eq!(one(&mut s, "select count(*) from a where f = 'NaN'"), "2");
+    assert_eq!(one(&mut s, "select max(f) from a"), "NaN");
+    assert_eq!(
+        one(&mut s, "select 1e20::float8, 1e-7::float8"),
+        "1e+20|1e-07"
+    );
+}
+
+#[test]
+fn grouped_queries_check_their_columns() {
+    let (_d, mut s) = session();
+    setup(&mut s);
+    assert_eq!(err(&mut s, "select g, name from t group by g"), "42803");
+    assert_eq!(err(&mut s, "select name, count(*) from t"), "42803");
+    assert_eq!(
+        err(&mut s, "select g from t group by g order by name"),
+        "42803"
+    );
+    // Grouped by the primary key: the other columns depend on it.
+    assert_eq!(
+        col(&mut s, "select id, name from t group by id order by id"),
+        ["1|c", "2|a", "3|b"]
+    );
+    assert_eq!(
+        col(&mut s, "select t.g + 1 from t group by g order by 1"),
+        ["2", "3"]
+    );
+    assert_eq!(err(&mut s, "select id from t where name"), "42804");
+    assert_eq!(err(&mut s, "select id from t where g"), "42804");
+    assert_eq!(err(&mut s, "select name + 1 from t"), "42883");
+    assert_eq!(err(&mut s, "select true = 1"), "42883");
+    assert_eq!(err(&mut s, "select id from t where name = 1"), "42883");
+    assert_eq!(col(&mut s, "select id from t where g = '2'"), ["3"]);
+    assert_eq!(err(&mut s, "select coalesce(1, 'x')"), "22P02");
+    assert_eq!(err(&mut s, "select x.id from t"), "42P01");
+    assert_eq!(err(&mut s, "select id from t, t"), "42712");
+}
+
+#[test]
+fn transaction_modes_are_honoured_or_refused() {
+    let (_d, mut s) = session();
+    setup(&mut s);
+    ok(&mut s, "begin read only");
+    assert_eq!(
+        err(&mut s, "insert into t values (9,1,1,'x',true)"),
+        "25006"
+    );
+    ok(&mut s, "rollback");
+    assert_eq!(err(&mut s, "begin isolation level serializable"), "0A000");
+    assert_eq!(
+        err(&mut s, "set default_transaction_isolation = 'serializable'"),
+        "0A000"
+    );
+    // ROLLBACK TO is not a ROLLBACK: outside a block 25P01, inside 3B001 (no savepoint
+    // can exist: SAVEPOINT is refused) and the block stays open, aborted.
+    assert_eq!(err(&mut s, "rollback to savepoint a"), "25P01");
+    ok(&mut s, "begin");
+    ok(&mut s, "insert into t values (9,1,1,'x',true)");
+    assert_eq!(err(&mut s, "rollback to savepoint a"), "3B001");
+    assert_eq!(err(&mut s, "select 1"), "25P02");
+    ok(&mut s, "rollback");
+    assert_eq!(one(&mut s, "select count(*) from t"), "3");
+    assert_eq!(err(&mut s, "commit and chain"), "25P01");
+    ok(&mut s, "begin");
+    assert_eq!(err(&mut s, "commit and chain"), "0A000");
+    ok(&mut s, "rollback");
+    ok(&mut s, "commit and no chain");
+}
+
+#[test]
+fn char_n_drops_its_padding_where_postgresql_does() {
+    let (_d, mut s) = session();
+    ok(&mut s, "create table c(id int, ch char(4), tx text)");
+    ok(
+        &mut s,
+        "insert into c values (1, 'ab', 'ab '), (2, 'ab  ', 'x')",
+    );
+    assert_eq!(
+        col(&mut s, "select ch || '|' from c order by id"),
+        ["ab|", "ab|"]
+    );
+    assert_eq!(
+        col(&mut s, "select length(ch) from c order by id"),
+        ["2", "2"]
+    );
+    assert_eq!(
+        col(&mut s, "select octet_length(ch) from c order by id"),
+        ["4", "4"]
+    );
+    assert_eq!(
+        one(&mut s, "select count(*) from c a join c b on a.ch = b.ch"),
+        "4"
+    );
+    assert_eq!(
+        one(
+            &mut s,
+            "select count(*) from c, (select 1) o where c.ch = 'ab '"
+        ),
+        "2"
+    );
+    // Against a text value the column converts to text: 'ab' <> 'ab '.
+    assert_eq!(one(&mut s, "select count(*) from c where ch = tx"), "0");
+    assert_eq!(one(&mut s, "select max(ch)::text || '|' from c"), "ab|");
+}
+
+#[test]
+fn using_joins_merge_their_columns() {
+    let (_d, mut s) = session();
+    ok(&mut s, "create table l(id int, a text)");
+    ok(&mut s, "create table r(id int, b text)");
+    ok(&mut s, "insert into l values (1, 'x'), (2, 'y')");
+    ok(&mut s, "insert into r values (2, 'p'), (3, 'q')");
+    assert_eq!(col(&mut s, "select * from l join r using (id)"), ["2|y|p"]);
+    assert_eq!(
+        col(
+            &mut s,
+            "select id, l.id, r.id from l full join r using (id) order by id"
+        ),
+        ["1|1|NULL", "2|2|2", "3|NULL|3"]
+    );
+    assert_eq!(col(&mut s, "select * from l natural join r"), ["2|y|p"]);
 }
 
 #[test]
@@ -218,7 +426,12 @@ fn declared_type_modifiers_apply_on_assignment() {
     );
     // char(n): padded to n on store, longer fails unless the excess is spaces.
     ok(&mut s, "insert into d1 (id, c) values (4, 'ab')");
-    assert_eq!(one(&mut s, "select c || '|' from d1 where id = 4"), "ab  |");
+    // Stored padded (octet_length counts the padding); `||` takes text, which drops it.
+    assert_eq!(
+        one(&mut s, "select octet_length(c) from d1 where id = 4"),
+        "4"
+    );
+    assert_eq!(one(&mut s, "select c || '|' from d1 where id = 4"), "ab|");
     ok(&mut s, "insert into d1 (id, c) values (5, 'wxyz  ')");
     assert_eq!(one(&mut s, "select c || '|' from d1 where id = 5"), "wxyz|");
     assert_eq!(
@@ -234,7 +447,9 @@ fn declared_type_modifiers_apply_on_assignment() {
     );
     ok(&mut s, "create table d4 (k char(3) primary key)");
     ok(&mut s, "insert into d4 values ('a')");
-    assert_eq!(one(&mut s, "select k || '|' from d4 where k = 'a'"), "a  |");
+    // PostgreSQL 15: `k || '|'` converts k to text, without its padding.
+    assert_eq!(one(&mut s, "select k || '|' from d4 where k = 'a'"), "a|");
+    assert_eq!(one(&mut s, "select k from d4 where k = 'a'"), "a  ");
     assert_eq!(one(&mut s, "select count(*) from d4 where k = 'abcd'"), "0");
     // numeric(p,s): rounded half away from zero, overflow past p - s integer digits.
     ok(
@@ -256,7 +471,11 @@ fn declared_type_modifiers_apply_on_assignment() {
     // UPDATE and INSERT ... SELECT apply the same rules.
     ok(&mut s, "update d1 set v = 1.005, c = 'q' where id = 8");
     assert_eq!(one(&mut s, "select v from d1 where id = 8"), "1.01");
-    assert_eq!(one(&mut s, "select c || '|' from d1 where id = 8"), "q   |");
+    assert_eq!(one(&mut s, "select c || '|' from d1 where id = 8"), "q|");
+    assert_eq!(
+        one(&mut s, "select octet_length(c) from d1 where id = 8"),
+        "4"
+    );
     assert_eq!(
         error(&mut s, "update d1 set name = 'toolong' where id = 1"),
         (
@@ -279,8 +498,8 @@ fn declared_type_modifiers_apply_on_assignment() {
     };
     assert_eq!(copy(&mut s, "12\tx\t1.234\n\\.\n").unwrap().tag, "COPY 1");
     assert_eq!(
-        one(&mut s, "select c || '|', v from d1 where id = 12"),
-        "x   ||1.23"
+        one(&mut s, "select c, v from d1 where id = 12"),
+        "x   |1.23"
     );
     let e = copy(&mut s, "13\tabcdef\t1\n\\.\n").unwrap_err();
     assert_eq!(e.sqlstate, "22001");
@@ -306,7 +525,8 @@ fn declared_type_modifiers_apply_on_assignment() {
         "create table d3 (a varchar, b numeric, c decimal, filler char(84), e char)",
     );
     ok(&mut s, "insert into d3 (filler, e) values ('f', 'g')");
-    assert_eq!(one(&mut s, "select length(filler || '|') from d3"), "85");
+    assert_eq!(one(&mut s, "select octet_length(filler) from d3"), "84");
+    assert_eq!(one(&mut s, "select length(filler || '|') from d3"), "2");
     assert_eq!(
         error(&mut s, "insert into d3 (e) values ('gh')"),
         ("22001", "value too long for type character(1)".into())
@@ -324,7 +544,12 @@ fn casts_apply_type_modifiers() {
         error(&mut s, "select 123456789.123::numeric(10,2)"),
         ("22003", "numeric field overflow".into())
     );
-    assert_eq!(err(&mut s, "select 'a'::char(3)"), "0A000");
+    // char(n): truncated and blank-padded; the padding is dropped where bpchar
+    // converts to text.
+    assert_eq!(one(&mut s, "select 'a'::char(3)"), "a  ");
+    assert_eq!(one(&mut s, "select 'abcd'::char(2) || '|'"), "ab|");
+    assert_eq!(one(&mut s, "select length('a '::char(3))"), "1");
+    assert_eq!(one(&mut s, "select 'a'::char(3) = 'a '::char(1)"), "t");
 }
 
 #[test]
@@ -418,7 +643,6 @@ fn unsupported_constructs_are_refused() {
         "insert into t values (1,1,1,'x',true) on conflict on constraint t_pkey do nothing",
         "update t set v = 1 from t as u where u.id = t.id",
         "delete from t using t as u where u.id = t.id",
-        "select 'a'::character(2)",
     ] {
         match s.execute(sql, &[]).pop().unwrap() {
             Err(e) => assert_eq!(e.sqlstate, "0A000", "{sql}: {}", e.message),
@@ -427,4 +651,46 @@ fn unsupported_constructs_are_refused() {
         }
     }
     assert_eq!(one(&mut s, "select count(*) from t"), "3");
+}
+
+#[test]
+fn type_modifiers_show_in_the_catalog() {
+    let (_d, mut s) = session();
+    ok(
+        &mut s,
+        "create table m(a varchar(10), b numeric(10,2), c char(4), d text, e numeric)",
+    );
+    assert_eq!(
+        col(
+            &mut s,
+            "select a.atttypmod, pg_catalog.format_type(a.atttypid, a.atttypmod) \
+             from pg_catalog.pg_attribute a join pg_catalog.pg_class c on a.attrelid = c.oid \
+             where c.relname = 'm' order by a.attnum"
+        ),
+        [
+            "14|character varying(10)",
+            "655366|numeric(10,2)",
+            "8|character(4)",
+            "-1|text",
+            "-1|numeric"
+        ]
+    );
+}
+
+#[test]
+fn set_operations_and_distinct_resolve_like_postgresql() {
+    let (_d, mut s) = session();
+    setup(&mut s);
+    // An untyped literal takes the other operand's type: one row, or 22P02.
+    assert_eq!(col(&mut s, "select 1 union select '1'"), ["1"]);
+    assert_eq!(err(&mut s, "select 1 union select 'x'"), "22P02");
+    assert_eq!(
+        err(&mut s, "select id from t union select name from t"),
+        "42804"
+    );
+    assert_eq!(err(&mut s, "select distinct g from t order by id"), "42P10");
+    assert_eq!(
+        col(&mut s, "select distinct g from t order by g"),
+        ["1", "2"]
+    );
 }

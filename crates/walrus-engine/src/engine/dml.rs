@@ -86,6 +86,57 @@ impl Transaction {
         Ok(tid)
     }
 
+    /// `INSERT ... ON CONFLICT DO NOTHING`: inserts `values` unless a unique index among
+    /// `arbiters` (every unique index when `None`) already holds a live version with the
+    /// same key — this transaction's own rows included, after waiting for an in-progress
+    /// writer as the unique check does. Returns `None` when the row was skipped. A
+    /// conflicting row committed between this check and the insert still fails with the
+    /// unique violation where PostgreSQL would skip: an error, never a wrong answer.
+    pub fn insert_or_skip(
+        &mut self,
+        def: &TableDef,
+        values: &[Datum],
+        arbiters: Option<&[String]>,
+    ) -> Result<Option<Tid>> {
+        self.before_write()?;
+        self.check_interrupt()?;
+        let fresh = self.lock_for_write(def)?;
+        let def = fresh.as_deref().unwrap_or(def);
+        // NOT NULL and type checks come first, as in PostgreSQL's ExecInsert.
+        Transaction::check_row(def, values)?;
+        let me = self.mark_write();
+        let inner = self.inner.clone();
+        let rel = inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        for idx in &def.indexes {
+            if !idx.unique || arbiters.is_some_and(|a| !a.contains(&idx.name)) {
+                continue;
+            }
+            let keyvals: Vec<Datum> = idx.columns.iter().map(|&c| values[c].clone()).collect();
+            if keyvals.iter().any(|d| d.is_null()) {
+                continue; // NULLs never conflict
+            }
+            let mut key = Vec::new();
+            encode_key(&keyvals, &mut key);
+            let tree = BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name);
+            'recheck: loop {
+                self.check_interrupt()?;
+                for existing in tree.lookup(&key)? {
+                    match chain_liveness(&heap, existing, me)? {
+                        UniqueCheck::Live => return Ok(None),
+                        UniqueCheck::NotLive => {}
+                        UniqueCheck::WaitFor(holder) => {
+                            inner.txn.wait_for(me, holder, self.lock_wait())?;
+                            continue 'recheck;
+                        }
+                    }
+                }
+                break;
+            }
+        }
+        self.insert(def, values).map(Some)
+    }
+
     fn index_insert(
         &mut self,
         def: &TableDef,

@@ -399,11 +399,20 @@ impl Snapshot {
             "pg_get_userbyid" => t(&self.user),
             "format_type" => match oid_arg(0) {
                 None => Datum::Null,
-                Some(oid) => t(TYPES
-                    .iter()
-                    .find(|(o, ..)| *o == oid)
-                    .map(|(_, _, display, _)| *display)
-                    .unwrap_or("???")),
+                Some(oid) => {
+                    let display = TYPES
+                        .iter()
+                        .find(|(o, ..)| *o == oid)
+                        .map(|(_, _, display, _)| *display)
+                        .unwrap_or("???");
+                    // With a type modifier: `character varying(10)`, `numeric(10,2)`.
+                    let m = oid_arg(1).unwrap_or(-1) - 4;
+                    t(&match oid {
+                        1042 | 1043 if m >= 0 => format!("{display}({m})"),
+                        1700 if m >= 0 => format!("numeric({},{})", (m >> 16) & 0xffff, m & 0xffff),
+                        _ => display.to_string(),
+                    })
+                }
             },
             "pg_get_indexdef" => {
                 let oid = oid_arg(0)?;

@@ -9,6 +9,17 @@ use super::{
     NS_PUBLIC, ROLE_OID, TYPES,
 };
 
+/// A column's `atttypid`: `varchar` (1043) and `bpchar` (1042) for declared character
+/// types, which the engine stores as text.
+fn column_type_oid(c: &walrus_engine::catalog::ColumnDef) -> i64 {
+    use walrus_engine::catalog::DeclaredType;
+    match c.declared {
+        DeclaredType::Varchar => 1043,
+        DeclaredType::Char => 1042,
+        DeclaredType::Plain => oid_of(c.ty),
+    }
+}
+
 impl Snapshot {
     pub(super) fn rows(&self, name: &str, settings: &BTreeMap<String, String>) -> Vec<Vec<Datum>> {
         let n = Datum::Null;
@@ -53,21 +64,23 @@ impl Snapshot {
                 let mut rows = Vec::new();
                 for tbl in &self.tables {
                     for (i, c) in tbl.columns.iter().enumerate() {
+                        let typid = column_type_oid(c);
                         let (_, _, _, len) = TYPES
                             .iter()
-                            .find(|(o, ..)| *o == oid_of(c.ty))
+                            .find(|(o, ..)| *o == typid)
                             .copied()
                             .unwrap_or((0, "", "", -1));
                         rows.push(vec![
                             o(relfile_oid(tbl.relfile)),
                             t(&c.name),
-                            o(oid_of(c.ty)),
+                            o(typid),
                             Datum::Int4(-1),
                             Datum::Int2(len),
                             Datum::Int2(i as i16 + 1),
                             Datum::Int4(0),
                             Datum::Int4(-1),
-                            Datum::Int4(-1),
+                            // atttypmod: PostgreSQL's encoding, kept in the catalog.
+                            Datum::Int4(c.typmod),
                             b(len > 0),
                             t(if len == 8 { "d" } else { "i" }),
                             t(if len > 0 { "p" } else { "x" }),

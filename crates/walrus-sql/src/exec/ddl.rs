@@ -69,6 +69,8 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
     let name = object_name(&ct.name);
     let mut columns = Vec::new();
     let mut pk: Option<Vec<String>> = None;
+    // Column-level UNIQUE: (constraint name, column), created after the table.
+    let mut uniques: Vec<(String, String)> = Vec::new();
     for c in &ct.columns {
         let cname = ident(&c.name);
         // varchar(n), char(n) and numeric(p,s) keep their type modifier in the catalog;
@@ -82,6 +84,21 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
                 ColumnOption::PrimaryKey(_) => {
                     not_null = true;
                     pk = Some(vec![cname.clone()]);
+                }
+                ColumnOption::Unique(u)
+                    if u.characteristics.is_none()
+                        && u.include.is_empty()
+                        && u.index_options.is_empty()
+                        && u.index_type.is_none()
+                        && matches!(u.nulls_distinct, ast::NullsDistinctOption::None) =>
+                {
+                    let cons = o
+                        .name
+                        .as_ref()
+                        .or(u.name.as_ref())
+                        .map(ident)
+                        .unwrap_or_else(|| format!("{name}_{cname}_key"));
+                    uniques.push((cons, cname.clone()));
                 }
                 other => {
                     return Err(SqlError::unsupported(format!(
@@ -145,6 +162,9 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
     }
     if let Some(cols) = pk {
         create_index(t, &name, &format!("{name}_pkey"), &cols, true, true)?;
+    }
+    for (cons, col) in &uniques {
+        create_index(t, &name, cons, std::slice::from_ref(col), true, false)?;
     }
     Ok(QueryResult::tag("CREATE TABLE"))
 }

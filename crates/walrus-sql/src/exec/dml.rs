@@ -14,7 +14,7 @@ use walrus_engine::engine::{RowChange, Transaction};
 use super::Env;
 use crate::error::{SqlError, SqlResult};
 use crate::expr::{assign, eval, Scope};
-use crate::names::object_name;
+use crate::names::{ident, object_name};
 use crate::plan::{choose_access, Access};
 use crate::result::{Column, QueryResult};
 
@@ -50,8 +50,18 @@ fn check_insert(ins: &ast::Insert) -> SqlResult<()> {
         multi_table_else_clause,
     } = ins;
     let refuse = |what: &str| Err(SqlError::unsupported(format!("{what} is not supported")));
-    if let Some(on) = on {
-        return refuse(&format!("INSERT ... {on}"));
+    match on {
+        None => {}
+        Some(ast::OnInsert::OnConflict(ast::OnConflict {
+            conflict_target,
+            action: ast::OnConflictAction::DoNothing,
+        })) => match conflict_target {
+            None | Some(ast::ConflictTarget::Columns(_)) => {}
+            Some(ast::ConflictTarget::OnConstraint(_)) => {
+                return refuse("INSERT ... ON CONFLICT ON CONSTRAINT");
+            }
+        },
+        Some(on) => return refuse(&format!("INSERT ... {on}")),
     }
     if table_alias.is_some() {
         return refuse("INSERT INTO table AS alias");
@@ -239,6 +249,7 @@ pub(crate) fn insert(
     };
     let def = env.txn().table(&table)?;
     let mut returning = Returning::new(ins.returning.as_ref(), &def, None)?;
+    let skip_conflicts = conflict_arbiters(ins, &def)?;
     let targets: Vec<usize> = if ins.columns.is_empty() {
         (0..def.columns.len()).collect()
     } else {
@@ -255,6 +266,17 @@ pub(crate) fn insert(
             })
             .collect::<SqlResult<_>>()?
     };
+    for (i, c) in targets.iter().enumerate() {
+        if targets[..i].contains(c) {
+            return Err(SqlError::new(
+                "42701",
+                format!(
+                    "column \"{}\" specified more than once",
+                    def.columns[*c].name
+                ),
+            ));
+        }
+    }
     let source = ins
         .source
         .as_ref()
@@ -288,7 +310,9 @@ pub(crate) fn insert(
                 for (v, &ci) in r.into_iter().zip(&targets) {
                     row[ci] = assign(v, &def.columns[ci])?;
                 }
-                env.txn().insert(&def, &row)?;
+                if !insert_row(env, &def, &row, skip_conflicts.as_ref())? {
+                    continue;
+                }
                 if let Some(ret) = returning.as_mut() {
                     ret.push(&row, &scope)?;
                 }
@@ -305,17 +329,86 @@ pub(crate) fn insert(
                 "INSERT has more expressions than target columns",
             ));
         }
+        if row_exprs.len() < targets.len() && !ins.columns.is_empty() {
+            return Err(SqlError::syntax(
+                "INSERT has more target columns than expressions",
+            ));
+        }
         let mut row = vec![Datum::Null; def.columns.len()];
         for (e, &ci) in row_exprs.iter().zip(&targets) {
             row[ci] = assign(eval(e, &scope)?, &def.columns[ci])?;
         }
-        env.txn().insert(&def, &row)?;
+        if !insert_row(env, &def, &row, skip_conflicts.as_ref())? {
+            continue;
+        }
         if let Some(ret) = returning.as_mut() {
             ret.push(&row, &scope)?;
         }
         n += 1;
     }
     Ok(Returning::result(returning, format!("INSERT 0 {n}")))
+}
+
+/// Which unique indexes `ON CONFLICT ... DO NOTHING` skips conflicts on: `None` without
+/// the clause, `Some(None)` for every unique index (no conflict target), else the unique
+/// indexes whose columns are exactly the target's (PostgreSQL's arbiter inference;
+/// 42P10 when there is none).
+fn conflict_arbiters(ins: &ast::Insert, def: &TableDef) -> SqlResult<Option<Option<Vec<String>>>> {
+    let Some(ast::OnInsert::OnConflict(oc)) = &ins.on else {
+        return Ok(None);
+    };
+    let Some(ast::ConflictTarget::Columns(cols)) = &oc.conflict_target else {
+        return Ok(Some(None));
+    };
+    let mut wanted = Vec::new();
+    for c in cols {
+        let n = ident(c);
+        let i = def
+            .column_index(&n)
+            .ok_or_else(|| SqlError::new("42703", format!("column \"{n}\" does not exist")))?;
+        if !wanted.contains(&i) {
+            wanted.push(i);
+        }
+    }
+    wanted.sort_unstable();
+    let names: Vec<String> = def
+        .indexes
+        .iter()
+        .filter(|idx| {
+            let mut have = idx.columns.clone();
+            have.sort_unstable();
+            have.dedup();
+            idx.unique && have == wanted
+        })
+        .map(|idx| idx.name.clone())
+        .collect();
+    if names.is_empty() {
+        return Err(SqlError::new(
+            "42P10",
+            "there is no unique or exclusion constraint matching the ON CONFLICT specification",
+        ));
+    }
+    Ok(Some(Some(names)))
+}
+
+/// Inserts one row; with `ON CONFLICT DO NOTHING` (`skip` set) returns false when the
+/// row was skipped for a conflict.
+fn insert_row(
+    env: &mut dyn Env,
+    def: &TableDef,
+    row: &[Datum],
+    skip: Option<&Option<Vec<String>>>,
+) -> SqlResult<bool> {
+    match skip {
+        None => {
+            env.txn().insert(def, row)?;
+            Ok(true)
+        }
+        Some(arbiters) => Ok(env
+            .txn()
+            .insert_or_skip(def, row, arbiters.as_deref())?
+            .is_some()),
+    }
 }
 
 /// Rows of `def` matching `filter`, through a unique index when the filter pins all
@@ -660,7 +753,7 @@ fn row_matches(
                 frame: None,
                 hooks: None,
             };
-            Ok(matches!(eval(f, &scope)?, Datum::Bool(true)))
+            crate::expr::holds("WHERE", f, eval(f, &scope)?)
         }
     }
 }

@@ -18,7 +18,7 @@ use crate::error::{SqlError, SqlResult};
 use crate::expr::{coerce, parse_array_text};
 use crate::memory::{row_bytes, MemoryBudget};
 use crate::names::{ident, object_name};
-use crate::plan::{bind, rename, table_cols, using_condition};
+use crate::plan::{bind, rename, table_cols};
 use crate::rel::{ColName, Frame, Rel};
 use crate::value::format_text;
 
@@ -74,6 +74,8 @@ impl Executor<'_> {
         // The join condition, built and bound once, when the right side's columns are
         // first known (a lateral side is only known after its first evaluation).
         let mut cond: Option<Option<Expr>> = None;
+        // USING / NATURAL: the (left, right) positions of the merged columns.
+        let mut using: Vec<(usize, usize)> = Vec::new();
         for lrow in &left.rows {
             let owned;
             // What a lateral item's rows for this left row charged: given back once
@@ -96,12 +98,11 @@ impl Executor<'_> {
             if cond.is_none() {
                 out.cols = left.cols.iter().chain(&r.cols).cloned().collect();
                 right_matched = vec![false; r.rows.len()];
+                using = using_pairs(&left.cols, &r.cols, constraint)?;
                 let c = match constraint {
                     JoinConstraint::On(e) => Some(e.clone()),
-                    JoinConstraint::Using(names) => using_condition(&left, r, names)?,
-                    JoinConstraint::None => None,
-                    JoinConstraint::Natural => {
-                        return Err(SqlError::unsupported("NATURAL joins are not supported"))
+                    JoinConstraint::Using(_) | JoinConstraint::Natural | JoinConstraint::None => {
+                        None
                     }
                 };
                 if let Some(c) = &c {
@@ -116,14 +117,14 @@ impl Executor<'_> {
                 row.extend_from_slice(lrow);
                 row.extend_from_slice(rrow);
                 let keep = match on {
-                    None => true,
+                    None => using_match(&using, &left.cols, &r.cols, lrow, rrow),
                     Some(c) => {
                         let frame = Frame {
                             cols: &out.cols,
                             row: &row,
                             outer,
                         };
-                        matches!(self.eval_in(c, Some(&frame), self)?, Datum::Bool(true))
+                        crate::expr::holds("JOIN/ON", c, self.eval_in(c, Some(&frame), self)?)?
                     }
                 };
                 if keep {
@@ -163,6 +164,7 @@ impl Executor<'_> {
                 }
             };
             out.cols = left.cols.iter().chain(&r.cols).cloned().collect();
+            using = using_pairs(&left.cols, &r.cols, constraint)?;
             if matches!(kind, b'r' | b'f') {
                 for rrow in &r.rows {
                     let mut row = vec![Datum::Null; left.cols.len()];
@@ -171,6 +173,7 @@ impl Executor<'_> {
                     out.rows.push(row);
                 }
             }
+            merge_using(&mut out, left.cols.len(), &using, kind);
             return Ok(out);
         }
         if matches!(kind, b'r' | b'f') {
@@ -185,6 +188,7 @@ impl Executor<'_> {
                 }
             }
         }
+        merge_using(&mut out, left.cols.len(), &using, kind);
         Ok(out)
     }
 
@@ -316,6 +320,8 @@ impl Executor<'_> {
                     qual: Some(qual.clone()),
                     name: n.to_string(),
                     ty: Some(ty),
+                    bpchar: false,
+                    hidden: false,
                 })
                 .collect(),
             rows,
@@ -388,6 +394,8 @@ impl Executor<'_> {
                 qual: Some(qual),
                 name: fname,
                 ty,
+                bpchar: false,
+                hidden: false,
             }],
             rows,
         };
@@ -462,4 +470,97 @@ fn is_lateral(tf: &TableFactor) -> bool {
         TableFactor::Table { args: Some(_), .. } => true,
         _ => false,
     }
+}
+
+/// The (left, right) column positions a USING list or NATURAL join merges; empty for
+/// other joins. A NATURAL join merges every column name both sides show.
+fn using_pairs(
+    left: &[ColName],
+    right: &[ColName],
+    constraint: &JoinConstraint,
+) -> SqlResult<Vec<(usize, usize)>> {
+    let names: Vec<String> = match constraint {
+        JoinConstraint::Using(names) => names.iter().map(object_name).collect(),
+        JoinConstraint::Natural => left
+            .iter()
+            .filter(|c| !c.hidden && right.iter().any(|r| !r.hidden && r.name == c.name))
+            .map(|c| c.name.clone())
+            .collect(),
+        JoinConstraint::On(_) | JoinConstraint::None => return Ok(Vec::new()),
+    };
+    let find = |cols: &[ColName], name: &str, side: &str| -> SqlResult<usize> {
+        crate::rel::find_col(cols, None, name)?.ok_or_else(|| {
+            SqlError::new(
+                "42703",
+                format!(
+                    "column \"{name}\" specified in USING clause does not exist in {side} table"
+                ),
+            )
+        })
+    };
+    names
+        .iter()
+        .map(|n| Ok((find(left, n, "left")?, find(right, n, "right")?)))
+        .collect()
+}
+
+/// Whether the merged columns are equal (`=`; NULL matches nothing).
+fn using_match(
+    pairs: &[(usize, usize)],
+    lcols: &[ColName],
+    rcols: &[ColName],
+    lrow: &[Datum],
+    rrow: &[Datum],
+) -> bool {
+    pairs.iter().all(|&(li, ri)| {
+        let (mut l, mut r) = (lrow[li].clone(), rrow[ri].clone());
+        if l.is_null() || r.is_null() {
+            return false;
+        }
+        if lcols[li].bpchar || rcols[ri].bpchar {
+            l = crate::expr::bpchar_text(l);
+            r = crate::expr::bpchar_text(r);
+        }
+        crate::expr::compare_values(&l, &r).is_ok_and(|o| o.is_eq())
+    })
+}
+
+/// Puts the merged columns of a USING / NATURAL join first (the left value, the right
+/// one for a RIGHT join, the first non-null for FULL) and hides the two originals from
+/// bare names and `*`, as PostgreSQL shows them.
+fn merge_using(out: &mut Rel, nleft: usize, pairs: &[(usize, usize)], kind: u8) {
+    if pairs.is_empty() {
+        return;
+    }
+    let mut merged = Vec::with_capacity(pairs.len());
+    for &(li, ri) in pairs {
+        let (l, r) = (&out.cols[li], &out.cols[nleft + ri]);
+        merged.push(ColName {
+            qual: None,
+            name: l.name.clone(),
+            ty: l.ty.or(r.ty),
+            bpchar: l.bpchar && r.bpchar,
+            hidden: false,
+        });
+    }
+    for &(li, ri) in pairs {
+        out.cols[li].hidden = true;
+        out.cols[nleft + ri].hidden = true;
+    }
+    for row in &mut out.rows {
+        let vals: Vec<Datum> = pairs
+            .iter()
+            .map(|&(li, ri)| {
+                let (l, r) = (&row[li], &row[nleft + ri]);
+                match kind {
+                    b'r' => r.clone(),
+                    b'f' if l.is_null() => r.clone(),
+                    _ => l.clone(),
+                }
+            })
+            .collect();
+        row.splice(0..0, vals);
+    }
+    merged.append(&mut out.cols);
+    out.cols = merged;
 }

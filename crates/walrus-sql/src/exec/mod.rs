@@ -31,7 +31,7 @@ mod select;
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -82,25 +82,95 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
     })
 }
 
-/// A row key for grouping and duplicate elimination (values of different integer
-/// widths that compare equal still group apart; the planner never mixes them).
+/// A row key for grouping and duplicate elimination: values PostgreSQL's equality calls
+/// equal get one key whatever their type or written form — every integer width, an
+/// integral NUMERIC (`1 = 1::bigint = 1.0`), any NUMERIC scale (`2.1 = 2.10`), float
+/// zero's sign (`-0 = 0`) and every NaN (`NaN = NaN` in PostgreSQL's float order). A set
+/// operation or a grouped UNION ALL subquery mixes widths in one column.
 fn row_key(row: &[Datum]) -> String {
-    if !row.iter().any(|d| matches!(d, Datum::Numeric(_))) {
-        return format!("{row:?}");
-    }
-    // Equal numerics group together whatever their scales (2.1 = 2.10).
-    let norm: Vec<Datum> = row
-        .iter()
-        .map(|d| match d {
-            Datum::Numeric(t) => Datum::Numeric(
-                crate::numeric::parse(t)
-                    .map(|v| crate::numeric::format(&v.normalized()))
-                    .unwrap_or_else(|_| t.clone()),
-            ),
-            other => other.clone(),
-        })
-        .collect();
+    let norm: Vec<Datum> = row.iter().map(key_datum).collect();
     format!("{norm:?}")
+}
+
+fn key_datum(d: &Datum) -> Datum {
+    match d {
+        Datum::Int2(v) => Datum::Int8(*v as i64),
+        Datum::Int4(v) => Datum::Int8(*v as i64),
+        Datum::Numeric(t) => match crate::numeric::parse(t) {
+            Ok(v) => {
+                let v = v.normalized();
+                let text = crate::numeric::format(&v);
+                match text.parse::<i64>() {
+                    Ok(i) => Datum::Int8(i),
+                    Err(_) => Datum::Numeric(text),
+                }
+            }
+            Err(_) => d.clone(),
+        },
+        Datum::Float8(f) if *f == 0.0 => Datum::Float8(0.0),
+        Datum::Float8(f) if f.is_nan() => Datum::Float8(f64::NAN.abs()),
+        other => other.clone(),
+    }
+}
+
+/// Whether every branch of a set operand gives column `i` as a bare string literal
+/// (PostgreSQL's `unknown`, typed by the other operand).
+fn string_literal_item(e: &SetExpr, i: usize) -> bool {
+    let string = |x: &Expr| matches!(x, Expr::Value(v) if matches!(v.value, ast::Value::SingleQuotedString(_)));
+    match e {
+        SetExpr::Select(s) => match s.projection.get(i) {
+            Some(ast::SelectItem::UnnamedExpr(x)) => string(x),
+            Some(ast::SelectItem::ExprWithAlias { expr, .. }) => string(expr),
+            _ => false,
+        },
+        SetExpr::Query(q) => string_literal_item(&q.body, i),
+        SetExpr::SetOperation { left, right, .. } => {
+            string_literal_item(left, i) && string_literal_item(right, i)
+        }
+        _ => false,
+    }
+}
+
+/// Converts the untyped text literals of column `i` to `ty` (22P02 when one does not
+/// read as it).
+fn retype_literals(rel: &mut Rel, i: usize, ty: TypeId) -> SqlResult<()> {
+    for row in &mut rel.rows {
+        if let Datum::Text(t) = &row[i] {
+            row[i] = crate::value::parse_text(ty, t)?;
+        }
+    }
+    rel.cols[i].ty = Some(ty);
+    Ok(())
+}
+
+/// Type categories a set operation cannot mix (PostgreSQL's 42804).
+fn type_category(t: TypeId) -> u8 {
+    match t {
+        TypeId::Int2 | TypeId::Int4 | TypeId::Int8 | TypeId::Float8 | TypeId::Numeric => 0,
+        TypeId::Text => 1,
+        TypeId::Bool => 2,
+        TypeId::Timestamp | TypeId::TimestampTz | TypeId::Date => 3,
+    }
+}
+
+/// Whether output column `i` of a set operation's operand is a bare literal, whose type
+/// PostgreSQL resolves from the other operand (an untyped `'2'` joins integers).
+fn literal_item(e: &SetExpr, i: usize) -> bool {
+    match e {
+        SetExpr::Select(s) => matches!(
+            s.projection.get(i),
+            Some(ast::SelectItem::UnnamedExpr(Expr::Value(_)))
+                | Some(ast::SelectItem::ExprWithAlias {
+                    expr: Expr::Value(_),
+                    ..
+                })
+        ),
+        SetExpr::Query(q) => literal_item(&q.body, i),
+        SetExpr::SetOperation { left, right, .. } => {
+            literal_item(left, i) || literal_item(right, i)
+        }
+        _ => true,
+    }
 }
 
 /// ORDER BY directions of each key: (descending, NULLs first), PostgreSQL's defaults
@@ -337,6 +407,8 @@ impl<'s> Executor<'s> {
                                 qual: None,
                                 name: format!("column{i}"),
                                 ty: row[i - 1].type_id(),
+                                bpchar: false,
+                                hidden: false,
                             })
                             .collect();
                     } else if row.len() != rel.cols.len() {
@@ -357,38 +429,76 @@ impl<'s> Executor<'s> {
                 right,
             } => {
                 let mut l = self.set_expr(left, outer)?;
-                let r = self.set_expr(right, outer)?;
+                let mut r = self.set_expr(right, outer)?;
                 if l.cols.len() != r.cols.len() {
                     return Err(SqlError::new(
                         "42601",
                         format!("each {op} query must have the same number of columns"),
                     ));
                 }
+                for (i, (a, b)) in l.cols.iter().zip(&r.cols).enumerate() {
+                    if let (Some(ta), Some(tb)) = (a.ty, b.ty) {
+                        if type_category(ta) != type_category(tb)
+                            && !literal_item(left, i)
+                            && !literal_item(right, i)
+                        {
+                            return Err(SqlError::new(
+                                "42804",
+                                format!(
+                                    "{op} types {} and {} cannot be matched",
+                                    ta.name(),
+                                    tb.name()
+                                ),
+                            ));
+                        }
+                    }
+                }
+                // An untyped literal column takes the other side's type, as PostgreSQL
+                // resolves `select 1 union select '1'` to integer (one row).
+                for i in 0..l.cols.len() {
+                    let (ta, tb) = (l.cols[i].ty, r.cols[i].ty);
+                    if string_literal_item(right, i) && !string_literal_item(left, i) {
+                        if let Some(t) = ta.filter(|t| *t != TypeId::Text) {
+                            retype_literals(&mut r, i, t)?;
+                        }
+                    } else if string_literal_item(left, i) && !string_literal_item(right, i) {
+                        if let Some(t) = tb.filter(|t| *t != TypeId::Text) {
+                            retype_literals(&mut l, i, t)?;
+                        }
+                    }
+                }
                 let all = matches!(set_quantifier, SetQuantifier::All);
-                let mut right_keys: HashSet<String> = HashSet::new();
+                // How many times each right row occurs (INTERSECT ALL and EXCEPT ALL
+                // match rows one for one, as multisets).
+                let mut right_keys: HashMap<String, usize> = HashMap::new();
                 if !matches!(op, SetOperator::Union) {
                     for x in &r.rows {
                         let k = row_key(x);
                         self.charge_key(&k)?;
-                        right_keys.insert(k);
+                        *right_keys.entry(k).or_default() += 1;
                     }
                 }
+                let mut take = |x: &Vec<Datum>| -> bool {
+                    match right_keys.get_mut(&row_key(x)) {
+                        Some(n) if *n > 0 => {
+                            if all {
+                                *n -= 1;
+                            }
+                            true
+                        }
+                        _ => false,
+                    }
+                };
                 l.rows = match op {
                     SetOperator::Union => {
                         let mut rows = l.rows;
                         rows.extend(r.rows);
                         rows
                     }
-                    SetOperator::Intersect => l
-                        .rows
-                        .into_iter()
-                        .filter(|x| right_keys.contains(&row_key(x)))
-                        .collect(),
-                    SetOperator::Except | SetOperator::Minus => l
-                        .rows
-                        .into_iter()
-                        .filter(|x| !right_keys.contains(&row_key(x)))
-                        .collect(),
+                    SetOperator::Intersect => l.rows.into_iter().filter(|x| take(x)).collect(),
+                    SetOperator::Except | SetOperator::Minus => {
+                        l.rows.into_iter().filter(|x| !take(x)).collect()
+                    }
                 };
                 if !all {
                     let mut seen = HashSet::new();
@@ -481,14 +591,13 @@ impl<'s> Executor<'s> {
             }
         }
         let mut rows: Vec<Vec<Datum>> = keyed.into_iter().map(|(_, r)| r).collect();
-        let count = |e: &Expr| -> SqlResult<Option<usize>> {
+        // PostgreSQL: 2201W for LIMIT, 2201X for OFFSET.
+        let count = |e: &Expr, offset: bool| -> SqlResult<Option<usize>> {
             match coerce(self.eval_in(e, outer, self)?, TypeId::Int8)? {
                 Datum::Null => Ok(None),
                 Datum::Int8(n) if n >= 0 => Ok(Some(n as usize)),
-                _ => Err(SqlError::new(
-                    "2201W",
-                    "LIMIT and OFFSET must not be negative",
-                )),
+                _ if offset => Err(SqlError::new("2201X", "OFFSET must not be negative")),
+                _ => Err(SqlError::new("2201W", "LIMIT must not be negative")),
             }
         };
         let (mut skip, mut take) = (0usize, usize::MAX);
@@ -503,10 +612,10 @@ impl<'s> Executor<'s> {
                     return Err(SqlError::unsupported("LIMIT BY is not supported"));
                 }
                 if let Some(o) = offset {
-                    skip = count(&o.value)?.unwrap_or(0);
+                    skip = count(&o.value, true)?.unwrap_or(0);
                 }
                 if let Some(l) = limit {
-                    take = count(l)?.unwrap_or(usize::MAX);
+                    take = count(l, false)?.unwrap_or(usize::MAX);
                 }
             }
             Some(ast::LimitClause::OffsetCommaLimit { .. }) => {
@@ -538,7 +647,7 @@ impl<'s> Executor<'s> {
                 return Err(SqlError::syntax("multiple LIMIT clauses not allowed"));
             }
             take = match quantity {
-                Some(e) => count(e)?.unwrap_or(usize::MAX),
+                Some(e) => count(e, false)?.unwrap_or(usize::MAX),
                 None => 1,
             };
         }

@@ -13,10 +13,40 @@ use crate::error::{SqlError, SqlResult};
 use crate::memory::row_bytes;
 use crate::names::{ident, object_name};
 use crate::plan::{
-    bind, contains_aggregate, contains_subquery, output_name, qualified, rename,
+    bind, check_grouped, contains_aggregate, contains_subquery, output_name, qualified, rename,
     resolve_group_expr, static_type, table_cols,
 };
 use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
+
+/// 42712: two FROM items with one name (`from t, t` needs an alias).
+fn check_from_names(sel: &Select) -> SqlResult<()> {
+    let mut seen: Vec<String> = Vec::new();
+    for twj in &sel.from {
+        let factors = std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation));
+        for f in factors {
+            let name = match f {
+                TableFactor::Table { name, alias, .. } => Some(
+                    alias
+                        .as_ref()
+                        .map(|a| ident(&a.name))
+                        .unwrap_or_else(|| object_name(name)),
+                ),
+                TableFactor::Derived { alias: Some(a), .. } => Some(ident(&a.name)),
+                _ => None,
+            };
+            if let Some(n) = name {
+                if seen.contains(&n) {
+                    return Err(SqlError::new(
+                        "42712",
+                        format!("table name \"{n}\" specified more than once"),
+                    ));
+                }
+                seen.push(n);
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Refuses the SELECT clauses walrus does not implement, naming them. Every field of
 /// sqlparser's `Select` is named: a new one fails to compile until it is decided.
@@ -84,9 +114,15 @@ pub(crate) fn check_select(sel: &Select) -> SqlResult<()> {
     if !matches!(flavor, ast::SelectFlavor::Standard) {
         return refuse("FROM-first SELECT");
     }
-    if let ast::GroupByExpr::Expressions(_, modifiers) = group_by {
+    if let ast::GroupByExpr::Expressions(exprs, modifiers) = group_by {
         if !modifiers.is_empty() {
             return refuse("GROUP BY modifiers (ROLLUP, CUBE, GROUPING SETS, TOTALS)");
+        }
+        if exprs
+            .iter()
+            .any(|e| matches!(e, Expr::Rollup(_) | Expr::Cube(_) | Expr::GroupingSets(_)))
+        {
+            return refuse("GROUP BY ROLLUP, CUBE and GROUPING SETS");
         }
     }
     Ok(())
@@ -145,13 +181,14 @@ impl Executor<'_> {
         outer: Option<&Frame<'_>>,
     ) -> SqlResult<Rel> {
         check_select(sel)?;
+        check_from_names(sel)?;
         let (from, filtered) = self.scan_from(sel, outer)?;
         // Output items.
         let mut items: Vec<(String, Expr)> = Vec::new();
         for it in &sel.projection {
             match it {
                 SelectItem::Wildcard(_) => {
-                    for c in &from.cols {
+                    for c in from.cols.iter().filter(|c| !c.hidden) {
                         items.push((c.name.clone(), qualified(c)));
                     }
                 }
@@ -226,6 +263,48 @@ impl Executor<'_> {
                 }
             }
         }
+        if matches!(sel.distinct, Some(ast::Distinct::Distinct)) {
+            if let Some(ast::OrderByKind::Expressions(exprs)) = q.order_by.as_ref().map(|o| &o.kind)
+            {
+                for o in exprs {
+                    let output = matches!(&o.expr, Expr::Value(_))
+                        || matches!(&o.expr, Expr::Identifier(i) if names.contains(&ident(i)))
+                        || items.iter().any(|(_, e)| {
+                            e == &o.expr || e.to_string().eq_ignore_ascii_case(&o.expr.to_string())
+                        });
+                    if !output {
+                        return Err(SqlError::new(
+                            "42P10",
+                            "for SELECT DISTINCT, ORDER BY expressions must appear in select list",
+                        ));
+                    }
+                }
+            }
+        }
+        let grouped = !group_exprs.is_empty()
+            || sel.having.is_some()
+            || items.iter().any(|(_, e)| contains_aggregate(e));
+        if grouped {
+            let dependent = self.dependent_columns(sel, &group_exprs, &from.cols)?;
+            let dep = |i: usize| dependent.contains(&i);
+            for (_, e) in &items {
+                check_grouped(e, &group_exprs, &from.cols, &dep)?;
+            }
+            if let Some(h) = &sel.having {
+                check_grouped(h, &group_exprs, &from.cols, &dep)?;
+            }
+            if let Some(ast::OrderByKind::Expressions(exprs)) = q.order_by.as_ref().map(|o| &o.kind)
+            {
+                for o in exprs {
+                    // An output column's name or position refers to an item checked above.
+                    let output_ref = matches!(&o.expr, Expr::Value(_))
+                        || matches!(&o.expr, Expr::Identifier(i) if names.contains(&ident(i)));
+                    if !output_ref && !items.iter().any(|(_, e)| e == &o.expr) {
+                        check_grouped(&o.expr, &group_exprs, &from.cols, &dep)?;
+                    }
+                }
+            }
+        }
         // WHERE
         let mut rows = from.rows;
         if !filtered {
@@ -240,7 +319,7 @@ impl Executor<'_> {
                         row: &row,
                         outer,
                     };
-                    if matches!(self.eval_in(w, Some(&frame), self)?, Datum::Bool(true)) {
+                    if crate::expr::holds("WHERE", w, self.eval_in(w, Some(&frame), self)?)? {
                         kept.push(row);
                     }
                 }
@@ -248,9 +327,6 @@ impl Executor<'_> {
             }
         }
         let cols = &from.cols;
-        let grouped = !group_exprs.is_empty()
-            || sel.having.is_some()
-            || items.iter().any(|(_, e)| contains_aggregate(e));
         let mut keyed: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::new();
         if grouped {
             let mut groups: Vec<Vec<&Vec<Datum>>> = Vec::new();
@@ -292,7 +368,7 @@ impl Executor<'_> {
                     rows: g,
                 };
                 if let Some(h) = &sel.having {
-                    if !matches!(self.eval_in(h, Some(&frame), &hooks)?, Datum::Bool(true)) {
+                    if !crate::expr::holds("HAVING", h, self.eval_in(h, Some(&frame), &hooks)?)? {
                         continue;
                     }
                 }
@@ -358,17 +434,19 @@ impl Executor<'_> {
             .iter()
             .enumerate()
             .map(|(i, (n, e))| {
-                let ty = match col_ref(e) {
-                    Some((qual, name)) => find_col(cols, qual.as_deref(), &name)
-                        .ok()
-                        .flatten()
-                        .and_then(|c| cols[c].ty),
+                let source = col_ref(e)
+                    .and_then(|(qual, name)| find_col(cols, qual.as_deref(), &name).ok().flatten());
+                let ty = match source {
+                    Some(c) => cols[c].ty,
+                    None if col_ref(e).is_some() => None,
                     None => static_type(e, &defs),
                 };
                 ColName {
                     qual: None,
                     name: n.clone(),
                     ty: ty.or_else(|| rows.iter().find_map(|r| r[i].type_id())),
+                    bpchar: source.is_some_and(|c| cols[c].bpchar),
+                    hidden: false,
                 }
             })
             .collect();
@@ -376,6 +454,62 @@ impl Executor<'_> {
             cols: out_cols,
             rows,
         })
+    }
+
+    /// The columns of `cols` functionally dependent on the GROUP BY list: every column of
+    /// a FROM table whose primary key columns are all grouped (PostgreSQL accepts them
+    /// outside aggregates).
+    fn dependent_columns(
+        &self,
+        sel: &Select,
+        group: &[Expr],
+        cols: &[ColName],
+    ) -> SqlResult<Vec<usize>> {
+        let grouped: Vec<usize> = group
+            .iter()
+            .filter_map(|g| {
+                let (q, n) = col_ref(g)?;
+                find_col(cols, q.as_deref(), &n).ok().flatten()
+            })
+            .collect();
+        let mut out = Vec::new();
+        if grouped.is_empty() {
+            return Ok(out);
+        }
+        for twj in &sel.from {
+            let factors =
+                std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation));
+            for f in factors {
+                let TableFactor::Table { name, alias, .. } = f else {
+                    continue;
+                };
+                let Some(def) = self.user_table(name)? else {
+                    continue;
+                };
+                let qual = alias
+                    .as_ref()
+                    .map(|a| ident(&a.name))
+                    .unwrap_or_else(|| def.name.clone());
+                let Some(pk) = def.indexes.iter().find(|i| i.primary) else {
+                    continue;
+                };
+                let covered = pk.columns.iter().all(|&c| {
+                    let cname = &def.columns[c].name;
+                    grouped.iter().any(|&g| {
+                        cols[g].qual.as_deref() == Some(qual.as_str()) && &cols[g].name == cname
+                    })
+                });
+                if covered {
+                    out.extend(
+                        cols.iter()
+                            .enumerate()
+                            .filter(|(_, c)| c.qual.as_deref() == Some(qual.as_str()))
+                            .map(|(i, _)| i),
+                    );
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// FROM: the cross product of its items, each a table with its joins. Returns

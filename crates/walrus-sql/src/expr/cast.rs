@@ -15,9 +15,17 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
         D::SmallInt(_) | D::Int2(_) => TypeId::Int2,
         D::BigInt(_) | D::Int8(_) => TypeId::Int8,
         D::Boolean | D::Bool => TypeId::Bool,
-        D::Double(_) | D::DoublePrecision | D::Float8 | D::Real | D::Float4 | D::Float(_) => {
-            TypeId::Float8
+        // float4 would need its own storage and 6-digit text form; kept as float8 it
+        // would answer with more digits than PostgreSQL, so it is refused.
+        D::Real | D::Float4 => {
+            return Err(SqlError::unsupported("type real (float4) is not supported"))
         }
+        D::Float(ExactNumberInfo::Precision(p) | ExactNumberInfo::PrecisionAndScale(p, _))
+            if *p <= 24 =>
+        {
+            return Err(SqlError::unsupported("type real (float4) is not supported"))
+        }
+        D::Double(_) | D::DoublePrecision | D::Float8 | D::Float(_) => TypeId::Float8,
         D::Numeric(_) | D::Decimal(_) | D::Dec(_) => TypeId::Numeric,
         D::Text
         | D::Varchar(_)
@@ -45,6 +53,9 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
                 "int4" | "int" => TypeId::Int4,
                 "int8" | "oid" => TypeId::Int8,
                 "float8" => TypeId::Float8,
+                "float4" => {
+                    return Err(SqlError::unsupported("type real (float4) is not supported"))
+                }
                 "numeric" => TypeId::Numeric,
                 "bool" => TypeId::Bool,
                 "timestamptz" => TypeId::TimestampTz,
@@ -210,7 +221,7 @@ fn varchar_len(l: &Option<CharacterLength>) -> SqlResult<Option<usize>> {
 
 /// An explicit cast (`CAST(v AS t)`, `v::t`) with the target's type modifier applied as
 /// PostgreSQL does: `varchar(n)` truncates to `n` characters, `numeric(p,s)` rounds to
-/// `s` and fails with 22003 past `p`. `char(n)` (blank-padded semantics) is refused.
+/// `s` and fails with 22003 past `p`, `char(n)` truncates and blank-pads to `n`.
 pub fn cast_to(v: Datum, dt: &DataType) -> SqlResult<Datum> {
     use DataType as D;
     match dt {
@@ -223,9 +234,20 @@ pub fn cast_to(v: Datum, dt: &DataType) -> SqlResult<Datum> {
                 (_, v) => v,
             })
         }
-        D::Char(_) | D::Character(_) => Err(SqlError::unsupported(format!(
-            "type {dt} (blank-padded character) is not supported"
-        ))),
+        D::Char(l) | D::Character(l) => {
+            // Explicit cast to char(n): truncated to n characters, blank-padded to n.
+            // The value is bpchar; `expr::is_char_column` treats the cast as such.
+            let n = varchar_len(l)?.unwrap_or(1);
+            Ok(match coerce(v, TypeId::Text)? {
+                Datum::Text(t) => {
+                    let mut out: String = t.chars().take(n).collect();
+                    let len = out.chars().count();
+                    out.extend(std::iter::repeat_n(' ', n - len));
+                    Datum::Text(out)
+                }
+                other => other,
+            })
+        }
         D::Numeric(info) | D::Decimal(info) | D::Dec(info) => {
             let v = coerce(v, TypeId::Numeric)?;
             numeric_typmod(v, info)
@@ -233,7 +255,15 @@ pub fn cast_to(v: Datum, dt: &DataType) -> SqlResult<Datum> {
         D::Custom(_, mods) if !mods.is_empty() => Err(SqlError::unsupported(format!(
             "type modifiers on {dt} are not supported"
         ))),
-        _ => coerce(v, type_from_sql(dt)?),
+        _ => {
+            let ty = type_from_sql(dt)?;
+            // PostgreSQL's explicit-only casts between integer (int4 only) and boolean.
+            match (ty, &v) {
+                (TypeId::Bool, Datum::Int4(i)) => Ok(Datum::Bool(*i != 0)),
+                (TypeId::Int4, Datum::Bool(b)) => Ok(Datum::Int4(*b as i32)),
+                _ => coerce(v, ty),
+            }
+        }
     }
 }
 
@@ -324,6 +354,8 @@ pub fn coerce(d: Datum, ty: TypeId) -> SqlResult<Datum> {
         (TypeId::Numeric, _) if as_i64(&d).is_some() => {
             Datum::Numeric(format_text(&d).unwrap_or_default())
         }
+        // boolean → text spells the word (`true`), unlike boolean output (`t`).
+        (TypeId::Text, Datum::Bool(b)) => Datum::Text(if *b { "true" } else { "false" }.into()),
         (TypeId::Text, _) => Datum::Text(format_text(&d).unwrap_or_default()),
         (TypeId::TimestampTz, Datum::Timestamp(v)) => Datum::TimestampTz(*v),
         (TypeId::Timestamp, Datum::TimestampTz(v)) => Datum::Timestamp(*v),

@@ -12,6 +12,7 @@ use super::cast::{as_f64, as_i64};
 use super::ops::{binary, compare_values, type_name};
 use super::{eval, function_args, function_name, hooks, is_aggregate_name, Scope};
 use crate::error::{SqlError, SqlResult};
+use crate::numeric;
 use crate::value::format_text;
 
 /// Parses PostgreSQL's `X/X` LSN text.
@@ -131,9 +132,17 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             .collect();
         return Ok(Datum::Text(format_array_text(&items)));
     }
+    // A char(n) argument converts to text without its padding (octet_length counts it).
     let args: Vec<Datum> = function_args(f)
         .into_iter()
-        .map(|a| eval(a, s))
+        .map(|a| {
+            let v = eval(a, s)?;
+            Ok(if name != "octet_length" && super::is_char_column(a, s) {
+                super::bpchar_text(v)
+            } else {
+                v
+            })
+        })
         .collect::<SqlResult<_>>()?;
     if let Some(r) = s.hooks.and_then(|h| h.function(&name, &args)) {
         return r;
@@ -170,6 +179,13 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             ),
             Datum::Float8(v) => Datum::Float8(v.abs()),
             Datum::Numeric(t) => Datum::Numeric(t.trim_start_matches('-').to_string()),
+            // An untyped literal resolves to abs(double precision).
+            Datum::Text(t) if matches!(function_args(f).first(), Some(ast::Expr::Value(_))) => {
+                match crate::value::parse_text(walrus_engine::access::datum::TypeId::Float8, &t)? {
+                    Datum::Float8(v) => Datum::Float8(v.abs()),
+                    other => other,
+                }
+            }
             Datum::Null => Datum::Null,
             other => {
                 return Err(SqlError::new(
@@ -178,21 +194,116 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
                 ))
             }
         },
+        "length" | "char_length" | "lower" | "upper"
+            if !matches!(arg(0), Datum::Text(_) | Datum::Null) =>
+        {
+            // No implicit cast to text for a function argument in PostgreSQL.
+            return Err(SqlError::new(
+                "42883",
+                format!("function {name}({}) does not exist", type_name(&arg(0))),
+            ));
+        }
         "length" | "char_length" => match format_text(&arg(0)) {
             Some(t) => Datum::Int4(t.chars().count() as i32),
             None => Datum::Null,
         },
+        "round" | "trunc" | "ceil" | "ceiling" | "floor" => rounding(&name, &args)?,
+        "left" | "right" | "strpos" | "lpad" | "rpad" | "initcap" | "split_part" | "ltrim"
+        | "rtrim" | "btrim" | "reverse" => string_function(&name, &args)?,
+        "sqrt" | "ln" | "exp" => match arg(0) {
+            Datum::Null => Datum::Null,
+            Datum::Float8(_) | Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) => {
+                let x = as_f64(&arg(0)).unwrap_or(0.0);
+                float_function(&name, x)?
+            }
+            _ => {
+                return Err(SqlError::unsupported(format!(
+                    "function {name}({}) is not supported",
+                    type_name(&arg(0))
+                )))
+            }
+        },
+        "power" | "pow" => match (arg(0), arg(1)) {
+            (Datum::Null, _) | (_, Datum::Null) => Datum::Null,
+            (a, b) if float_like(&a) && float_like(&b) => {
+                let x = as_f64(&a).unwrap_or(0.0);
+                let y = as_f64(&b).unwrap_or(0.0);
+                if x == 0.0 && y < 0.0 {
+                    return Err(SqlError::new(
+                        "2201F",
+                        "zero raised to a negative power is undefined",
+                    ));
+                }
+                if x < 0.0 && y.fract() != 0.0 {
+                    return Err(SqlError::new(
+                        "2201F",
+                        "a negative number raised to a non-integer power yields a complex result",
+                    ));
+                }
+                let r = x.powf(y);
+                if r.is_infinite() && x.is_finite() && y.is_finite() {
+                    return Err(SqlError::new("22003", "value out of range: overflow"));
+                }
+                if r == 0.0 && x != 0.0 && x.is_finite() && y.is_finite() {
+                    return Err(SqlError::new("22003", "value out of range: underflow"));
+                }
+                Datum::Float8(r)
+            }
+            (a, b) => {
+                return Err(SqlError::unsupported(format!(
+                    "function {name}({}, {}) is not supported",
+                    type_name(&a),
+                    type_name(&b)
+                )))
+            }
+        },
+        "chr" => match arg(0) {
+            Datum::Null => Datum::Null,
+            Datum::Int4(0) => return Err(SqlError::new("54000", "null character not permitted")),
+            Datum::Int4(c) => match u32::try_from(c).ok().and_then(char::from_u32) {
+                Some(ch) => Datum::Text(ch.to_string()),
+                None => {
+                    return Err(SqlError::new(
+                        "54000",
+                        format!("requested character too large for encoding: {c}"),
+                    ))
+                }
+            },
+            other => {
+                return Err(SqlError::new(
+                    "42883",
+                    format!("function chr({}) does not exist", type_name(&other)),
+                ))
+            }
+        },
+        "octet_length" => match arg(0) {
+            Datum::Null => Datum::Null,
+            Datum::Text(t) => Datum::Int4(t.len() as i32),
+            other => {
+                return Err(SqlError::new(
+                    "42883",
+                    format!(
+                        "function octet_length({}) does not exist",
+                        type_name(&other)
+                    ),
+                ))
+            }
+        },
+        // walrus's database locale is C, where case mapping touches ASCII letters only
+        // (PostgreSQL: upper('é') = 'é' under C).
         "lower" => format_text(&arg(0))
-            .map(|t| Datum::Text(t.to_lowercase()))
+            .map(|t| Datum::Text(t.to_ascii_lowercase()))
             .unwrap_or(Datum::Null),
         "upper" => format_text(&arg(0))
-            .map(|t| Datum::Text(t.to_uppercase()))
+            .map(|t| Datum::Text(t.to_ascii_uppercase()))
             .unwrap_or(Datum::Null),
-        "coalesce" => args
-            .iter()
-            .find(|d| !d.is_null())
-            .cloned()
-            .unwrap_or(Datum::Null),
+        "coalesce" => {
+            super::unify_literals(&function_args(f))?;
+            args.iter()
+                .find(|d| !d.is_null())
+                .cloned()
+                .unwrap_or(Datum::Null)
+        }
         "current_setting" => {
             let n = format_text(&arg(0)).unwrap_or_default();
             match (s.setting)(&n.to_ascii_lowercase()) {
@@ -362,6 +473,11 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             (s.setting)(crate::settings::DATABASE_KEY).unwrap_or_else(|| "postgres".into()),
         ),
         "current_schema" => Datum::Text("public".into()),
+        other if POSTGRES_ONLY_FUNCTIONS.contains(&other) => {
+            return Err(SqlError::unsupported(format!(
+                "function {other}() is not supported"
+            )))
+        }
         other => {
             return Err(SqlError::new(
                 "42883",
@@ -369,6 +485,338 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             ))
         }
     })
+}
+
+/// PostgreSQL built-in functions walrus does not implement: refused with 0A000 (a known
+/// gap) rather than 42883, which would claim PostgreSQL has no such function either.
+const POSTGRES_ONLY_FUNCTIONS: &[&str] = &[
+    "cbrt",
+    "log",
+    "log10",
+    "sign",
+    "mod",
+    "div",
+    "pi",
+    "random",
+    "gcd",
+    "lcm",
+    "degrees",
+    "radians",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "atan2",
+    "width_bucket",
+    "scale",
+    "min_scale",
+    "trim_scale",
+    "stddev",
+    "stddev_samp",
+    "stddev_pop",
+    "variance",
+    "var_samp",
+    "var_pop",
+    "corr",
+    "covar_pop",
+    "covar_samp",
+    "regr_slope",
+    "regr_intercept",
+    "every",
+    "bit_and",
+    "bit_or",
+    "percentile_cont",
+    "percentile_disc",
+    "mode",
+    "bit_length",
+    "md5",
+    "sha256",
+    "ascii",
+    "translate",
+    "regexp_replace",
+    "regexp_match",
+    "regexp_matches",
+    "regexp_split_to_array",
+    "regexp_split_to_table",
+    "to_char",
+    "to_number",
+    "to_date",
+    "to_timestamp",
+    "date_trunc",
+    "date_part",
+    "make_date",
+    "make_timestamp",
+    "justify_days",
+    "pg_typeof",
+    "format",
+    "concat_ws",
+    "quote_ident",
+    "quote_literal",
+    "quote_nullable",
+    "starts_with",
+    "overlay",
+    "to_hex",
+    "encode",
+    "decode",
+    "array_length",
+    "cardinality",
+    "array_to_string",
+    "string_to_array",
+    "array_append",
+    "array_cat",
+    "array_position",
+    "json_build_object",
+    "jsonb_build_object",
+    "json_agg",
+    "jsonb_agg",
+    "to_json",
+    "to_jsonb",
+    "row_number",
+    "rank",
+    "dense_rank",
+    "percent_rank",
+    "cume_dist",
+    "lag",
+    "lead",
+    "first_value",
+    "last_value",
+    "nth_value",
+    "ntile",
+    "num_nulls",
+    "num_nonnulls",
+    "gen_random_uuid",
+    "clock_timestamp",
+    "timeofday",
+    "isfinite",
+    "xmlagg",
+];
+
+/// `left`, `right`, `strpos`, `lpad`, `rpad`, `initcap`, `split_part` over text
+/// (characters, not bytes), with PostgreSQL's edge cases (negative counts, empty fill).
+fn string_function(name: &str, args: &[Datum]) -> SqlResult<Datum> {
+    let want = match name {
+        "initcap" | "reverse" => 1,
+        "ltrim" | "rtrim" | "btrim" => args.len().clamp(1, 2),
+        "lpad" | "rpad" => args.len().clamp(2, 3),
+        "split_part" => 3,
+        _ => 2,
+    };
+    if args.len() != want {
+        return Err(SqlError::new(
+            "42883",
+            format!("function {name}() does not exist"),
+        ));
+    }
+    if args.iter().any(|a| a.is_null()) {
+        return Ok(Datum::Null);
+    }
+    let text = |i: usize| -> SqlResult<Vec<char>> {
+        match &args[i] {
+            Datum::Text(t) => Ok(t.chars().collect()),
+            other => Err(SqlError::new(
+                "42883",
+                format!("function {name}({}) does not exist", type_name(other)),
+            )),
+        }
+    };
+    let int = |i: usize| -> SqlResult<i64> {
+        match &args[i] {
+            Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) => Ok(as_i64(&args[i]).unwrap_or(0)),
+            Datum::Text(t) => {
+                match crate::value::parse_text(walrus_engine::access::datum::TypeId::Int4, t)? {
+                    Datum::Int4(v) => Ok(v as i64),
+                    _ => Ok(0),
+                }
+            }
+            other => Err(SqlError::new(
+                "42883",
+                format!("function {name}(text, {}) does not exist", type_name(other)),
+            )),
+        }
+    };
+    let s = text(0)?;
+    let out: String = match name {
+        "left" | "right" => {
+            let n = int(1)?;
+            let len = s.len() as i64;
+            let keep = if n >= 0 { n.min(len) } else { (len + n).max(0) } as usize;
+            if name == "left" {
+                s[..keep].iter().collect()
+            } else {
+                s[s.len() - keep..].iter().collect()
+            }
+        }
+        "strpos" => {
+            let sub = text(1)?;
+            let pos = if sub.is_empty() {
+                1
+            } else {
+                s.windows(sub.len())
+                    .position(|w| w == sub.as_slice())
+                    .map(|p| p as i32 + 1)
+                    .unwrap_or(0)
+            };
+            return Ok(Datum::Int4(pos));
+        }
+        "lpad" | "rpad" => {
+            let len = int(1)?.max(0) as usize;
+            let fill = if args.len() == 3 { text(2)? } else { vec![' '] };
+            if s.len() >= len || fill.is_empty() {
+                s.iter().take(len).collect()
+            } else {
+                let pad: String = fill.iter().cycle().take(len - s.len()).collect();
+                let body: String = s.iter().collect();
+                if name == "lpad" {
+                    pad + &body
+                } else {
+                    body + &pad
+                }
+            }
+        }
+        "initcap" => {
+            // C locale: only ASCII letters and digits make words, only ASCII changes case.
+            let mut word_start = true;
+            s.iter()
+                .map(|c| {
+                    let out = if word_start {
+                        c.to_ascii_uppercase()
+                    } else {
+                        c.to_ascii_lowercase()
+                    };
+                    word_start = !c.is_ascii_alphanumeric();
+                    out
+                })
+                .collect()
+        }
+        "reverse" => s.iter().rev().collect(),
+        "ltrim" | "rtrim" | "btrim" => {
+            let set = if args.len() == 2 { text(1)? } else { vec![' '] };
+            let body: String = s.iter().collect();
+            let t = match name {
+                "ltrim" => body.trim_start_matches(set.as_slice()),
+                "rtrim" => body.trim_end_matches(set.as_slice()),
+                _ => body.trim_matches(set.as_slice()),
+            };
+            t.to_string()
+        }
+        _ => {
+            // split_part(text, delimiter, n): n counts from the end when negative.
+            let delim: String = text(1)?.into_iter().collect();
+            let n = int(2)?;
+            if n == 0 {
+                return Err(SqlError::new("22023", "field position must not be zero"));
+            }
+            let body: String = s.iter().collect();
+            let parts: Vec<&str> = if delim.is_empty() {
+                vec![body.as_str()]
+            } else {
+                body.split(delim.as_str()).collect()
+            };
+            let idx = if n > 0 {
+                Some((n - 1) as usize)
+            } else {
+                parts.len().checked_sub(n.unsigned_abs() as usize)
+            };
+            idx.and_then(|i| parts.get(i).copied())
+                .unwrap_or("")
+                .to_string()
+        }
+    };
+    Ok(Datum::Text(out))
+}
+
+/// `round`, `trunc` (half away from zero / toward zero, with an optional scale),
+/// `ceil`, `floor` over numeric (exact) and float8 (`round` is rint: half to even).
+pub(crate) fn rounding(name: &str, args: &[Datum]) -> SqlResult<Datum> {
+    use bigdecimal::RoundingMode;
+    let scale = match args.get(1) {
+        None => 0,
+        Some(Datum::Int4(s)) if (0..=1000).contains(s) && matches!(name, "round" | "trunc") => {
+            *s as i64
+        }
+        Some(Datum::Null) => return Ok(Datum::Null),
+        Some(other) => {
+            return Err(SqlError::unsupported(format!(
+                "{name}() with scale argument {} is not supported",
+                crate::value::format_text(other).unwrap_or_default()
+            )))
+        }
+    };
+    let Some(v) = args.first() else {
+        return Err(SqlError::new(
+            "42883",
+            format!("function {name}() does not exist"),
+        ));
+    };
+    Ok(match v {
+        Datum::Null => Datum::Null,
+        Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) if args.len() == 1 => {
+            Datum::Float8(as_f64(v).unwrap_or(0.0))
+        }
+        Datum::Float8(f) if args.len() == 1 => Datum::Float8(match name {
+            "round" => f.round_ties_even(),
+            "trunc" => f.trunc(),
+            "ceil" | "ceiling" => f.ceil(),
+            _ => f.floor(),
+        }),
+        // An integer argument resolves to the numeric (or float8) variant in PostgreSQL;
+        // numeric gives the same digits here.
+        Datum::Numeric(_) | Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) => {
+            let text = crate::value::format_text(v).unwrap_or_default();
+            let x = numeric::parse(&text)?;
+            let mode = match name {
+                "round" => RoundingMode::HalfUp,
+                "trunc" => RoundingMode::Down,
+                "ceil" | "ceiling" => RoundingMode::Ceiling,
+                _ => RoundingMode::Floor,
+            };
+            Datum::Numeric(numeric::format(&x.with_scale_round(scale, mode)))
+        }
+        other => {
+            return Err(SqlError::unsupported(format!(
+                "function {name}({}) is not supported",
+                type_name(other)
+            )))
+        }
+    })
+}
+
+/// Arguments PostgreSQL resolves to the float8 variant of a math function.
+fn float_like(d: &Datum) -> bool {
+    matches!(
+        d,
+        Datum::Float8(_) | Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_)
+    )
+}
+
+/// float8 `sqrt`, `ln`, `exp` with PostgreSQL's errors.
+fn float_function(name: &str, x: f64) -> SqlResult<Datum> {
+    Ok(Datum::Float8(match name {
+        "sqrt" if x < 0.0 => {
+            return Err(SqlError::new(
+                "2201F",
+                "cannot take square root of a negative number",
+            ))
+        }
+        "sqrt" => x.sqrt(),
+        "ln" if x == 0.0 => return Err(SqlError::new("2201E", "cannot take logarithm of zero")),
+        "ln" if x < 0.0 => {
+            return Err(SqlError::new(
+                "2201E",
+                "cannot take logarithm of a negative number",
+            ))
+        }
+        "ln" => x.ln(),
+        _ => {
+            let r = x.exp();
+            if r.is_infinite() && x.is_finite() {
+                return Err(SqlError::new("22003", "value out of range: overflow"));
+            }
+            r
+        }
+    }))
 }
 
 /// `pg_size_pretty`: bytes, kB, MB, GB, TB with PostgreSQL's rounding (half up, 10x rule).

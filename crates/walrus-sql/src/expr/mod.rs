@@ -75,6 +75,29 @@ pub trait Hooks {
 }
 
 /// Aggregate function names (evaluated over a group, never per row).
+/// Whether a WHERE / HAVING / ON / FILTER condition `e` holds for a row, given its
+/// value `v`: NULL and false do not; a value of another type than boolean is PostgreSQL's
+/// 42804 (an untyped literal or parameter is read as boolean text).
+pub fn holds(clause: &str, e: &Expr, v: Datum) -> SqlResult<bool> {
+    match v {
+        Datum::Bool(b) => Ok(b),
+        Datum::Null => Ok(false),
+        Datum::Text(t) if matches!(e, Expr::Value(_)) => {
+            match crate::value::parse_text(TypeId::Bool, &t)? {
+                Datum::Bool(b) => Ok(b),
+                _ => Ok(false),
+            }
+        }
+        other => Err(SqlError::new(
+            "42804",
+            format!(
+                "argument of {clause} must be type boolean, not type {}",
+                other.type_id().map(|t| t.name()).unwrap_or("unknown")
+            ),
+        )),
+    }
+}
+
 pub fn is_aggregate_name(name: &str) -> bool {
     matches!(
         name,
@@ -127,6 +150,12 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             else_result,
             ..
         } => {
+            let results: Vec<&Expr> = conditions
+                .iter()
+                .map(|w| &w.result)
+                .chain(else_result.as_deref())
+                .collect();
+            unify_literals(&results)?;
             let subject = operand.as_ref().map(|o| eval(o, s)).transpose()?;
             for w in conditions {
                 let hit = match &subject {
@@ -144,6 +173,12 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
         }
         Expr::Subquery(q) => {
             let rel = hooks(s)?.subquery(q, s.frame)?;
+            if rel.cols.len() != 1 {
+                return Err(SqlError::new(
+                    "42601",
+                    "subquery must return only one column",
+                ));
+            }
             if rel.rows.len() > 1 {
                 return Err(SqlError::new(
                     "21000",
@@ -296,6 +331,9 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                         .map(Datum::Int8)
                         .ok_or_else(|| SqlError::new("22003", "bigint out of range")),
                     Datum::Float8(x) => Ok(Datum::Float8(-x)),
+                    Datum::Text(_) if !untyped(expr) => {
+                        Err(SqlError::new("42883", "operator does not exist: - text"))
+                    }
                     other => arith(&Datum::Int4(0), &other, &BinaryOperator::Minus),
                 },
                 UnaryOperator::Plus => Ok(v),
@@ -318,13 +356,81 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             if matches!(op, BinaryOperator::And | BinaryOperator::Or) {
                 return logic(eval(left, s)?, op, || eval(right, s));
             }
+            let arithmetic = matches!(
+                op,
+                BinaryOperator::Plus
+                    | BinaryOperator::Minus
+                    | BinaryOperator::Multiply
+                    | BinaryOperator::Divide
+                    | BinaryOperator::Modulo
+            );
+            let null = |e: &Expr| matches!(e, Expr::Value(v) if matches!(v.value, Value::Null));
+            if arithmetic && null(left) && null(right) {
+                return Err(SqlError::new(
+                    "42725",
+                    format!("operator is not unique: unknown {op} unknown"),
+                ));
+            }
             let (mut l, mut r) = (eval(left, s)?, eval(right, s)?);
-            if is_comparison(op) && (is_char_column(left, s) || is_char_column(right, s)) {
-                // A char(n) column compares without its trailing spaces (bpchar).
-                for d in [&mut l, &mut r] {
-                    if let Datum::Text(t) = d {
-                        t.truncate(t.trim_end_matches(' ').len());
-                    }
+            if matches!(op, BinaryOperator::StringConcat) {
+                // `||` takes text: a char(n) operand loses its padding.
+                if is_char_column(left, s) {
+                    l = bpchar_text(l);
+                }
+                if is_char_column(right, s) {
+                    r = bpchar_text(r);
+                }
+            }
+            if arithmetic {
+                // A text value (not an untyped literal) has no arithmetic operators: no
+                // implicit cast from text to a number in PostgreSQL.
+                let typed_text = |d: &Datum, e: &Expr| matches!(d, Datum::Text(_)) && !untyped(e);
+                if typed_text(&l, left) || typed_text(&r, right) {
+                    let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
+                    return Err(SqlError::new(
+                        "42883",
+                        format!("operator does not exist: {} {op} {}", name(&l), name(&r)),
+                    ));
+                }
+            }
+            if is_comparison(op) {
+                let numeric = |d: &Datum| {
+                    matches!(
+                        d,
+                        Datum::Int2(_)
+                            | Datum::Int4(_)
+                            | Datum::Int8(_)
+                            | Datum::Float8(_)
+                            | Datum::Numeric(_)
+                    )
+                };
+                // A text column (not an untyped literal) has no comparison with a
+                // number: no implicit cast between the two in PostgreSQL.
+                let text_column = |d: &Datum, e: &Expr| {
+                    matches!(d, Datum::Text(_)) && crate::rel::col_ref(e).is_some()
+                };
+                if (matches!(l, Datum::Bool(_)) && numeric(&r))
+                    || (numeric(&l) && matches!(r, Datum::Bool(_)))
+                    || (text_column(&l, left) && numeric(&r))
+                    || (numeric(&l) && text_column(&r, right))
+                {
+                    let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
+                    return Err(SqlError::new(
+                        "42883",
+                        format!("operator does not exist: {} {op} {}", name(&l), name(&r)),
+                    ));
+                }
+            }
+            let (lc, rc) = (is_char_column(left, s), is_char_column(right, s));
+            if is_comparison(op) && (lc || rc) {
+                // A char(n) column compares without its trailing spaces (bpchar); so does
+                // an untyped literal it is compared with (it becomes bpchar). Against a
+                // text value the column converts to text and the text keeps its spaces.
+                if lc || untyped(left) {
+                    l = bpchar_text(l);
+                }
+                if rc || untyped(right) {
+                    r = bpchar_text(r);
                 }
             }
             match op {
@@ -395,7 +501,14 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             data_type,
             ..
         } => {
-            let v = eval(expr, s)?;
+            let mut v = eval(expr, s)?;
+            if is_char_column(expr, s)
+                && !matches!(data_type, DataType::Char(_) | DataType::Character(_))
+                && !matches!(data_type, DataType::Custom(n, _) if n.to_string().eq_ignore_ascii_case("bpchar"))
+            {
+                // char(n) → text / varchar drops the padding.
+                v = bpchar_text(v);
+            }
             let custom = match data_type {
                 DataType::Regclass => Some("regclass".to_string()),
                 DataType::Custom(name, _) => name.0.last().map(|p| {
@@ -438,6 +551,77 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             cast_to(Datum::Text(text), &ts.data_type)
         }
         Expr::Function(f) => function(f, s),
+        Expr::IsUnknown(x) | Expr::IsNotUnknown(x) => {
+            let unknown = match eval(x, s)? {
+                Datum::Null => true,
+                Datum::Bool(_) => false,
+                other => {
+                    return Err(SqlError::new(
+                        "42804",
+                        format!(
+                            "argument of IS UNKNOWN must be type boolean, not type {}",
+                            other.type_id().map(|t| t.name()).unwrap_or("unknown")
+                        ),
+                    ))
+                }
+            };
+            Ok(Datum::Bool(unknown == matches!(e, Expr::IsUnknown(_))))
+        }
+        Expr::Ceil {
+            expr,
+            field:
+                sqlparser::ast::CeilFloorKind::DateTimeField(sqlparser::ast::DateTimeField::NoDateTime),
+        }
+        | Expr::Floor {
+            expr,
+            field:
+                sqlparser::ast::CeilFloorKind::DateTimeField(sqlparser::ast::DateTimeField::NoDateTime),
+        } => {
+            let name = if matches!(e, Expr::Ceil { .. }) {
+                "ceil"
+            } else {
+                "floor"
+            };
+            functions::rounding(name, &[eval(expr, s)?])
+        }
+        Expr::Substring {
+            expr,
+            substring_from,
+            substring_for,
+            ..
+        } => {
+            let text = text_arg(expr, s)?;
+            let from = substring_from.as_ref().map(|f| eval(f, s)).transpose()?;
+            let count = substring_for.as_ref().map(|f| eval(f, s)).transpose()?;
+            substring(text, from, count)
+        }
+        Expr::Trim {
+            trim_where,
+            trim_what,
+            expr,
+            trim_characters: None,
+        } => {
+            let Datum::Text(text) = text_arg(expr, s)? else {
+                return Ok(Datum::Null);
+            };
+            let chars: Vec<char> = match trim_what {
+                None => vec![' '],
+                Some(w) => match text_arg(w, s)? {
+                    Datum::Text(w) => w.chars().collect(),
+                    _ => return Ok(Datum::Null),
+                },
+            };
+            let t = match trim_where {
+                Some(sqlparser::ast::TrimWhereField::Leading) => {
+                    text.trim_start_matches(chars.as_slice())
+                }
+                Some(sqlparser::ast::TrimWhereField::Trailing) => {
+                    text.trim_end_matches(chars.as_slice())
+                }
+                _ => text.trim_matches(chars.as_slice()),
+            };
+            Ok(Datum::Text(t.to_string()))
+        }
         other => Err(SqlError::unsupported(format!(
             "expression {other} is not supported"
         ))),
@@ -475,8 +659,159 @@ fn is_comparison(op: &BinaryOperator) -> bool {
     )
 }
 
+/// A string argument (SUBSTRING, TRIM): text as is, a char(n) column without its
+/// padding, NULL as NULL; another type is 42883 (no implicit cast to text).
+fn text_arg(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
+    match eval(e, s)? {
+        Datum::Text(t) if is_char_column(e, s) => Ok(bpchar_text(Datum::Text(t))),
+        d @ (Datum::Text(_) | Datum::Null) => Ok(d),
+        other => Err(SqlError::new(
+            "42883",
+            format!(
+                "function pg_catalog.substring({}) does not exist",
+                other.type_id().map(|t| t.name()).unwrap_or("unknown")
+            ),
+        )),
+    }
+}
+
+/// `substring(text from start for count)`: characters at 1-based positions from
+/// `start` (which may be below 1) up to `start + count`; a negative count is 22011.
+pub(crate) fn substring(
+    text: Datum,
+    from: Option<Datum>,
+    count: Option<Datum>,
+) -> SqlResult<Datum> {
+    let Datum::Text(t) = text else {
+        return Ok(Datum::Null);
+    };
+    let int = |d: Option<Datum>| -> SqlResult<Option<Option<i64>>> {
+        match d {
+            None => Ok(Some(None)),
+            Some(Datum::Null) => Ok(None),
+            Some(Datum::Int2(v)) => Ok(Some(Some(v as i64))),
+            Some(Datum::Int4(v)) => Ok(Some(Some(v as i64))),
+            Some(Datum::Int8(v)) => Ok(Some(Some(v))),
+            Some(Datum::Text(v)) => match crate::value::parse_text(TypeId::Int4, &v)? {
+                Datum::Int4(v) => Ok(Some(Some(v as i64))),
+                _ => Ok(None),
+            },
+            Some(other) => Err(SqlError::new(
+                "42883",
+                format!(
+                    "function pg_catalog.substring(text, {}) does not exist",
+                    other.type_id().map(|t| t.name()).unwrap_or("unknown")
+                ),
+            )),
+        }
+    };
+    let (Some(start), Some(count)) = (int(from)?, int(count)?) else {
+        return Ok(Datum::Null);
+    };
+    let start = start.unwrap_or(1);
+    let end = match count {
+        Some(c) if c < 0 => {
+            return Err(SqlError::new(
+                "22011",
+                "negative substring length not allowed",
+            ))
+        }
+        Some(c) => start.saturating_add(c),
+        None => i64::MAX,
+    };
+    Ok(Datum::Text(
+        t.chars()
+            .enumerate()
+            .filter(|(i, _)| {
+                let pos = *i as i64 + 1;
+                pos >= start && pos < end
+            })
+            .map(|(_, c)| c)
+            .collect(),
+    ))
+}
+
+/// PostgreSQL resolves the branches of CASE / COALESCE to one type before running: a
+/// string literal among number or boolean literals must read as that type (22P02 when
+/// it does not, even in a branch never taken).
+pub(crate) fn unify_literals(exprs: &[&Expr]) -> SqlResult<()> {
+    let typed = exprs.iter().find_map(|e| match e {
+        Expr::Value(v) => match &v.value {
+            Value::Number(..) | Value::Boolean(_) => literal(&v.value).ok(),
+            _ => None,
+        },
+        _ => None,
+    });
+    let Some(ty) = typed.and_then(|d| d.type_id()) else {
+        return Ok(());
+    };
+    for e in exprs {
+        if let Expr::Value(v) = e {
+            if let Value::SingleQuotedString(t) = &v.value {
+                crate::value::parse_text(ty, t)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `e` is an untyped literal or parameter (PostgreSQL's `unknown`), whose text
+/// takes the type the other operand asks for.
+fn untyped(e: &Expr) -> bool {
+    match e {
+        Expr::Value(_) => true,
+        Expr::Nested(x) => untyped(x),
+        _ => false,
+    }
+}
+
+/// Whether `e` names a `char(n)` column: of the row's frames (searched outwards, as
+/// the lookup does), or of the scope's table.
+pub(crate) fn is_char_column(e: &Expr, s: &Scope<'_>) -> bool {
+    // A cast to char(n) is bpchar too.
+    if let Expr::Cast { data_type, .. } = e {
+        return matches!(data_type, DataType::Char(_) | DataType::Character(_));
+    }
+    if let Expr::Nested(inner) = e {
+        return is_char_column(inner, s);
+    }
+    // min / max of a char(n) column are char(n) too.
+    if let Expr::Function(f) = e {
+        let name = function_name(f);
+        let args = function_args(f);
+        return matches!(name.as_str(), "min" | "max")
+            && args.len() == 1
+            && is_char_column(args[0], s);
+    }
+    if let Some(f) = s.frame {
+        let Some((qual, name)) = crate::rel::col_ref(e) else {
+            return false;
+        };
+        let mut frame = Some(f);
+        while let Some(f) = frame {
+            if let Ok(Some(i)) = crate::rel::find_col(f.cols, qual.as_deref(), &name) {
+                return f.cols[i].bpchar;
+            }
+            frame = f.outer;
+        }
+        return false;
+    }
+    is_table_char_column(e, s)
+}
+
+/// A `char(n)` value as the text it converts to: without its trailing spaces.
+pub(crate) fn bpchar_text(v: Datum) -> Datum {
+    match v {
+        Datum::Text(mut t) => {
+            t.truncate(t.trim_end_matches(' ').len());
+            Datum::Text(t)
+        }
+        other => other,
+    }
+}
+
 /// Whether `e` names a `char(n)` column of the scope's table.
-fn is_char_column(e: &Expr, s: &Scope<'_>) -> bool {
+fn is_table_char_column(e: &Expr, s: &Scope<'_>) -> bool {
     let name = match e {
         Expr::Identifier(id) => &id.value,
         Expr::CompoundIdentifier(ids) => match ids.last() {

@@ -71,6 +71,17 @@ pub fn binary(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
     }
 }
 
+/// PostgreSQL's float order: NaN equals NaN and sorts above every other value,
+/// Infinity included (so `= 'NaN'` finds NaNs and `max` is NaN when one is present).
+pub fn float_cmp(a: f64, b: f64) -> Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Greater,
+        (false, true) => Ordering::Less,
+        (false, false) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+    }
+}
+
 /// Compares two non-null values, converting a text literal to the other side's type.
 pub fn compare_values(l: &Datum, r: &Datum) -> SqlResult<Ordering> {
     match (l, r) {
@@ -93,10 +104,10 @@ pub fn compare_values(l: &Datum, r: &Datum) -> SqlResult<Ordering> {
                 && as_f64(b).is_some()
                 && (as_i64(a).is_none() || as_i64(b).is_none()) =>
         {
-            Ok(as_f64(a)
-                .unwrap_or(0.0)
-                .partial_cmp(&as_f64(b).unwrap_or(0.0))
-                .unwrap_or(Ordering::Equal))
+            Ok(float_cmp(
+                as_f64(a).unwrap_or(0.0),
+                as_f64(b).unwrap_or(0.0),
+            ))
         }
         (a, b) => Ok(compare_datums(a, b)),
     }

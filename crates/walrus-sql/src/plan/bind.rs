@@ -16,8 +16,19 @@ fn walk(
     into_aggregates: bool,
     f: &mut dyn FnMut(&Expr) -> SqlResult<()>,
 ) -> SqlResult<()> {
-    f(e)?;
-    let mut go = |x: &Expr| walk(x, into_aggregates, f);
+    walk_pruned(e, into_aggregates, &mut |x| f(x).map(|()| true))
+}
+
+/// [`walk`] where `f` also says whether to descend into the expression it was given.
+fn walk_pruned(
+    e: &Expr,
+    into_aggregates: bool,
+    f: &mut dyn FnMut(&Expr) -> SqlResult<bool>,
+) -> SqlResult<()> {
+    if !f(e)? {
+        return Ok(());
+    }
+    let mut go = |x: &Expr| walk_pruned(x, into_aggregates, f);
     match e {
         Expr::BinaryOp { left, right, .. }
         | Expr::AnyOp { left, right, .. }
@@ -39,7 +50,27 @@ fn walk(
         | Expr::IsNotTrue(expr)
         | Expr::IsFalse(expr)
         | Expr::IsNotFalse(expr)
+        | Expr::IsUnknown(expr)
+        | Expr::Ceil { expr, .. }
+        | Expr::Floor { expr, .. }
+        | Expr::IsNotUnknown(expr)
         | Expr::InSubquery { expr, .. } => go(expr),
+        Expr::Substring {
+            expr,
+            substring_from,
+            substring_for,
+            ..
+        } => {
+            go(expr)?;
+            substring_from.iter().try_for_each(|x| go(x))?;
+            substring_for.iter().try_for_each(|x| go(x))
+        }
+        Expr::Trim {
+            expr, trim_what, ..
+        } => {
+            go(expr)?;
+            trim_what.iter().try_for_each(|x| go(x))
+        }
         Expr::InList { expr, list, .. } => {
             go(expr)?;
             list.iter().try_for_each(&mut go)
@@ -116,6 +147,51 @@ pub(crate) fn contains_subquery(e: &Expr) -> bool {
     .is_err()
 }
 
+/// PostgreSQL's grouping rule (42803): in a grouped query, `e` may use a column of
+/// `cols` only inside an aggregate or inside a subexpression equal to a GROUP BY
+/// expression — or when `dependent` says the column is functionally dependent on the
+/// grouped columns (its table's primary key is grouped). Subqueries are not looked into
+/// (their own level binds them).
+pub(crate) fn check_grouped(
+    e: &Expr,
+    group: &[Expr],
+    cols: &[ColName],
+    dependent: &dyn Fn(usize) -> bool,
+) -> SqlResult<()> {
+    let resolve = |x: &Expr| -> Option<usize> {
+        let (qual, name) = col_ref(x)?;
+        find_col(cols, qual.as_deref(), &name).ok().flatten()
+    };
+    let grouped_cols: Vec<usize> = group.iter().filter_map(resolve).collect();
+    let group_text: Vec<String> = group
+        .iter()
+        .map(|g| g.to_string().to_ascii_lowercase())
+        .collect();
+    walk_pruned(e, false, &mut |x| {
+        if let Some(i) = resolve(x) {
+            if grouped_cols.contains(&i) || dependent(i) {
+                return Ok(false);
+            }
+            let c = &cols[i];
+            let name = match &c.qual {
+                Some(q) => format!("{q}.{}", c.name),
+                None => c.name.clone(),
+            };
+            return Err(SqlError::new(
+                "42803",
+                format!(
+                    "column \"{name}\" must appear in the GROUP BY clause or be used in an \
+                     aggregate function"
+                ),
+            ));
+        }
+        if col_ref(x).is_none() && group_text.contains(&x.to_string().to_ascii_lowercase()) {
+            return Ok(false);
+        }
+        Ok(true)
+    })
+}
+
 /// Every column reference in `e` must resolve in `cols` or an enclosing frame.
 pub(crate) fn bind(
     e: &Expr,
@@ -134,11 +210,24 @@ pub(crate) fn bind(
                 return Ok(());
             }
             let mut o = outer;
+            let mut qual_known = qual
+                .as_deref()
+                .is_some_and(|q| cols.iter().any(|c| c.qual.as_deref() == Some(q)));
             while let Some(f) = o {
                 if find_col(f.cols, qual.as_deref(), &name)?.is_some() {
                     return Ok(());
                 }
+                qual_known |= qual
+                    .as_deref()
+                    .is_some_and(|q| f.cols.iter().any(|c| c.qual.as_deref() == Some(q)));
                 o = f.outer;
+            }
+            if let (Some(q), false) = (qual.as_deref(), qual_known) {
+                // PostgreSQL names the missing range variable, not the column.
+                return Err(SqlError::new(
+                    "42P01",
+                    format!("missing FROM-clause entry for table \"{q}\""),
+                ));
             }
             return Err(no_column(qual.as_deref(), &name));
         }

@@ -7,7 +7,7 @@ use walrus_engine::catalog::ColumnDef;
 
 use crate::error::{SqlError, SqlResult};
 use crate::expr::function_name;
-use crate::names::{ident, object_name};
+use crate::names::ident;
 use crate::rel::{find_col, ColName, Rel};
 
 /// GROUP BY 1 means the first output column; a bare name that is an output alias
@@ -42,40 +42,6 @@ pub(crate) fn resolve_group_expr(
     Ok(e.clone())
 }
 
-pub(crate) fn using_condition(
-    left: &Rel,
-    right: &Rel,
-    names: &[ast::ObjectName],
-) -> SqlResult<Option<Expr>> {
-    let mut cond: Option<Expr> = None;
-    for n in names {
-        let col = object_name(n);
-        let side = |rel: &Rel| -> SqlResult<Expr> {
-            let i = find_col(&rel.cols, None, &col)?.ok_or_else(|| {
-                SqlError::new(
-                    "42703",
-                    format!("column \"{col}\" specified in USING clause does not exist"),
-                )
-            })?;
-            Ok(qualified(&rel.cols[i]))
-        };
-        let eq = Expr::BinaryOp {
-            left: Box::new(side(left)?),
-            op: ast::BinaryOperator::Eq,
-            right: Box::new(side(right)?),
-        };
-        cond = Some(match cond {
-            None => eq,
-            Some(c) => Expr::BinaryOp {
-                left: Box::new(c),
-                op: ast::BinaryOperator::And,
-                right: Box::new(eq),
-            },
-        });
-    }
-    Ok(cond)
-}
-
 /// A column reference that resolves to exactly `c`.
 pub(crate) fn qualified(c: &ColName) -> Expr {
     let name = ast::Ident::with_quote('"', c.name.clone());
@@ -91,6 +57,8 @@ pub(crate) fn table_cols(qual: &str, cols: &[ColumnDef]) -> Vec<ColName> {
             qual: Some(qual.to_string()),
             name: c.name.clone(),
             ty: Some(c.ty),
+            bpchar: c.declared == walrus_engine::catalog::DeclaredType::Char,
+            hidden: false,
         })
         .collect()
 }

@@ -40,6 +40,8 @@ pub struct Session {
     in_block: bool,
     failed: bool,
     block_isolation: Option<Isolation>,
+    /// The block was started READ ONLY: statements that write fail with 25006.
+    block_read_only: bool,
     /// Shared with the statements running (an `Arc` clone each, not a map copy); `SET`
     /// copies on write.
     settings: Arc<BTreeMap<String, String>>,
@@ -174,6 +176,7 @@ impl Session {
             in_block: false,
             failed: false,
             block_isolation: None,
+            block_read_only: false,
             settings: Arc::new(settings),
             now: now_micros(),
             interrupt: Arc::new(AtomicBool::new(false)),
@@ -372,20 +375,58 @@ impl Session {
     }
 
     fn run(&mut self, st: &Parsed, params: &[Datum]) -> SqlResult<Outcome> {
-        if self.failed && !matches!(st, Parsed::Commit | Parsed::Rollback) {
+        if self.failed
+            && !matches!(
+                st,
+                Parsed::Commit | Parsed::Rollback | Parsed::SavepointEnd(_, false)
+            )
+        {
             return Err(SqlError::new(
                 "25P02",
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
         match st {
-            Parsed::Begin(iso) => {
+            Parsed::Begin(iso, read_only) => {
                 if !self.in_block {
                     self.in_block = true;
                     self.block_isolation = *iso;
+                    self.block_read_only = *read_only;
                     self.now = now_micros();
                 }
                 return Ok(Outcome::Done(QueryResult::tag("BEGIN")));
+            }
+            Parsed::Chain(rollback) => {
+                let what = if *rollback { "ROLLBACK" } else { "COMMIT" };
+                if !self.in_block {
+                    return Err(SqlError::new(
+                        "25P01",
+                        format!("{what} AND CHAIN can only be used in transaction blocks"),
+                    ));
+                }
+                self.fail_statement();
+                return Err(SqlError::unsupported(format!(
+                    "{what} AND CHAIN is not supported"
+                )));
+            }
+            Parsed::SavepointEnd(name, release) => {
+                let what = if *release {
+                    "RELEASE SAVEPOINT"
+                } else {
+                    "ROLLBACK TO SAVEPOINT"
+                };
+                if !self.in_block {
+                    return Err(SqlError::new(
+                        "25P01",
+                        format!("{what} can only be used in transaction blocks"),
+                    ));
+                }
+                // SAVEPOINT is refused (0A000), so the named one cannot exist.
+                self.fail_statement();
+                return Err(SqlError::new(
+                    "3B001",
+                    format!("savepoint \"{name}\" does not exist"),
+                ));
             }
             Parsed::Commit => {
                 let tag = if self.failed { "ROLLBACK" } else { "COMMIT" };
@@ -479,6 +520,7 @@ impl Session {
         self.in_block = false;
         self.failed = false;
         self.block_isolation = None;
+        self.block_read_only = false;
         match self.txn.take() {
             Some(t) if commit => t.commit().map_err(SqlError::from),
             Some(t) => t.rollback().map_err(SqlError::from),
@@ -494,7 +536,7 @@ impl Session {
                     .get("default_transaction_isolation")
                     .map(String::as_str)
                 {
-                    Some("repeatable read") | Some("serializable") => Isolation::RepeatableRead,
+                    Some("repeatable read") => Isolation::RepeatableRead,
                     _ => Isolation::ReadCommitted,
                 }
             });
@@ -603,6 +645,25 @@ impl Session {
     }
 
     fn statement(&mut self, st: &Statement, params: &[Datum]) -> SqlResult<Outcome> {
+        if self.in_block && self.block_read_only {
+            let write = match st {
+                Statement::Insert(_) => Some("INSERT"),
+                Statement::Update(_) => Some("UPDATE"),
+                Statement::Delete(_) => Some("DELETE"),
+                Statement::CreateTable(_) => Some("CREATE TABLE"),
+                Statement::CreateIndex(_) => Some("CREATE INDEX"),
+                Statement::Drop { .. } => Some("DROP TABLE"),
+                Statement::Truncate(_) => Some("TRUNCATE TABLE"),
+                Statement::AlterTable(_) => Some("ALTER TABLE"),
+                _ => None,
+            };
+            if let Some(w) = write {
+                return Err(SqlError::new(
+                    "25006",
+                    format!("cannot execute {w} in a read-only transaction"),
+                ));
+            }
+        }
         self.txn().next_statement();
         let r = match st {
             Statement::Prepare {

@@ -21,17 +21,88 @@ fn first_words(sql: &str, n: usize) -> Vec<String> {
 /// A statement after parsing: cached per SQL text for extended-protocol execution.
 #[derive(Clone)]
 pub(crate) enum Parsed {
-    Begin(Option<Isolation>),
+    /// BEGIN / START TRANSACTION: its isolation level and whether it is READ ONLY.
+    Begin(Option<Isolation>, bool),
     Commit,
     Rollback,
+    /// `ROLLBACK TO [SAVEPOINT] name` and `RELEASE [SAVEPOINT] name` (true for RELEASE):
+    /// SAVEPOINT is refused, so no savepoint ever exists.
+    SavepointEnd(String, bool),
+    /// `COMMIT AND CHAIN` / `ROLLBACK AND CHAIN` (true for ROLLBACK): not built.
+    Chain(bool),
     Setting(String),
     Utility(Utility),
     Sql(Box<Statement>),
 }
 
+/// The savepoint a ROLLBACK TO / RELEASE names: its last word, folded unless quoted.
+fn savepoint_name(sql: &str) -> String {
+    let last = sql
+        .trim()
+        .trim_end_matches(';')
+        .split_whitespace()
+        .last()
+        .unwrap_or_default();
+    match last.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
+        Some(quoted) => quoted.to_string(),
+        None => last.to_ascii_lowercase(),
+    }
+}
+
+/// The transaction modes of BEGIN / START TRANSACTION: isolation level and READ ONLY.
+/// Anything else after the keywords is a syntax error, as in PostgreSQL.
+fn begin_modes(sql: &str) -> SqlResult<(Option<Isolation>, bool)> {
+    let words: Vec<String> = sql
+        .split(|c: char| c.is_whitespace() || c == ';' || c == ',')
+        .filter(|w| !w.is_empty())
+        .map(|w| w.to_ascii_lowercase())
+        .collect();
+    let mut i = 1;
+    if words.first().is_some_and(|w| w == "start") {
+        if words.get(1).map(String::as_str) != Some("transaction") {
+            return Err(SqlError::syntax("syntax error at or near \"start\""));
+        }
+        i = 2;
+    } else if matches!(
+        words.get(1).map(String::as_str),
+        Some("work" | "transaction")
+    ) {
+        i = 2;
+    }
+    let mut read_only = false;
+    while i < words.len() {
+        let two = (words[i].as_str(), words.get(i + 1).map(String::as_str));
+        i += match two {
+            ("read", Some("only")) => {
+                read_only = true;
+                2
+            }
+            ("read", Some("write")) => {
+                read_only = false;
+                2
+            }
+            ("isolation", Some("level")) => match words.get(i + 2).map(String::as_str) {
+                Some("serializable") => {
+                    // Run as REPEATABLE READ it would allow write skew that PostgreSQL's
+                    // SERIALIZABLE prevents.
+                    return Err(SqlError::unsupported(
+                        "SERIALIZABLE isolation is not supported",
+                    ));
+                }
+                Some("repeatable" | "read") => 4,
+                _ => return Err(SqlError::syntax("syntax error in transaction mode")),
+            },
+            ("deferrable", _) => 1,
+            ("not", Some("deferrable")) => 2,
+            (w, _) => return Err(SqlError::syntax(format!("syntax error at or near \"{w}\""))),
+        };
+    }
+    Ok((isolation_of(sql), read_only))
+}
+
 pub(crate) fn isolation_of(sql: &str) -> Option<Isolation> {
     let l = sql.to_ascii_lowercase();
-    if l.contains("repeatable read") || l.contains("serializable") {
+    if l.contains("repeatable read") {
         Some(Isolation::RepeatableRead)
     } else if l.contains("read committed") || l.contains("read uncommitted") {
         Some(Isolation::ReadCommitted)
@@ -62,9 +133,42 @@ pub(crate) fn parse(sql: &str) -> SqlResult<Vec<Parsed>> {
         return Ok(Vec::new());
     };
     match first.as_str() {
-        "begin" | "start" => return Ok(vec![Parsed::Begin(isolation_of(sql))]),
-        "commit" | "end" => return Ok(vec![Parsed::Commit]),
-        "rollback" | "abort" => return Ok(vec![Parsed::Rollback]),
+        "begin" | "start" => {
+            let (iso, read_only) = begin_modes(sql)?;
+            return Ok(vec![Parsed::Begin(iso, read_only)]);
+        }
+        "commit" | "end" | "rollback" | "abort" => {
+            // Only the plain forms; anything more (AND CHAIN, PREPARED, TO SAVEPOINT)
+            // must not be taken for a plain COMMIT or ROLLBACK.
+            let all = first_words(sql, 6);
+            let rest: Vec<&str> = all[1..]
+                .iter()
+                .map(String::as_str)
+                .filter(|x| !matches!(*x, "work" | "transaction"))
+                .collect();
+            let rest: &[&str] = if rest == ["and", "no", "chain"] {
+                &[]
+            } else {
+                &rest
+            };
+            let rollback = matches!(first.as_str(), "rollback" | "abort");
+            return match rest.first() {
+                None => Ok(vec![if rollback {
+                    Parsed::Rollback
+                } else {
+                    Parsed::Commit
+                }]),
+                Some(&"to") if rollback => {
+                    Ok(vec![Parsed::SavepointEnd(savepoint_name(sql), false)])
+                }
+                Some(&"and") if rest == ["and", "chain"] => Ok(vec![Parsed::Chain(rollback)]),
+                Some(_) => Err(SqlError::unsupported(format!(
+                    "{} is not supported",
+                    sql.trim().trim_end_matches(';').to_ascii_uppercase()
+                ))),
+            };
+        }
+        "release" => return Ok(vec![Parsed::SavepointEnd(savepoint_name(sql), true)]),
         "set" | "show" | "reset" => {
             return Ok(vec![Parsed::Setting(
                 sql.trim().trim_end_matches(';').to_string(),

@@ -133,6 +133,23 @@ impl Session {
                         .to_ascii_lowercase()
                         .starts_with("session characteristics")
                 {
+                    let l = text.to_ascii_lowercase();
+                    if l.contains("serializable") {
+                        return Err(SqlError::unsupported(
+                            "SERIALIZABLE isolation is not supported",
+                        ));
+                    }
+                    if l.contains("read only") || l.contains("deferrable") {
+                        // SET TRANSACTION READ ONLY in a block makes it read-only; the
+                        // session-wide form would be ignored, so it is refused.
+                        if l.starts_with("transaction") && !l.contains("deferrable") {
+                            if self.in_block {
+                                self.block_read_only = true;
+                            }
+                        } else {
+                            return Err(SqlError::unsupported(format!("SET {text}")));
+                        }
+                    }
                     if let Some(iso) = isolation_of(&text) {
                         self.block_isolation = Some(iso);
                     }
@@ -167,6 +184,22 @@ impl Session {
                 let mut value = value.trim_matches('\'').to_string();
                 let name = name.trim_matches('"').to_ascii_lowercase();
                 crate::guc::check_settable(&name)?;
+                // Accepted but not honoured would be a silent difference: refused.
+                let v = value.to_ascii_lowercase();
+                let unhonoured = match name.as_str() {
+                    "default_transaction_isolation" | "transaction_isolation" => {
+                        v.contains("serializable")
+                    }
+                    "default_transaction_read_only" | "transaction_read_only" => {
+                        matches!(v.as_str(), "on" | "true" | "yes" | "1")
+                    }
+                    _ => false,
+                };
+                if unhonoured {
+                    return Err(SqlError::unsupported(format!(
+                        "SET {name} = {value} is not supported"
+                    )));
+                }
                 if local && !self.in_block {
                     // PostgreSQL warns and changes nothing: there is no transaction for
                     // the value to last until.
