@@ -231,7 +231,7 @@ impl Executor<'_> {
                             .map(|a| ident(&a.name))
                             .unwrap_or_else(|| def.name.clone());
                         Rel {
-                            cols: table_cols(&qual, &def.columns),
+                            cols: table_cols(&qual, &def),
                             rows,
                         }
                     }
@@ -260,6 +260,7 @@ impl Executor<'_> {
                                     qual: Some(qual.clone()),
                                     name: n.to_string(),
                                     ty: Some(ty),
+                                    origin: None,
                                 })
                                 .collect(),
                             rows,
@@ -366,6 +367,7 @@ impl Executor<'_> {
                 qual: Some(qual),
                 name: fname,
                 ty,
+                origin: None,
             }],
             rows,
         };

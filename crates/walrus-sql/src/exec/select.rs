@@ -358,17 +358,20 @@ impl Executor<'_> {
             .iter()
             .enumerate()
             .map(|(i, (n, e))| {
-                let ty = match col_ref(e) {
-                    Some((qual, name)) => find_col(cols, qual.as_deref(), &name)
-                        .ok()
-                        .flatten()
-                        .and_then(|c| cols[c].ty),
-                    None => static_type(e, &defs),
+                let source = col_ref(e)
+                    .and_then(|(qual, name)| find_col(cols, qual.as_deref(), &name).ok())
+                    .flatten()
+                    .map(|c| &cols[c]);
+                let ty = match (col_ref(e), source) {
+                    (Some(_), Some(c)) => c.ty,
+                    (Some(_), None) => None,
+                    (None, _) => static_type(e, &defs),
                 };
                 ColName {
                     qual: None,
                     name: n.clone(),
                     ty: ty.or_else(|| rows.iter().find_map(|r| r[i].type_id())),
+                    origin: source.and_then(|c| c.origin),
                 }
             })
             .collect();
@@ -405,7 +408,7 @@ impl Executor<'_> {
                             .map(|a| ident(&a.name))
                             .unwrap_or_else(|| def.name.clone());
                         let mut rel = Rel {
-                            cols: table_cols(&qual, &def.columns),
+                            cols: table_cols(&qual, &def),
                             rows,
                         };
                         rename(&mut rel, alias.as_ref())?;

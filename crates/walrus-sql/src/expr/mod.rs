@@ -21,7 +21,7 @@ pub use array::{format_array_text, parse_array_text};
 pub(crate) use cast::as_i64;
 pub use cast::{
     assign, cast_to, coerce, column_type, declared_limit, declared_type_name, numeric_typmod,
-    type_from_sql,
+    sql_type_oid, type_from_sql,
 };
 pub use ops::{binary, compare_values, like_match};
 

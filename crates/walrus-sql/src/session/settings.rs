@@ -61,14 +61,8 @@ impl Session {
                     return Ok(QueryResult {
                         tag: "SHOW".into(),
                         columns: vec![
-                            Column {
-                                name: "name".into(),
-                                ty: TypeId::Text,
-                            },
-                            Column {
-                                name: "setting".into(),
-                                ty: TypeId::Text,
-                            },
+                            Column::new("name", TypeId::Text),
+                            Column::new("setting", TypeId::Text),
                         ],
                         rows,
                     });
@@ -83,10 +77,7 @@ impl Session {
                     .ok_or_else(|| crate::guc::unrecognized(name))?;
                 Ok(QueryResult {
                     tag: "SHOW".into(),
-                    columns: vec![Column {
-                        name: name.into(),
-                        ty: TypeId::Text,
-                    }],
+                    columns: vec![Column::new(name, TypeId::Text)],
                     rows: vec![vec![Datum::Text(v)]],
                 })
             }
