@@ -1,10 +1,14 @@
 //! Real drivers against `walrus serve`: Python's psycopg 3 (connect, parameters,
-//! transactions, SQLSTATE errors, prepared statements, COPY). Needs `python3` with
-//! `psycopg` (`.ci/run` installs it); skipped with a message outside CI when missing.
+//! transactions, SQLSTATE errors, prepared statements, COPY), tokio-postgres, and
+//! pgjdbc (`drivers/PgjdbcCheck.java`, run first against a scratch PostgreSQL 15, which
+//! proves the program, then against walrus). Needs `python3` with `psycopg`, a JDK with
+//! the pgjdbc jar in the local Maven repository and PostgreSQL 15's server (`.ci/run`
+//! installs them); each is skipped with a message outside CI when missing.
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{text, walrus};
@@ -172,5 +176,194 @@ fn tokio_postgres_driver_works_against_walrus() {
     let stop = walrus().arg("stop").arg(&data).output().unwrap();
     let _ = server.wait();
     assert!(result.is_ok(), "tokio-postgres: {result:?}");
+    assert!(stop.status.success(), "{}", text(&stop));
+}
+
+/// The pgjdbc version `.ci/run` fetches into the local Maven repository.
+const PGJDBC_VERSION: &str = "42.7.14";
+
+/// pgjdbc's jar: `$PGJDBC_JAR`, else the local Maven repository's copy.
+fn pgjdbc_jar() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PGJDBC_JAR") {
+        return Some(PathBuf::from(p)).filter(|p| p.exists());
+    }
+    let home = PathBuf::from(std::env::var_os("HOME")?);
+    let jar = home.join(format!(
+        ".m2/repository/org/postgresql/postgresql/{v}/postgresql-{v}.jar",
+        v = PGJDBC_VERSION
+    ));
+    jar.exists().then_some(jar)
+}
+
+fn have_java() -> bool {
+    Command::new("java")
+        .arg("-version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// A scratch PostgreSQL 15 (trust authentication, superuser `bench`, loopback only),
+/// stopped on drop. PostgreSQL refuses to run as root, so a root test runs it as
+/// `nobody`, owner of the scratch directory.
+struct Postgres {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Postgres {
+    fn start() -> Postgres {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        // The scratch directory belongs to whoever runs this: root gives it to nobody.
+        let as_root = std::fs::metadata(dir.path()).unwrap().uid() == 0;
+        const NOBODY: u32 = 65_534;
+        if as_root {
+            std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let user = |cmd: &mut Command| {
+            if as_root {
+                cmd.uid(NOBODY).gid(NOBODY);
+            }
+        };
+        let data = dir.path().join("data");
+        let mut initdb = Command::new(Path::new(PG_BIN).join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "bench", "-A", "trust", "-N", "--no-instructions"])
+            .stdout(Stdio::null());
+        user(&mut initdb);
+        let out = initdb.output().unwrap();
+        assert!(out.status.success(), "initdb: {}", text(&out));
+        let port = free_port();
+        let mut postgres = Command::new(Path::new(PG_BIN).join("postgres"));
+        postgres
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(dir.path())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        user(&mut postgres);
+        let child = postgres.spawn().unwrap();
+        let pg = Postgres {
+            child,
+            port,
+            _dir: dir,
+        };
+        wait_for_port(port);
+        pg
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // Fast shutdown (SIGINT), bounded; then kill.
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(port: u16) {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "server on port {port} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs `drivers/PgjdbcCheck.java` against the server on `port` (database `db`); its
+/// output, and whether it printed OK and exited 0.
+fn run_pgjdbc_check(jar: &Path, port: u16, db: &str) -> (bool, String) {
+    let program = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/drivers/PgjdbcCheck.java"
+    );
+    let out = Command::new("java")
+        .arg("-cp")
+        .arg(jar)
+        .arg(program)
+        .arg(port.to_string())
+        .arg(db)
+        .output()
+        .unwrap();
+    (
+        out.status.success() && text(&out).contains("OK"),
+        text(&out),
+    )
+}
+
+/// pgjdbc, the Java driver: typed PreparedStatement inserts (also batched), selects
+/// past the server-side prepare threshold, exact round trips of int, varchar(20),
+/// numeric(10,2), timestamptz and boolean, ResultSetMetaData, rollback, a duplicate key
+/// in a transaction and 25P02 after it. The same program must pass on PostgreSQL 15
+/// first, so a failure on walrus is walrus's.
+#[test]
+fn pgjdbc_driver_works_on_postgres_and_on_walrus() {
+    let jar = pgjdbc_jar();
+    let pg = Path::new(PG_BIN).join("postgres").exists();
+    if jar.is_none() || !have_java() || !pg {
+        assert!(
+            std::env::var("CI").is_err(),
+            "in CI .ci/run must install a JDK, pgjdbc {PGJDBC_VERSION} and PostgreSQL 15 \
+             (java: {}, jar: {jar:?}, postgres: {pg})",
+            have_java()
+        );
+        eprintln!("skipping: needs java, pgjdbc {PGJDBC_VERSION} in ~/.m2 and PostgreSQL 15");
+        return;
+    }
+    let jar = jar.unwrap();
+    {
+        let postgres = Postgres::start();
+        let (ok, out) = run_pgjdbc_check(&jar, postgres.port, "postgres");
+        assert!(
+            ok,
+            "the pgjdbc program fails on PostgreSQL 15 itself:\n{out}"
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = tmp.path().join("data");
+    let mut server = walrus()
+        .args(["serve", "--data"])
+        .arg(&data)
+        .args(["--port", &port.to_string()])
+        .env("WALRUS_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(port);
+    let (ok, out) = run_pgjdbc_check(&jar, port, "bench");
+    let stop = walrus().arg("stop").arg(&data).output().unwrap();
+    let _ = server.wait();
+    assert!(ok, "pgjdbc check failed on walrus:\n{out}");
     assert!(stop.status.success(), "{}", text(&stop));
 }
