@@ -68,6 +68,8 @@ fn encode(d: &Datum, binary: bool) -> Result<Option<Vec<u8>>, SqlError> {
         Datum::Text(s) => s.as_bytes().to_vec(),
         Datum::Timestamp(v) | Datum::TimestampTz(v) => v.to_be_bytes().to_vec(),
         Datum::Date(v) => v.to_be_bytes().to_vec(),
+        Datum::Bytea(b) => b.clone(),
+        Datum::Uuid(u) => u.to_vec(),
         Datum::Numeric(n) => crate::numeric::encode(n).ok_or_else(|| {
             SqlError::new("22P03", format!("numeric value \"{n}\" has no binary form"))
         })?,
@@ -123,6 +125,8 @@ fn decode_param(bytes: &[u8], binary: bool, oid: u32) -> Result<Datum, SqlError>
         TypeId::Timestamp => Datum::Timestamp(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
         TypeId::TimestampTz => Datum::TimestampTz(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
         TypeId::Date => Datum::Date(i32::from_be_bytes(array::<4>(fixed(4)?)?)),
+        TypeId::Bytea => Datum::Bytea(bytes.to_vec()),
+        TypeId::Uuid => Datum::Uuid(array::<16>(fixed(16)?)?),
         TypeId::Numeric => parse_text(
             TypeId::Numeric,
             &crate::numeric::decode(bytes)

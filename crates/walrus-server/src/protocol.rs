@@ -245,6 +245,7 @@ impl Out {
                 21 => 2,
                 23 | 700 | 1082 => 4,
                 20 | 701 | 1114 | 1184 => 8,
+                2950 => 16,
                 _ => -1,
             };
             self.buf.extend_from_slice(&size.to_be_bytes());

@@ -238,6 +238,8 @@ pub fn type_from_oid(oid: u32) -> Option<TypeId> {
         1114 => TypeId::Timestamp,
         1184 => TypeId::TimestampTz,
         1082 => TypeId::Date,
+        17 => TypeId::Bytea,
+        2950 => TypeId::Uuid,
         _ => return None,
     })
 }
@@ -277,7 +279,92 @@ pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
             Datum::TimestampTz(local - offset.unwrap_or(0) * 1_000_000)
         }
         TypeId::Date => Datum::Date(parse_date_part(t).ok_or_else(|| bad(ty, s))? as i32),
+        // bytea reads its text as given (leading spaces are data).
+        TypeId::Bytea => Datum::Bytea(parse_bytea(s)?),
+        TypeId::Uuid => Datum::Uuid(parse_uuid(t).ok_or_else(|| bad(ty, s))?),
     })
+}
+
+/// bytea text input: hex (`\x` then pairs of hex digits, whitespace allowed between
+/// pairs) or escape form (`\\` is a backslash, `\ooo` an octal byte, anything else
+/// itself), as PostgreSQL's `byteain`.
+fn parse_bytea(s: &str) -> Result<Vec<u8>, SqlError> {
+    let bad_hex = |c: char| SqlError::new("22023", format!("invalid hexadecimal digit: \"{c}\""));
+    if let Some(hex) = s.strip_prefix("\\x") {
+        let mut out = Vec::with_capacity(hex.len() / 2);
+        let mut chars = hex.chars();
+        while let Some(c) = chars.next() {
+            if c.is_ascii_whitespace() {
+                continue;
+            }
+            let hi = c.to_digit(16).ok_or_else(|| bad_hex(c))?;
+            let lo = match chars.next() {
+                Some(d) => d.to_digit(16).ok_or_else(|| bad_hex(d))?,
+                None => {
+                    return Err(SqlError::new(
+                        "22023",
+                        "invalid hexadecimal data: odd number of digits",
+                    ))
+                }
+            };
+            out.push((hi * 16 + lo) as u8);
+        }
+        return Ok(out);
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+        } else if b.get(i + 1) == Some(&b'\\') {
+            out.push(b'\\');
+            i += 2;
+        } else if let Some(o) = b
+            .get(i + 1..i + 4)
+            .filter(|o| o[0] <= b'3' && o.iter().all(|c| (b'0'..=b'7').contains(c)))
+        {
+            out.push((o[0] - b'0') * 64 + (o[1] - b'0') * 8 + (o[2] - b'0'));
+            i += 4;
+        } else {
+            return Err(SqlError::new(
+                "22P02",
+                "invalid input syntax for type bytea",
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// uuid text input: 32 hex digits, optionally in braces, with a hyphen allowed after
+/// any group of four digits (`a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11`, upper case too).
+fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let s = match s.strip_prefix('{') {
+        Some(r) => r.strip_suffix('}')?,
+        None => s,
+    };
+    let mut digits = Vec::with_capacity(32);
+    let mut last_hyphen = true;
+    for c in s.chars() {
+        if c == '-' {
+            if last_hyphen || digits.len() % 4 != 0 || digits.len() == 32 {
+                return None;
+            }
+            last_hyphen = true;
+            continue;
+        }
+        digits.push(c.to_digit(16)? as u8);
+        last_hyphen = false;
+    }
+    if digits.len() != 32 || last_hyphen {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, pair) in digits.chunks(2).enumerate() {
+        out[i] = pair[0] * 16 + pair[1];
+    }
+    Some(out)
 }
 
 fn out_of_range_or_bad(ty: TypeId, t: &str) -> SqlError {
@@ -318,6 +405,26 @@ pub fn format_text(d: &Datum) -> Option<String> {
         Datum::Date(d) => {
             let (y, m, dd) = civil_from_days(*d as i64 + PG_EPOCH_DAYS);
             format!("{y:04}-{m:02}-{dd:02}")
+        }
+        // bytea_output = hex, PostgreSQL's default.
+        Datum::Bytea(b) => {
+            let mut out = String::with_capacity(2 + 2 * b.len());
+            out.push_str("\\x");
+            for x in b {
+                out.push_str(&format!("{x:02x}"));
+            }
+            out
+        }
+        Datum::Uuid(u) => {
+            let hex: String = u.iter().map(|x| format!("{x:02x}")).collect();
+            format!(
+                "{}-{}-{}-{}-{}",
+                &hex[..8],
+                &hex[8..12],
+                &hex[12..16],
+                &hex[16..20],
+                &hex[20..]
+            )
         }
     })
 }
@@ -395,6 +502,42 @@ mod tests {
         assert_eq!(code("2024-01-01 10:00:00+16"), "22009");
         assert_eq!(code("2024-01-01 10:00:00+5:3x"), "22P02");
         assert_eq!(code("2024-01-01 25:00:00"), "22008");
+    }
+
+    /// Outputs and SQLSTATEs checked against PostgreSQL 15 (`select '...'::bytea`,
+    /// `::uuid`).
+    #[test]
+    fn bytea_and_uuid_text_forms_are_postgres_ones() {
+        let out = |ty: TypeId, s: &str| format_text(&parse_text(ty, s).unwrap()).unwrap();
+        assert_eq!(out(TypeId::Bytea, r"\xDEADbeef"), r"\xdeadbeef");
+        assert_eq!(out(TypeId::Bytea, r"\x de ad "), r"\xdead");
+        assert_eq!(out(TypeId::Bytea, r"\x"), r"\x");
+        assert_eq!(out(TypeId::Bytea, r"ab\\c\001\377"), r"\x61625c6301ff");
+        assert_eq!(out(TypeId::Bytea, " a"), r"\x2061");
+        let code = |ty: TypeId, s: &str| parse_text(ty, s).unwrap_err().sqlstate;
+        assert_eq!(code(TypeId::Bytea, r"\xabc"), "22023");
+        assert_eq!(code(TypeId::Bytea, r"\xzz"), "22023");
+        assert_eq!(code(TypeId::Bytea, r"\9"), "22P02");
+        let u = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11";
+        for s in [
+            u,
+            "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
+            "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}",
+            "a0eebc999c0b4ef8bb6d6bb9bd380a11",
+            "a0ee-bc99-9c0b-4ef8-bb6d-6bb9-bd38-0a11",
+            "{a0eebc99-9c0b4ef8-bb6d6bb9-bd380a11}",
+        ] {
+            assert_eq!(out(TypeId::Uuid, s), u, "{s}");
+        }
+        for s in [
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1",
+            "a0eebc99--9c0b-4ef8-bb6d-6bb9bd380a11",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11-",
+            "-a0eebc999c0b4ef8bb6d6bb9bd380a11",
+            "g0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        ] {
+            assert_eq!(code(TypeId::Uuid, s), "22P02", "{s}");
+        }
     }
 
     #[test]

@@ -232,7 +232,7 @@ fn psql_describe_queries_answer_from_the_catalog() {
             "id|bigint|-|t|-||",
             "customer|integer|-|f|-||",
             "amount|numeric|-|f|-||",
-            "note|text|-|f|-||"
+            "note|character varying|-|f|-||"
         ]
     );
     let indexes = rows(&mut s, &with_oid("d_indexes"));

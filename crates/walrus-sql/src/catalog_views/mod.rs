@@ -148,6 +148,7 @@ pub(crate) fn is_catalog_function(name: &str) -> bool {
 /// PostgreSQL's type OIDs and `format_type` names for the ones walrus shows.
 const TYPES: &[(i64, &str, &str, i16)] = &[
     (16, "bool", "boolean", 1),
+    (17, "bytea", "bytea", -1),
     (19, "name", "name", 64),
     (20, "int8", "bigint", 8),
     (21, "int2", "smallint", 2),
@@ -161,11 +162,8 @@ const TYPES: &[(i64, &str, &str, i16)] = &[
     (1114, "timestamp", "timestamp without time zone", 8),
     (1184, "timestamptz", "timestamp with time zone", 8),
     (1700, "numeric", "numeric", -1),
+    (2950, "uuid", "uuid", 16),
 ];
-
-fn oid_of(t: TypeId) -> i64 {
-    t.pg_oid() as i64
-}
 
 /// A virtual table's columns (name, type) and rows.
 pub(crate) type VirtualTable = (Vec<(&'static str, TypeId)>, Vec<Vec<Datum>>);
@@ -349,11 +347,27 @@ impl Snapshot {
             "pg_get_userbyid" => t(&self.user),
             "format_type" => match oid_arg(0) {
                 None => Datum::Null,
-                Some(oid) => t(TYPES
-                    .iter()
-                    .find(|(o, ..)| *o == oid)
-                    .map(|(_, _, display, _)| *display)
-                    .unwrap_or("???")),
+                Some(oid) => {
+                    let name = TYPES
+                        .iter()
+                        .find(|(o, ..)| *o == oid)
+                        .map(|(_, _, display, _)| *display)
+                        .unwrap_or("???");
+                    // The type modifier, as `atttypmod` encodes it.
+                    let typmod = match arg(1) {
+                        Datum::Int4(m) => m as i64,
+                        Datum::Int8(m) => m,
+                        _ => -1,
+                    };
+                    match (oid, typmod) {
+                        (1042 | 1043, m) if m >= 4 => t(&format!("{name}({})", m - 4)),
+                        (1700, m) if m >= 4 => {
+                            let m = m - 4;
+                            t(&format!("{name}({},{})", m >> 16, m & 0xffff))
+                        }
+                        _ => t(name),
+                    }
+                }
             },
             "pg_get_indexdef" => {
                 let oid = oid_arg(0)?;

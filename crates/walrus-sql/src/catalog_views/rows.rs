@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use walrus_engine::access::datum::{Datum, TypeId};
 
 use super::{
-    b, o, oid_of, relfile_oid, t, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG, NS_INFORMATION_SCHEMA,
+    b, o, relfile_oid, t, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG, NS_INFORMATION_SCHEMA,
     NS_PUBLIC, ROLE_OID, TYPES,
 };
 
@@ -53,21 +53,24 @@ impl Snapshot {
                 let mut rows = Vec::new();
                 for tbl in &self.tables {
                     for (i, c) in tbl.columns.iter().enumerate() {
+                        // The declared type (varchar is 1043) and its modifier, as
+                        // RowDescription reports them.
+                        let type_oid = crate::rel::column_type_oid(c) as i64;
                         let (_, _, _, len) = TYPES
                             .iter()
-                            .find(|(o, ..)| *o == oid_of(c.ty))
+                            .find(|(o, ..)| *o == type_oid)
                             .copied()
                             .unwrap_or((0, "", "", -1));
                         rows.push(vec![
                             o(relfile_oid(tbl.relfile)),
                             t(&c.name),
-                            o(oid_of(c.ty)),
+                            o(type_oid),
                             Datum::Int4(-1),
                             Datum::Int2(len),
                             Datum::Int2(i as i16 + 1),
                             Datum::Int4(0),
                             Datum::Int4(-1),
-                            Datum::Int4(-1),
+                            Datum::Int4(c.typmod),
                             b(len > 0),
                             t(if len == 8 { "d" } else { "i" }),
                             t(if len > 0 { "p" } else { "x" }),
@@ -93,6 +96,7 @@ impl Snapshot {
                         16 => "B",
                         20 | 21 | 23 | 26 | 701 | 1700 => "N",
                         1082 | 1114 | 1184 => "D",
+                        17 | 2950 => "U",
                         _ => "S",
                     };
                     vec![

@@ -33,6 +33,8 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
             _ => TypeId::Timestamp,
         },
         D::Date => TypeId::Date,
+        D::Bytea => TypeId::Bytea,
+        D::Uuid => TypeId::Uuid,
         D::Custom(name, _) => {
             let n = name
                 .0
@@ -50,6 +52,8 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
                 "timestamptz" => TypeId::TimestampTz,
                 "timestamp" => TypeId::Timestamp,
                 "date" => TypeId::Date,
+                "bytea" => TypeId::Bytea,
+                "uuid" => TypeId::Uuid,
                 other if POSTGRES_TYPES_NOT_BUILT.contains(&other) => {
                     return Err(SqlError::unsupported(format!(
                         "type {other} is not supported by walrus"
@@ -75,8 +79,6 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
 /// Built-in PostgreSQL type names walrus does not have: 0A000 (not built), not 42704
 /// (no such type).
 const POSTGRES_TYPES_NOT_BUILT: &[&str] = &[
-    "bytea",
-    "uuid",
     "json",
     "jsonb",
     "time",

@@ -206,6 +206,9 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             any: false,
         } => {
             let (v, p) = (eval(expr, s)?, eval(pattern, s)?);
+            if matches!(v, Datum::Bytea(_)) || matches!(p, Datum::Bytea(_)) {
+                return Err(SqlError::unsupported("LIKE on bytea is not supported"));
+            }
             let esc = match escape_char {
                 Some(e) => format_text(&eval(e, s)?).and_then(|t| t.chars().next()),
                 None => Some('\\'),

@@ -4,8 +4,8 @@
 // PgjdbcCheck.java PORT DATABASE`), against PostgreSQL 15 (which proves the program) and against
 // walrus. Prints OK on success; any failed check throws, naming what differed.
 //
-// Steps: connect; create a table with int, varchar(20), numeric(10,2), timestamptz and
-// boolean columns; typed PreparedStatement inserts, one by one and batched; select by id
+// Steps: connect; create a table with int, varchar(20), numeric(10,2), timestamptz,
+// boolean, bytea and uuid columns; typed PreparedStatement inserts, one by one and batched; select by id
 // ten times (pgjdbc switches to a named server-side statement at the fifth use,
 // prepareThreshold=5); every value round-trips exactly; ResultSetMetaData reports the
 // declared types, sizes, precision and scale; rollback undoes; a duplicate key inside a
@@ -25,7 +25,9 @@ import java.sql.Types;
 import java.time.Instant;
 import java.time.OffsetDateTime;
 import java.time.ZoneOffset;
+import java.util.Arrays;
 import java.util.Objects;
+import java.util.UUID;
 import java.util.Properties;
 
 public class PgjdbcCheck {
@@ -55,12 +57,27 @@ public class PgjdbcCheck {
                 .plusMinutes(i);
     }
 
+    /** Every byte value, zero included, over the rows. */
+    static byte[] data(int i) {
+        byte[] b = new byte[i % 5];
+        for (int k = 0; k < b.length; k++) {
+            b[k] = (byte) (i * 37 + k * 101);
+        }
+        return b;
+    }
+
+    static UUID uid(int i) {
+        return new UUID(0xa0eebc999c0b4ef8L + i, 0xbb6d6bb9bd380a11L * (i + 1));
+    }
+
     static void insert(PreparedStatement ps, int i) throws SQLException {
         ps.setInt(1, i);
         ps.setString(2, name(i));
         ps.setBigDecimal(3, amount(i));
         ps.setObject(4, at(i));
         ps.setBoolean(5, i % 2 == 0);
+        ps.setBytes(6, data(i));
+        ps.setObject(7, uid(i));
     }
 
     static void verifyRow(ResultSet rs, int i) throws SQLException {
@@ -72,6 +89,9 @@ public class PgjdbcCheck {
         Timestamp ts = rs.getTimestamp("at");
         same(at(i).toInstant(), ts.toInstant(), "at as Timestamp of " + i);
         same(i % 2 == 0, rs.getBoolean("ok"), "ok of " + i);
+        check(Arrays.equals(data(i), rs.getBytes("data")),
+                "data of " + i + ": " + Arrays.toString(rs.getBytes("data")));
+        same(uid(i), rs.getObject("uid", UUID.class), "uid of " + i);
     }
 
     public static void main(String[] args) throws Exception {
@@ -82,11 +102,11 @@ public class PgjdbcCheck {
             try (Statement st = c.createStatement()) {
                 st.execute("drop table if exists jdbc_check");
                 st.execute("create table jdbc_check (id int primary key, name varchar(20), "
-                        + "amount numeric(10,2), at timestamptz, ok boolean)");
+                        + "amount numeric(10,2), at timestamptz, ok boolean, data bytea, uid uuid)");
             }
             // Typed inserts: one at a time (past the prepare threshold), then a batch.
             try (PreparedStatement ps = c.prepareStatement(
-                    "insert into jdbc_check (id, name, amount, at, ok) values (?, ?, ?, ?, ?)")) {
+                    "insert into jdbc_check (id, name, amount, at, ok, data, uid) values (?, ?, ?, ?, ?, ?, ?)")) {
                 for (int i = 1; i <= 8; i++) {
                     insert(ps, i);
                     same(1, ps.executeUpdate(), "insert " + i);
@@ -103,17 +123,19 @@ public class PgjdbcCheck {
             }
             // A NULL of each type.
             try (PreparedStatement ps = c.prepareStatement(
-                    "insert into jdbc_check (id, name, amount, at, ok) values (?, ?, ?, ?, ?)")) {
+                    "insert into jdbc_check (id, name, amount, at, ok, data, uid) values (?, ?, ?, ?, ?, ?, ?)")) {
                 ps.setInt(1, 100);
                 ps.setNull(2, Types.VARCHAR);
                 ps.setNull(3, Types.NUMERIC);
                 ps.setNull(4, Types.TIMESTAMP_WITH_TIMEZONE);
                 ps.setNull(5, Types.BOOLEAN);
+                ps.setNull(6, Types.BINARY);
+                ps.setNull(7, Types.OTHER);
                 same(1, ps.executeUpdate(), "insert nulls");
             }
             // Select by id ten times: the statement becomes server-prepared at the fifth.
             try (PreparedStatement ps = c.prepareStatement(
-                    "select id, name, amount, at, ok from jdbc_check where id = ?")) {
+                    "select id, name, amount, at, ok, data, uid from jdbc_check where id = ?")) {
                 for (int round = 0; round < 10; round++) {
                     int i = 1 + round * 2;
                     ps.setInt(1, i);
@@ -129,6 +151,8 @@ public class PgjdbcCheck {
                     same(null, rs.getString("name"), "null varchar");
                     same(null, rs.getBigDecimal("amount"), "null numeric");
                     same(null, rs.getObject("at", OffsetDateTime.class), "null timestamptz");
+                    same(null, rs.getBytes("data"), "null bytea");
+                    same(null, rs.getObject("uid", UUID.class), "null uuid");
                     rs.getBoolean("ok");
                     check(rs.wasNull(), "null boolean");
                 }
@@ -136,7 +160,7 @@ public class PgjdbcCheck {
             // All rows with a plain statement (text results) too.
             try (Statement st = c.createStatement();
                     ResultSet rs = st.executeQuery(
-                            "select id, name, amount, at, ok from jdbc_check where id < 100 order by id")) {
+                            "select id, name, amount, at, ok, data, uid from jdbc_check where id < 100 order by id")) {
                 int n = 0;
                 while (rs.next()) {
                     n++;
@@ -146,11 +170,11 @@ public class PgjdbcCheck {
             }
             // The metadata drivers and tools read.
             try (PreparedStatement ps = c.prepareStatement(
-                    "select id, name, amount, at, ok from jdbc_check where id = ?")) {
+                    "select id, name, amount, at, ok, data, uid from jdbc_check where id = ?")) {
                 ps.setInt(1, 1);
                 try (ResultSet rs = ps.executeQuery()) {
                     ResultSetMetaData md = rs.getMetaData();
-                    same(5, md.getColumnCount(), "column count");
+                    same(7, md.getColumnCount(), "column count");
                     same(Types.INTEGER, md.getColumnType(1), "id type");
                     same("int4", md.getColumnTypeName(1), "id type name");
                     same(Types.VARCHAR, md.getColumnType(2), "name type");
@@ -165,6 +189,10 @@ public class PgjdbcCheck {
                     same(Types.BIT, md.getColumnType(5), "ok type");
                     same("bool", md.getColumnTypeName(5), "ok type name");
                     same("java.math.BigDecimal", md.getColumnClassName(3), "amount class");
+                    same(Types.BINARY, md.getColumnType(6), "data type");
+                    same("bytea", md.getColumnTypeName(6), "data type name");
+                    same(Types.OTHER, md.getColumnType(7), "uid type");
+                    same("uuid", md.getColumnTypeName(7), "uid type name");
                 }
             }
             // Rollback undoes.
@@ -186,7 +214,7 @@ public class PgjdbcCheck {
             c.commit();
             // A duplicate key inside a transaction: 23505, then 25P02 until rollback.
             try (PreparedStatement ps = c.prepareStatement(
-                    "insert into jdbc_check (id, name, amount, at, ok) values (?, ?, ?, ?, ?)")) {
+                    "insert into jdbc_check (id, name, amount, at, ok, data, uid) values (?, ?, ?, ?, ?, ?, ?)")) {
                 insert(ps, 21);
                 ps.executeUpdate();
                 insert(ps, 1);
