@@ -1,9 +1,11 @@
 //! Real drivers against `walrus serve`: Python's psycopg 3 (connect, parameters,
 //! transactions, SQLSTATE errors, prepared statements, COPY), tokio-postgres, and
-//! pgjdbc (`drivers/PgjdbcCheck.java`, run first against a scratch PostgreSQL 15, which
-//! proves the program, then against walrus). Needs `python3` with `psycopg`, a JDK with
-//! the pgjdbc jar in the local Maven repository and PostgreSQL 15's server (`.ci/run`
-//! installs them); each is skipped with a message outside CI when missing.
+//! and the conformance programs of pgjdbc (`drivers/PgjdbcCheck.java`) and psycopg2
+//! (`drivers/psycopg2_check.py`), each run first against a scratch PostgreSQL 15, which
+//! proves the program, then against walrus. Needs `python3` with `psycopg` and
+//! `psycopg2`, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
+//! 15's server (`.ci/run` installs them); each is skipped with a message outside CI when
+//! missing.
 
 mod common;
 
@@ -320,32 +322,16 @@ fn run_pgjdbc_check(jar: &Path, port: u16, db: &str) -> (bool, String) {
     )
 }
 
-/// pgjdbc, the Java driver: typed PreparedStatement inserts (also batched), selects
-/// past the server-side prepare threshold, exact round trips of int, varchar(20),
-/// numeric(10,2), timestamptz and boolean, ResultSetMetaData, rollback, a duplicate key
-/// in a transaction and 25P02 after it. The same program must pass on PostgreSQL 15
-/// first, so a failure on walrus is walrus's.
-#[test]
-fn pgjdbc_driver_works_on_postgres_and_on_walrus() {
-    let jar = pgjdbc_jar();
-    let pg = Path::new(PG_BIN).join("postgres").exists();
-    if jar.is_none() || !have_java() || !pg {
-        assert!(
-            std::env::var("CI").is_err(),
-            "in CI .ci/run must install a JDK, pgjdbc {PGJDBC_VERSION} and PostgreSQL 15 \
-             (java: {}, jar: {jar:?}, postgres: {pg})",
-            have_java()
-        );
-        eprintln!("skipping: needs java, pgjdbc {PGJDBC_VERSION} in ~/.m2 and PostgreSQL 15");
-        return;
-    }
-    let jar = jar.unwrap();
+/// Runs a driver program (`run(port, database)` gives whether it passed, and its
+/// output) against a scratch PostgreSQL 15 first, which proves the program, then against
+/// walrus.
+fn on_postgres_then_walrus(driver: &str, run: impl Fn(u16, &str) -> (bool, String)) {
     {
         let postgres = Postgres::start();
-        let (ok, out) = run_pgjdbc_check(&jar, postgres.port, "postgres");
+        let (ok, out) = run(postgres.port, "postgres");
         assert!(
             ok,
-            "the pgjdbc program fails on PostgreSQL 15 itself:\n{out}"
+            "the {driver} program fails on PostgreSQL 15 itself:\n{out}"
         );
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -361,9 +347,75 @@ fn pgjdbc_driver_works_on_postgres_and_on_walrus() {
         .spawn()
         .unwrap();
     wait_for_port(port);
-    let (ok, out) = run_pgjdbc_check(&jar, port, "bench");
+    let (ok, out) = run(port, "bench");
     let stop = walrus().arg("stop").arg(&data).output().unwrap();
     let _ = server.wait();
-    assert!(ok, "pgjdbc check failed on walrus:\n{out}");
+    assert!(ok, "{driver} check failed on walrus:\n{out}");
     assert!(stop.status.success(), "{}", text(&stop));
+}
+
+/// Whether a missing tool may skip a test: only outside CI (`.ci/run` installs them all).
+fn skip_without(what: &str, have: bool) -> bool {
+    if have {
+        return false;
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "in CI .ci/run must install {what}"
+    );
+    eprintln!("skipping: {what} not installed");
+    true
+}
+
+/// pgjdbc, the Java driver: typed PreparedStatement inserts (also batched), selects
+/// past the server-side prepare threshold, exact round trips of int, varchar(20),
+/// numeric(10,2), timestamptz, boolean, bytea and uuid, ResultSetMetaData, rollback, a
+/// duplicate key in a transaction and 25P02 after it.
+#[test]
+fn pgjdbc_driver_works_on_postgres_and_on_walrus() {
+    let jar = pgjdbc_jar();
+    let have = jar.is_some() && have_java() && Path::new(PG_BIN).join("postgres").exists();
+    if skip_without(
+        &format!("a JDK, pgjdbc {PGJDBC_VERSION} in ~/.m2 and PostgreSQL 15"),
+        have,
+    ) {
+        return;
+    }
+    let jar = jar.unwrap();
+    on_postgres_then_walrus("pgjdbc", |port, db| run_pgjdbc_check(&jar, port, db));
+}
+
+/// psycopg2 (Debian's python3-psycopg2): literals of every type interpolated by the
+/// client, results typed by RowDescription's OIDs and modifiers, executemany,
+/// rollback, a duplicate key then 25P02, COPY from the client.
+#[test]
+fn psycopg2_driver_works_on_postgres_and_on_walrus() {
+    let python = ["python3", "/usr/bin/python3"].into_iter().find(|py| {
+        Command::new(py)
+            .args(["-c", "import psycopg2"])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    });
+    let have = python.is_some() && Path::new(PG_BIN).join("postgres").exists();
+    if skip_without("python3-psycopg2 and PostgreSQL 15", have) {
+        return;
+    }
+    let python = python.unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/drivers/psycopg2_check.py"
+    );
+    on_postgres_then_walrus("psycopg2", |port, db| {
+        let out = Command::new(python)
+            .arg(script)
+            .arg(port.to_string())
+            .arg(db)
+            .output()
+            .unwrap();
+        (
+            out.status.success() && text(&out).contains("OK"),
+            text(&out),
+        )
+    });
 }
