@@ -1,9 +1,9 @@
 //! Real drivers against `walrus serve`: Python's psycopg 3 (connect, parameters,
 //! transactions, SQLSTATE errors, prepared statements, COPY), tokio-postgres, and
-//! and the conformance programs of pgjdbc (`drivers/PgjdbcCheck.java`) and psycopg2
-//! (`drivers/psycopg2_check.py`), each run first against a scratch PostgreSQL 15, which
-//! proves the program, then against walrus. Needs `python3` with `psycopg` and
-//! `psycopg2`, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
+//! and the conformance programs of pgjdbc (`drivers/PgjdbcCheck.java`), psycopg2
+//! (`drivers/psycopg2_check.py`) and asyncpg (`drivers/asyncpg_check.py`), each run first against a scratch PostgreSQL 15, which
+//! proves the program, then against walrus. Needs `python3` with `psycopg`,
+//! `psycopg2` and `asyncpg`, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
 //! 15's server (`.ci/run` installs them); each is skipped with a message outside CI when
 //! missing.
 
@@ -15,21 +15,9 @@ use std::time::{Duration, Instant};
 
 use common::{text, walrus};
 
-/// The first Python that can import psycopg 3: the one on PATH, else Debian's (where
-/// `.ci/run` installs `python3-psycopg`; PATH may lead to another Python, e.g. pyenv's).
-fn python_with_psycopg() -> Option<&'static str> {
-    ["python3", "/usr/bin/python3"].into_iter().find(|py| {
-        Command::new(py)
-            .args(["-c", "import psycopg"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
-    })
-}
-
 #[test]
 fn psycopg_driver_works_against_walrus() {
-    let Some(python) = python_with_psycopg() else {
+    let Some(python) = python_with("psycopg") else {
         assert!(
             std::env::var("CI").is_err(),
             "psycopg missing in CI: .ci/run must install python3-psycopg"
@@ -385,30 +373,31 @@ fn pgjdbc_driver_works_on_postgres_and_on_walrus() {
     on_postgres_then_walrus("pgjdbc", |port, db| run_pgjdbc_check(&jar, port, db));
 }
 
-/// psycopg2 (Debian's python3-psycopg2): literals of every type interpolated by the
-/// client, results typed by RowDescription's OIDs and modifiers, executemany,
-/// rollback, a duplicate key then 25P02, COPY from the client.
-#[test]
-fn psycopg2_driver_works_on_postgres_and_on_walrus() {
-    let python = ["python3", "/usr/bin/python3"].into_iter().find(|py| {
+/// The first Python that can import `module` (PATH's, else Debian's).
+fn python_with(module: &str) -> Option<&'static str> {
+    ["python3", "/usr/bin/python3"].into_iter().find(|py| {
         Command::new(py)
-            .args(["-c", "import psycopg2"])
+            .args(["-c", &format!("import {module}")])
             .output()
             .map(|o| o.status.success())
             .unwrap_or(false)
-    });
+    })
+}
+
+/// Runs a Python driver program from `tests/drivers/` on PostgreSQL 15, then walrus.
+fn python_program_on_postgres_then_walrus(module: &str, debian_package: &str, script: &str) {
+    let python = python_with(module);
     let have = python.is_some() && Path::new(PG_BIN).join("postgres").exists();
-    if skip_without("python3-psycopg2 and PostgreSQL 15", have) {
+    if skip_without(&format!("{debian_package} and PostgreSQL 15"), have) {
         return;
     }
     let python = python.unwrap();
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/drivers/psycopg2_check.py"
-    );
-    on_postgres_then_walrus("psycopg2", |port, db| {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/drivers")
+        .join(script);
+    on_postgres_then_walrus(module, |port, db| {
         let out = Command::new(python)
-            .arg(script)
+            .arg(&script)
             .arg(port.to_string())
             .arg(db)
             .output()
@@ -418,4 +407,20 @@ fn psycopg2_driver_works_on_postgres_and_on_walrus() {
             text(&out),
         )
     });
+}
+
+/// psycopg2 (Debian's python3-psycopg2): literals of every type interpolated by the
+/// client, results typed by RowDescription's OIDs and modifiers, executemany,
+/// rollback, a duplicate key then 25P02, COPY from the client.
+#[test]
+fn psycopg2_driver_works_on_postgres_and_on_walrus() {
+    python_program_on_postgres_then_walrus("psycopg2", "python3-psycopg2", "psycopg2_check.py");
+}
+
+/// asyncpg (Debian's python3-asyncpg): Parse/Describe/Flush preparation, binary
+/// parameters and results of every type, described parameter and column types,
+/// executemany, rollback, a duplicate key then 25P02, errors found while preparing.
+#[test]
+fn asyncpg_driver_works_on_postgres_and_on_walrus() {
+    python_program_on_postgres_then_walrus("asyncpg", "python3-asyncpg", "asyncpg_check.py");
 }
