@@ -29,7 +29,11 @@ impl Drop for Live {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = self.engine.shutdown();
+        // After a failed assertion the client's session may still be open: a shutdown
+        // then could panic again and abort the run, hiding the assertion's message.
+        if !std::thread::panicking() {
+            let _ = self.engine.shutdown();
+        }
     }
 }
 
@@ -320,6 +324,7 @@ fn parameter_description_echoes_declared_types_and_infers_the_rest() {
         ),
         ("select $1", &[], vec![25]),
         ("select $1, $2::int8, $3::varchar", &[], vec![25, 20, 1043]),
+        ("select $1::numeric(10,2)", &[], vec![1700]),
         ("select $1::text::int4", &[], vec![25]),
         ("select id from t limit $1 offset $2", &[], vec![20, 20]),
         (
@@ -330,13 +335,15 @@ fn parameter_description_echoes_declared_types_and_infers_the_rest() {
         ("select $1", &[705], vec![25]),
         ("select 1", &[23, 23], vec![23, 23]),
         ("select $1", &[1043], vec![1043]),
+        ("select $1, $2", &[17, 2950], vec![17, 2950]),
     ] {
         c.send(&[parse("", sql, declared), describe(b'S', ""), sync()]);
         let got = c.until_ready();
         assert_eq!(got.get(1), Some(&Msg::Params(want)), "{sql}: {got:?}");
     }
     // A declared type walrus does not have is refused, not read as text.
-    c.send(&[parse("", "select $1", &[17]), describe(b'S', ""), sync()]);
+    // (114 is json.)
+    c.send(&[parse("", "select $1", &[114]), describe(b'S', ""), sync()]);
     assert_eq!(
         c.until_ready(),
         vec![Msg::Error("0A000".into()), Msg::Ready('I')]
@@ -367,6 +374,23 @@ fn row_description_carries_declared_type_modifier_table_and_column() {
             Msg::Rows(want.clone()),
             Msg::Ready('I')
         ]
+    );
+    // Casts to varchar(n) and numeric(p,s) are described with their modifiers.
+    c.send(&[
+        parse(
+            "",
+            "select 'x'::varchar(20) as v, 1.5::numeric(10,2) as n",
+            &[],
+        ),
+        describe(b'S', ""),
+        sync(),
+    ]);
+    assert_eq!(
+        c.until_ready()[2],
+        Msg::Rows(vec![
+            col("v", 0, 1043, -1, 24),
+            col("n", 0, 1700, -1, 655_366)
+        ])
     );
     // A portal describes the same, and so does RETURNING.
     c.send(&[bind("s", &[]), describe(b'P', ""), execute(), sync()]);

@@ -22,9 +22,11 @@ pub struct ColName {
     pub origin: Option<Origin>,
 }
 
-/// A user table's column as the protocol describes it: its table's OID, its number, and
-/// its declared type (`varchar(20)` is OID 1043 with modifier 24 although the engine
-/// stores text), so drivers see the sizes, precisions and table names PostgreSQL shows.
+/// A column as the protocol describes it beyond its engine type: for a user table's
+/// column its table's OID, its number and its declared type (`varchar(20)` is OID 1043
+/// with modifier 24 although the engine stores text); for a cast to such a type, the
+/// type alone (table 0). Drivers see the sizes, precisions and table names PostgreSQL
+/// shows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Origin {
     pub table_oid: u32,

@@ -13,7 +13,7 @@ use crate::error::{SqlError, SqlResult};
 use crate::memory::row_bytes;
 use crate::names::{ident, object_name};
 use crate::plan::{
-    bind, contains_aggregate, contains_subquery, output_name, qualified, rename,
+    bind, cast_origin, contains_aggregate, contains_subquery, output_name, qualified, rename,
     resolve_group_expr, static_type, table_cols,
 };
 use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
@@ -371,7 +371,7 @@ impl Executor<'_> {
                     qual: None,
                     name: n.clone(),
                     ty: ty.or_else(|| rows.iter().find_map(|r| r[i].type_id())),
-                    origin: source.and_then(|c| c.origin),
+                    origin: source.and_then(|c| c.origin).or_else(|| cast_origin(e)),
                 }
             })
             .collect();

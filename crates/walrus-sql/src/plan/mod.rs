@@ -27,4 +27,4 @@ pub(crate) use columns::{
     output_name, qualified, rename, resolve_group_expr, table_cols, using_condition,
 };
 pub(crate) use params::infer_params;
-pub(crate) use types::{static_columns, static_type};
+pub(crate) use types::{cast_origin, static_columns, static_type};

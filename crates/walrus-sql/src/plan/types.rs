@@ -4,13 +4,33 @@ use std::sync::Arc;
 
 use sqlparser::ast::{self, Expr, Query, SelectItem, SetExpr, TableFactor};
 use walrus_engine::access::datum::TypeId;
-use walrus_engine::catalog::{ColumnDef, TableDef};
+use walrus_engine::catalog::{ColumnDef, DeclaredType, TableDef};
 
 use super::columns::{output_name, table_cols};
-use crate::expr::{function_args, function_name, type_from_sql};
+use crate::expr::{column_type, function_args, function_name, type_from_sql};
 use crate::names::{ident, object_name};
-use crate::rel::{col_ref, find_col};
+use crate::rel::{col_ref, find_col, Origin};
 use crate::result::Column;
+
+/// How a cast to a type walrus keeps under another one is described: `$1::varchar` is
+/// 1043, `x::numeric(10,2)` has modifier 655366 (no table; PostgreSQL's RowDescription).
+pub(crate) fn cast_origin(e: &Expr) -> Option<Origin> {
+    let Expr::Cast { data_type, .. } = e else {
+        return None;
+    };
+    let (ty, typmod, declared) = column_type(data_type).ok()?;
+    let type_oid = match declared {
+        DeclaredType::Varchar => 1043,
+        DeclaredType::Char => 1042,
+        DeclaredType::Plain => ty.pg_oid(),
+    };
+    (type_oid != ty.pg_oid() || typmod != -1).then_some(Origin {
+        table_oid: 0,
+        attnum: 0,
+        type_oid,
+        typmod,
+    })
+}
 
 /// The result columns of a SELECT over plain tables, from the statement and the catalog
 /// alone (no rows read): for Describe when running the query fails at run time. `None`
@@ -74,7 +94,17 @@ pub(crate) fn static_columns(
                     ..cols[i].to_column()
                 });
             }
-            None => out.push(Column::new(name, static_type(e, &defs)?)),
+            None => {
+                let ty = static_type(e, &defs)?;
+                out.push(match cast_origin(e) {
+                    Some(o) => Column {
+                        type_oid: o.type_oid,
+                        typmod: o.typmod,
+                        ..Column::new(name, ty)
+                    },
+                    None => Column::new(name, ty),
+                })
+            }
         }
     }
     Some(out)
