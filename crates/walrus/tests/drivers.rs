@@ -1,9 +1,10 @@
 //! Real drivers against `walrus serve`: Python's psycopg 3 (connect, parameters,
 //! transactions, SQLSTATE errors, prepared statements, COPY), tokio-postgres, and
 //! and the conformance programs of pgjdbc (`drivers/PgjdbcCheck.java`), psycopg2
-//! (`drivers/psycopg2_check.py`) and asyncpg (`drivers/asyncpg_check.py`), each run first against a scratch PostgreSQL 15, which
+//! (`drivers/psycopg2_check.py`), asyncpg (`drivers/asyncpg_check.py`) and node-postgres
+//! (`drivers/node_pg_check.js`), each run first against a scratch PostgreSQL 15, which
 //! proves the program, then against walrus. Needs `python3` with `psycopg`,
-//! `psycopg2` and `asyncpg`, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
+//! `psycopg2` and `asyncpg`, node with npm's `pg`, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
 //! 15's server (`.ci/run` installs them); each is skipped with a message outside CI when
 //! missing.
 
@@ -423,4 +424,55 @@ fn psycopg2_driver_works_on_postgres_and_on_walrus() {
 #[test]
 fn asyncpg_driver_works_on_postgres_and_on_walrus() {
     python_program_on_postgres_then_walrus("asyncpg", "python3-asyncpg", "asyncpg_check.py");
+}
+
+/// Where `.ci/run` installs node-postgres (`npm install --prefix target/drivers-node`),
+/// or `$NODE_PG_MODULES`: a `node_modules` directory holding `pg`.
+fn node_pg_modules() -> Option<PathBuf> {
+    let dir = match std::env::var_os("NODE_PG_MODULES") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/drivers-node/node_modules")
+        }
+    };
+    dir.join("pg/package.json").exists().then_some(dir)
+}
+
+/// node-postgres (npm `pg` 8): untyped text parameters through the extended protocol,
+/// named prepared queries, results typed by RowDescription (fields' type OIDs,
+/// modifiers and table OIDs checked), bytea and uuid, rollback, a duplicate key then
+/// 25P02, errors found while preparing.
+#[test]
+fn node_postgres_driver_works_on_postgres_and_on_walrus() {
+    let modules = node_pg_modules();
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let have = node && modules.is_some() && Path::new(PG_BIN).join("postgres").exists();
+    if skip_without(
+        "node, npm's pg in target/drivers-node and PostgreSQL 15",
+        have,
+    ) {
+        return;
+    }
+    let modules = modules.unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/drivers/node_pg_check.js"
+    );
+    on_postgres_then_walrus("node-postgres", |port, db| {
+        let out = Command::new("node")
+            .arg(script)
+            .arg(port.to_string())
+            .arg(db)
+            .env("NODE_PATH", &modules)
+            .output()
+            .unwrap();
+        (
+            out.status.success() && text(&out).contains("OK"),
+            text(&out),
+        )
+    });
 }
