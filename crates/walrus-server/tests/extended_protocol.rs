@@ -326,6 +326,8 @@ fn parameter_description_echoes_declared_types_and_infers_the_rest() {
         ("select $1, $2::int8, $3::varchar", &[], vec![25, 20, 1043]),
         ("select $1::numeric(10,2)", &[], vec![1700]),
         ("select $1::text::int4", &[], vec![25]),
+        // pgx's and asyncpg's type lookups.
+        ("select $1::text::regtype::oid", &[], vec![25]),
         ("select id from t limit $1 offset $2", &[], vec![20, 20]),
         (
             "update t set name = $1, amount = $2 where id = $3",
@@ -341,6 +343,20 @@ fn parameter_description_echoes_declared_types_and_infers_the_rest() {
         let got = c.until_ready();
         assert_eq!(got.get(1), Some(&Msg::Params(want)), "{sql}: {got:?}");
     }
+    // Arrays do not exist yet: refused (PostgreSQL answers int4[], 1007).
+    c.send(&[
+        parse("", "select $1::int4[]", &[]),
+        describe(b'S', ""),
+        sync(),
+    ]);
+    assert_eq!(
+        c.until_ready(),
+        vec![
+            Msg::ParseComplete,
+            Msg::Error("0A000".into()),
+            Msg::Ready('I')
+        ]
+    );
     // A declared type walrus does not have is refused, not read as text.
     // (114 is json.)
     c.send(&[parse("", "select $1", &[114]), describe(b'S', ""), sync()]);
