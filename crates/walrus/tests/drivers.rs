@@ -1,10 +1,10 @@
 //! Real drivers against `walrus serve`: Python's psycopg 3 (connect, parameters,
 //! transactions, SQLSTATE errors, prepared statements, COPY), tokio-postgres, and
 //! and the conformance programs of pgjdbc (`drivers/PgjdbcCheck.java`), psycopg2
-//! (`drivers/psycopg2_check.py`), asyncpg (`drivers/asyncpg_check.py`) and node-postgres
-//! (`drivers/node_pg_check.js`), each run first against a scratch PostgreSQL 15, which
+//! (`drivers/psycopg2_check.py`), asyncpg (`drivers/asyncpg_check.py`), node-postgres
+//! (`drivers/node_pg_check.js`) and pgx (`drivers/pgx`), each run first against a scratch PostgreSQL 15, which
 //! proves the program, then against walrus. Needs `python3` with `psycopg`,
-//! `psycopg2` and `asyncpg`, node with npm's `pg`, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
+//! `psycopg2` and `asyncpg`, node with npm's `pg`, go, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
 //! 15's server (`.ci/run` installs them); each is skipped with a message outside CI when
 //! missing.
 
@@ -468,6 +468,44 @@ fn node_postgres_driver_works_on_postgres_and_on_walrus() {
             .arg(port.to_string())
             .arg(db)
             .env("NODE_PATH", &modules)
+            .output()
+            .unwrap();
+        (
+            out.status.success() && text(&out).contains("OK"),
+            text(&out),
+        )
+    });
+}
+
+/// pgx v5 (Go): prepared statements with every parameter and result in binary by the
+/// described types, batches, bytea, uuid, numeric, rollback, a duplicate key then 25P02,
+/// errors found while preparing. The program (`drivers/pgx`) is built with `go build`
+/// (modules from the Go module proxy, `go.sum` pinned) into the test's scratch directory.
+#[test]
+fn pgx_driver_works_on_postgres_and_on_walrus() {
+    let go = Command::new("go")
+        .arg("version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let have = go && Path::new(PG_BIN).join("postgres").exists();
+    if skip_without("go and PostgreSQL 15", have) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let binary = tmp.path().join("pgxcheck");
+    let build = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(".")
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/drivers/pgx"))
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "go build: {}", text(&build));
+    on_postgres_then_walrus("pgx", |port, db| {
+        let out = Command::new(&binary)
+            .arg(port.to_string())
+            .arg(db)
             .output()
             .unwrap();
         (
