@@ -248,8 +248,39 @@ impl Postgres {
             port,
             _dir: dir,
         };
-        wait_for_port(port);
+        pg.wait_ready();
         pg
+    }
+
+    /// Waits (bounded) until the server authenticates a session: it accepts TCP
+    /// connections while still starting up, answering them with 57P03.
+    fn wait_ready(&self) {
+        use std::io::{Read, Write};
+        let start = Instant::now();
+        loop {
+            let ready = (|| -> std::io::Result<bool> {
+                let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
+                s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                let mut body = 196_608i32.to_be_bytes().to_vec();
+                body.extend_from_slice(b"user\0bench\0database\0postgres\0\0");
+                let mut packet = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+                packet.extend_from_slice(&body);
+                s.write_all(&packet)?;
+                let mut kind = [0u8; 1];
+                s.read_exact(&mut kind)?;
+                Ok(kind[0] == b'R') // authentication request/ok, not an error
+            })()
+            .unwrap_or(false);
+            if ready {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "PostgreSQL on port {} did not become ready",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
