@@ -9,44 +9,49 @@ use std::time::Duration;
 
 use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::Engine;
-use walrus_sql::value::{format_text, parse_text};
+use walrus_sql::value::{format_text, parse_text, type_from_oid};
 use walrus_sql::{Column, Outcome, QueryResult, Session, SqlError};
 
-use crate::protocol::{read_message, read_startup, Message, Out, Reader, StartupPacket};
+use crate::protocol::{
+    read_message, read_startup, FieldDescription, Message, Out, Reader, StartupPacket,
+};
 use crate::CancelRegistry;
 
 struct Prepared {
     sql: String,
-    param_types: Vec<Option<TypeId>>,
+    /// Parameter type OIDs: as the client declared them in Parse (0: unspecified), then
+    /// as Describe reported them (which Bind then reads values as).
+    oids: Vec<u32>,
 }
 
 struct Portal {
     sql: String,
+    /// The statement's parameter type OIDs (for describing it without running it).
+    oids: Vec<u32>,
     params: Vec<Datum>,
     result_formats: Vec<i16>,
     /// Result computed at Describe time (Describe must report the row shape, which
-    /// walrus learns by running the statement), sent by the following Execute.
+    /// walrus learns by running the statement), sent by the following Execute. A
+    /// run-time error of that run is kept here too: PostgreSQL reports it at Execute.
     done: Option<Result<QueryResult, SqlError>>,
 }
 
-fn type_oid(t: TypeId) -> u32 {
-    t.pg_oid()
-}
+/// The `float4` type's OID: walrus computes in float8, but reads a declared `float4`
+/// binary parameter as the 4 bytes it is.
+const FLOAT4_OID: u32 = 700;
 
-fn type_from_oid(oid: u32) -> Option<TypeId> {
-    Some(match oid {
-        16 => TypeId::Bool,
-        21 => TypeId::Int2,
-        23 => TypeId::Int4,
-        20 => TypeId::Int8,
-        701 | 700 => TypeId::Float8,
-        1700 => TypeId::Numeric,
-        25 | 1043 | 1042 => TypeId::Text,
-        1114 => TypeId::Timestamp,
-        1184 => TypeId::TimestampTz,
-        1082 => TypeId::Date,
-        _ => return None,
-    })
+/// Parse's declared parameter types: each must be unspecified (0), `unknown` (705) or
+/// a type walrus has; anything else is refused (0A000) rather than read as text.
+fn check_declared(oids: &[u32]) -> Result<(), SqlError> {
+    for (i, &o) in oids.iter().enumerate() {
+        if o != 0 && o != 705 && type_from_oid(o).is_none() {
+            return Err(SqlError::unsupported(format!(
+                "parameter ${} has type OID {o}, a type walrus does not support",
+                i + 1
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn encode(d: &Datum, binary: bool) -> Result<Option<Vec<u8>>, SqlError> {
@@ -63,6 +68,8 @@ fn encode(d: &Datum, binary: bool) -> Result<Option<Vec<u8>>, SqlError> {
         Datum::Text(s) => s.as_bytes().to_vec(),
         Datum::Timestamp(v) | Datum::TimestampTz(v) => v.to_be_bytes().to_vec(),
         Datum::Date(v) => v.to_be_bytes().to_vec(),
+        Datum::Bytea(b) => b.clone(),
+        Datum::Uuid(u) => u.to_vec(),
         Datum::Numeric(n) => crate::numeric::encode(n).ok_or_else(|| {
             SqlError::new("22P03", format!("numeric value \"{n}\" has no binary form"))
         })?,
@@ -74,7 +81,8 @@ fn array<const N: usize>(b: &[u8]) -> Result<[u8; N], SqlError> {
         .map_err(|_| SqlError::new("22P03", "incorrect binary data format"))
 }
 
-fn decode_param(bytes: &[u8], binary: bool, ty: Option<TypeId>) -> Result<Datum, SqlError> {
+fn decode_param(bytes: &[u8], binary: bool, oid: u32) -> Result<Datum, SqlError> {
+    let ty = type_from_oid(oid);
     let proto = |m: &str| SqlError::new("08P01", m.to_string());
     if !binary {
         let s = std::str::from_utf8(bytes)
@@ -99,6 +107,11 @@ fn decode_param(bytes: &[u8], binary: bool, ty: Option<TypeId>) -> Result<Datum,
             ))
         }
     };
+    if oid == FLOAT4_OID {
+        return Ok(Datum::Float8(
+            f32::from_be_bytes(array::<4>(fixed(4)?)?) as f64
+        ));
+    }
     Ok(match ty {
         TypeId::Bool => Datum::Bool(fixed(1)?[0] != 0),
         TypeId::Int2 => Datum::Int2(i16::from_be_bytes(array::<2>(fixed(2)?)?)),
@@ -112,6 +125,8 @@ fn decode_param(bytes: &[u8], binary: bool, ty: Option<TypeId>) -> Result<Datum,
         TypeId::Timestamp => Datum::Timestamp(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
         TypeId::TimestampTz => Datum::TimestampTz(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
         TypeId::Date => Datum::Date(i32::from_be_bytes(array::<4>(fixed(4)?)?)),
+        TypeId::Bytea => Datum::Bytea(bytes.to_vec()),
+        TypeId::Uuid => Datum::Uuid(array::<16>(fixed(16)?)?),
         TypeId::Numeric => parse_text(
             TypeId::Numeric,
             &crate::numeric::decode(bytes)
@@ -137,12 +152,37 @@ fn row_description(out: &mut Out, cols: &[Column], formats: &[i16]) {
         [one] => *one,
         many => many.get(i).copied().unwrap_or(0),
     };
-    let desc: Vec<(String, u32, i16)> = cols
+    let desc: Vec<FieldDescription> = cols
         .iter()
         .enumerate()
-        .map(|(i, c)| (c.name.clone(), type_oid(c.ty), fmt(i)))
+        .map(|(i, c)| FieldDescription {
+            name: c.name.clone(),
+            table_oid: c.table_oid,
+            attnum: c.attnum,
+            type_oid: c.type_oid,
+            typmod: c.typmod,
+            format: fmt(i),
+        })
         .collect();
     out.row_description(&desc);
+}
+
+/// An error of the extended protocol: sent at once (PostgreSQL flushes an error as soon
+/// as it is raised, so a client waiting after Flush hears it), the statement ends as
+/// failed (an explicit block becomes aborted), and messages are skipped until Sync.
+fn fail(
+    stream: &mut TcpStream,
+    out: &mut Out,
+    s: &mut Session,
+    e: &SqlError,
+    skip_until_sync: &mut bool,
+) -> io::Result<()> {
+    send_error(out, e);
+    s.protocol_error();
+    *skip_until_sync = true;
+    stream.write_all(&out.buf)?;
+    out.buf.clear();
+    Ok(())
 }
 
 fn send_rows(out: &mut Out, q: &QueryResult, formats: &[i16]) -> Result<(), SqlError> {
@@ -337,22 +377,33 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
                 let name = r.cstr()?;
                 let sql = r.cstr()?;
                 let n = r.i16()?.max(0) as usize;
-                let mut param_types = Vec::with_capacity(n);
+                let mut oids = Vec::with_capacity(n);
                 for _ in 0..n {
-                    param_types.push(type_from_oid(r.i32()? as u32));
+                    oids.push(r.i32()? as u32);
                 }
-                prepared.insert(name, Prepared { sql, param_types });
-                out.simple(b'1');
+                let checked = check_declared(&oids).and_then(|()| {
+                    if !name.is_empty() && prepared.contains_key(&name) {
+                        return Err(SqlError::new(
+                            "42P05",
+                            format!("prepared statement \"{name}\" already exists"),
+                        ));
+                    }
+                    s.check_parse(&sql)
+                });
+                match checked {
+                    Ok(()) => {
+                        prepared.insert(name, Prepared { sql, oids });
+                        out.simple(b'1');
+                    }
+                    Err(e) => fail(stream, out, s, &e, &mut skip_until_sync)?,
+                }
             }
-            b'B' => match bind(&msg, &prepared) {
+            b'B' => match bind(&msg, &prepared, s) {
                 Ok((name, portal)) => {
                     portals.insert(name, portal);
                     out.simple(b'2');
                 }
-                Err(e) => {
-                    send_error(out, &e);
-                    skip_until_sync = true;
-                }
+                Err(e) => fail(stream, out, s, &e, &mut skip_until_sync)?,
             },
             b'D' => {
                 let mut r = Reader::new(&msg.body);
@@ -360,88 +411,83 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
                 let name = r.cstr()?;
                 if what == b'S' {
                     let Some(p) = prepared.get_mut(&name) else {
-                        send_error(
-                            out,
-                            &SqlError::new(
-                                "26000",
-                                format!("prepared statement \"{name}\" does not exist"),
-                            ),
+                        let e = SqlError::new(
+                            "26000",
+                            format!("prepared statement \"{name}\" does not exist"),
                         );
-                        skip_until_sync = true;
+                        fail(stream, out, s, &e, &mut skip_until_sync)?;
                         continue;
                     };
-                    match s.describe(&p.sql, &p.param_types) {
-                        Ok((types, cols)) => {
-                            // Bind will receive values in these types (binary ones too).
-                            p.param_types = types.iter().map(|t| Some(*t)).collect();
-                            let oids: Vec<u32> = types.iter().map(|t| type_oid(*t)).collect();
+                    match s.describe(&p.sql, &p.oids) {
+                        Ok((oids, cols)) => {
                             out.parameter_description(&oids);
+                            // Bind will read values in these types (binary ones too).
+                            p.oids = oids;
                             match cols {
                                 Some(c) => row_description(out, &c, &[]),
                                 None => out.simple(b'n'),
                             }
                         }
-                        Err(e) => {
-                            send_error(out, &e);
-                            skip_until_sync = true;
-                        }
+                        Err(e) => fail(stream, out, s, &e, &mut skip_until_sync)?,
                     }
                 } else {
                     let Some(p) = portals.get_mut(&name) else {
-                        send_error(
-                            out,
-                            &SqlError::new("34000", format!("portal \"{name}\" does not exist")),
-                        );
-                        skip_until_sync = true;
+                        let e = SqlError::new("34000", format!("portal \"{name}\" does not exist"));
+                        fail(stream, out, s, &e, &mut skip_until_sync)?;
                         continue;
                     };
                     let res = run_portal(stream, s, out, &p.sql, &p.params)?;
-                    match &res {
-                        Ok(q)
+                    match res {
+                        Ok(q) => {
                             if !q.columns.is_empty()
                                 || q.tag.starts_with("SELECT")
-                                || q.tag == "SHOW" =>
-                        {
-                            row_description(out, &q.columns, &p.result_formats)
+                                || q.tag == "SHOW"
+                            {
+                                row_description(out, &q.columns, &p.result_formats)
+                            } else {
+                                out.simple(b'n')
+                            }
+                            p.done = Some(Ok(q));
                         }
-                        _ => out.simple(b'n'),
+                        // A run-time error (22012 of `select 1/0`) belongs to Execute:
+                        // describe the statement without running it, keep the error.
+                        Err(e) if e.is_run_time() => match s.describe_static(&p.sql, &p.oids) {
+                            Ok((_, cols)) => {
+                                match cols {
+                                    Some(c) => row_description(out, &c, &p.result_formats),
+                                    None => out.simple(b'n'),
+                                }
+                                p.done = Some(Err(e));
+                            }
+                            Err(_) => fail(stream, out, s, &e, &mut skip_until_sync)?,
+                        },
+                        Err(e) => fail(stream, out, s, &e, &mut skip_until_sync)?,
                     }
-                    p.done = Some(res);
                 }
             }
             b'E' => {
                 let mut r = Reader::new(&msg.body);
                 let name = r.cstr()?;
                 let Some(p) = portals.get_mut(&name) else {
-                    send_error(
-                        out,
-                        &SqlError::new("34000", format!("portal \"{name}\" does not exist")),
-                    );
-                    skip_until_sync = true;
+                    let e = SqlError::new("34000", format!("portal \"{name}\" does not exist"));
+                    fail(stream, out, s, &e, &mut skip_until_sync)?;
                     continue;
                 };
                 let res = match p.done.take() {
                     Some(r) => r,
                     None => run_portal(stream, s, out, &p.sql, &p.params)?,
                 };
-                match res {
-                    Ok(q) => match send_rows(out, &q, &p.result_formats) {
-                        Ok(()) => {
-                            if q.tag.is_empty() {
-                                out.simple(b'I');
-                            } else {
-                                out.command_complete(&q.tag);
-                            }
-                        }
-                        Err(e) => {
-                            send_error(out, &e);
-                            skip_until_sync = true;
-                        }
-                    },
-                    Err(e) => {
-                        send_error(out, &e);
-                        skip_until_sync = true;
+                let sent = res.and_then(|q| {
+                    send_rows(out, &q, &p.result_formats)?;
+                    if q.tag.is_empty() {
+                        out.simple(b'I');
+                    } else {
+                        out.command_complete(&q.tag);
                     }
+                    Ok(())
+                });
+                if let Err(e) = sent {
+                    fail(stream, out, s, &e, &mut skip_until_sync)?;
                 }
             }
             b'S' => {
@@ -480,7 +526,11 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
     }
 }
 
-fn bind(msg: &Message, prepared: &HashMap<String, Prepared>) -> Result<(String, Portal), SqlError> {
+fn bind(
+    msg: &Message,
+    prepared: &HashMap<String, Prepared>,
+    s: &mut Session,
+) -> Result<(String, Portal), SqlError> {
     let proto = |e: io::Error| SqlError::new("08P01", e.to_string());
     let mut r = Reader::new(&msg.body);
     let portal = r.cstr().map_err(proto)?;
@@ -491,27 +541,37 @@ fn bind(msg: &Message, prepared: &HashMap<String, Prepared>) -> Result<(String, 
             format!("prepared statement \"{stmt}\" does not exist"),
         )
     })?;
+    s.check_bind(&p.sql)?;
     let nf = r.i16().map_err(proto)?.max(0) as usize;
     let mut fmts = Vec::with_capacity(nf);
     for _ in 0..nf {
         fmts.push(r.i16().map_err(proto)?);
     }
+    let binary = |i: usize| match fmts.as_slice() {
+        [] => false,
+        [one] => *one == 1,
+        many => many.get(i).copied().unwrap_or(0) == 1,
+    };
     let np = r.i16().map_err(proto)?.max(0) as usize;
+    let mut oids = p.oids.clone();
+    // A binary value needs its type: infer the ones the client left to the server and
+    // did not ask for with Describe.
+    if (0..np).any(|i| binary(i) && oids.get(i).copied().unwrap_or(0) == 0) {
+        oids = s.param_types(&p.sql, &oids)?;
+    }
     let mut params = Vec::with_capacity(np);
     for i in 0..np {
         let len = r.i32().map_err(proto)?;
-        let binary = match fmts.as_slice() {
-            [] => false,
-            [one] => *one == 1,
-            many => many.get(i).copied().unwrap_or(0) == 1,
-        };
         if len < 0 {
             params.push(Datum::Null);
             continue;
         }
         let bytes = r.bytes(len as usize).map_err(proto)?;
-        let ty = p.param_types.get(i).copied().flatten();
-        params.push(decode_param(bytes, binary, ty)?);
+        params.push(decode_param(
+            bytes,
+            binary(i),
+            oids.get(i).copied().unwrap_or(0),
+        )?);
     }
     let nr = r.i16().map_err(proto)?.max(0) as usize;
     let mut result_formats = Vec::with_capacity(nr);
@@ -522,6 +582,7 @@ fn bind(msg: &Message, prepared: &HashMap<String, Prepared>) -> Result<(String, 
         portal,
         Portal {
             sql: p.sql.clone(),
+            oids,
             params,
             result_formats,
             done: None,

@@ -143,6 +143,19 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// One column of a RowDescription.
+pub struct FieldDescription {
+    pub name: String,
+    /// The column's table and attribute number, when it is a plain table column (else 0).
+    pub table_oid: u32,
+    pub attnum: i16,
+    pub type_oid: u32,
+    /// `atttypmod`: -1 for none.
+    pub typmod: i32,
+    /// 0 text, 1 binary.
+    pub format: i16,
+}
+
 /// Builds backend messages into one buffer.
 #[derive(Default)]
 pub struct Out {
@@ -217,27 +230,27 @@ impl Out {
         self.cstr(tag);
         self.end(at);
     }
-    /// RowDescription: (name, type oid, format code).
-    pub fn row_description(&mut self, cols: &[(String, u32, i16)]) {
+    /// RowDescription.
+    pub fn row_description(&mut self, fields: &[FieldDescription]) {
         let at = self.begin(b'T');
         self.buf
-            .extend_from_slice(&(cols.len() as i16).to_be_bytes());
-        for (name, oid, fmt) in cols {
-            self.cstr(name);
-            self.buf.extend_from_slice(&0i32.to_be_bytes()); // table oid
-            self.buf.extend_from_slice(&0i16.to_be_bytes()); // column number
-            self.buf.extend_from_slice(&oid.to_be_bytes());
-            let size: i16 = match oid {
+            .extend_from_slice(&(fields.len() as i16).to_be_bytes());
+        for f in fields {
+            self.cstr(&f.name);
+            self.buf.extend_from_slice(&f.table_oid.to_be_bytes());
+            self.buf.extend_from_slice(&f.attnum.to_be_bytes());
+            self.buf.extend_from_slice(&f.type_oid.to_be_bytes());
+            let size: i16 = match f.type_oid {
                 16 => 1,
                 21 => 2,
-                23 => 4,
+                23 | 700 | 1082 => 4,
                 20 | 701 | 1114 | 1184 => 8,
-                1082 => 4,
+                2950 => 16,
                 _ => -1,
             };
             self.buf.extend_from_slice(&size.to_be_bytes());
-            self.buf.extend_from_slice(&(-1i32).to_be_bytes()); // type modifier
-            self.buf.extend_from_slice(&fmt.to_be_bytes());
+            self.buf.extend_from_slice(&f.typmod.to_be_bytes());
+            self.buf.extend_from_slice(&f.format.to_be_bytes());
         }
         self.end(at);
     }

@@ -25,6 +25,15 @@ impl SqlError {
     pub fn syntax(what: impl Into<String>) -> SqlError {
         SqlError::new("42601", what)
     }
+    /// Whether this is an error of evaluating rows (data exceptions like 22012,
+    /// constraint violations, cancels, resources) rather than of the statement itself:
+    /// the extended protocol reports those at Execute, never at Describe.
+    pub fn is_run_time(&self) -> bool {
+        matches!(
+            self.sqlstate.get(..2),
+            Some("22" | "23" | "40" | "53" | "54" | "55" | "57" | "XX")
+        )
+    }
     pub fn with_hint(mut self, hint: impl Into<String>) -> SqlError {
         self.hint = Some(hint.into());
         self

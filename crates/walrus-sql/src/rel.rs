@@ -5,9 +5,11 @@
 
 use sqlparser::ast::Expr;
 use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::catalog::{ColumnDef, DeclaredType};
 
 use crate::error::{SqlError, SqlResult};
 use crate::names::ident;
+use crate::result::Column;
 
 /// A column of an intermediate result: the range-variable name that qualifies it (table
 /// name or alias), its name, and its type when known without looking at values.
@@ -22,6 +24,48 @@ pub struct ColName {
     /// A column merged away by a USING / NATURAL join: reachable qualified (`a.id`),
     /// not by its bare name nor by `*` (the merged column stands for it).
     pub hidden: bool,
+    /// Set for a plain column of a user table: what RowDescription reports for it.
+    pub origin: Option<Origin>,
+}
+
+/// A column as the protocol describes it beyond its engine type: for a user table's
+/// column its table's OID, its number and its declared type (`varchar(20)` is OID 1043
+/// with modifier 24 although the engine stores text); for a cast to such a type, the
+/// type alone (table 0). Drivers see the sizes, precisions and table names PostgreSQL
+/// shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    pub table_oid: u32,
+    pub attnum: i16,
+    pub type_oid: u32,
+    pub typmod: i32,
+}
+
+/// The PostgreSQL type OID of a table column as declared: the engine keeps one text
+/// type, but `varchar` is 1043 and `char` 1042 to clients.
+pub fn column_type_oid(c: &ColumnDef) -> u32 {
+    match (c.ty, c.declared) {
+        (TypeId::Text, DeclaredType::Varchar) => 1043,
+        (TypeId::Text, DeclaredType::Char) => 1042,
+        (ty, _) => ty.pg_oid(),
+    }
+}
+
+impl ColName {
+    /// This column as a result column (`ty` unknown: reported as text).
+    pub fn to_column(&self) -> Column {
+        let ty = self.ty.unwrap_or(TypeId::Text);
+        match self.origin {
+            Some(o) => Column {
+                type_oid: o.type_oid,
+                typmod: o.typmod,
+                table_oid: o.table_oid,
+                attnum: o.attnum,
+                ..Column::new(self.name.clone(), ty)
+            },
+            None => Column::new(self.name.clone(), ty),
+        }
+    }
 }
 
 /// A materialised relation.

@@ -3,10 +3,34 @@
 
 use walrus_engine::access::datum::{Datum, TypeId};
 
+/// A result column as RowDescription reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Column {
     pub name: String,
+    /// The engine type of the values.
     pub ty: TypeId,
+    /// The PostgreSQL type OID clients see: `ty`'s, or the declared one of a table
+    /// column (1043 for `varchar`, whose values the engine keeps as text).
+    pub type_oid: u32,
+    /// `atttypmod`: -1, or e.g. 24 for `varchar(20)`, 655366 for `numeric(10,2)`.
+    pub typmod: i32,
+    /// For a plain user-table column: its table's OID and column number (else 0, 0).
+    pub table_oid: u32,
+    pub attnum: i16,
+}
+
+impl Column {
+    /// A computed column (no table, no type modifier).
+    pub fn new(name: impl Into<String>, ty: TypeId) -> Column {
+        Column {
+            name: name.into(),
+            ty,
+            type_oid: ty.pg_oid(),
+            typmod: -1,
+            table_oid: 0,
+            attnum: 0,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]

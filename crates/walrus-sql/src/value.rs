@@ -60,27 +60,147 @@ fn parse_date_part(s: &str) -> Option<i64> {
     Some(days_from_civil(y, m, d) - PG_EPOCH_DAYS)
 }
 
-fn parse_timestamp(s: &str) -> Option<i64> {
+/// Why a timestamp's text did not parse.
+enum TimestampInput {
+    /// Not a timestamp PostgreSQL would accept either (22P02).
+    Bad,
+    /// A zone walrus cannot resolve (a name such as `America/New_York` or `PST`, which
+    /// needs the time zone database): refused rather than guessed (0A000).
+    ZoneName,
+    /// An offset beyond PostgreSQL's ±15:59:59 (22009).
+    OffsetRange,
+    /// An hour, minute or second out of range (22008).
+    FieldRange,
+}
+
+/// Largest zone offset PostgreSQL accepts, in seconds (15:59:59).
+const ZONE_OFFSET_MAX_SECS: i64 = 15 * 3600 + 59 * 60 + 59;
+
+/// Splits the zone off the end of a time of day: `10:11:12.5+05:30` gives
+/// (`10:11:12.5`, Some(19800)), seconds east of UTC. The forms PostgreSQL reads: `Z`,
+/// `UTC`/`GMT`, and `+`/`-` followed by `HH`, `HHMM`, `HH:MM` or `HH:MM:SS`.
+fn split_zone(time: &str) -> Result<(&str, Option<i64>), TimestampInput> {
+    let Some(at) = time.find(|c: char| c == '+' || c == '-' || c.is_ascii_alphabetic()) else {
+        return Ok((time.trim_end(), None));
+    };
+    let (clock, zone) = (time[..at].trim_end(), time[at..].trim());
+    let (sign, digits) = match zone.as_bytes()[0] {
+        b'+' => (1, &zone[1..]),
+        b'-' => (-1, &zone[1..]),
+        _ => {
+            return match zone.to_ascii_lowercase().as_str() {
+                "z" | "utc" | "gmt" | "zulu" | "ut" => Ok((clock, Some(0))),
+                _ => Err(TimestampInput::ZoneName),
+            }
+        }
+    };
+    let number = |t: &str| -> Result<i64, TimestampInput> {
+        if t.is_empty() || t.len() > 2 || !t.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(TimestampInput::Bad);
+        }
+        t.parse().map_err(|_| TimestampInput::Bad)
+    };
+    let (h, m, sec) = if digits.contains(':') {
+        let mut parts = digits.split(':');
+        let h = number(parts.next().unwrap_or(""))?;
+        let m = parts.next().map(number).transpose()?.unwrap_or(0);
+        let sec = parts.next().map(number).transpose()?.unwrap_or(0);
+        if parts.next().is_some() {
+            return Err(TimestampInput::Bad);
+        }
+        (h, m, sec)
+    } else {
+        match digits.len() {
+            1 | 2 => (number(digits)?, 0, 0),
+            3 => (number(&digits[..1])?, number(&digits[1..])?, 0),
+            4 => (number(&digits[..2])?, number(&digits[2..])?, 0),
+            6 => (
+                number(&digits[..2])?,
+                number(&digits[2..4])?,
+                number(&digits[4..])?,
+            ),
+            _ => return Err(TimestampInput::Bad),
+        }
+    };
+    if m > 59 || sec > 59 {
+        return Err(TimestampInput::Bad);
+    }
+    let secs = h * 3600 + m * 60 + sec;
+    if secs > ZONE_OFFSET_MAX_SECS {
+        return Err(TimestampInput::OffsetRange);
+    }
+    Ok((clock, Some(sign * secs)))
+}
+
+/// A timestamp's text as (local microseconds since 2000-01-01, zone offset in seconds
+/// east of UTC if one was written). Fractions beyond microseconds round half up, as in
+/// PostgreSQL.
+fn parse_timestamp(s: &str) -> Result<(i64, Option<i64>), TimestampInput> {
     let s = s.trim();
     let (date, time) = match s.split_once([' ', 'T']) {
-        Some((d, t)) => (d, t),
+        Some((d, t)) => (d, t.trim_start()),
         None => (s, "00:00:00"),
     };
-    let days = parse_date_part(date)?;
-    // Ignore a trailing zone offset ("+00", "Z"): walrus runs in UTC.
-    let time = time.trim_end_matches('Z');
-    let time = time.split(['+']).next()?;
+    let days = parse_date_part(date).ok_or(TimestampInput::Bad)?;
+    let (time, offset) = split_zone(time)?;
     let mut parts = time.split(':');
-    let h: i64 = parts.next()?.parse().ok()?;
-    let mi: i64 = parts.next().unwrap_or("0").parse().ok()?;
+    let field = |p: Option<&str>, max: i64| -> Result<i64, TimestampInput> {
+        let p = p.ok_or(TimestampInput::Bad)?;
+        if p.is_empty() || p.len() > 2 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(TimestampInput::Bad);
+        }
+        let v: i64 = p.parse().map_err(|_| TimestampInput::Bad)?;
+        if v > max {
+            return Err(TimestampInput::FieldRange);
+        }
+        Ok(v)
+    };
+    let h = field(parts.next(), 24)?;
+    let mi = field(parts.next(), 59)?;
     let sec = parts.next().unwrap_or("0");
-    let (whole, frac) = sec.split_once('.').unwrap_or((sec, ""));
-    let sec: i64 = whole.parse().ok()?;
-    let mut micros: i64 = 0;
-    for (i, c) in frac.chars().take(6).enumerate() {
-        micros += (c.to_digit(10)? as i64) * 10i64.pow(5 - i as u32);
+    if parts.next().is_some() {
+        return Err(TimestampInput::Bad);
     }
-    Some(days * USECS_PER_DAY + ((h * 60 + mi) * 60 + sec) * 1_000_000 + micros)
+    let (whole, frac) = sec.split_once('.').unwrap_or((sec, ""));
+    let sec = field(Some(whole), 60)?;
+    if !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(TimestampInput::Bad);
+    }
+    // PostgreSQL reads the fraction as a double and rounds it to microseconds with
+    // rint (half to even on the double's value): `.1234565` gives .123456.
+    let micros = if frac.is_empty() {
+        0
+    } else {
+        let f: f64 = format!("0.{frac}")
+            .parse()
+            .map_err(|_| TimestampInput::Bad)?;
+        (f * 1_000_000.0).round_ties_even() as i64
+    };
+    if h == 24 && (mi, sec, micros) != (0, 0, 0) {
+        return Err(TimestampInput::FieldRange);
+    }
+    Ok((
+        days * USECS_PER_DAY + ((h * 60 + mi) * 60 + sec) * 1_000_000 + micros,
+        offset,
+    ))
+}
+
+fn timestamp_error(ty: TypeId, s: &str, why: TimestampInput) -> SqlError {
+    match why {
+        TimestampInput::Bad => bad(ty, s),
+        TimestampInput::ZoneName => SqlError::unsupported(format!(
+            "time zone names in {} input are not supported (\"{s}\"): give a numeric offset such as +05:30",
+            ty.name()
+        )),
+        TimestampInput::FieldRange => SqlError::new(
+            "22008",
+            format!("date/time field value out of range: \"{s}\""),
+        ),
+        TimestampInput::OffsetRange => SqlError::new(
+            "22009",
+            format!("time zone displacement out of range: \"{s}\""),
+        ),
+    }
 }
 
 fn format_timestamp(us: i64) -> String {
@@ -103,6 +223,27 @@ fn format_timestamp(us: i64) -> String {
     }
 }
 
+/// The engine type that holds values of the PostgreSQL type `oid` (`varchar`, `bpchar`
+/// and `text` are all text; `float4` values are kept as float8); `None` for a type
+/// walrus does not have.
+pub fn type_from_oid(oid: u32) -> Option<TypeId> {
+    Some(match oid {
+        16 => TypeId::Bool,
+        21 => TypeId::Int2,
+        23 => TypeId::Int4,
+        20 => TypeId::Int8,
+        700 | 701 => TypeId::Float8,
+        1700 => TypeId::Numeric,
+        25 | 1043 | 1042 => TypeId::Text,
+        1114 => TypeId::Timestamp,
+        1184 => TypeId::TimestampTz,
+        1082 => TypeId::Date,
+        17 => TypeId::Bytea,
+        2950 => TypeId::Uuid,
+        _ => return None,
+    })
+}
+
 fn bad(ty: TypeId, s: &str) -> SqlError {
     SqlError::new(
         "22P02",
@@ -121,10 +262,105 @@ pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
         TypeId::Float8 => Datum::Float8(t.parse().map_err(|_| bad(ty, s))?),
         TypeId::Numeric => Datum::Numeric(crate::numeric::canonical(t)?),
         TypeId::Text => Datum::Text(s.to_string()),
-        TypeId::Timestamp => Datum::Timestamp(parse_timestamp(t).ok_or_else(|| bad(ty, s))?),
-        TypeId::TimestampTz => Datum::TimestampTz(parse_timestamp(t).ok_or_else(|| bad(ty, s))?),
+        // A zone written after a timestamp without time zone is ignored, as in
+        // PostgreSQL.
+        TypeId::Timestamp => Datum::Timestamp(
+            parse_timestamp(t)
+                .map_err(|why| timestamp_error(ty, s, why))?
+                .0,
+        ),
+        // With time zone: the offset given, else the session's zone (walrus: UTC).
+        TypeId::TimestampTz => {
+            let (local, offset) = parse_timestamp(t).map_err(|why| timestamp_error(ty, s, why))?;
+            Datum::TimestampTz(local - offset.unwrap_or(0) * 1_000_000)
+        }
         TypeId::Date => Datum::Date(parse_date_part(t).ok_or_else(|| bad(ty, s))? as i32),
+        // bytea reads its text as given (leading spaces are data).
+        TypeId::Bytea => Datum::Bytea(parse_bytea(s)?),
+        TypeId::Uuid => Datum::Uuid(parse_uuid(t).ok_or_else(|| bad(ty, s))?),
     })
+}
+
+/// bytea text input: hex (`\x` then pairs of hex digits, whitespace allowed between
+/// pairs) or escape form (`\\` is a backslash, `\ooo` an octal byte, anything else
+/// itself), as PostgreSQL's `byteain`.
+fn parse_bytea(s: &str) -> Result<Vec<u8>, SqlError> {
+    let bad_hex = |c: char| SqlError::new("22023", format!("invalid hexadecimal digit: \"{c}\""));
+    if let Some(hex) = s.strip_prefix("\\x") {
+        let mut out = Vec::with_capacity(hex.len() / 2);
+        let mut chars = hex.chars();
+        while let Some(c) = chars.next() {
+            if c.is_ascii_whitespace() {
+                continue;
+            }
+            let hi = c.to_digit(16).ok_or_else(|| bad_hex(c))?;
+            let lo = match chars.next() {
+                Some(d) => d.to_digit(16).ok_or_else(|| bad_hex(d))?,
+                None => {
+                    return Err(SqlError::new(
+                        "22023",
+                        "invalid hexadecimal data: odd number of digits",
+                    ))
+                }
+            };
+            out.push((hi * 16 + lo) as u8);
+        }
+        return Ok(out);
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' {
+            out.push(b[i]);
+            i += 1;
+        } else if b.get(i + 1) == Some(&b'\\') {
+            out.push(b'\\');
+            i += 2;
+        } else if let Some(o) = b
+            .get(i + 1..i + 4)
+            .filter(|o| o[0] <= b'3' && o.iter().all(|c| (b'0'..=b'7').contains(c)))
+        {
+            out.push((o[0] - b'0') * 64 + (o[1] - b'0') * 8 + (o[2] - b'0'));
+            i += 4;
+        } else {
+            return Err(SqlError::new(
+                "22P02",
+                "invalid input syntax for type bytea",
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// uuid text input: 32 hex digits, optionally in braces, with a hyphen allowed after
+/// any group of four digits (`a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11`, upper case too).
+fn parse_uuid(s: &str) -> Option<[u8; 16]> {
+    let s = match s.strip_prefix('{') {
+        Some(r) => r.strip_suffix('}')?,
+        None => s,
+    };
+    let mut digits = Vec::with_capacity(32);
+    let mut last_hyphen = true;
+    for c in s.chars() {
+        if c == '-' {
+            if last_hyphen || digits.len() % 4 != 0 || digits.len() == 32 {
+                return None;
+            }
+            last_hyphen = true;
+            continue;
+        }
+        digits.push(c.to_digit(16)? as u8);
+        last_hyphen = false;
+    }
+    if digits.len() != 32 || last_hyphen {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, pair) in digits.chunks(2).enumerate() {
+        out[i] = pair[0] * 16 + pair[1];
+    }
+    Some(out)
 }
 
 fn out_of_range_or_bad(ty: TypeId, t: &str) -> SqlError {
@@ -199,6 +435,26 @@ pub fn format_text(d: &Datum) -> Option<String> {
             let (y, m, dd) = civil_from_days(*d as i64 + PG_EPOCH_DAYS);
             format!("{y:04}-{m:02}-{dd:02}")
         }
+        // bytea_output = hex, PostgreSQL's default.
+        Datum::Bytea(b) => {
+            let mut out = String::with_capacity(2 + 2 * b.len());
+            out.push_str("\\x");
+            for x in b {
+                out.push_str(&format!("{x:02x}"));
+            }
+            out
+        }
+        Datum::Uuid(u) => {
+            let hex: String = u.iter().map(|x| format!("{x:02x}")).collect();
+            format!(
+                "{}-{}-{}-{}-{}",
+                &hex[..8],
+                &hex[8..12],
+                &hex[12..16],
+                &hex[16..20],
+                &hex[20..]
+            )
+        }
     })
 }
 
@@ -261,6 +517,90 @@ mod tests {
             format_text(&parse_text(TypeId::Date, "2024-02-29").unwrap()).unwrap(),
             "2024-02-29"
         );
+    }
+
+    /// PostgreSQL 15 reads each of these as the same instant, 2024-01-01
+    /// 04:41:12.123457+00 (checked with `select '...'::timestamptz` there).
+    #[test]
+    fn timestamptz_input_applies_the_offset_in_every_form() {
+        let tz = |s: &str| format_text(&parse_text(TypeId::TimestampTz, s).unwrap()).unwrap();
+        for s in [
+            "2024-01-01 10:11:12.123457+05:30",
+            "2024-01-01 10:11:12.123457+0530",
+            "2024-01-01 10:11:12.123457 +05:30",
+            "2024-01-01T10:11:12.123457+05:30",
+            "2024-01-01 04:41:12.123457Z",
+            "2024-01-01 04:41:12.123457 UTC",
+            "2024-01-01 04:41:12.123457+00",
+            "2024-01-01 04:41:12.123457",
+            "2023-12-31 20:41:12.123457-08",
+            "2023-12-31 20:41:12.123457-08:00",
+        ] {
+            assert_eq!(tz(s), "2024-01-01 04:41:12.123457+00", "{s}");
+        }
+        // Fractions round as PostgreSQL's rint of a double does.
+        assert_eq!(
+            tz("2024-01-01 04:41:12.1234565"),
+            "2024-01-01 04:41:12.123456+00"
+        );
+        assert_eq!(
+            tz("2024-01-01 10:00:00.5555555"),
+            "2024-01-01 10:00:00.555556+00"
+        );
+        // Crossing midnight, 24:00, three-digit and seconds offsets.
+        assert_eq!(tz("2024-01-01 24:00:00"), "2024-01-02 00:00:00+00");
+        assert_eq!(tz("2024-01-01 10:00:00+123"), "2024-01-01 08:37:00+00");
+        assert_eq!(tz("2024-01-01 10:00:00+15:59:59"), "2023-12-31 18:00:01+00");
+        assert_eq!(tz("2024-01-01 10:00 zulu"), "2024-01-01 10:00:00+00");
+        assert_eq!(tz("2024-03-01 01:00:00+05"), "2024-02-29 20:00:00+00");
+        assert_eq!(tz("2024-01-01 00:00:00-00:00:30"), "2024-01-01 00:00:30+00");
+        // A timestamp without time zone ignores a written zone, as PostgreSQL does.
+        assert_eq!(
+            format_text(&parse_text(TypeId::Timestamp, "2024-01-01 10:11:12+05:30").unwrap())
+                .unwrap(),
+            "2024-01-01 10:11:12"
+        );
+        let code = |s: &str| parse_text(TypeId::TimestampTz, s).unwrap_err().sqlstate;
+        assert_eq!(code("2024-01-01 10:00:00 America/New_York"), "0A000");
+        assert_eq!(code("2024-01-01 10:00:00+16"), "22009");
+        assert_eq!(code("2024-01-01 10:00:00+5:3x"), "22P02");
+        assert_eq!(code("2024-01-01 25:00:00"), "22008");
+    }
+
+    /// Outputs and SQLSTATEs checked against PostgreSQL 15 (`select '...'::bytea`,
+    /// `::uuid`).
+    #[test]
+    fn bytea_and_uuid_text_forms_are_postgres_ones() {
+        let out = |ty: TypeId, s: &str| format_text(&parse_text(ty, s).unwrap()).unwrap();
+        assert_eq!(out(TypeId::Bytea, r"\xDEADbeef"), r"\xdeadbeef");
+        assert_eq!(out(TypeId::Bytea, r"\x de ad "), r"\xdead");
+        assert_eq!(out(TypeId::Bytea, r"\x"), r"\x");
+        assert_eq!(out(TypeId::Bytea, r"ab\\c\001\377"), r"\x61625c6301ff");
+        assert_eq!(out(TypeId::Bytea, " a"), r"\x2061");
+        let code = |ty: TypeId, s: &str| parse_text(ty, s).unwrap_err().sqlstate;
+        assert_eq!(code(TypeId::Bytea, r"\xabc"), "22023");
+        assert_eq!(code(TypeId::Bytea, r"\xzz"), "22023");
+        assert_eq!(code(TypeId::Bytea, r"\9"), "22P02");
+        let u = "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11";
+        for s in [
+            u,
+            "A0EEBC99-9C0B-4EF8-BB6D-6BB9BD380A11",
+            "{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}",
+            "a0eebc999c0b4ef8bb6d6bb9bd380a11",
+            "a0ee-bc99-9c0b-4ef8-bb6d-6bb9-bd38-0a11",
+            "{a0eebc99-9c0b4ef8-bb6d6bb9-bd380a11}",
+        ] {
+            assert_eq!(out(TypeId::Uuid, s), u, "{s}");
+        }
+        for s in [
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a1",
+            "a0eebc99--9c0b-4ef8-bb6d-6bb9bd380a11",
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11-",
+            "-a0eebc999c0b4ef8bb6d6bb9bd380a11",
+            "g0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        ] {
+            assert_eq!(code(TypeId::Uuid, s), "22P02", "{s}");
+        }
     }
 
     #[test]

@@ -310,6 +310,22 @@ fn bad_statements_get_postgres_sqlstates() {
         Datum::Text("acme".into())
     );
     assert_eq!(scalar(&mut s, "show timezone"), Datum::Text("UTC".into()));
+    // walrus reads and prints timestamptz in UTC only: another zone would silently
+    // change what `'2024-01-01 10:00'::timestamptz` means, so it is refused.
+    for sql in [
+        "set timezone = 'Etc/UTC'",
+        "set time zone 'GMT'",
+        "set timezone to '+00:00'",
+    ] {
+        ok(&mut s, sql);
+    }
+    for sql in [
+        "set time zone 'America/New_York'",
+        "set timezone = '+05:30'",
+        "set timezone to 'Asia/Kolkata'",
+    ] {
+        assert_eq!(err(&mut s, sql), "0A000", "{sql}");
+    }
     // Parameters walrus keeps no value of its own for show PostgreSQL's default.
     assert_eq!(scalar(&mut s, "show work_mem"), Datum::Text("4MB".into()));
     ok(&mut s, "set work_mem = '64MB'");

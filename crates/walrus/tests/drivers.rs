@@ -1,29 +1,24 @@
 //! Real drivers against `walrus serve`: Python's psycopg 3 (connect, parameters,
-//! transactions, SQLSTATE errors, prepared statements, COPY). Needs `python3` with
-//! `psycopg` (`.ci/run` installs it); skipped with a message outside CI when missing.
+//! transactions, SQLSTATE errors, prepared statements, COPY), tokio-postgres, and
+//! and the conformance programs of pgjdbc (`drivers/PgjdbcCheck.java`), psycopg2
+//! (`drivers/psycopg2_check.py`), asyncpg (`drivers/asyncpg_check.py`), node-postgres
+//! (`drivers/node_pg_check.js`) and pgx (`drivers/pgx`), each run first against a scratch PostgreSQL 15, which
+//! proves the program, then against walrus. Needs `python3` with `psycopg`,
+//! `psycopg2` and `asyncpg`, node with npm's `pg`, go, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
+//! 15's server (`.ci/run` installs them); each is skipped with a message outside CI when
+//! missing.
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{text, walrus};
 
-/// The first Python that can import psycopg 3: the one on PATH, else Debian's (where
-/// `.ci/run` installs `python3-psycopg`; PATH may lead to another Python, e.g. pyenv's).
-fn python_with_psycopg() -> Option<&'static str> {
-    ["python3", "/usr/bin/python3"].into_iter().find(|py| {
-        Command::new(py)
-            .args(["-c", "import psycopg"])
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
-    })
-}
-
 #[test]
 fn psycopg_driver_works_against_walrus() {
-    let Some(python) = python_with_psycopg() else {
+    let Some(python) = python_with("psycopg") else {
         assert!(
             std::env::var("CI").is_err(),
             "psycopg missing in CI: .ci/run must install python3-psycopg"
@@ -173,4 +168,380 @@ fn tokio_postgres_driver_works_against_walrus() {
     let _ = server.wait();
     assert!(result.is_ok(), "tokio-postgres: {result:?}");
     assert!(stop.status.success(), "{}", text(&stop));
+}
+
+/// The pgjdbc version `.ci/run` fetches into the local Maven repository.
+const PGJDBC_VERSION: &str = "42.7.14";
+
+/// pgjdbc's jar: `$PGJDBC_JAR`, else the local Maven repository's copy.
+fn pgjdbc_jar() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("PGJDBC_JAR") {
+        return Some(PathBuf::from(p)).filter(|p| p.exists());
+    }
+    let home = PathBuf::from(std::env::var_os("HOME")?);
+    let jar = home.join(format!(
+        ".m2/repository/org/postgresql/postgresql/{v}/postgresql-{v}.jar",
+        v = PGJDBC_VERSION
+    ));
+    jar.exists().then_some(jar)
+}
+
+fn have_java() -> bool {
+    Command::new("java")
+        .arg("-version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// A scratch PostgreSQL 15 (trust authentication, superuser `bench`, loopback only),
+/// stopped on drop. PostgreSQL refuses to run as root, so a root test runs it as
+/// `nobody`, owner of the scratch directory.
+struct Postgres {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Postgres {
+    fn start() -> Postgres {
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        // The scratch directory belongs to whoever runs this: root gives it to nobody.
+        let as_root = std::fs::metadata(dir.path()).unwrap().uid() == 0;
+        const NOBODY: u32 = 65_534;
+        if as_root {
+            std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let user = |cmd: &mut Command| {
+            if as_root {
+                cmd.uid(NOBODY).gid(NOBODY);
+            }
+        };
+        let data = dir.path().join("data");
+        let mut initdb = Command::new(Path::new(PG_BIN).join("initdb"));
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "bench", "-A", "trust", "-N", "--no-instructions"])
+            .stdout(Stdio::null());
+        user(&mut initdb);
+        let out = initdb.output().unwrap();
+        assert!(out.status.success(), "initdb: {}", text(&out));
+        let port = free_port();
+        let mut postgres = Command::new(Path::new(PG_BIN).join("postgres"));
+        postgres
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &port.to_string(), "-k"])
+            .arg(dir.path())
+            .args(["-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        user(&mut postgres);
+        let child = postgres.spawn().unwrap();
+        let pg = Postgres {
+            child,
+            port,
+            _dir: dir,
+        };
+        pg.wait_ready();
+        pg
+    }
+
+    /// Waits (bounded) until the server authenticates a session: it accepts TCP
+    /// connections while still starting up, answering them with 57P03.
+    fn wait_ready(&self) {
+        use std::io::{Read, Write};
+        let start = Instant::now();
+        loop {
+            let ready = (|| -> std::io::Result<bool> {
+                let mut s = std::net::TcpStream::connect(("127.0.0.1", self.port))?;
+                s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                let mut body = 196_608i32.to_be_bytes().to_vec();
+                body.extend_from_slice(b"user\0bench\0database\0postgres\0\0");
+                let mut packet = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+                packet.extend_from_slice(&body);
+                s.write_all(&packet)?;
+                let mut kind = [0u8; 1];
+                s.read_exact(&mut kind)?;
+                Ok(kind[0] == b'R') // authentication request/ok, not an error
+            })()
+            .unwrap_or(false);
+            if ready {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "PostgreSQL on port {} did not become ready",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        // Fast shutdown (SIGINT), bounded; then kill.
+        let _ = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for_port(port: u16) {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "server on port {port} did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs `drivers/PgjdbcCheck.java` against the server on `port` (database `db`); its
+/// output, and whether it printed OK and exited 0.
+fn run_pgjdbc_check(jar: &Path, port: u16, db: &str) -> (bool, String) {
+    let program = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/drivers/PgjdbcCheck.java"
+    );
+    let out = Command::new("java")
+        .arg("-cp")
+        .arg(jar)
+        .arg(program)
+        .arg(port.to_string())
+        .arg(db)
+        .output()
+        .unwrap();
+    (
+        out.status.success() && text(&out).contains("OK"),
+        text(&out),
+    )
+}
+
+/// Runs a driver program (`run(port, database)` gives whether it passed, and its
+/// output) against a scratch PostgreSQL 15 first, which proves the program, then against
+/// walrus.
+fn on_postgres_then_walrus(driver: &str, run: impl Fn(u16, &str) -> (bool, String)) {
+    {
+        let postgres = Postgres::start();
+        let (ok, out) = run(postgres.port, "postgres");
+        assert!(
+            ok,
+            "the {driver} program fails on PostgreSQL 15 itself:\n{out}"
+        );
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = tmp.path().join("data");
+    let mut server = walrus()
+        .args(["serve", "--data"])
+        .arg(&data)
+        .args(["--port", &port.to_string()])
+        .env("WALRUS_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(port);
+    let (ok, out) = run(port, "bench");
+    let stop = walrus().arg("stop").arg(&data).output().unwrap();
+    let _ = server.wait();
+    assert!(ok, "{driver} check failed on walrus:\n{out}");
+    assert!(stop.status.success(), "{}", text(&stop));
+}
+
+/// Whether a missing tool may skip a test: only outside CI (`.ci/run` installs them all).
+fn skip_without(what: &str, have: bool) -> bool {
+    if have {
+        return false;
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "in CI .ci/run must install {what}"
+    );
+    eprintln!("skipping: {what} not installed");
+    true
+}
+
+/// pgjdbc, the Java driver: typed PreparedStatement inserts (also batched), selects
+/// past the server-side prepare threshold, exact round trips of int, varchar(20),
+/// numeric(10,2), timestamptz, boolean, bytea and uuid, ResultSetMetaData, rollback, a
+/// duplicate key in a transaction and 25P02 after it.
+#[test]
+fn pgjdbc_driver_works_on_postgres_and_on_walrus() {
+    let jar = pgjdbc_jar();
+    let have = jar.is_some() && have_java() && Path::new(PG_BIN).join("postgres").exists();
+    if skip_without(
+        &format!("a JDK, pgjdbc {PGJDBC_VERSION} in ~/.m2 and PostgreSQL 15"),
+        have,
+    ) {
+        return;
+    }
+    let jar = jar.unwrap();
+    on_postgres_then_walrus("pgjdbc", |port, db| run_pgjdbc_check(&jar, port, db));
+}
+
+/// The first Python that can import `module` (PATH's, else Debian's).
+fn python_with(module: &str) -> Option<&'static str> {
+    ["python3", "/usr/bin/python3"].into_iter().find(|py| {
+        Command::new(py)
+            .args(["-c", &format!("import {module}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    })
+}
+
+/// Runs a Python driver program from `tests/drivers/` on PostgreSQL 15, then walrus.
+fn python_program_on_postgres_then_walrus(module: &str, debian_package: &str, script: &str) {
+    let python = python_with(module);
+    let have = python.is_some() && Path::new(PG_BIN).join("postgres").exists();
+    if skip_without(&format!("{debian_package} and PostgreSQL 15"), have) {
+        return;
+    }
+    let python = python.unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/drivers")
+        .join(script);
+    on_postgres_then_walrus(module, |port, db| {
+        let out = Command::new(python)
+            .arg(&script)
+            .arg(port.to_string())
+            .arg(db)
+            .output()
+            .unwrap();
+        (
+            out.status.success() && text(&out).contains("OK"),
+            text(&out),
+        )
+    });
+}
+
+/// psycopg2 (Debian's python3-psycopg2): literals of every type interpolated by the
+/// client, results typed by RowDescription's OIDs and modifiers, executemany,
+/// rollback, a duplicate key then 25P02, COPY from the client.
+#[test]
+fn psycopg2_driver_works_on_postgres_and_on_walrus() {
+    python_program_on_postgres_then_walrus("psycopg2", "python3-psycopg2", "psycopg2_check.py");
+}
+
+/// asyncpg (Debian's python3-asyncpg): Parse/Describe/Flush preparation, binary
+/// parameters and results of every type, described parameter and column types,
+/// executemany, rollback, a duplicate key then 25P02, errors found while preparing.
+#[test]
+fn asyncpg_driver_works_on_postgres_and_on_walrus() {
+    python_program_on_postgres_then_walrus("asyncpg", "python3-asyncpg", "asyncpg_check.py");
+}
+
+/// Where `.ci/run` installs node-postgres (`npm install --prefix target/drivers-node`),
+/// or `$NODE_PG_MODULES`: a `node_modules` directory holding `pg`.
+fn node_pg_modules() -> Option<PathBuf> {
+    let dir = match std::env::var_os("NODE_PG_MODULES") {
+        Some(d) => PathBuf::from(d),
+        None => {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/drivers-node/node_modules")
+        }
+    };
+    dir.join("pg/package.json").exists().then_some(dir)
+}
+
+/// node-postgres (npm `pg` 8): untyped text parameters through the extended protocol,
+/// named prepared queries, results typed by RowDescription (fields' type OIDs,
+/// modifiers and table OIDs checked), bytea and uuid, rollback, a duplicate key then
+/// 25P02, errors found while preparing.
+#[test]
+fn node_postgres_driver_works_on_postgres_and_on_walrus() {
+    let modules = node_pg_modules();
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let have = node && modules.is_some() && Path::new(PG_BIN).join("postgres").exists();
+    if skip_without(
+        "node, npm's pg in target/drivers-node and PostgreSQL 15",
+        have,
+    ) {
+        return;
+    }
+    let modules = modules.unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/drivers/node_pg_check.js"
+    );
+    on_postgres_then_walrus("node-postgres", |port, db| {
+        let out = Command::new("node")
+            .arg(script)
+            .arg(port.to_string())
+            .arg(db)
+            .env("NODE_PATH", &modules)
+            .output()
+            .unwrap();
+        (
+            out.status.success() && text(&out).contains("OK"),
+            text(&out),
+        )
+    });
+}
+
+/// pgx v5 (Go): prepared statements with every parameter and result in binary by the
+/// described types, batches, bytea, uuid, numeric, rollback, a duplicate key then 25P02,
+/// errors found while preparing. The program (`drivers/pgx`) is built with `go build`
+/// (modules from the Go module proxy, `go.sum` pinned) into the test's scratch directory.
+#[test]
+fn pgx_driver_works_on_postgres_and_on_walrus() {
+    let go = Command::new("go")
+        .arg("version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let have = go && Path::new(PG_BIN).join("postgres").exists();
+    if skip_without("go and PostgreSQL 15", have) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let binary = tmp.path().join("pgxcheck");
+    let build = Command::new("go")
+        .args(["build", "-o"])
+        .arg(&binary)
+        .arg(".")
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/drivers/pgx"))
+        .output()
+        .unwrap();
+    assert!(build.status.success(), "go build: {}", text(&build));
+    on_postgres_then_walrus("pgx", |port, db| {
+        let out = Command::new(&binary)
+            .arg(port.to_string())
+            .arg(db)
+            .output()
+            .unwrap();
+        (
+            out.status.success() && text(&out).contains("OK"),
+            text(&out),
+        )
+    });
 }

@@ -28,6 +28,10 @@ pub enum TypeId {
     Timestamp,
     TimestampTz,
     Date,
+    /// Bytes (PostgreSQL's `bytea`).
+    Bytea,
+    /// A 128-bit UUID.
+    Uuid,
 }
 
 impl TypeId {
@@ -43,6 +47,8 @@ impl TypeId {
             TypeId::Timestamp => 1114,
             TypeId::TimestampTz => 1184,
             TypeId::Date => 1082,
+            TypeId::Bytea => 17,
+            TypeId::Uuid => 2950,
         }
     }
     pub fn name(self) -> &'static str {
@@ -57,6 +63,8 @@ impl TypeId {
             TypeId::Timestamp => "timestamp without time zone",
             TypeId::TimestampTz => "timestamp with time zone",
             TypeId::Date => "date",
+            TypeId::Bytea => "bytea",
+            TypeId::Uuid => "uuid",
         }
     }
     pub fn to_u8(self) -> u8 {
@@ -75,6 +83,8 @@ impl TypeId {
             Timestamp,
             TimestampTz,
             Date,
+            Bytea,
+            Uuid,
         ]
         .get(v as usize)
         .copied()
@@ -85,7 +95,8 @@ impl TypeId {
             TypeId::Int2 => Some(2),
             TypeId::Int4 | TypeId::Date => Some(4),
             TypeId::Int8 | TypeId::Float8 | TypeId::Timestamp | TypeId::TimestampTz => Some(8),
-            TypeId::Numeric | TypeId::Text => None,
+            TypeId::Uuid => Some(16),
+            TypeId::Numeric | TypeId::Text | TypeId::Bytea => None,
         }
     }
 }
@@ -106,6 +117,9 @@ pub enum Datum {
     TimestampTz(i64),
     /// Days since 2000-01-01.
     Date(i32),
+    Bytea(Vec<u8>),
+    /// The 16 bytes in their text order.
+    Uuid([u8; 16]),
 }
 
 impl Datum {
@@ -122,6 +136,8 @@ impl Datum {
             Datum::Timestamp(_) => TypeId::Timestamp,
             Datum::TimestampTz(_) => TypeId::TimestampTz,
             Datum::Date(_) => TypeId::Date,
+            Datum::Bytea(_) => TypeId::Bytea,
+            Datum::Uuid(_) => TypeId::Uuid,
         })
     }
     pub fn is_null(&self) -> bool {
@@ -161,6 +177,11 @@ pub fn encode_row(values: &[Datum], out: &mut Vec<u8>) {
                 out.extend_from_slice(&(s.len() as u32).to_le_bytes());
                 out.extend_from_slice(s.as_bytes());
             }
+            Datum::Bytea(b) => {
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(b);
+            }
+            Datum::Uuid(u) => out.extend_from_slice(u),
         }
     }
 }
@@ -189,6 +210,11 @@ fn decode_value(b: &[u8], at: &mut usize, ty: TypeId) -> Result<Datum, DatumErro
         TypeId::Timestamp => Datum::Timestamp(i64::from_le_bytes(take_array::<8>(b, at)?)),
         TypeId::TimestampTz => Datum::TimestampTz(i64::from_le_bytes(take_array::<8>(b, at)?)),
         TypeId::Float8 => Datum::Float8(f64::from_le_bytes(take_array::<8>(b, at)?)),
+        TypeId::Uuid => Datum::Uuid(take_array::<16>(b, at)?),
+        TypeId::Bytea => {
+            let len = u32::from_le_bytes(take_array::<4>(b, at)?) as usize;
+            Datum::Bytea(take(b, at, len)?.to_vec())
+        }
         TypeId::Numeric | TypeId::Text => {
             let len = u32::from_le_bytes(take_array::<4>(b, at)?) as usize;
             let s = std::str::from_utf8(take(b, at, len)?)
@@ -341,6 +367,18 @@ fn encode_numeric(s: &str, out: &mut Vec<u8>) {
     }
 }
 
+/// Variable-length bytes in key order: each 0x00 escaped as 0x00 0xFF, ended by 0x00
+/// 0x01, so a prefix sorts first.
+fn escaped_key_bytes(bytes: &[u8], out: &mut Vec<u8>) {
+    for &b in bytes {
+        out.push(b);
+        if b == 0 {
+            out.push(0xFF);
+        }
+    }
+    out.extend_from_slice(&[0x00, 0x01]);
+}
+
 /// Appends the memcomparable encoding of `values` (byte order = SQL order, NULLS LAST).
 pub fn encode_key(values: &[Datum], out: &mut Vec<u8>) {
     for v in values {
@@ -360,15 +398,9 @@ pub fn encode_key(values: &[Datum], out: &mut Vec<u8>) {
                 out.extend_from_slice(&((*x as u64) ^ (1 << 63)).to_be_bytes())
             }
             Datum::Float8(x) => out.extend_from_slice(&float_key(*x).to_be_bytes()),
-            Datum::Text(s) => {
-                for &b in s.as_bytes() {
-                    out.push(b);
-                    if b == 0 {
-                        out.push(0xFF);
-                    }
-                }
-                out.extend_from_slice(&[0x00, 0x01]);
-            }
+            Datum::Text(s) => escaped_key_bytes(s.as_bytes(), out),
+            Datum::Bytea(b) => escaped_key_bytes(b, out),
+            Datum::Uuid(u) => out.extend_from_slice(u),
             Datum::Numeric(s) => encode_numeric(s, out),
         }
     }
@@ -411,6 +443,8 @@ pub fn compare_datums(a: &Datum, b: &Datum) -> Ordering {
         (Bool(x), Bool(y)) => x.cmp(y),
         (Timestamp(x), Timestamp(y)) | (TimestampTz(x), TimestampTz(y)) => x.cmp(y),
         (Date(x), Date(y)) => x.cmp(y),
+        (Bytea(x), Bytea(y)) => x.cmp(y),
+        (Uuid(x), Uuid(y)) => x.cmp(y),
         (Numeric(_), Numeric(_)) => {
             let (mut ka, mut kb) = (Vec::new(), Vec::new());
             encode_key(std::slice::from_ref(a), &mut ka);
@@ -450,12 +484,16 @@ mod tests {
             TypeId::Timestamp => any::<i64>().prop_map(Datum::Timestamp).boxed(),
             TypeId::TimestampTz => any::<i64>().prop_map(Datum::TimestampTz).boxed(),
             TypeId::Date => any::<i32>().prop_map(Datum::Date).boxed(),
+            TypeId::Bytea => proptest::collection::vec(any::<u8>(), 0..6)
+                .prop_map(Datum::Bytea)
+                .boxed(),
+            TypeId::Uuid => any::<[u8; 16]>().prop_map(Datum::Uuid).boxed(),
         };
         prop_oneof![1 => Just(Datum::Null), 8 => v].boxed()
     }
 
     fn arb_type() -> impl Strategy<Value = TypeId> {
-        (0u8..10).prop_map(|v| TypeId::from_u8(v).expect("valid"))
+        (0u8..12).prop_map(|v| TypeId::from_u8(v).expect("valid"))
     }
 
     fn arb_rows() -> impl Strategy<Value = (Vec<TypeId>, Vec<Datum>, Vec<Datum>)> {

@@ -563,5 +563,20 @@ pub fn datum_text(d: &Datum) -> String {
         Datum::Numeric(s) | Datum::Text(s) => s.clone(),
         Datum::Timestamp(v) | Datum::TimestampTz(v) => v.to_string(),
         Datum::Date(v) => v.to_string(),
+        Datum::Bytea(b) => {
+            let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+            format!("\\x{hex}")
+        }
+        Datum::Uuid(u) => {
+            let hex: String = u.iter().map(|x| format!("{x:02x}")).collect();
+            format!(
+                "{}-{}-{}-{}-{}",
+                &hex[..8],
+                &hex[8..12],
+                &hex[12..16],
+                &hex[16..20],
+                &hex[20..]
+            )
+        }
     }
 }

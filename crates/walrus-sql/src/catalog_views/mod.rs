@@ -165,6 +165,7 @@ pub(crate) fn is_catalog_function(name: &str) -> bool {
 /// PostgreSQL's type OIDs and `format_type` names for the ones walrus shows.
 const TYPES: &[(i64, &str, &str, i16)] = &[
     (16, "bool", "boolean", 1),
+    (17, "bytea", "bytea", -1),
     (19, "name", "name", 64),
     (20, "int8", "bigint", 8),
     (21, "int2", "smallint", 2),
@@ -178,11 +179,8 @@ const TYPES: &[(i64, &str, &str, i16)] = &[
     (1114, "timestamp", "timestamp without time zone", 8),
     (1184, "timestamptz", "timestamp with time zone", 8),
     (1700, "numeric", "numeric", -1),
+    (2950, "uuid", "uuid", 16),
 ];
-
-fn oid_of(t: TypeId) -> i64 {
-    t.pg_oid() as i64
-}
 
 /// A virtual table's columns (name, type) and rows.
 pub(crate) type VirtualTable = (Vec<(&'static str, TypeId)>, Vec<Vec<Datum>>);

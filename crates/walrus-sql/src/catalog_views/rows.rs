@@ -5,20 +5,9 @@ use std::collections::BTreeMap;
 use walrus_engine::access::datum::{Datum, TypeId};
 
 use super::{
-    b, o, oid_of, relfile_oid, t, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG, NS_INFORMATION_SCHEMA,
+    b, o, relfile_oid, t, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG, NS_INFORMATION_SCHEMA,
     NS_PUBLIC, ROLE_OID, TYPES,
 };
-
-/// A column's `atttypid`: `varchar` (1043) and `bpchar` (1042) for declared character
-/// types, which the engine stores as text.
-fn column_type_oid(c: &walrus_engine::catalog::ColumnDef) -> i64 {
-    use walrus_engine::catalog::DeclaredType;
-    match c.declared {
-        DeclaredType::Varchar => 1043,
-        DeclaredType::Char => 1042,
-        DeclaredType::Plain => oid_of(c.ty),
-    }
-}
 
 impl Snapshot {
     pub(super) fn rows(&self, name: &str, settings: &BTreeMap<String, String>) -> Vec<Vec<Datum>> {
@@ -64,16 +53,18 @@ impl Snapshot {
                 let mut rows = Vec::new();
                 for tbl in &self.tables {
                     for (i, c) in tbl.columns.iter().enumerate() {
-                        let typid = column_type_oid(c);
+                        // The declared type (varchar is 1043) and its modifier, as
+                        // RowDescription reports them.
+                        let type_oid = crate::rel::column_type_oid(c) as i64;
                         let (_, _, _, len) = TYPES
                             .iter()
-                            .find(|(o, ..)| *o == typid)
+                            .find(|(o, ..)| *o == type_oid)
                             .copied()
                             .unwrap_or((0, "", "", -1));
                         rows.push(vec![
                             o(relfile_oid(tbl.relfile)),
                             t(&c.name),
-                            o(typid),
+                            o(type_oid),
                             Datum::Int4(-1),
                             Datum::Int2(len),
                             Datum::Int2(i as i16 + 1),
@@ -106,6 +97,7 @@ impl Snapshot {
                         16 => "B",
                         20 | 21 | 23 | 26 | 701 | 1700 => "N",
                         1082 | 1114 | 1184 => "D",
+                        17 | 2950 => "U",
                         _ => "S",
                     };
                     vec![

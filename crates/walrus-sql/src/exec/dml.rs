@@ -148,14 +148,32 @@ pub(crate) fn returning_items(
 pub(crate) fn returning_columns(items: &[(String, ReturnItem)], def: &TableDef) -> Vec<Column> {
     items
         .iter()
-        .map(|(n, it)| Column {
-            name: n.clone(),
-            ty: match it {
-                ReturnItem::Column(i) => def.columns[*i].ty,
-                ReturnItem::Expr(e) => {
-                    crate::plan::static_type(e, &def.columns).unwrap_or(TypeId::Text)
+        .map(|(n, it)| {
+            // A plain column (`*` or its name) is described as the table's column.
+            let (column, expr) = match it {
+                ReturnItem::Column(i) => (Some(*i), None),
+                ReturnItem::Expr(e) => (
+                    crate::rel::col_ref(e).and_then(|(_, name)| def.column_index(&name)),
+                    Some(e),
+                ),
+            };
+            match (column, expr) {
+                (Some(i), _) => {
+                    let c = &def.columns[i];
+                    Column {
+                        type_oid: crate::rel::column_type_oid(c),
+                        typmod: c.typmod,
+                        table_oid: def.relfile.0,
+                        attnum: i as i16 + 1,
+                        ..Column::new(n.clone(), c.ty)
+                    }
                 }
-            },
+                (None, e) => Column::new(
+                    n.clone(),
+                    e.and_then(|e| crate::plan::static_type(e, &def.columns))
+                        .unwrap_or(TypeId::Text),
+                ),
+            }
         })
         .collect()
 }
@@ -179,7 +197,7 @@ impl<'a> Returning<'a> {
         };
         let items = returning_items(items, def, alias)?;
         // Bind before any row changes: a misspelt column fails on an empty table too.
-        let cols = crate::plan::table_cols(alias.unwrap_or(&def.name), &def.columns);
+        let cols = crate::plan::table_cols(alias.unwrap_or(&def.name), def);
         for (_, it) in &items {
             if let ReturnItem::Expr(e) = it {
                 crate::plan::bind(e, &cols, None, &[])?;

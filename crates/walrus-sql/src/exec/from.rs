@@ -235,7 +235,7 @@ impl Executor<'_> {
                             .map(|a| ident(&a.name))
                             .unwrap_or_else(|| def.name.clone());
                         Rel {
-                            cols: table_cols(&qual, &def.columns),
+                            cols: table_cols(&qual, &def),
                             rows,
                         }
                     }
@@ -322,6 +322,7 @@ impl Executor<'_> {
                     ty: Some(ty),
                     bpchar: false,
                     hidden: false,
+                    origin: None,
                 })
                 .collect(),
             rows,
@@ -396,6 +397,7 @@ impl Executor<'_> {
                 ty,
                 bpchar: false,
                 hidden: false,
+                origin: None,
             }],
             rows,
         };
@@ -541,6 +543,7 @@ fn merge_using(out: &mut Rel, nleft: usize, pairs: &[(usize, usize)], kind: u8) 
             ty: l.ty.or(r.ty),
             bpchar: l.bpchar && r.bpchar,
             hidden: false,
+            origin: None,
         });
     }
     for &(li, ri) in pairs {

@@ -46,7 +46,7 @@ use crate::expr::{coerce, compare_values, eval, Hooks, Scope};
 use crate::memory::MemoryBudget;
 use crate::names::ident;
 use crate::rel::{ColName, Frame, Rel};
-use crate::result::{Column, QueryResult};
+use crate::result::QueryResult;
 use crate::settings::{SettingsView, DATABASE_KEY};
 
 /// What execution needs from the session running the statement.
@@ -70,14 +70,7 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
     let rel = Executor::new(env, params).run_query(q, None)?;
     Ok(QueryResult {
         tag: format!("SELECT {}", rel.rows.len()),
-        columns: rel
-            .cols
-            .into_iter()
-            .map(|c| Column {
-                name: c.name,
-                ty: c.ty.unwrap_or(TypeId::Text),
-            })
-            .collect(),
+        columns: rel.cols.into_iter().map(|c| c.to_column()).collect(),
         rows: rel.rows,
     })
 }
@@ -150,6 +143,8 @@ fn type_category(t: TypeId) -> u8 {
         TypeId::Text => 1,
         TypeId::Bool => 2,
         TypeId::Timestamp | TypeId::TimestampTz | TypeId::Date => 3,
+        TypeId::Bytea => 4,
+        TypeId::Uuid => 5,
     }
 }
 
@@ -409,6 +404,7 @@ impl<'s> Executor<'s> {
                                 ty: row[i - 1].type_id(),
                                 bpchar: false,
                                 hidden: false,
+                                origin: None,
                             })
                             .collect();
                     } else if row.len() != rel.cols.len() {

@@ -13,8 +13,8 @@ use crate::error::{SqlError, SqlResult};
 use crate::memory::row_bytes;
 use crate::names::{ident, object_name};
 use crate::plan::{
-    bind, check_grouped, contains_aggregate, contains_subquery, output_name, qualified, rename,
-    resolve_group_expr, static_type, table_cols,
+    bind, cast_origin, check_grouped, contains_aggregate, contains_subquery, output_name,
+    qualified, rename, resolve_group_expr, static_type, table_cols,
 };
 use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
 
@@ -435,18 +435,21 @@ impl Executor<'_> {
             .enumerate()
             .map(|(i, (n, e))| {
                 let source = col_ref(e)
-                    .and_then(|(qual, name)| find_col(cols, qual.as_deref(), &name).ok().flatten());
-                let ty = match source {
-                    Some(c) => cols[c].ty,
-                    None if col_ref(e).is_some() => None,
-                    None => static_type(e, &defs),
+                    .and_then(|(qual, name)| find_col(cols, qual.as_deref(), &name).ok())
+                    .flatten()
+                    .map(|c| &cols[c]);
+                let ty = match (col_ref(e), source) {
+                    (Some(_), Some(c)) => c.ty,
+                    (Some(_), None) => None,
+                    (None, _) => static_type(e, &defs),
                 };
                 ColName {
                     qual: None,
                     name: n.clone(),
                     ty: ty.or_else(|| rows.iter().find_map(|r| r[i].type_id())),
-                    bpchar: source.is_some_and(|c| cols[c].bpchar),
+                    bpchar: source.is_some_and(|c| c.bpchar),
                     hidden: false,
+                    origin: source.and_then(|c| c.origin).or_else(|| cast_origin(e)),
                 }
             })
             .collect();
@@ -539,7 +542,7 @@ impl Executor<'_> {
                             .map(|a| ident(&a.name))
                             .unwrap_or_else(|| def.name.clone());
                         let mut rel = Rel {
-                            cols: table_cols(&qual, &def.columns),
+                            cols: table_cols(&qual, &def),
                             rows,
                         };
                         rename(&mut rel, alias.as_ref())?;

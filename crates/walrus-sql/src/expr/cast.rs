@@ -41,6 +41,8 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
             _ => TypeId::Timestamp,
         },
         D::Date => TypeId::Date,
+        D::Bytea => TypeId::Bytea,
+        D::Uuid => TypeId::Uuid,
         D::Custom(name, _) => {
             let n = name
                 .0
@@ -61,20 +63,96 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
                 "timestamptz" => TypeId::TimestampTz,
                 "timestamp" => TypeId::Timestamp,
                 "date" => TypeId::Date,
+                "bytea" => TypeId::Bytea,
+                "uuid" => TypeId::Uuid,
+                other if POSTGRES_TYPES_NOT_BUILT.contains(&other) => {
+                    return Err(SqlError::unsupported(format!(
+                        "type {other} is not supported by walrus"
+                    )))
+                }
                 other => {
                     return Err(SqlError::new(
                         "42704",
-                        format!("type \"{other}\" is not supported"),
+                        format!("type \"{other}\" does not exist"),
                     ))
                 }
             }
         }
+        // PostgreSQL has these; walrus does not (yet): refused as unsupported.
         other => {
-            return Err(SqlError::new(
-                "42704",
-                format!("type \"{other}\" is not supported"),
-            ))
+            return Err(SqlError::unsupported(format!(
+                "type {other} is not supported by walrus"
+            )))
         }
+    })
+}
+
+/// Built-in PostgreSQL type names walrus does not have: 0A000 (not built), not 42704
+/// (no such type).
+const POSTGRES_TYPES_NOT_BUILT: &[&str] = &[
+    "json",
+    "jsonb",
+    "time",
+    "timetz",
+    "interval",
+    "xml",
+    "money",
+    "inet",
+    "cidr",
+    "macaddr",
+    "macaddr8",
+    "bit",
+    "varbit",
+    "point",
+    "line",
+    "lseg",
+    "box",
+    "path",
+    "polygon",
+    "circle",
+    "tsvector",
+    "tsquery",
+    "regtype",
+    "regclass",
+    "regproc",
+    "regprocedure",
+    "regoper",
+    "regnamespace",
+    "regrole",
+    "int4range",
+    "int8range",
+    "numrange",
+    "tsrange",
+    "tstzrange",
+    "daterange",
+    "oidvector",
+    "int2vector",
+    "xid",
+    "xid8",
+    "cid",
+    "tid",
+    "pg_lsn",
+    "jsonpath",
+    "txid_snapshot",
+    "pg_snapshot",
+];
+
+/// The PostgreSQL type OID a SQL type name stands for, as clients see it: `varchar` is
+/// 1043 and `char` 1042 although walrus keeps both as text.
+pub fn sql_type_oid(dt: &DataType) -> SqlResult<u32> {
+    use DataType as D;
+    if let D::Custom(name, _) = dt {
+        let n = name.0.last().map(|p| p.to_string().to_ascii_lowercase());
+        match n.as_deref().map(|n| n.trim_matches('"')) {
+            Some("varchar") => return Ok(1043),
+            Some("bpchar") | Some("char") => return Ok(1042),
+            _ => {}
+        }
+    }
+    Ok(match dt {
+        D::Varchar(_) | D::CharVarying(_) | D::CharacterVarying(_) => 1043,
+        D::Char(_) | D::Character(_) => 1042,
+        other => type_from_sql(other)?.pg_oid(),
     })
 }
 

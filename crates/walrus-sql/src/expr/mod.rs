@@ -21,7 +21,7 @@ pub use array::{format_array_text, parse_array_text};
 pub(crate) use cast::as_i64;
 pub use cast::{
     assign, cast_to, coerce, column_type, declared_limit, declared_type_name, numeric_typmod,
-    type_from_sql,
+    sql_type_oid, type_from_sql,
 };
 pub use ops::{binary, compare_values, like_match};
 
@@ -241,6 +241,9 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             any: false,
         } => {
             let (v, p) = (eval(expr, s)?, eval(pattern, s)?);
+            if matches!(v, Datum::Bytea(_)) || matches!(p, Datum::Bytea(_)) {
+                return Err(SqlError::unsupported("LIKE on bytea is not supported"));
+            }
             let esc = match escape_char {
                 Some(e) => format_text(&eval(e, s)?).and_then(|t| t.chars().next()),
                 None => Some('\\'),

@@ -58,6 +58,19 @@ pub fn binary(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
             if l.is_null() || r.is_null() {
                 return Ok(Datum::Null);
             }
+            // bytea || bytea is bytea; mixed with text it would need PostgreSQL's
+            // literal typing rules, which walrus does not have: refused.
+            match (l, r) {
+                (Datum::Bytea(a), Datum::Bytea(b)) => {
+                    return Ok(Datum::Bytea([a.as_slice(), b.as_slice()].concat()))
+                }
+                (Datum::Bytea(_), _) | (_, Datum::Bytea(_)) => {
+                    return Err(SqlError::unsupported(
+                        "|| between bytea and another type is not supported",
+                    ))
+                }
+                _ => {}
+            }
             Ok(Datum::Text(format!(
                 "{}{}",
                 format_text(l).unwrap_or_default(),

@@ -3,12 +3,12 @@
 //! GROUP BY ordinals and aliases, and the condition a `JOIN ... USING` stands for.
 
 use sqlparser::ast::{self, Expr};
-use walrus_engine::catalog::ColumnDef;
+use walrus_engine::catalog::TableDef;
 
 use crate::error::{SqlError, SqlResult};
 use crate::expr::function_name;
 use crate::names::ident;
-use crate::rel::{find_col, ColName, Rel};
+use crate::rel::{column_type_oid, find_col, ColName, Origin, Rel};
 
 /// GROUP BY 1 means the first output column; a bare name that is an output alias
 /// (and not a source column) means that output expression.
@@ -51,14 +51,22 @@ pub(crate) fn qualified(c: &ColName) -> Expr {
     }
 }
 
-pub(crate) fn table_cols(qual: &str, cols: &[ColumnDef]) -> Vec<ColName> {
-    cols.iter()
-        .map(|c| ColName {
+pub(crate) fn table_cols(qual: &str, def: &TableDef) -> Vec<ColName> {
+    def.columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ColName {
             qual: Some(qual.to_string()),
             name: c.name.clone(),
             ty: Some(c.ty),
             bpchar: c.declared == walrus_engine::catalog::DeclaredType::Char,
             hidden: false,
+            origin: Some(Origin {
+                table_oid: def.relfile.0,
+                attnum: i as i16 + 1,
+                type_oid: column_type_oid(c),
+                typmod: c.typmod,
+            }),
         })
         .collect()
 }

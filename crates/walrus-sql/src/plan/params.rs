@@ -1,42 +1,83 @@
-//! Parameter types for the extended protocol's Describe: each `$n` takes the type of
-//! where it is used (compared with or assigned to a column, a LIMIT, an INSERT target);
-//! what this cannot tell stays unknown (the caller reports text).
+//! Parameter types for the extended protocol's Describe, as PostgreSQL OIDs: each `$n`
+//! the client left unspecified takes the type of where it is used (assigned to or
+//! inserted into a column: the column's declared type; compared with a column; a LIMIT;
+//! cast with `$n::type`); what this cannot tell stays 0 (the caller reports text, as
+//! PostgreSQL resolves an unknown parameter in a select list).
 
 use std::sync::Arc;
 
 use sqlparser::ast::{self, Expr, SetExpr, Statement, TableFactor};
 use walrus_engine::access::datum::TypeId;
-use walrus_engine::catalog::TableDef;
+use walrus_engine::catalog::{ColumnDef, DeclaredType, TableDef};
 
+use crate::expr::sql_type_oid;
 use crate::names::{ident, object_name};
+use crate::rel::column_type_oid;
 
-/// Fills in `types[n - 1]` for each `$n` of `st` whose type its use shows (entries
-/// already set, e.g. declared by the client, are kept). `table_of` looks a table up by
-/// name in the statement's catalog (`None`: no such table).
-pub(crate) fn infer_params(
-    st: &Statement,
-    types: &mut Vec<Option<TypeId>>,
-    table_of: &mut dyn FnMut(&str) -> Option<Arc<TableDef>>,
-) {
-    let note = |n: usize, ty: TypeId, types: &mut Vec<Option<TypeId>>| {
-        if n == 0 {
-            return;
-        }
-        if types.len() < n {
-            types.resize(n, None);
-        }
-        if types[n - 1].is_none() {
-            types[n - 1] = Some(ty);
-        }
-    };
-    let placeholder = |e: &Expr| match e {
+/// `n` of a `$n` placeholder expression.
+fn placeholder(e: &Expr) -> Option<usize> {
+    match e {
         Expr::Value(v) => match &v.value {
             ast::Value::Placeholder(p) => p.trim_start_matches('$').parse::<usize>().ok(),
             _ => None,
         },
         _ => None,
+    }
+}
+
+/// The type a `column <op> $n` comparison gives `$n`: text for `varchar` (PostgreSQL
+/// compares it with text's operators), `bpchar` for `char`.
+fn compared_oid(c: &ColumnDef) -> u32 {
+    match (c.ty, c.declared) {
+        (TypeId::Text, DeclaredType::Char) => 1042,
+        (ty, _) => ty.pg_oid(),
+    }
+}
+
+/// Fills in `oids[n - 1]` for each `$n` of `st` whose type its use shows; entries
+/// already non-zero (declared by the client) are kept, and `oids` grows to the highest
+/// `$n` the statement uses. `table_of` looks a table up by name in the statement's
+/// catalog (`None`: no such table).
+pub(crate) fn infer_params(
+    st: &Statement,
+    oids: &mut Vec<u32>,
+    table_of: &mut dyn FnMut(&str) -> Option<Arc<TableDef>>,
+) {
+    let note = |n: usize, oid: u32, oids: &mut Vec<u32>| {
+        if n == 0 {
+            return;
+        }
+        if oids.len() < n {
+            oids.resize(n, 0);
+        }
+        if oids[n - 1] == 0 {
+            oids[n - 1] = oid;
+        }
     };
-    let (def, extra): (Option<Arc<TableDef>>, Vec<(usize, TypeId)>) = match st {
+    // Every `$n` counts, wherever it stands, and `$n::type` gives it that type.
+    let mut highest = 0;
+    let mut casts = Vec::new();
+    let _ = ast::visit_expressions(st, |e| {
+        if let Some(n) = placeholder(e) {
+            highest = highest.max(n);
+        }
+        if let Expr::Cast {
+            expr, data_type, ..
+        } = e
+        {
+            if let (Some(n), Ok(oid)) = (placeholder(expr), sql_type_oid(data_type)) {
+                casts.push((n, oid));
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    if oids.len() < highest {
+        oids.resize(highest, 0);
+    }
+    for (n, oid) in casts {
+        note(n, oid, oids);
+    }
+    let (def, extra): (Option<Arc<TableDef>>, Vec<(usize, u32)>) = match st {
         Statement::Insert(ins) => {
             let name = match &ins.table {
                 ast::TableObject::TableName(n) => object_name(n),
@@ -57,7 +98,7 @@ pub(crate) fn infer_params(
                     for row in &v.rows {
                         for (e, &ci) in row.iter().zip(&targets) {
                             if let Some(n) = placeholder(e) {
-                                extra.push((n, d.columns[ci].ty));
+                                extra.push((n, column_type_oid(&d.columns[ci])));
                             }
                         }
                     }
@@ -77,7 +118,7 @@ pub(crate) fn infer_params(
                         if let (Some(ci), Some(p)) =
                             (d.column_index(&object_name(n)), placeholder(&a.value))
                         {
-                            extra.push((p, d.columns[ci].ty));
+                            extra.push((p, column_type_oid(&d.columns[ci])));
                         }
                     }
                 }
@@ -94,9 +135,12 @@ pub(crate) fn infer_params(
                 }
             }
             let mut extra = Vec::new();
-            if let Some(ast::LimitClause::LimitOffset { limit: Some(l), .. }) = &q.limit_clause {
-                if let Some(p) = placeholder(l) {
-                    extra.push((p, TypeId::Int8));
+            if let Some(ast::LimitClause::LimitOffset { limit, offset, .. }) = &q.limit_clause {
+                let offset = offset.as_ref().map(|o| &o.value);
+                for e in limit.iter().chain(offset) {
+                    if let Some(p) = placeholder(e) {
+                        extra.push((p, TypeId::Int8.pg_oid()));
+                    }
                 }
             }
             (def, extra)
@@ -113,8 +157,8 @@ pub(crate) fn infer_params(
         }
         _ => (None, Vec::new()),
     };
-    for (n, ty) in extra {
-        note(n, ty, types);
+    for (n, oid) in extra {
+        note(n, oid, oids);
     }
     // `column <op> $n` anywhere in the statement gives $n the column's type.
     if let Some(d) = def {
@@ -129,7 +173,7 @@ pub(crate) fn infer_params(
                         _ => None,
                     };
                     if let (Some(ci), Some(p)) = (col, placeholder(b)) {
-                        note(p, d.columns[ci].ty, types);
+                        note(p, compared_oid(&d.columns[ci]), oids);
                     }
                 }
             }

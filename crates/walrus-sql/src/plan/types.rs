@@ -1,11 +1,114 @@
 //! Output column types decided before execution, from the expression alone.
 
-use sqlparser::ast::{self, Expr};
-use walrus_engine::access::datum::TypeId;
-use walrus_engine::catalog::ColumnDef;
+use std::sync::Arc;
 
-use crate::expr::{function_args, function_name, type_from_sql};
-use crate::names::ident;
+use sqlparser::ast::{self, Expr, Query, SelectItem, SetExpr, TableFactor};
+use walrus_engine::access::datum::TypeId;
+use walrus_engine::catalog::{ColumnDef, DeclaredType, TableDef};
+
+use super::columns::{output_name, table_cols};
+use crate::expr::{column_type, function_args, function_name, type_from_sql};
+use crate::names::{ident, object_name};
+use crate::rel::{col_ref, find_col, Origin};
+use crate::result::Column;
+
+/// How a cast to a type walrus keeps under another one is described: `$1::varchar` is
+/// 1043, `x::numeric(10,2)` has modifier 655366 (no table; PostgreSQL's RowDescription).
+pub(crate) fn cast_origin(e: &Expr) -> Option<Origin> {
+    let Expr::Cast { data_type, .. } = e else {
+        return None;
+    };
+    let (ty, typmod, declared) = column_type(data_type).ok()?;
+    let type_oid = match declared {
+        DeclaredType::Varchar => 1043,
+        DeclaredType::Char => 1042,
+        DeclaredType::Plain => ty.pg_oid(),
+    };
+    (type_oid != ty.pg_oid() || typmod != -1).then_some(Origin {
+        table_oid: 0,
+        attnum: 0,
+        type_oid,
+        typmod,
+    })
+}
+
+/// The result columns of a SELECT over plain tables, from the statement and the catalog
+/// alone (no rows read): for Describe when running the query fails at run time. `None`
+/// when a column's type cannot be told this way.
+pub(crate) fn static_columns(
+    q: &Query,
+    table_of: &mut dyn FnMut(&str) -> Option<Arc<TableDef>>,
+) -> Option<Vec<Column>> {
+    let SetExpr::Select(sel) = q.body.as_ref() else {
+        return None;
+    };
+    let mut cols = Vec::new();
+    for twj in &sel.from {
+        let TableFactor::Table {
+            name,
+            alias,
+            args: None,
+            ..
+        } = &twj.relation
+        else {
+            return None;
+        };
+        if !twj.joins.is_empty() || alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+            return None;
+        }
+        let def = table_of(&object_name(name))?;
+        let qual = alias
+            .as_ref()
+            .map(|a| ident(&a.name))
+            .unwrap_or_else(|| def.name.clone());
+        cols.extend(table_cols(&qual, &def));
+    }
+    let defs: Vec<ColumnDef> = cols
+        .iter()
+        .filter_map(|c| {
+            c.ty.map(|ty| ColumnDef {
+                name: c.name.clone(),
+                ty,
+                not_null: false,
+                typmod: -1,
+                declared: Default::default(),
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for item in &sel.projection {
+        let (name, e) = match item {
+            SelectItem::Wildcard(_) => {
+                out.extend(cols.iter().map(|c| c.to_column()));
+                continue;
+            }
+            SelectItem::UnnamedExpr(e) => (output_name(e), e),
+            SelectItem::ExprWithAlias { expr, alias } => (ident(alias), expr),
+            _ => return None,
+        };
+        match col_ref(e) {
+            Some((qual, col)) => {
+                let i = find_col(&cols, qual.as_deref(), &col).ok()??;
+                out.push(Column {
+                    name,
+                    ..cols[i].to_column()
+                });
+            }
+            None => {
+                let ty = static_type(e, &defs)?;
+                out.push(match cast_origin(e) {
+                    Some(o) => Column {
+                        type_oid: o.type_oid,
+                        typmod: o.typmod,
+                        ..Column::new(name, ty)
+                    },
+                    None => Column::new(name, ty),
+                })
+            }
+        }
+    }
+    Some(out)
+}
 
 /// The result type of an expression when it can be known without rows.
 pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {

@@ -68,6 +68,26 @@ pub struct Session {
     memory_setting_error: Option<SqlError>,
 }
 
+/// What a describe computes: result columns by running the query with NULL parameters,
+/// from the statement alone, or none.
+#[derive(Clone, Copy)]
+enum Describe {
+    Run,
+    Static,
+    ParamsOnly,
+}
+
+/// The `unknown` pseudo-type's OID: a client declaring it leaves the type to the server.
+const UNKNOWN_OID: u32 = 705;
+
+/// 25P02: a statement other than COMMIT / ROLLBACK in an aborted block.
+fn aborted() -> SqlError {
+    SqlError::new(
+        "25P02",
+        "current transaction is aborted, commands ignored until end of transaction block",
+    )
+}
+
 /// Distinct SQL texts whose parse a session keeps (cleared when full).
 const PARSE_CACHE_ENTRIES: usize = 256;
 
@@ -248,24 +268,27 @@ impl Session {
     /// parsed once, not at every Execute. Binding still happens at each execution, so
     /// DDL between executions is seen.
     pub fn execute_cached(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
-        let stmts = match self.parse_cache.get(sql) {
-            Some(p) => p.clone(),
-            None => match parse(sql) {
-                Ok(p) => {
-                    if self.parse_cache.len() >= PARSE_CACHE_ENTRIES {
-                        self.parse_cache.clear();
-                    }
-                    let p = Arc::new(p);
-                    self.parse_cache.insert(sql.to_string(), p.clone());
-                    p
-                }
-                Err(e) => {
-                    self.fail_statement();
-                    return vec![Err(e)];
-                }
-            },
+        let stmts = match self.parsed(sql) {
+            Ok(p) => p,
+            Err(e) => {
+                self.fail_statement();
+                return vec![Err(e)];
+            }
         };
         self.run_all(&stmts, params)
+    }
+
+    /// The parse of `sql`, from the cache or parsed now (and kept).
+    fn parsed(&mut self, sql: &str) -> SqlResult<Arc<Vec<Parsed>>> {
+        if let Some(p) = self.parse_cache.get(sql) {
+            return Ok(p.clone());
+        }
+        let p = Arc::new(parse(sql)?);
+        if self.parse_cache.len() >= PARSE_CACHE_ENTRIES {
+            self.parse_cache.clear();
+        }
+        self.parse_cache.insert(sql.to_string(), p.clone());
+        Ok(p)
     }
 
     fn run_all(&mut self, stmts: &[Parsed], params: &[Datum]) -> Vec<SqlResult<Outcome>> {
@@ -281,82 +304,182 @@ impl Session {
         out
     }
 
-    /// Extended protocol Describe of a statement: the parameter types (inferred from
-    /// where each `$n` is used: compared with or assigned to a column, a LIMIT, an
-    /// INSERT target; text otherwise) and, for a SELECT, its result columns.
+    /// The extended protocol's Parse: the checks PostgreSQL makes before answering
+    /// ParseComplete, so their errors reach the client at Parse (a syntax error, more
+    /// than one statement, a statement other than COMMIT/ROLLBACK in an aborted block).
+    /// The caller reports an error with [`Session::protocol_error`].
+    pub fn check_parse(&mut self, sql: &str) -> SqlResult<()> {
+        let parsed = self.parsed(sql)?;
+        if parsed.len() > 1 {
+            return Err(SqlError::new(
+                "42601",
+                "cannot insert multiple commands into a prepared statement",
+            ));
+        }
+        self.check_not_aborted(&parsed)
+    }
+
+    /// Bind in an aborted block: only COMMIT / ROLLBACK may run (25P02), as PostgreSQL
+    /// checks at Bind.
+    pub fn check_bind(&mut self, sql: &str) -> SqlResult<()> {
+        let parsed = self.parsed(sql)?;
+        self.check_not_aborted(&parsed)
+    }
+
+    fn check_not_aborted(&self, parsed: &[Parsed]) -> SqlResult<()> {
+        if self.failed && !matches!(parsed, [Parsed::Commit | Parsed::Rollback]) {
+            return Err(aborted());
+        }
+        Ok(())
+    }
+
+    /// An error the extended protocol found outside execution (at Parse, Bind or
+    /// Describe) ends the statement like an error of its execution: the implicit
+    /// transaction rolls back, an explicit block becomes aborted (25P02 until ROLLBACK).
+    pub fn protocol_error(&mut self) {
+        self.fail_statement();
+    }
+
+    /// Extended protocol Describe of a statement: the parameter type OIDs (each one the
+    /// client declared in Parse — 0 means unspecified — is kept; the rest are inferred
+    /// from where each `$n` is used, text when nothing tells) and, for a statement that
+    /// returns rows, its result columns. A SELECT is run with NULL parameters to learn
+    /// its column types; a run-time error of that run (22012 for `select 1/0`) is not
+    /// the Describe's: the columns are then typed from the statement alone, and the
+    /// error comes at Execute, as in PostgreSQL.
     pub fn describe(
         &mut self,
         sql: &str,
-        declared: &[Option<TypeId>],
-    ) -> SqlResult<(Vec<TypeId>, Option<Vec<Column>>)> {
-        let parsed = parse(sql)?;
-        let mut types: Vec<Option<TypeId>> = declared.to_vec();
-        let mut columns = None;
-        if let [Parsed::Sql(st)] = parsed.as_slice() {
-            plan::infer_params(st, &mut types, &mut |name| self.txn().table(name).ok());
-            if let Statement::Query(q) = st.as_ref() {
-                if !self.failed {
-                    if let Some(e) = &self.memory_setting_error {
-                        return Err(e.clone());
-                    }
-                    self.memory.reset();
-                    let n = types.len();
-                    let nulls = vec![Datum::Null; n];
-                    let r = exec::select(self, q, &nulls);
-                    if !self.in_block {
-                        if let Some(t) = self.txn.take() {
-                            let _ = t.rollback();
-                        }
-                    }
-                    columns = Some(r?.columns);
+        declared: &[u32],
+    ) -> SqlResult<(Vec<u32>, Option<Vec<Column>>)> {
+        self.describe_with(sql, declared, Describe::Run)
+    }
+
+    /// [`Session::describe`] without running anything: for a portal whose run (at
+    /// Describe) failed, whose error is then sent at Execute. Fails when the columns'
+    /// types cannot be told from the statement alone.
+    pub fn describe_static(
+        &mut self,
+        sql: &str,
+        declared: &[u32],
+    ) -> SqlResult<(Vec<u32>, Option<Vec<Column>>)> {
+        self.describe_with(sql, declared, Describe::Static)
+    }
+
+    /// The parameter type OIDs alone ([`Session::describe`]'s first half): for Bind to
+    /// read binary parameters the client sent without a type or a Describe.
+    pub fn param_types(&mut self, sql: &str, declared: &[u32]) -> SqlResult<Vec<u32>> {
+        self.describe_with(sql, declared, Describe::ParamsOnly)
+            .map(|(oids, _)| oids)
+    }
+
+    fn describe_with(
+        &mut self,
+        sql: &str,
+        declared: &[u32],
+        mode: Describe,
+    ) -> SqlResult<(Vec<u32>, Option<Vec<Column>>)> {
+        let parsed = self.parsed(sql)?;
+        // 705 (`unknown`) declared is as good as unspecified.
+        let mut oids: Vec<u32> = declared
+            .iter()
+            .map(|&o| if o == UNKNOWN_OID { 0 } else { o })
+            .collect();
+        let r = match parsed.as_slice() {
+            [Parsed::Sql(st)] => {
+                plan::infer_params(st, &mut oids, &mut |name| self.txn().table(name).ok());
+                match mode {
+                    Describe::Run => self.describe_columns(st, oids.len(), true),
+                    Describe::Static => self.describe_columns(st, oids.len(), false),
+                    Describe::ParamsOnly => Ok(None),
                 }
             }
-            // DML with RETURNING describes its output columns.
-            let target = match st.as_ref() {
-                Statement::Insert(i) => match (&i.table, &i.returning) {
-                    (sqlparser::ast::TableObject::TableName(n), Some(r)) => {
-                        Some((object_name(n), r, None))
-                    }
-                    _ => None,
-                },
-                Statement::Update(u) => match (&u.table.relation, &u.returning) {
-                    (sqlparser::ast::TableFactor::Table { name, alias, .. }, Some(r)) => {
-                        Some((object_name(name), r, alias.as_ref().map(|a| ident(&a.name))))
-                    }
-                    _ => None,
-                },
-                Statement::Delete(d) => match (&d.from, &d.returning) {
-                    (sqlparser::ast::FromTable::WithFromKeyword(f), Some(r)) => {
-                        match f.first().map(|t| &t.relation) {
-                            Some(sqlparser::ast::TableFactor::Table { name, alias, .. }) => {
-                                Some((object_name(name), r, alias.as_ref().map(|a| ident(&a.name))))
-                            }
-                            _ => None,
-                        }
-                    }
-                    _ => None,
-                },
-                _ => None,
-            };
-            if let Some((table, items, alias)) = target {
-                let def = self.txn().table(&table);
-                if !self.in_block {
-                    if let Some(t) = self.txn.take() {
-                        let _ = t.rollback();
-                    }
-                }
-                let def = def?;
-                let items = dml::returning_items(items, &def, alias.as_deref())?;
-                columns = Some(dml::returning_columns(&items, &def));
+            _ => Ok(None),
+        };
+        // Describe leaves no transaction behind outside a block.
+        if !self.in_block {
+            if let Some(t) = self.txn.take() {
+                let _ = t.rollback();
             }
         }
-        Ok((
-            types
-                .into_iter()
-                .map(|t| t.unwrap_or(TypeId::Text))
-                .collect(),
-            columns,
-        ))
+        let columns = r?;
+        let oids = oids
+            .iter()
+            .zip(declared.iter().chain(std::iter::repeat(&0)))
+            .map(|(&inferred, &declared)| match (declared, inferred) {
+                (0 | UNKNOWN_OID, 0) => TypeId::Text.pg_oid(),
+                (0 | UNKNOWN_OID, inferred) => inferred,
+                (declared, _) => declared,
+            })
+            .collect();
+        Ok((oids, columns))
+    }
+
+    /// The result columns of one statement for Describe (`None`: it returns no rows).
+    fn describe_columns(
+        &mut self,
+        st: &Statement,
+        nparams: usize,
+        run: bool,
+    ) -> SqlResult<Option<Vec<Column>>> {
+        let static_columns = |s: &mut Session, q: &sqlparser::ast::Query| {
+            plan::static_columns(q, &mut |name| s.txn().table(name).ok())
+        };
+        if let Statement::Query(q) = st {
+            if !run {
+                return static_columns(self, q).map(Some).ok_or_else(|| {
+                    SqlError::unsupported("cannot describe this statement's result types")
+                });
+            }
+            if self.failed {
+                return Err(aborted());
+            }
+            if let Some(e) = &self.memory_setting_error {
+                return Err(e.clone());
+            }
+            self.memory.reset();
+            let nulls = vec![Datum::Null; nparams];
+            return match exec::select(self, q, &nulls) {
+                Ok(r) => Ok(Some(r.columns)),
+                Err(e) if e.is_run_time() => static_columns(self, q).map(Some).ok_or(e),
+                Err(e) => Err(e),
+            };
+        }
+        // DML with RETURNING describes its output columns.
+        let target = match st {
+            Statement::Insert(i) => match (&i.table, &i.returning) {
+                (sqlparser::ast::TableObject::TableName(n), Some(r)) => {
+                    Some((object_name(n), r, None))
+                }
+                _ => None,
+            },
+            Statement::Update(u) => match (&u.table.relation, &u.returning) {
+                (sqlparser::ast::TableFactor::Table { name, alias, .. }, Some(r)) => {
+                    Some((object_name(name), r, alias.as_ref().map(|a| ident(&a.name))))
+                }
+                _ => None,
+            },
+            Statement::Delete(d) => match (&d.from, &d.returning) {
+                (sqlparser::ast::FromTable::WithFromKeyword(f), Some(r)) => {
+                    match f.first().map(|t| &t.relation) {
+                        Some(sqlparser::ast::TableFactor::Table { name, alias, .. }) => {
+                            Some((object_name(name), r, alias.as_ref().map(|a| ident(&a.name))))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        match target {
+            Some((table, items, alias)) => {
+                let def = self.txn().table(&table)?;
+                let items = dml::returning_items(items, &def, alias.as_deref())?;
+                Ok(Some(dml::returning_columns(&items, &def)))
+            }
+            None => Ok(None),
+        }
     }
 
     /// The connection caught a panic outside a statement's execution (parsing, describe,
@@ -381,10 +504,7 @@ impl Session {
                 Parsed::Commit | Parsed::Rollback | Parsed::SavepointEnd(_, false)
             )
         {
-            return Err(SqlError::new(
-                "25P02",
-                "current transaction is aborted, commands ignored until end of transaction block",
-            ));
+            return Err(aborted());
         }
         match st {
             Parsed::Begin(iso, read_only) => {

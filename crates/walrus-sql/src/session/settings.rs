@@ -61,14 +61,8 @@ impl Session {
                     return Ok(QueryResult {
                         tag: "SHOW".into(),
                         columns: vec![
-                            Column {
-                                name: "name".into(),
-                                ty: TypeId::Text,
-                            },
-                            Column {
-                                name: "setting".into(),
-                                ty: TypeId::Text,
-                            },
+                            Column::new("name", TypeId::Text),
+                            Column::new("setting", TypeId::Text),
                         ],
                         rows,
                     });
@@ -83,10 +77,7 @@ impl Session {
                     .ok_or_else(|| crate::guc::unrecognized(name))?;
                 Ok(QueryResult {
                     tag: "SHOW".into(),
-                    columns: vec![Column {
-                        name: name.into(),
-                        ty: TypeId::Text,
-                    }],
+                    columns: vec![Column::new(name, TypeId::Text)],
                     rows: vec![vec![Datum::Text(v)]],
                 })
             }
@@ -211,6 +202,9 @@ impl Session {
                 if name == "synchronous_commit" {
                     value = synchronous_commit_value(&value)?.to_string();
                 }
+                if name == "timezone" {
+                    check_utc(&value)?;
+                }
                 self.remember_for_block(&name, local);
                 self.put_setting(&name, Some(value));
                 Ok(QueryResult::tag("SET"))
@@ -315,4 +309,48 @@ fn synchronous_commit_value(v: &str) -> SqlResult<&'static str> {
             )
         }),
     }
+}
+
+/// walrus computes every timestamptz in UTC: input without an offset is read as UTC and
+/// output is printed in UTC. A session TimeZone other than UTC would make those silent
+/// wrong answers (PostgreSQL reads and prints in the session's zone), so SET accepts
+/// only UTC's spellings and refuses the rest with 0A000.
+fn check_utc(value: &str) -> SqlResult<()> {
+    let v = value.trim().to_ascii_lowercase();
+    let utc = matches!(
+        v.as_str(),
+        "utc"
+            | "etc/utc"
+            | "gmt"
+            | "etc/gmt"
+            | "uct"
+            | "etc/uct"
+            | "universal"
+            | "etc/universal"
+            | "zulu"
+            | "etc/zulu"
+            | "z"
+            | "0"
+            | "+0"
+            | "-0"
+            | "00:00"
+            | "+00"
+            | "+00:00"
+            | "-00"
+            | "-00:00"
+            | "gmt0"
+            | "etc/gmt0"
+            | "etc/gmt+0"
+            | "etc/gmt-0"
+            | "greenwich"
+            | "etc/greenwich"
+            | "default"
+            | "local"
+    );
+    if utc {
+        return Ok(());
+    }
+    Err(SqlError::unsupported(format!(
+        "time zone \"{value}\" is not supported: walrus reads and prints timestamptz in UTC only"
+    )))
 }
