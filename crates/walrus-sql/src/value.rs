@@ -444,17 +444,7 @@ pub fn format_text(d: &Datum) -> Option<String> {
             }
             out
         }
-        Datum::Uuid(u) => {
-            let hex: String = u.iter().map(|x| format!("{x:02x}")).collect();
-            format!(
-                "{}-{}-{}-{}-{}",
-                &hex[..8],
-                &hex[8..12],
-                &hex[12..16],
-                &hex[16..20],
-                &hex[20..]
-            )
-        }
+        Datum::Uuid(u) => walrus_engine::access::datum::uuid_text(u),
     })
 }
 

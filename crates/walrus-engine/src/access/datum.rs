@@ -455,6 +455,19 @@ pub fn compare_datums(a: &Datum, b: &Datum) -> Ordering {
     }
 }
 
+/// A uuid's text form, as PostgreSQL prints it: lower-case hex in 8-4-4-4-12 groups.
+pub fn uuid_text(u: &[u8; 16]) -> String {
+    let hex: String = u.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..]
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -567,16 +567,6 @@ pub fn datum_text(d: &Datum) -> String {
             let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
             format!("\\x{hex}")
         }
-        Datum::Uuid(u) => {
-            let hex: String = u.iter().map(|x| format!("{x:02x}")).collect();
-            format!(
-                "{}-{}-{}-{}-{}",
-                &hex[..8],
-                &hex[8..12],
-                &hex[12..16],
-                &hex[16..20],
-                &hex[20..]
-            )
-        }
+        Datum::Uuid(u) => crate::access::datum::uuid_text(u),
     }
 }
