@@ -385,13 +385,9 @@ pub(super) fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<
         s.sync_ms += sync_ms;
         s.pages_written += written as u64;
     }
-    let level_info = !matches!(reason, CheckpointReason::RedoAdvanced);
-    if !level_info {
-        tracing::debug!(
-            "incremental checkpoint: synced {synced} files; WAL segments recycled {recycled}, removed {removed}; redo lsn {redo}; took {ms} ms"
-        );
-        return Ok(());
-    }
+    // Every checkpoint is logged, incremental ones included (PostgreSQL's
+    // log_checkpoints): they are at most one a second, and one per fifth of the recovery
+    // budget (about 100 MB of WAL by default).
     tracing::info!(
         "checkpoint complete ({reason:?}{}): wrote {written} buffers, synced {synced} files; WAL segments recycled {recycled}, removed {removed}; redo lsn {redo}; took {ms} ms",
         if incremental { ", incremental" } else { "" }
