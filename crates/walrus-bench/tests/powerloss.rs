@@ -56,7 +56,13 @@ fn powerloss_cycles_with(
     } else {
         cycles()
     };
-    for cycle in 0..n {
+    // A cut that lands right after a checkpoint's syncs undoes nothing; under a busy
+    // machine every planned cut can. Keep cutting (up to 4x the cycles) until one has
+    // undone a write, so the final assertion is about the engine, not the timing.
+    for cycle in 0..4 * n {
+        if cycle >= n && undone_something {
+            break;
+        }
         let mut child = c.start_workload(
             8,
             &[
