@@ -816,14 +816,19 @@ fn scenario_fpw(ctx: &mut Ctx) -> anyhow::Result<String> {
     Ok(s)
 }
 
-/// dwb (the double-write paper): the fpw scenario's load, walrus's double-write buffer
-/// against PostgreSQL with page images and walrus's own fpw and none.
-fn scenario_dwb(ctx: &mut Ctx) -> anyhow::Result<String> {
-    let max_wal = if ctx.plan.quick { "32MB" } else { "64MB" };
-    let fpw = Settings::new(max_wal, "30s");
-    let mut dwb = fpw.clone();
+/// The four page-protection configurations the dwb and eviction scenarios compare, on
+/// `base`'s settings: PostgreSQL with page images, walrus dwb, fpw and none, measured
+/// under tpcb-like with 16 clients. Returns the three tables: PostgreSQL vs dwb, none vs
+/// dwb (the cost of dwb), fpw vs dwb.
+fn protection_tables(
+    ctx: &mut Ctx,
+    scenario: &str,
+    base: &Settings,
+) -> anyhow::Result<[String; 3]> {
+    let fpw = base.clone();
+    let mut dwb = base.clone();
     dwb.double_write = true;
-    let mut none = fpw.clone();
+    let mut none = base.clone();
     none.page_images = false;
     let variants = [
         variant(System::Postgres, "full_page_writes=on", &fpw),
@@ -831,34 +836,38 @@ fn scenario_dwb(ctx: &mut Ctx) -> anyhow::Result<String> {
         variant(System::Walrus, "page_protection=fpw", &fpw),
         variant(System::Walrus, "page_protection=none", &none),
     ];
-    let mut servers = prepare_all(ctx, "dwb", &variants, Setup::Pgbench)?;
+    let mut servers = prepare_all(ctx, scenario, &variants, Setup::Pgbench)?;
     let o = Options {
         workload: Workload::TpcbLike,
         clients: 16,
         seconds: ctx.plan.duration,
         detailed: true,
     };
-    let r = measure_all(ctx, "dwb", &mut servers, &o)?;
+    let r = measure_all(ctx, scenario, &mut servers, &o)?;
     drop(servers);
+    let walrus = |i: usize| ("walrus", variants[i].label.as_str(), r[i].as_slice());
+    Ok([
+        pair_table(&variants[0].label, &r[0], &variants[1].label, &r[1]),
+        named_pair_table(walrus(3), walrus(1)),
+        named_pair_table(walrus(2), walrus(1)),
+    ])
+}
+
+/// dwb (the double-write paper): the fpw scenario's load, walrus's double-write buffer
+/// against PostgreSQL with page images and walrus's own fpw and none.
+fn scenario_dwb(ctx: &mut Ctx) -> anyhow::Result<String> {
+    let max_wal = if ctx.plan.quick { "32MB" } else { "64MB" };
+    let [vs_pg, vs_none, vs_fpw] = protection_tables(ctx, "dwb", &Settings::new(max_wal, "30s"))?;
     Ok(format!(
         "### dwb: the double-write buffer instead of page images (seed: batched double writes)\n\n\
          pgbench tpcb-like, scale {}, 16 clients, `-M prepared`; `checkpoint_timeout = 30s`, \
          `max_wal_size = {max_wal}` (frequent checkpoints, as in the fpw scenario). walrus \
          `dwb` writes every data page through batches of 64 in the double-write file (one \
          write + sync per batch, then the pages home and their files synced) and logs no page \
-         images.\n\n#### PostgreSQL with page images vs walrus dwb\n\n{}\n\
-         #### walrus dwb vs walrus none (no protection: the cost of dwb)\n\n{}\n\
-         #### walrus dwb vs walrus fpw\n\n{}\n",
+         images.\n\n#### PostgreSQL with page images vs walrus dwb\n\n{vs_pg}\n\
+         #### walrus dwb vs walrus none (no protection: the cost of dwb)\n\n{vs_none}\n\
+         #### walrus dwb vs walrus fpw\n\n{vs_fpw}\n",
         ctx.plan.scale,
-        pair_table(&variants[0].label, &r[0], &variants[1].label, &r[1]),
-        named_pair_table(
-            ("walrus", &variants[3].label, &r[3]),
-            ("walrus", &variants[1].label, &r[1])
-        ),
-        named_pair_table(
-            ("walrus", &variants[2].label, &r[2]),
-            ("walrus", &variants[1].label, &r[1])
-        ),
     ))
 }
 
@@ -868,49 +877,22 @@ fn scenario_dwb(ctx: &mut Ctx) -> anyhow::Result<String> {
 fn scenario_eviction(ctx: &mut Ctx) -> anyhow::Result<String> {
     let base_scale = ctx.plan.scale;
     let scale = base_scale * 5;
-    let mut fpw = Settings::new("1GB", "5min");
-    fpw.shared_buffers = "16MB".into();
-    let mut dwb = fpw.clone();
-    dwb.double_write = true;
-    let mut none = fpw.clone();
-    none.page_images = false;
-    let variants = [
-        variant(System::Postgres, "full_page_writes=on", &fpw),
-        variant(System::Walrus, "page_protection=dwb", &dwb),
-        variant(System::Walrus, "page_protection=none", &none),
-        variant(System::Walrus, "page_protection=fpw", &fpw),
-    ];
+    let mut base = Settings::new("1GB", "5min");
+    base.shared_buffers = "16MB".into();
     ctx.plan.scale = scale;
-    let prepared = prepare_all(ctx, "eviction", &variants, Setup::Pgbench);
+    let tables = protection_tables(ctx, "eviction", &base);
     ctx.plan.scale = base_scale;
-    let mut servers = prepared?;
-    let o = Options {
-        workload: Workload::TpcbLike,
-        clients: 16,
-        seconds: ctx.plan.duration,
-        detailed: true,
-    };
-    let r = measure_all(ctx, "eviction", &mut servers, &o)?;
-    drop(servers);
+    let [vs_pg, vs_none, vs_fpw] = tables?;
     Ok(format!(
         "### eviction: a working set far larger than shared_buffers (seed 002's collapse case)\n\n\
          pgbench tpcb-like, scale {scale} (about {} MB of accounts), `shared_buffers = 16MB`, \
          16 clients, `-M prepared`, `checkpoint_timeout = 5min`, `max_wal_size = 1GB`: nearly \
          every transaction needs a page that is not resident, and backends never write one \
          (walrus page writers clean ahead of the clock; dwb writes them in batches).\n\n\
-         #### walrus dwb vs walrus none (the cost of dwb under eviction)\n\n{}\n\
-         #### PostgreSQL with page images vs walrus dwb\n\n{}\n\
-         #### walrus dwb vs walrus fpw\n\n{}\n",
+         #### walrus dwb vs walrus none (the cost of dwb under eviction)\n\n{vs_none}\n\
+         #### PostgreSQL with page images vs walrus dwb\n\n{vs_pg}\n\
+         #### walrus dwb vs walrus fpw\n\n{vs_fpw}\n",
         scale * 16 / 10,
-        report::named_pair_table(
-            ("walrus", &variants[2].label, &r[2]),
-            ("walrus", &variants[1].label, &r[1])
-        ),
-        pair_table(&variants[0].label, &r[0], &variants[1].label, &r[1]),
-        report::named_pair_table(
-            ("walrus", &variants[3].label, &r[3]),
-            ("walrus", &variants[1].label, &r[1])
-        ),
     ))
 }
 

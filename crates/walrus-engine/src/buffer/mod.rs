@@ -742,7 +742,7 @@ impl BufferPool {
         let start = self.clock.load(Ordering::Relaxed);
         let mut written = 0;
         // Dirty, unpinned, unpopular frames the sweep reaches next.
-        let candidates = (0..scan.min(n)).filter_map(|k| {
+        let mut candidates = (0..scan.min(n)).filter_map(|k| {
             let i = (start + k) % n;
             let fr = &self.frames[i];
             let page = fr.page.load(Ordering::Acquire);
@@ -753,14 +753,12 @@ impl BufferPool {
                 .then_some((i as u32, page))
         });
         if let Some(dwb) = self.dwb.get() {
-            let mut candidates = candidates;
             let cands: Vec<(u32, u64)> = candidates.by_ref().take(max_pages).collect();
             if cands.len() == max_pages && candidates.next().is_some() {
                 self.stats.maxwritten_clean.fetch_add(1, Ordering::Relaxed);
             }
             return Ok(self.write_batch_dwb(dwb, &cands, Writer::PageWriter)?.0);
         }
-        let mut candidates = candidates;
         for (f, page) in candidates.by_ref() {
             if self.write_frame(f, page, Writer::PageWriter)? {
                 written += 1;

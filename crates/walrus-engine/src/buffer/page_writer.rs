@@ -32,7 +32,7 @@ pub struct FlushControl {
     /// A checkpoint asks for help: flush entries below this LSN (0: none).
     pub checkpoint_upto: AtomicU64,
     /// `extreme_flush_dirty_page`: four times larger batches while helping a checkpoint.
-    pub extreme: AtomicBool,
+    pub extreme: bool,
     /// One entry per page-writer thread.
     pub threads: Box<[PageWriterStats]>,
 }
@@ -47,11 +47,11 @@ pub struct PageWriterStats {
 }
 
 impl FlushControl {
-    pub fn new(threads: usize) -> FlushControl {
+    pub fn new(threads: usize, extreme: bool) -> FlushControl {
         FlushControl {
             lag_target: AtomicU64::new(u64::MAX),
             checkpoint_upto: AtomicU64::new(0),
-            extreme: AtomicBool::new(false),
+            extreme,
             threads: (0..threads.max(1))
                 .map(|_| PageWriterStats::default())
                 .collect(),
@@ -61,7 +61,7 @@ impl FlushControl {
     /// Batch size for one `flush_queue_head` call by a page writer.
     fn batch_pages(&self) -> usize {
         let helping = self.checkpoint_upto.load(Ordering::Acquire) != 0;
-        if helping && self.extreme.load(Ordering::Relaxed) {
+        if helping && self.extreme {
             PAGE_WRITER_BATCH_PAGES_MAX * 4
         } else {
             PAGE_WRITER_BATCH_PAGES_MAX

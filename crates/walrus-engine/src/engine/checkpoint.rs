@@ -104,10 +104,6 @@ pub(super) fn set_lag_target(inner: &Inner) {
         u64::MAX
     };
     inner.flush_control.lag_target.store(lag, Ordering::Release);
-    inner
-        .flush_control
-        .extreme
-        .store(inner.settings.extreme_flush_dirty_page, Ordering::Release);
 }
 
 /// The redo point an incremental checkpoint may record now: the oldest `rec_lsn` of a

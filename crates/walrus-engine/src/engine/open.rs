@@ -249,7 +249,10 @@ impl Engine {
                 .map_err(|e| Error::io("remove double-write file", dwb_path.display(), e))?;
             crate::storage::relfile::sync_dir(dir)?;
         }
-        let flush_control = Arc::new(FlushControl::new(settings.pagewriter_threads));
+        let flush_control = Arc::new(FlushControl::new(
+            settings.pagewriter_threads,
+            settings.extreme_flush_dirty_page,
+        ));
         let page_writers =
             PageWriters::start(pool.clone(), flush_control.clone(), settings.bgwriter_delay);
         let mut replay_rate = ReplayRate::from_control(cd.replay_rate_bps);

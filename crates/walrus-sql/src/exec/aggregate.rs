@@ -54,18 +54,7 @@ impl Executor<'_> {
         };
         let args = function_args(f);
         if matches!(name.as_str(), "min" | "max") {
-            let defs: Vec<walrus_engine::catalog::ColumnDef> = cols
-                .iter()
-                .filter_map(|c| {
-                    c.ty.map(|ty| walrus_engine::catalog::ColumnDef {
-                        name: c.name.clone(),
-                        ty,
-                        not_null: false,
-                        typmod: -1,
-                        declared: Default::default(),
-                    })
-                })
-                .collect();
+            let defs = crate::plan::typed_columns(cols);
             if let Some(a) = args.first() {
                 if crate::plan::static_type(a, &defs) == Some(TypeId::Bool) {
                     return Err(no_bool_minmax(&name));

@@ -5,7 +5,6 @@ use std::collections::{HashMap, HashSet};
 
 use sqlparser::ast::{self, Expr, Query, Select, SelectItem, TableFactor};
 use walrus_engine::access::datum::Datum;
-use walrus_engine::catalog::ColumnDef;
 
 use super::dml::matching_rows;
 use super::{row_key, Executor, GroupHooks};
@@ -418,18 +417,7 @@ impl Executor<'_> {
             }
         }
         let rows = self.order_and_limit(q, keyed, outer)?;
-        let defs: Vec<ColumnDef> = cols
-            .iter()
-            .filter_map(|c| {
-                c.ty.map(|ty| ColumnDef {
-                    name: c.name.clone(),
-                    ty,
-                    not_null: false,
-                    typmod: -1,
-                    declared: Default::default(),
-                })
-            })
-            .collect();
+        let defs = crate::plan::typed_columns(cols);
         let out_cols = items
             .iter()
             .enumerate()

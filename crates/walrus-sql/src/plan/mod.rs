@@ -25,4 +25,4 @@ pub(crate) use access::{choose_access, Access};
 pub(crate) use bind::{bind, check_grouped, contains_aggregate, contains_subquery};
 pub(crate) use columns::{output_name, qualified, rename, resolve_group_expr, table_cols};
 pub(crate) use params::infer_params;
-pub(crate) use types::{cast_origin, static_columns, static_type};
+pub(crate) use types::{cast_origin, static_columns, static_type, typed_columns};

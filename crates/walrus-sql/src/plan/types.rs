@@ -9,7 +9,7 @@ use walrus_engine::catalog::{ColumnDef, DeclaredType, TableDef};
 use super::columns::{output_name, table_cols};
 use crate::expr::{column_type, function_args, function_name, type_from_sql};
 use crate::names::{ident, object_name};
-use crate::rel::{col_ref, find_col, Origin};
+use crate::rel::{col_ref, find_col, ColName, Origin};
 use crate::result::Column;
 
 /// How a cast to a type walrus keeps under another one is described: `$1::varchar` is
@@ -63,18 +63,7 @@ pub(crate) fn static_columns(
             .unwrap_or_else(|| def.name.clone());
         cols.extend(table_cols(&qual, &def));
     }
-    let defs: Vec<ColumnDef> = cols
-        .iter()
-        .filter_map(|c| {
-            c.ty.map(|ty| ColumnDef {
-                name: c.name.clone(),
-                ty,
-                not_null: false,
-                typmod: -1,
-                declared: Default::default(),
-            })
-        })
-        .collect();
+    let defs = typed_columns(&cols);
     let mut out = Vec::new();
     for item in &sel.projection {
         let (name, e) = match item {
@@ -111,6 +100,21 @@ pub(crate) fn static_columns(
 }
 
 /// The result type of an expression when it can be known without rows.
+/// The columns of known type among `cols`, in the form [`static_type`] reads.
+pub(crate) fn typed_columns(cols: &[ColName]) -> Vec<ColumnDef> {
+    cols.iter()
+        .filter_map(|c| {
+            c.ty.map(|ty| ColumnDef {
+                name: c.name.clone(),
+                ty,
+                not_null: false,
+                typmod: -1,
+                declared: Default::default(),
+            })
+        })
+        .collect()
+}
+
 pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
     match e {
         Expr::Identifier(i) => cols.iter().find(|c| c.name == ident(i)).map(|c| c.ty),

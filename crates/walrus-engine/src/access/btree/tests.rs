@@ -62,7 +62,7 @@ fn btree_matches_model_with_eviction() {
     let pool = pool(dir.path(), 64);
     let mut writers = PageWriters::start(
         pool.clone(),
-        Arc::new(crate::buffer::page_writer::FlushControl::new(1)),
+        Arc::new(crate::buffer::page_writer::FlushControl::new(1, false)),
         Duration::from_millis(2),
     );
     BTree::create(&pool, REL, Xid(3)).unwrap();
