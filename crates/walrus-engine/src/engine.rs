@@ -53,7 +53,7 @@ pub use dml::{datum_text, RowChange};
 pub use open::RecoveryReport;
 use table_locks::TableLocks;
 pub use transaction::{Isolation, Transaction};
-pub use vacuum::{FreezeReport, VacuumReport};
+pub use vacuum::{FreezeReport, VacuumReport, CATALOG_NAME};
 
 struct Inner {
     dir: PathBuf,
@@ -68,6 +68,8 @@ struct Inner {
     next_relfile: AtomicU32,
     catalog_cache: RwLock<Option<Arc<CatalogView>>>,
     catalog_version: AtomicU64,
+    /// Reads of the catalog relation (cache misses of `Transaction::catalog`).
+    catalog_reads: AtomicU64,
     checkpoint_lock: Mutex<()>,
     checkpoint_request: (Mutex<bool>, Condvar),
     checkpoint_stats: Mutex<CheckpointStats>,

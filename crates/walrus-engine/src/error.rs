@@ -69,6 +69,13 @@ pub enum Error {
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),
 
+    #[error("index \"{0}\" does not exist")]
+    UndefinedIndex(String),
+
+    /// DROP of an object something else needs (2BP01): the index of a primary key.
+    #[error("{0}")]
+    DependentObjects(String),
+
     #[error("relation \"{0}\" was truncated or dropped and recreated by a concurrent transaction; retry the statement")]
     TableRewritten(String),
 
@@ -141,6 +148,8 @@ impl Error {
             Error::Canceled => "57014",
             Error::LockTimeout => "55P03",
             Error::UndefinedTable(_) => "42P01",
+            Error::UndefinedIndex(_) => "42704",
+            Error::DependentObjects(_) => "2BP01",
             Error::DuplicateTable(_) => "42P07",
             Error::UndefinedColumn(_) => "42703",
             Error::NotNullViolation { .. } => "23502",

@@ -28,6 +28,7 @@ pub fn kind_name(rmgr: Rmgr, info: u8) -> &'static str {
         (Rmgr::Heap, heap::INFO_PRUNE) => "Heap/PRUNE",
         (Rmgr::Heap, heap::INFO_VACUUM) => "Heap/VACUUM",
         (Rmgr::Heap, heap::INFO_FREEZE) => "Heap/FREEZE",
+        (Rmgr::Heap, heap::INFO_MULTI_INSERT) => "Heap/MULTI_INSERT",
         (Rmgr::Btree, btree::INFO_INSERT) => "Btree/INSERT",
         (Rmgr::Btree, btree::INFO_SPLIT) => "Btree/SPLIT",
         (Rmgr::Btree, btree::INFO_NEW_ROOT) => "Btree/NEW_ROOT",

@@ -22,6 +22,7 @@ mod postgres;
 mod process;
 mod report;
 mod server;
+mod sqlwork;
 mod walrus_server;
 
 use std::path::{Path, PathBuf};
@@ -47,6 +48,8 @@ const SCENARIOS: &[&str] = &[
     "checkpoint",
     "recovery",
     "scaling",
+    "bulk",
+    "queries",
 ];
 
 /// `(repetition, configuration)` pairs: every configuration once per repetition, in
@@ -62,7 +65,8 @@ const START_LIMIT: Duration = Duration::from_secs(600);
 
 #[derive(clap::Args, Debug)]
 pub struct CompareArgs {
-    /// Scenario to run: fpw, dwb, eviction, insert, checkpoint, recovery, scaling, or all.
+    /// Scenarios to run, comma-separated: fpw, dwb, eviction, insert, checkpoint,
+    /// recovery, scaling, bulk, queries, or all.
     #[arg(long, default_value = "all")]
     scenario: String,
     /// Smoke check: scale 1, 1 repetition, 3 s per run, scaling at 1/16/128 clients only
@@ -198,6 +202,8 @@ impl Plan {
             "checkpoint" => 2.0 * i + 2.0 * reps * (r + 5.0),
             "recovery" => 2.0 * i + 2.0 * reps * (self.duration as f64 + 10.0),
             "scaling" => 2.0 * i + self.scaling_clients().len() as f64 * 2.0 * reps * r,
+            "bulk" => 2.0 * reps * (8.0 * i + if self.quick { 5.0 } else { 100.0 }),
+            "queries" => 2.0 * i + 2.0 * reps * (20.0 + 2.0 * self.duration.clamp(2, 20) as f64),
             _ => 0.0,
         }
     }
@@ -440,6 +446,8 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
             "checkpoint" => scenario_checkpoint(&mut ctx)?,
             "recovery" => scenario_recovery(&mut ctx)?,
             "scaling" => scenario_scaling(&mut ctx)?,
+            "bulk" => sqlwork::scenario_bulk(&mut ctx)?,
+            "queries" => sqlwork::scenario_queries(&mut ctx)?,
             other => unreachable!("scenario {other} was validated"),
         };
         sections.push(section);
@@ -608,6 +616,8 @@ enum Setup {
     Pgbench,
     /// The insert scenario's table.
     InsertTable,
+    /// Nothing: the scenario fills the database itself.
+    Empty,
 }
 
 /// Creates, fills and stops one configuration's server; moves its WAL to tmpfs if asked.
@@ -628,7 +638,7 @@ fn prepare(ctx: &mut Ctx, scenario: &str, v: &Variant, setup: Setup) -> anyhow::
     check_interrupt()?;
     let est = match setup {
         Setup::Pgbench => ctx.plan.init_estimate(),
-        Setup::InsertTable => 4.0,
+        Setup::InsertTable | Setup::Empty => 4.0,
     };
     ctx.progress.step(
         &format!("{scenario}: initialise {} {}", v.system.name(), v.label),
@@ -663,6 +673,7 @@ fn prepare(ctx: &mut Ctx, scenario: &str, v: &Variant, setup: Setup) -> anyhow::
         Setup::InsertTable => {
             s.query("create table ins (id int8, value text)")?;
         }
+        Setup::Empty => {}
     }
     s.stop()?;
     if v.settings.wal_on_tmpfs && !move_first {

@@ -28,6 +28,15 @@ impl Engine {
         Ok(v)
     }
 
+    /// How often the catalog relation was read (every other catalog lookup is served
+    /// from a cache), and its size in pages: what the relation cache and the catalog's
+    /// vacuum keep small.
+    pub fn catalog_stats(&self) -> Result<(u64, u32)> {
+        let rel = self.inner.rel(CATALOG_RELFILE, 100);
+        let pages = Heap::new(&self.inner.pool, &self.inner.txn, &rel).nblocks()?;
+        Ok((self.inner.catalog_reads.load(Ordering::Relaxed), pages))
+    }
+
     /// [`Engine::catalog_view`] read from the catalog relation with a snapshot taken
     /// now, never from the cache.
     pub(crate) fn catalog_view_uncached(&self) -> Result<Arc<CatalogView>> {
@@ -39,10 +48,17 @@ impl Engine {
 }
 
 impl Transaction {
+    /// The catalog as this transaction sees it: the shared committed view, or, once it
+    /// has run DDL, its own view — both cached, so no statement reads the catalog
+    /// relation unless DDL committed or this transaction changed the catalog since.
     pub fn catalog(&mut self) -> Result<Arc<CatalogView>> {
         if !self.catalog_changed {
             if let Some(v) = self.inner.catalog_cache.read().clone() {
                 return Ok(v);
+            }
+        } else if let Some((version, v)) = &self.own_catalog {
+            if *version == self.inner.catalog_version.load(Ordering::Acquire) {
+                return Ok(v.clone());
             }
         }
         self.read_catalog()
@@ -52,6 +68,7 @@ impl Transaction {
     /// proc array before it clears the cache, so a cached view can briefly miss a
     /// table whose xid is already below the global xmin (the freeze pass's cutoff).
     pub(crate) fn read_catalog(&mut self) -> Result<Arc<CatalogView>> {
+        self.inner.catalog_reads.fetch_add(1, Ordering::Relaxed);
         let version = self.inner.catalog_version.load(Ordering::Acquire);
         let snap = if self.catalog_changed {
             self.snapshot()
@@ -74,7 +91,12 @@ impl Transaction {
             .map(|(tid, r)| catalog::decode_entry(*tid, r))
             .collect::<Result<Vec<_>>>()?;
         let view = Arc::new(CatalogView::build(entries));
-        if !self.catalog_changed && self.inner.catalog_version.load(Ordering::Acquire) == version {
+        if self.catalog_changed {
+            // Tagged with the version read before the snapshot: a DDL commit that the
+            // snapshot missed bumps the version after it leaves the proc array, so the
+            // view is re-read at the next use.
+            self.own_catalog = Some((version, view.clone()));
+        } else if self.inner.catalog_version.load(Ordering::Acquire) == version {
             *self.inner.catalog_cache.write() = Some(view.clone());
         }
         Ok(view)
@@ -101,16 +123,25 @@ impl Transaction {
     fn catalog_insert(&mut self, row: &[u8]) -> Result<Tid> {
         let xid = self.mark_write();
         self.catalog_changed = true;
+        self.own_catalog = None;
         let rel = self.inner.rel(CATALOG_RELFILE, 100);
-        Heap::new(&self.inner.pool, &self.inner.txn, &rel).insert(xid, self.cid, row)
+        let tid = Heap::new(&self.inner.pool, &self.inner.txn, &rel).insert(xid, self.cid, row)?;
+        // Counted like any table's rows, so autovacuum reclaims the catalog's dead rows.
+        self.activity_of(&rel).inserted += 1;
+        Ok(tid)
     }
 
     fn catalog_delete(&mut self, tid: Tid) -> Result<()> {
         let xid = self.mark_write();
         self.catalog_changed = true;
+        self.own_catalog = None;
         let rel = self.inner.rel(CATALOG_RELFILE, 100);
         match Heap::new(&self.inner.pool, &self.inner.txn, &rel).delete(tid, xid, self.cid)? {
-            Modify::Done(_) | Modify::SelfModified => Ok(()),
+            Modify::Done(_) => {
+                self.activity_of(&rel).deleted += 1;
+                Ok(())
+            }
+            Modify::SelfModified => Ok(()),
             _ => Err(Error::SerializationFailure),
         }
     }
@@ -258,6 +289,39 @@ impl Transaction {
             .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
         self.catalog_delete(tid)?;
         self.dropped.push(def.relfile);
+        Ok(())
+    }
+
+    /// DROP INDEX: the catalog row goes now, the file when the transaction commits. The
+    /// index of a primary key cannot be dropped on its own (PostgreSQL: the constraint
+    /// needs it).
+    pub fn drop_index(&mut self, name: &str) -> Result<()> {
+        self.before_write()?;
+        let table = self
+            .catalog()?
+            .tables
+            .values()
+            .find(|t| t.indexes.iter().any(|i| i.name == name))
+            .map(|t| t.name.clone())
+            .ok_or_else(|| Error::UndefinedIndex(name.to_string()))?;
+        let inner = self.inner.clone();
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, &table)?;
+        // Re-read under the hold: the index may have gone meanwhile.
+        let idx = def
+            .indexes
+            .iter()
+            .find(|i| i.name == name)
+            .ok_or_else(|| Error::UndefinedIndex(name.to_string()))?;
+        if idx.primary {
+            return Err(Error::DependentObjects(format!(
+                "cannot drop index {name} because constraint {name} on table {table} requires it"
+            )));
+        }
+        let tid = view
+            .entry_tid(false, name)
+            .ok_or_else(|| Error::UndefinedIndex(name.to_string()))?;
+        self.catalog_delete(tid)?;
+        self.dropped.push(idx.relfile);
         Ok(())
     }
 

@@ -10,6 +10,7 @@ use std::collections::HashSet;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
+use walrus_base::limits::HEAP_TUPLE_BYTES_MAX;
 use walrus_base::{Tid, Xid};
 
 use super::{Isolation, Transaction};
@@ -84,6 +85,58 @@ impl Transaction {
             self.index_insert(def, idx, values, tid)?;
         }
         Ok(tid)
+    }
+
+    /// Inserts many rows (COPY, multi-row INSERT): the heap is filled a page at a time
+    /// with one WAL record per page (`Heap::insert_many`), then the index entries
+    /// are added row by row (a unique violation names the duplicate a row-by-row insert
+    /// would). Errors come in the order a row-by-row insert gives them; an error
+    /// leaves rows already written to the transaction, which the statement's rollback
+    /// removes.
+    pub fn insert_many(&mut self, def: &TableDef, rows: &[Vec<Datum>]) -> Result<Vec<Tid>> {
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.before_write()?;
+        self.check_interrupt()?;
+        let fresh = self.lock_for_write(def)?;
+        let def = fresh.as_deref().unwrap_or(def);
+        let encoded: Vec<Vec<u8>> = rows
+            .iter()
+            .map(|values| {
+                let mut row = Vec::new();
+                encode_row(values, &mut row);
+                row
+            })
+            .collect();
+        // Rows before the first bad one are inserted (their unique checks may fail
+        // first), as a row-by-row insert would.
+        let bad = rows.iter().zip(&encoded).position(|(values, row)| {
+            Transaction::check_row(def, values).is_err()
+                || tuple::TUPLE_HEADER_SIZE + row.len() > HEAP_TUPLE_BYTES_MAX
+        });
+        let good = &rows[..bad.unwrap_or(rows.len())];
+        let xid = self.mark_write();
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let tids = Heap::new(&self.inner.pool, &self.inner.txn, &rel).insert_many(
+            xid,
+            self.cid,
+            &encoded[..good.len()],
+        )?;
+        self.activity_of(&rel).inserted += tids.len() as u64;
+        for (values, &tid) in good.iter().zip(&tids) {
+            for idx in &def.indexes {
+                self.index_insert(def, idx, values, tid)?;
+            }
+        }
+        if let Some(i) = bad {
+            Transaction::check_row(def, &rows[i])?;
+            return Err(Error::RowTooBig {
+                size: tuple::TUPLE_HEADER_SIZE + encoded[i].len(),
+                max: HEAP_TUPLE_BYTES_MAX,
+            });
+        }
+        Ok(tids)
     }
 
     /// `INSERT ... ON CONFLICT DO NOTHING`: inserts `values` unless a unique index among

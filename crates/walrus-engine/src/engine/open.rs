@@ -313,6 +313,7 @@ impl Engine {
             next_relfile: AtomicU32::new(next_relfile),
             catalog_cache: RwLock::new(None),
             catalog_version: AtomicU64::new(0),
+            catalog_reads: AtomicU64::new(0),
             checkpoint_lock: Mutex::new(()),
             checkpoint_request: (Mutex::new(false), Condvar::new()),
             checkpoint_stats: Mutex::new(CheckpointStats::default()),

@@ -37,6 +37,12 @@ pub struct Transaction {
     pub(super) created: Vec<RelFileId>,
     pub(super) dropped: Vec<RelFileId>,
     pub(super) catalog_changed: bool,
+    /// This transaction's own view of the catalog once it changed it (its uncommitted
+    /// DDL included), with the committed-DDL version it was read at: reused until its
+    /// own next catalog write or another transaction's DDL commit, so the statements
+    /// after a CREATE TABLE (a `pgbench -i` COPY, chunk by chunk) never re-read the
+    /// catalog relation.
+    pub(super) own_catalog: Option<(u64, Arc<crate::catalog::CatalogView>)>,
     interrupt: Option<Arc<AtomicBool>>,
     /// PostgreSQL's `lock_timeout` for this transaction's lock waits (`None`: wait on).
     lock_timeout: Option<Duration>,
@@ -70,6 +76,7 @@ impl Engine {
             created: Vec::new(),
             dropped: Vec::new(),
             catalog_changed: false,
+            own_catalog: None,
             interrupt: None,
             lock_timeout: None,
             synchronous_commit: None,

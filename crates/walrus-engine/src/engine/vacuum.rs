@@ -147,6 +147,11 @@ impl Engine {
                 Err(e) => return Err(e),
             }
         }
+        // A database-wide VACUUM covers the catalog too, as PostgreSQL's covers the
+        // system catalogs.
+        if table.is_none() {
+            reports.extend(self.vacuum_catalog(VacuumKind::Manual, interrupt)?);
+        }
         Ok(reports)
     }
 
@@ -237,6 +242,46 @@ impl Engine {
             drop(guard);
             return Ok(Some(report));
         }
+    }
+}
+
+/// The catalog relation's name in vacuum reports and logs.
+pub const CATALOG_NAME: &str = "walrus_catalog";
+
+impl Engine {
+    /// Vacuums the catalog relation: the dead versions DDL leaves (a CREATE/DROP TABLE
+    /// cycle leaves two rows) are pruned and their line pointers freed, so the catalog
+    /// stays the size of the live schema. It has no indexes, and holding `ddl_lock`
+    /// keeps DDL out meanwhile (an autovacuum skips the catalog while DDL runs).
+    /// `Ok(None)`: skipped.
+    pub(super) fn vacuum_catalog(
+        &self,
+        kind: VacuumKind,
+        interrupt: Option<&AtomicBool>,
+    ) -> Result<Option<VacuumReport>> {
+        let inner = &self.inner;
+        let _ddl = match kind {
+            VacuumKind::Auto => match inner.ddl_lock.try_lock() {
+                Some(g) => g,
+                None => return Ok(None),
+            },
+            VacuumKind::Manual => inner.ddl_lock.lock(),
+        };
+        let def = TableDef {
+            name: CATALOG_NAME.to_string(),
+            relfile: CATALOG_RELFILE,
+            columns: Vec::new(),
+            fillfactor: 100,
+            indexes: Vec::new(),
+        };
+        let mut throttle = Throttle::new(inner, kind, [interrupt, None]);
+        let report = vacuum_relation(inner, &def, &mut throttle, None)?;
+        inner.rel(CATALOG_RELFILE, 100).activity.vacuumed(
+            report.counts.live,
+            report.counts.dead_left,
+            kind == VacuumKind::Auto,
+        );
+        Ok(Some(report))
     }
 }
 
@@ -514,6 +559,24 @@ pub(super) fn autovacuum_loop(engine: &Engine) {
                     )
                 }
                 Err(e) => tracing::warn!("automatic vacuum of table \"{}\" failed: {e}", def.name),
+            }
+        }
+        // The catalog, by the same rule as a table.
+        let catalog = inner.rel(CATALOG_RELFILE, 100);
+        let (dead, live) = (catalog.activity.dead(), catalog.activity.live());
+        if dead
+            > s.autovacuum_vacuum_threshold
+                + (s.autovacuum_vacuum_scale_factor * live as f64) as u64
+        {
+            match contained(|| engine.vacuum_catalog(VacuumKind::Auto, None)) {
+                Ok(Some(r)) => tracing::info!(
+                    "automatic vacuum of the catalog: {} pages scanned, {} dead line pointers freed; {:.1} ms",
+                    r.pages_scanned,
+                    r.removed,
+                    r.elapsed.as_secs_f64() * 1e3
+                ),
+                Ok(None) | Err(Error::Canceled) => {}
+                Err(e) => tracing::warn!("automatic vacuum of the catalog failed: {e}"),
             }
         }
         let oldest = inner.txn.clog.oldest_xid().0;

@@ -205,6 +205,22 @@ pub(crate) fn drop_tables(
     Ok(QueryResult::tag("DROP TABLE"))
 }
 
+/// `DROP INDEX [IF EXISTS] names`.
+pub(crate) fn drop_indexes(
+    t: &mut Transaction,
+    names: &[ast::ObjectName],
+    if_exists: bool,
+) -> SqlResult<QueryResult> {
+    for n in names {
+        let name = object_name(n);
+        match t.drop_index(&name) {
+            Err(walrus_engine::Error::UndefinedIndex(_)) if if_exists => {}
+            other => other?,
+        }
+    }
+    Ok(QueryResult::tag("DROP INDEX"))
+}
+
 /// `TRUNCATE [TABLE] names`.
 pub(crate) fn truncate(t: &mut Transaction, tr: &ast::Truncate) -> SqlResult<QueryResult> {
     for tn in &tr.table_names {

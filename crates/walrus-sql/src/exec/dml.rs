@@ -317,53 +317,49 @@ pub(crate) fn insert(
         SetExpr::Select(_) | SetExpr::Values(_) | SetExpr::SetOperation { .. } => {
             // INSERT ... SELECT (pgbench -I G generates its data this way).
             let rows = super::select(env, source, params)?.rows;
-            let mut n = 0u64;
+            let mut sink = RowSink::new(&def, skip_conflicts.as_ref());
             for r in rows {
-                if r.len() > targets.len() {
-                    return Err(SqlError::syntax(
-                        "INSERT has more expressions than target columns",
-                    ));
-                }
-                let mut row = vec![Datum::Null; def.columns.len()];
-                for (v, &ci) in r.into_iter().zip(&targets) {
-                    row[ci] = assign(v, &def.columns[ci])?;
-                }
-                if !insert_row(env, &def, &row, skip_conflicts.as_ref())? {
-                    continue;
-                }
-                if let Some(ret) = returning.as_mut() {
-                    ret.push(&row, &scope)?;
-                }
-                n += 1;
+                let row = (|| {
+                    if r.len() > targets.len() {
+                        return Err(SqlError::syntax(
+                            "INSERT has more expressions than target columns",
+                        ));
+                    }
+                    let mut row = vec![Datum::Null; def.columns.len()];
+                    for (v, &ci) in r.into_iter().zip(&targets) {
+                        row[ci] = assign(v, &def.columns[ci])?;
+                    }
+                    Ok(row)
+                })();
+                sink.push(env, row, returning.as_mut(), &scope)?;
             }
+            let n = sink.finish(env, returning.as_mut(), &scope)?;
             return Ok(Returning::result(returning, format!("INSERT 0 {n}")));
         }
         _ => return Err(SqlError::unsupported("this INSERT source is not supported")),
     };
-    let mut n = 0;
+    let mut sink = RowSink::new(&def, skip_conflicts.as_ref());
     for row_exprs in &values.rows {
-        if row_exprs.len() > targets.len() {
-            return Err(SqlError::syntax(
-                "INSERT has more expressions than target columns",
-            ));
-        }
-        if row_exprs.len() < targets.len() && !ins.columns.is_empty() {
-            return Err(SqlError::syntax(
-                "INSERT has more target columns than expressions",
-            ));
-        }
-        let mut row = vec![Datum::Null; def.columns.len()];
-        for (e, &ci) in row_exprs.iter().zip(&targets) {
-            row[ci] = assign(eval(e, &scope)?, &def.columns[ci])?;
-        }
-        if !insert_row(env, &def, &row, skip_conflicts.as_ref())? {
-            continue;
-        }
-        if let Some(ret) = returning.as_mut() {
-            ret.push(&row, &scope)?;
-        }
-        n += 1;
+        let row = (|| {
+            if row_exprs.len() > targets.len() {
+                return Err(SqlError::syntax(
+                    "INSERT has more expressions than target columns",
+                ));
+            }
+            if row_exprs.len() < targets.len() && !ins.columns.is_empty() {
+                return Err(SqlError::syntax(
+                    "INSERT has more target columns than expressions",
+                ));
+            }
+            let mut row = vec![Datum::Null; def.columns.len()];
+            for (e, &ci) in row_exprs.iter().zip(&targets) {
+                row[ci] = assign(eval(e, &scope)?, &def.columns[ci])?;
+            }
+            Ok(row)
+        })();
+        sink.push(env, row, returning.as_mut(), &scope)?;
     }
+    let n = sink.finish(env, returning.as_mut(), &scope)?;
     Ok(Returning::result(returning, format!("INSERT 0 {n}")))
 }
 
@@ -409,23 +405,94 @@ fn conflict_arbiters(ins: &ast::Insert, def: &TableDef) -> SqlResult<Option<Opti
     Ok(Some(Some(names)))
 }
 
-/// Inserts one row; with `ON CONFLICT DO NOTHING` (`skip` set) returns false when the
-/// row was skipped for a conflict.
-fn insert_row(
-    env: &mut dyn Env,
-    def: &TableDef,
-    row: &[Datum],
-    skip: Option<&Option<Vec<String>>>,
-) -> SqlResult<bool> {
-    match skip {
-        None => {
-            env.txn().insert(def, row)?;
-            Ok(true)
+/// Rows an INSERT writes, batched into `Transaction::insert_many` (a page per WAL
+/// record) unless `ON CONFLICT DO NOTHING` needs each row's own check. Rows are built
+/// lazily by the caller; a row that failed to build flushes the batch before its error
+/// is returned, so errors come in row order as in a row-by-row insert.
+struct RowSink<'a> {
+    def: &'a TableDef,
+    skip: Option<&'a Option<Vec<String>>>,
+    batch: Vec<Vec<Datum>>,
+    inserted: u64,
+}
+
+/// Rows buffered before a batch is written: enough to fill many pages per call, few
+/// enough that a statement's memory stays small.
+const INSERT_BATCH_ROWS: usize = 1000;
+
+impl<'a> RowSink<'a> {
+    fn new(def: &'a TableDef, skip: Option<&'a Option<Vec<String>>>) -> Self {
+        RowSink {
+            def,
+            skip,
+            batch: Vec::new(),
+            inserted: 0,
         }
-        Some(arbiters) => Ok(env
-            .txn()
-            .insert_or_skip(def, row, arbiters.as_deref())?
-            .is_some()),
+    }
+
+    fn push(
+        &mut self,
+        env: &mut dyn Env,
+        row: SqlResult<Vec<Datum>>,
+        returning: Option<&mut Returning>,
+        scope: &Scope<'_>,
+    ) -> SqlResult<()> {
+        let row = match row {
+            Ok(row) => row,
+            Err(e) => {
+                self.flush(env, returning, scope)?;
+                return Err(e);
+            }
+        };
+        if let Some(arbiters) = self.skip {
+            let done = env
+                .txn()
+                .insert_or_skip(self.def, &row, arbiters.as_deref())?
+                .is_some();
+            if done {
+                if let Some(ret) = returning {
+                    ret.push(&row, scope)?;
+                }
+                self.inserted += 1;
+            }
+            return Ok(());
+        }
+        self.batch.push(row);
+        if self.batch.len() >= INSERT_BATCH_ROWS {
+            self.flush(env, returning, scope)?;
+        }
+        Ok(())
+    }
+
+    fn flush(
+        &mut self,
+        env: &mut dyn Env,
+        returning: Option<&mut Returning>,
+        scope: &Scope<'_>,
+    ) -> SqlResult<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut self.batch);
+        env.txn().insert_many(self.def, &rows)?;
+        if let Some(ret) = returning {
+            for row in &rows {
+                ret.push(row, scope)?;
+            }
+        }
+        self.inserted += rows.len() as u64;
+        Ok(())
+    }
+
+    /// Writes what is left; returns the rows inserted.
+    fn finish(
+        mut self,
+        env: &mut dyn Env,
+        returning: Option<&mut Returning>,
+        scope: &Scope<'_>,
+    ) -> SqlResult<u64> {
+        self.flush(env, returning, scope)?;
+        Ok(self.inserted)
     }
 }
 

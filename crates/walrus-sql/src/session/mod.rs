@@ -772,6 +772,10 @@ impl Session {
                 Statement::Delete(_) => Some("DELETE"),
                 Statement::CreateTable(_) => Some("CREATE TABLE"),
                 Statement::CreateIndex(_) => Some("CREATE INDEX"),
+                Statement::Drop {
+                    object_type: ObjectType::Index,
+                    ..
+                } => Some("DROP INDEX"),
                 Statement::Drop { .. } => Some("DROP TABLE"),
                 Statement::Truncate(_) => Some("TRUNCATE TABLE"),
                 Statement::AlterTable(_) => Some("ALTER TABLE"),
@@ -864,6 +868,21 @@ impl Session {
                 names,
                 ..
             } => ddl::drop_tables(self.txn(), names, *if_exists)?,
+            Statement::Drop {
+                object_type: ObjectType::Index,
+                cascade: true,
+                ..
+            } => {
+                return Err(SqlError::unsupported(
+                    "DROP INDEX ... CASCADE is not supported",
+                ))
+            }
+            Statement::Drop {
+                object_type: ObjectType::Index,
+                if_exists,
+                names,
+                ..
+            } => ddl::drop_indexes(self.txn(), names, *if_exists)?,
             Statement::Truncate(tr) => ddl::truncate(self.txn(), tr)?,
             Statement::AlterTable(at) => ddl::alter_table(self.txn(), at)?,
             other => {
