@@ -545,3 +545,151 @@ fn pgx_driver_works_on_postgres_and_on_walrus() {
         )
     });
 }
+
+/// What a COPY check prints, minus the lines only PostgreSQL has: LOCATION (its
+/// source file), the error fields walrus does not send (schema, table, column and
+/// constraint names, the failing row's detail) and the statement-position lines.
+fn comparable(output: &str) -> String {
+    output
+        .lines()
+        .map(|l| match l.strip_prefix("psql:") {
+            // `psql:FILE:LINE: ERROR: ...`: the file name differs between runs.
+            Some(rest) => rest.splitn(3, ':').nth(2).unwrap_or(rest).trim_start(),
+            None => l,
+        })
+        .filter(|l| {
+            ![
+                "LOCATION:",
+                "SCHEMA NAME:",
+                "TABLE NAME:",
+                "COLUMN NAME:",
+                "CONSTRAINT NAME:",
+                "DETAIL:  Failing row",
+                "LINE ",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+                && l.trim() != "^"
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// psql on `port` with `args` (`-f file` or `-c command`) and `stdin` piped in; all
+/// it printed.
+fn psql_run(port: u16, db: &str, args: &[&str], stdin: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("psql")
+        .args(["-X", "-q", "-v", "VERBOSITY=verbose", "-h", "127.0.0.1"])
+        .args(["-p", &port.to_string(), "-U", "bench", "-d", db])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run psql");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    text(&out)
+}
+
+/// Everything the COPY checks print against the server on `port`: the psql script
+/// `drivers/copy_check.sql`; psql's `\copy` of a 2 MB CSV file with quoted fields
+/// spanning lines (many CopyData messages) into a table and back out to a file, and
+/// `COPY ... FROM STDIN` fed on psql's standard input; the psycopg 3 program
+/// `drivers/psycopg_copy_check.py` (text, CSV and binary in and out).
+fn copy_checks(port: u16, db: &str, python: &str, scratch: &Path) -> String {
+    let drivers = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/drivers");
+    let check = drivers.join("copy_check.sql");
+    let mut all = comparable(&psql_run(port, db, &["-f", check.to_str().unwrap()], b""));
+    let mut csv = String::from("id,note\n");
+    for i in 0..20_000 {
+        csv.push_str(&format!("{i},\"line one {i}\nline \"\"two\"\", {i}\"\n"));
+    }
+    let data_in = scratch.join("in.csv");
+    let data_out = scratch.join("out.csv");
+    std::fs::write(&data_in, &csv).unwrap();
+    let script = scratch.join("backslash_copy.sql");
+    std::fs::write(
+        &script,
+        format!(
+            "create table big (id int primary key, note text);\n\
+             \\copy big from '{}' with csv header\n",
+            data_in.display(),
+        ),
+    )
+    .unwrap();
+    all += &comparable(&psql_run(port, db, &["-f", script.to_str().unwrap()], b""));
+    let piped = b"\"piped, \"\"in\"\"\",100000\nsecond,100001\n\\.\n";
+    let copy = "copy big (note, id) from stdin (format csv)";
+    all += &comparable(&psql_run(port, db, &["-c", copy], piped));
+    let copy_out = format!(
+        "\\copy (select * from big order by id) to '{}' with (format csv, header)",
+        data_out.display()
+    );
+    for command in ["select count(*), sum(length(note)) from big", &copy_out] {
+        all += &comparable(&psql_run(port, db, &["-c", command], b""));
+    }
+    let round_trip = std::fs::read_to_string(&data_out).unwrap();
+    let mut expected = csv.clone();
+    expected.push_str("100000,\"piped, \"\"in\"\"\"\n100001,second\n");
+    all += &format!(
+        "\\copy out equals what went in: {}\n",
+        round_trip == expected
+    );
+    let program = drivers.join("psycopg_copy_check.py");
+    let out = Command::new(python)
+        .arg(&program)
+        .arg(port.to_string())
+        .arg(db)
+        .output()
+        .unwrap();
+    all + &text(&out)
+}
+
+/// COPY as psql (`COPY ... FROM STDIN`, `\copy` both ways) and psycopg 3 (text, CSV and
+/// binary) use it: every output, error messages with their SQLSTATE and CONTEXT
+/// included, is the same on walrus as on PostgreSQL 15.
+#[test]
+fn copy_matches_postgresql_through_psql_and_psycopg() {
+    let python = python_with("psycopg");
+    let have = python.is_some()
+        && Path::new(PG_BIN).join("postgres").exists()
+        && Command::new("psql").arg("--version").output().is_ok();
+    if skip_without("psql, python3-psycopg and PostgreSQL 15", have) {
+        return;
+    }
+    let python = python.unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let on_postgres = {
+        let postgres = Postgres::start();
+        copy_checks(postgres.port, "postgres", python, scratch.path())
+    };
+    assert!(
+        on_postgres.contains("\nOK\n") && on_postgres.contains("equals what went in: true"),
+        "the COPY checks fail on PostgreSQL 15 itself:\n{on_postgres}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = tmp.path().join("data");
+    let mut server = walrus()
+        .args(["serve", "--data"])
+        .arg(&data)
+        .args(["--port", &port.to_string()])
+        .env("WALRUS_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(port);
+    let on_walrus = copy_checks(port, "bench", python, scratch.path());
+    let stop = walrus().arg("stop").arg(&data).output().unwrap();
+    let _ = server.wait();
+    let (pg, w): (Vec<&str>, Vec<&str>) =
+        (on_postgres.lines().collect(), on_walrus.lines().collect());
+    for (i, (a, b)) in pg.iter().zip(&w).enumerate() {
+        assert_eq!(a, b, "line {} differs (PostgreSQL 15, then walrus)", i + 1);
+    }
+    assert_eq!(pg.len(), w.len(), "walrus printed:\n{on_walrus}");
+    assert!(stop.status.success(), "{}", text(&stop));
+}

@@ -338,6 +338,8 @@ pub fn parse(sql: &str) -> SqlResult<CopyStatement> {
         while let Some(t) = c.next() {
             match t.tok {
                 Tok::Punct('(') => depth += 1,
+                // One statement only, as PostgreSQL's grammar.
+                Tok::Punct(';') => return Err(syntax_near(Some(t))),
                 Tok::Punct(')') => {
                     depth -= 1;
                     if depth == 0 {
@@ -434,6 +436,9 @@ pub fn parse(sql: &str) -> SqlResult<CopyStatement> {
         }
     } else {
         old_style_options(&mut c, &mut options)?;
+    }
+    if c.is_word("where") && !from {
+        return Err(SqlError::syntax("WHERE clause not allowed with COPY TO"));
     }
     if c.is_word("where") {
         return Err(SqlError::unsupported(
