@@ -45,7 +45,10 @@ fn csv_records_span_pieces_and_errors_keep_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(dir.path());
     let mut s = Session::new(e.clone());
-    ok(&mut s, "create table t (id int primary key, note text, v varchar(3))");
+    ok(
+        &mut s,
+        "create table t (id int primary key, note text, v varchar(3))",
+    );
     let csv = b"id,note,v\n1,\"a,\nb \"\"q\"\"\",x\n2,,\"\"\n3,\\.,\n";
     for step in [1, 2, 5, 1000] {
         ok(&mut s, "delete from t");
@@ -65,8 +68,13 @@ fn csv_records_span_pieces_and_errors_keep_nothing() {
     );
 
     // A conversion error names the line and column; nothing of the COPY stays.
-    let e1 = load(&mut s, "copy t from stdin", b"10\tok\tx\n11\tok\ttoo long\n", 4)
-        .unwrap_err();
+    let e1 = load(
+        &mut s,
+        "copy t from stdin",
+        b"10\tok\tx\n11\tok\ttoo long\n",
+        4,
+    )
+    .unwrap_err();
     assert_eq!(e1.sqlstate, "22001");
     assert_eq!(
         e1.context.as_deref(),
@@ -75,15 +83,28 @@ fn csv_records_span_pieces_and_errors_keep_nothing() {
     let e2 = load(&mut s, "copy t from stdin", b"12\tx\n", 100).unwrap_err();
     assert_eq!(
         (e2.sqlstate, e2.message.as_str(), e2.context.as_deref()),
-        ("22P04", "missing data for column \"v\"", Some("COPY t, line 1: \"12\tx\""))
+        (
+            "22P04",
+            "missing data for column \"v\"",
+            Some("COPY t, line 1: \"12\tx\"")
+        )
     );
     // A duplicate key is found by the insert: the line, without its text.
     let e3 = load(&mut s, "copy t (id) from stdin", b"20\n1\n", 100).unwrap_err();
-    assert_eq!((e3.sqlstate, e3.context.as_deref()), ("23505", Some("COPY t, line 2")));
-    assert_eq!(text_rows(&mut s, "copy (select count(*) from t) to stdout"), "3\n");
+    assert_eq!(
+        (e3.sqlstate, e3.context.as_deref()),
+        ("23505", Some("COPY t, line 2"))
+    );
+    assert_eq!(
+        text_rows(&mut s, "copy (select count(*) from t) to stdout"),
+        "3\n"
+    );
 
     assert_eq!(err(&mut s, "copy t (nosuch) from stdin"), "42703");
-    assert_eq!(err(&mut s, "copy t from stdin (format csv, force_quote *)"), "0A000");
+    assert_eq!(
+        err(&mut s, "copy t from stdin (format csv, force_quote *)"),
+        "0A000"
+    );
     // In a block, a failed COPY aborts the block.
     ok(&mut s, "begin");
     assert!(load(&mut s, "copy t (id) from stdin", b"x\n", 100).is_err());
@@ -116,8 +137,11 @@ fn binary_copy_out_reads_back_in() {
     let bytes = all_out(&out);
     assert!(bytes.starts_with(b"PGCOPY\n\xff\r\n\0\0\0\0\0\0\0\0\0"));
     assert!(bytes.ends_with(&[0xff, 0xff]));
-    ok(&mut s, "create table b (id int, s smallint, b bigint, f float8, n numeric(8,3), t text, \
-         c char(3), ok boolean, d date, ts timestamp, tz timestamptz, by bytea, u uuid)");
+    ok(
+        &mut s,
+        "create table b (id int, s smallint, b bigint, f float8, n numeric(8,3), t text, \
+         c char(3), ok boolean, d date, ts timestamp, tz timestamptz, by bytea, u uuid)",
+    );
     // Fed in 3-byte pieces: tuples and the header cross CopyData boundaries.
     assert_eq!(
         load(&mut s, "copy b from stdin with binary", &bytes, 3).unwrap(),
@@ -128,7 +152,13 @@ fn binary_copy_out_reads_back_in() {
         text_rows(&mut s, "copy (select * from b order by id) to stdout")
     );
     // Malformed binary data: PostgreSQL's 22P04s.
-    let e1 = load(&mut s, "copy b from stdin (format binary)", b"PGCOPY\nxx", 100).unwrap_err();
+    let e1 = load(
+        &mut s,
+        "copy b from stdin (format binary)",
+        b"PGCOPY\nxx",
+        100,
+    )
+    .unwrap_err();
     assert_eq!(
         (e1.sqlstate, e1.message.as_str()),
         ("22P04", "COPY file signature not recognized")
@@ -142,12 +172,21 @@ fn binary_copy_out_reads_back_in() {
     wrong.extend_from_slice(&2i32.to_be_bytes());
     wrong.extend_from_slice(&[0, 1]);
     wrong.extend_from_slice(&(-1i16).to_be_bytes());
-    let e3 = load(&mut s, "copy b (id) from stdin (format binary)", &wrong, 100).unwrap_err();
+    let e3 = load(
+        &mut s,
+        "copy b (id) from stdin (format binary)",
+        &wrong,
+        100,
+    )
+    .unwrap_err();
     assert_eq!(
         (e3.sqlstate, e3.context.as_deref()),
         ("22P03", Some("COPY b, line 1, column id"))
     );
-    assert_eq!(text_rows(&mut s, "copy (select count(*) from b) to stdout"), "2\n");
+    assert_eq!(
+        text_rows(&mut s, "copy (select count(*) from b) to stdout"),
+        "2\n"
+    );
     drop(s);
     e.shutdown().unwrap();
 }

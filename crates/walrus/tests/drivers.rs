@@ -597,7 +597,8 @@ fn psql_run(port: u16, db: &str, args: &[&str], stdin: &[u8]) -> String {
 /// `drivers/copy_check.sql`; psql's `\copy` of a 2 MB CSV file with quoted fields
 /// spanning lines (many CopyData messages) into a table and back out to a file, and
 /// `COPY ... FROM STDIN` fed on psql's standard input; the psycopg 3 program
-/// `drivers/psycopg_copy_check.py` (text, CSV and binary in and out).
+/// `drivers/psycopg_copy_check.py` (text, CSV and binary in and out) and the asyncpg
+/// one `drivers/asyncpg_copy_check.py` (its binary `copy_records_to_table`).
 fn copy_checks(port: u16, db: &str, python: &str, scratch: &Path) -> String {
     let drivers = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/drivers");
     let check = drivers.join("copy_check.sql");
@@ -637,26 +638,36 @@ fn copy_checks(port: u16, db: &str, python: &str, scratch: &Path) -> String {
         "\\copy out equals what went in: {}\n",
         round_trip == expected
     );
-    let program = drivers.join("psycopg_copy_check.py");
-    let out = Command::new(python)
-        .arg(&program)
-        .arg(port.to_string())
-        .arg(db)
-        .output()
-        .unwrap();
-    all + &text(&out)
+    for program in ["psycopg_copy_check.py", "asyncpg_copy_check.py"] {
+        let out = Command::new(python)
+            .arg(drivers.join(program))
+            .arg(port.to_string())
+            .arg(db)
+            .output()
+            .unwrap();
+        all += &text(&out);
+    }
+    all
 }
 
-/// COPY as psql (`COPY ... FROM STDIN`, `\copy` both ways) and psycopg 3 (text, CSV and
-/// binary) use it: every output, error messages with their SQLSTATE and CONTEXT
+/// COPY as psql (`COPY ... FROM STDIN`, `\copy` both ways), psycopg 3 (text, CSV and
+/// binary) and asyncpg (binary) use it: every output, error messages with their SQLSTATE and CONTEXT
 /// included, is the same on walrus as on PostgreSQL 15.
 #[test]
 fn copy_matches_postgresql_through_psql_and_psycopg() {
-    let python = python_with("psycopg");
+    let python = python_with("psycopg").filter(|py| {
+        Command::new(py)
+            .args(["-c", "import asyncpg"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
     let have = python.is_some()
         && Path::new(PG_BIN).join("postgres").exists()
         && Command::new("psql").arg("--version").output().is_ok();
-    if skip_without("psql, python3-psycopg and PostgreSQL 15", have) {
+    if skip_without(
+        "psql, python3-psycopg, python3-asyncpg and PostgreSQL 15",
+        have,
+    ) {
         return;
     }
     let python = python.unwrap();
@@ -666,7 +677,8 @@ fn copy_matches_postgresql_through_psql_and_psycopg() {
         copy_checks(postgres.port, "postgres", python, scratch.path())
     };
     assert!(
-        on_postgres.contains("\nOK\n") && on_postgres.contains("equals what went in: true"),
+        on_postgres.matches("\nOK\n").count() == 2
+            && on_postgres.contains("equals what went in: true"),
         "the COPY checks fail on PostgreSQL 15 itself:\n{on_postgres}"
     );
     let tmp = tempfile::tempdir().unwrap();
