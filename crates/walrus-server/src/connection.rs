@@ -1,5 +1,6 @@
 //! One client connection: startup, then the simple and extended query protocols and
-//! COPY FROM STDIN, until Terminate or an error.
+//! COPY's sub-protocols (FROM STDIN, TO STDOUT; text, CSV or binary data, decoded and
+//! encoded by `walrus_sql`), until Terminate or an error.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -374,6 +375,10 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
                         fail(stream, out, s, &e, &mut skip_until_sync)?;
                         continue;
                     };
+                    if s.is_copy(&p.sql) {
+                        out.simple(b'n');
+                        continue;
+                    }
                     let res = run_portal(stream, s, out, &p.sql, &p.params)?;
                     match res {
                         Ok(q) => {
@@ -535,7 +540,7 @@ fn panicked(s: &mut Session) -> Vec<Result<Outcome, SqlError>> {
     vec![Err(walrus_sql::internal_error())]
 }
 
-/// Runs one extended-protocol statement (COPY is only supported via simple query).
+/// Runs one extended-protocol statement (a COPY runs its sub-protocol here, at Execute).
 fn run_portal(
     stream: &mut TcpStream,
     s: &mut Session,

@@ -70,7 +70,7 @@ fn psycopg_driver_works_against_walrus() {
 }
 
 /// tokio-postgres (the Rust driver): prepared statements with binary parameters and
-/// results, transactions, SQLSTATE errors, COPY through the simple protocol.
+/// results, transactions, SQLSTATE errors, COPY in and out through the extended protocol.
 #[test]
 fn tokio_postgres_driver_works_against_walrus() {
     let tmp = tempfile::tempdir().unwrap();
@@ -161,6 +161,36 @@ fn tokio_postgres_driver_works_against_walrus() {
             .get(0);
         if count != 20 {
             return Err(format!("count {count}"));
+        }
+        // COPY through the extended protocol (tokio-postgres prepares it): text in,
+        // CSV out.
+        use futures_util::{SinkExt, StreamExt};
+        let sink = client
+            .copy_in("copy tp (id, name) from stdin")
+            .await
+            .map_err(|e| format!("copy in: {e}"))?;
+        futures_util::pin_mut!(sink);
+        for chunk in ["100\tcopied\n101\t", "tab\\there\n"] {
+            sink.send(bytes::Bytes::from(chunk))
+                .await
+                .map_err(|e| format!("copy data: {e}"))?;
+        }
+        let loaded = sink.finish().await.map_err(|e| format!("copy done: {e}"))?;
+        let stream = client
+            .copy_out("copy (select id, name from tp where id >= 100 order by id) to stdout csv")
+            .await
+            .map_err(|e| format!("copy out: {e}"))?;
+        let chunks: Vec<_> = stream.collect().await;
+        let mut csv = Vec::new();
+        for c in chunks {
+            csv.extend_from_slice(&c.map_err(|e| format!("copy out data: {e}"))?);
+        }
+        let want = "100,copied\n101,tab\there\n";
+        if loaded != 2 || csv != want.as_bytes() {
+            return Err(format!(
+                "copy: {loaded} rows, {:?}",
+                String::from_utf8_lossy(&csv)
+            ));
         }
         Ok(())
     });

@@ -315,6 +315,13 @@ impl Session {
         self.check_not_aborted(&parsed)
     }
 
+    /// Whether `sql` is a COPY: the extended protocol's Describe of its portal answers
+    /// NoData without running it (its data exchange belongs to Execute).
+    pub fn is_copy(&mut self, sql: &str) -> bool {
+        self.parsed(sql)
+            .is_ok_and(|p| matches!(p.as_slice(), [Parsed::Utility(Utility::Copy(_))]))
+    }
+
     /// Bind in an aborted block: only COMMIT / ROLLBACK may run (25P02), as PostgreSQL
     /// checks at Bind.
     pub fn check_bind(&mut self, sql: &str) -> SqlResult<()> {

@@ -40,18 +40,26 @@ fn shown(bytes: &[u8]) -> String {
     format!("{}...", &s[..cut])
 }
 
+/// Why [`load_rows`] stopped: the error, and which row of the chunk failed when the
+/// insert path can tell (the CONTEXT then names its line).
+pub(crate) struct LoadFailure {
+    pub(crate) row: Option<usize>,
+    pub(crate) error: Box<SqlError>,
+}
+
 /// Inserts one chunk of COPY rows (complete rows of the table, in column order). The one
-/// place COPY writes: a batch insert replaces the per-row calls here. On failure, the
-/// index of the row that failed (when known) and the error.
+/// place COPY writes: a batch insert replaces the per-row calls here.
 pub(crate) fn load_rows(
     t: &mut Transaction,
     def: &TableDef,
     rows: Vec<Vec<Datum>>,
-) -> Result<u64, (Option<usize>, SqlError)> {
+) -> Result<u64, LoadFailure> {
     let n = rows.len() as u64;
     for (i, row) in rows.iter().enumerate() {
-        t.insert(def, row)
-            .map_err(|e| (Some(i), SqlError::from(e)))?;
+        t.insert(def, row).map_err(|e| LoadFailure {
+            row: Some(i),
+            error: Box::new(SqlError::from(e)),
+        })?;
     }
     Ok(n)
 }
@@ -230,12 +238,12 @@ impl CopyIn {
         }
         match load_rows(t, &self.def, rows) {
             Ok(n) => self.loaded += n,
-            Err((at, e)) => {
-                let context = match at {
+            Err(LoadFailure { row, error }) => {
+                let context = match row {
                     Some(i) => format!("COPY {}, line {}", self.def.name, lines[i]),
                     None => format!("COPY {}", self.def.name),
                 };
-                self.fail(e.with_context(context));
+                self.fail(error.with_context(context));
             }
         }
     }
