@@ -668,6 +668,42 @@ fn copy_checks(port: u16, db: &str, python: &str, scratch: &Path) -> String {
         "\\copy out equals what went in: {}\n",
         round_trip == expected
     );
+    // Data psql sends as it is: line-end styles, markers, bytes that are not UTF-8.
+    all += &comparable(&psql_run(
+        port,
+        db,
+        &["-c", "create table e (a int, b text)"],
+        b"",
+    ));
+    let piped: &[(&str, &[u8])] = &[
+        ("copy e from stdin", b"1\ta\r2\tb\r"),
+        ("copy e from stdin", b"1\ta\r\n2\tb\r\n"),
+        ("copy e from stdin", b"1\ta\r\n2\tb\n"),
+        ("copy e from stdin", b"1\ta\rb\n"),
+        ("copy e from stdin csv", b"1,\"a\r\nb\"\r\n2,c\r\n"),
+        ("copy e from stdin csv", b"1,\"a\nb\"\n2,\"c\nd\"\n3,x,y\n"),
+        ("copy e from stdin csv", b"1,a\rb\n"),
+        ("copy e from stdin", b"1\ta\n\\."),
+        ("copy e from stdin csv", b"1,a\n\\."),
+        ("copy e from stdin", b"1\ta\\.\n2\tb\n"),
+        ("copy e from stdin", b"1\ta\xe2\x82\n"),
+        ("copy e from stdin", b"1\ta\x00b\n"),
+        ("copy e from stdin", b"1\t\\x41\\x4g\\7\\08\n"),
+        ("copy e from stdin csv", b"1,\"a\xff\"\n"),
+        ("copy e (b) from stdin", b"\\N\n\\\\N\n\n"),
+        (
+            "copy e from stdin (format csv, escape '\\')",
+            b"1,\"a\\\"b\\\\c\\d\"\n",
+        ),
+        ("copy e from stdin (format binary)", b"junk"),
+        ("copy e from stdin (format binary)", b""),
+    ];
+    for (copy, data) in piped {
+        all += &format!("{copy} <- {:?}\n", String::from_utf8_lossy(data));
+        all += &comparable(&psql_run(port, db, &["-c", copy], data));
+        let check = "select a, coalesce(b, '<null>') from e order by a; delete from e";
+        all += &comparable(&psql_run(port, db, &["-A", "-t", "-c", check], b""));
+    }
     for program in ["psycopg_copy_check.py", "asyncpg_copy_check.py"] {
         let out = Command::new(python)
             .arg(drivers.join(program))

@@ -288,6 +288,11 @@ impl CopyIn {
                     break Err(e.with_context(self.context()));
                 }
             };
+            // The line is checked as text before its fields are read, as PostgreSQL
+            // converts each line from the client encoding.
+            if let Err(e) = text::check_utf8_within(line, buf) {
+                break Err(e.with_context(self.context()));
+            }
             if self.lineno == 1 && self.opts.header != HeaderChoice::Absent {
                 if let Err(e) = self.check_header(line) {
                     break Err(e);
@@ -442,9 +447,9 @@ impl CopyIn {
         let mut consumed = 0;
         let result = (|| {
             if !self.binary_header_read {
-                match binary::read_header(&pending, at_end)
-                    .map_err(|e| e.with_context(format!("COPY {}, line 0", self.def.name)))?
-                {
+                // PostgreSQL reads the header before its error context is set: no
+                // CONTEXT here.
+                match binary::read_header(&pending, at_end)? {
                     None => return Ok(()),
                     Some(n) => {
                         consumed = n;

@@ -192,11 +192,12 @@ impl Splitter {
                         None if !at_end => {
                             return need_more(self, pos, in_quote, last_was_esc, extra_lines)
                         }
-                        Some(b'\r' | b'\n') | None => return Ok(Next::EndMarker { end: pos }),
-                        Some(_) if !csv => {
+                        Some(b'\r' | b'\n') => return Ok(Next::EndMarker { end: pos }),
+                        // PostgreSQL 15 wants a line end after the marker.
+                        None | Some(_) if !csv => {
                             return Err(SqlError::new("22P04", "end-of-copy marker corrupt"))
                         }
-                        Some(_) => {}
+                        None | Some(_) => {}
                     }
                 }
                 if !csv {
@@ -210,12 +211,45 @@ impl Splitter {
     }
 }
 
-fn bad_encoding() -> SqlError {
-    SqlError::new("22021", "invalid byte sequence for encoding \"UTF8\"")
+/// PostgreSQL's check of text in the database encoding (UTF8): valid UTF-8 without
+/// NUL bytes; the error shows the offending character's bytes (`0xe2 0x82`).
+pub(super) fn check_utf8(bytes: &[u8]) -> SqlResult<&str> {
+    check_utf8_within(bytes, bytes)
+}
+
+/// [`check_utf8`] of `bytes`, a prefix of `data`: a broken character at its end is
+/// shown with the bytes of `data` that follow, as PostgreSQL (which checks the data
+/// with its line ends) shows it.
+pub(super) fn check_utf8_within<'a>(bytes: &'a [u8], data: &[u8]) -> SqlResult<&'a str> {
+    let at = match std::str::from_utf8(bytes) {
+        Ok(t) => match t.find('\0') {
+            None => return Ok(t),
+            Some(at) => at,
+        },
+        Err(e) => e.valid_up_to(),
+    };
+    let len = match bytes[at] {
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        0xf0..=0xf7 => 4,
+        _ => 1,
+    };
+    let shown: Vec<String> = data[at..(at + len).min(data.len())]
+        .iter()
+        .map(|b| format!("0x{b:02x}"))
+        .collect();
+    Err(SqlError::new(
+        "22021",
+        format!(
+            "invalid byte sequence for encoding \"UTF8\": {}",
+            shown.join(" ")
+        ),
+    ))
 }
 
 fn utf8(bytes: Vec<u8>) -> SqlResult<String> {
-    String::from_utf8(bytes).map_err(|_| bad_encoding())
+    check_utf8(&bytes)?;
+    Ok(String::from_utf8(bytes).expect("checked"))
 }
 
 /// Splits a text-format record into fields: a field whose raw text is the NULL string
@@ -509,6 +543,17 @@ mod tests {
             text_fields(b"\\377", b'\t', b"\\N").unwrap_err().sqlstate,
             "22021"
         );
+        // PostgreSQL's encoding errors name the bytes of the broken character.
+        let msg = |b: &[u8], data: &[u8]| check_utf8_within(b, data).unwrap_err().message;
+        assert_eq!(
+            msg(b"a\xe2\x82", b"a\xe2\x82\n"),
+            "invalid byte sequence for encoding \"UTF8\": 0xe2 0x82 0x0a"
+        );
+        assert_eq!(
+            msg(b"a\0b", b"a\0b"),
+            "invalid byte sequence for encoding \"UTF8\": 0x00"
+        );
+        assert_eq!(check_utf8("é".as_bytes()).unwrap(), "é");
     }
 
     #[test]
