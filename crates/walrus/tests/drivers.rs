@@ -540,7 +540,7 @@ fn node_postgres_driver_works_on_postgres_and_on_walrus() {
 
 /// pgx v5 (Go): prepared statements with every parameter and result in binary by the
 /// described types, batches, bytea, uuid, numeric, rollback, a duplicate key then 25P02,
-/// errors found while preparing. The program (`drivers/pgx`) is built with `go build`
+/// errors found while preparing, binary COPY through `CopyFrom`. The program (`drivers/pgx`) is built with `go build`
 /// (modules from the Go module proxy, `go.sum` pinned) into the test's scratch directory.
 #[test]
 fn pgx_driver_works_on_postgres_and_on_walrus() {
