@@ -49,7 +49,7 @@ mod table_stats;
 mod transaction;
 mod vacuum;
 pub use checkpoint::{CheckpointReason, CheckpointStats, FlushDetail, ReplayRate};
-pub use dml::{datum_text, RowChange};
+pub use dml::{datum_text, BatchFailure, RowChange};
 pub use open::RecoveryReport;
 use table_locks::TableLocks;
 pub use transaction::{Isolation, Transaction};

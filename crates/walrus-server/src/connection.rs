@@ -1,5 +1,6 @@
 //! One client connection: startup, then the simple and extended query protocols and
-//! COPY FROM STDIN, until Terminate or an error.
+//! COPY's sub-protocols (FROM STDIN, TO STDOUT; text, CSV or binary data, decoded and
+//! encoded by `walrus_sql`), until Terminate or an error.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -7,7 +8,7 @@ use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::access::datum::Datum;
 use walrus_engine::Engine;
 use walrus_sql::value::{format_text, parse_text, type_from_oid};
 use walrus_sql::{Column, Outcome, QueryResult, Session, SqlError};
@@ -36,10 +37,6 @@ struct Portal {
     done: Option<Result<QueryResult, SqlError>>,
 }
 
-/// The `float4` type's OID: walrus computes in float8, but reads a declared `float4`
-/// binary parameter as the 4 bytes it is.
-const FLOAT4_OID: u32 = 700;
-
 /// Parse's declared parameter types: each must be unspecified (0), `unknown` (705) or
 /// a type walrus has; anything else is refused (0A000) rather than read as text.
 fn check_declared(oids: &[u32]) -> Result<(), SqlError> {
@@ -58,91 +55,33 @@ fn encode(d: &Datum, binary: bool) -> Result<Option<Vec<u8>>, SqlError> {
     if !binary {
         return Ok(format_text(d).map(String::into_bytes));
     }
-    Ok(Some(match d {
-        Datum::Null => return Ok(None),
-        Datum::Bool(b) => vec![*b as u8],
-        Datum::Int2(v) => v.to_be_bytes().to_vec(),
-        Datum::Int4(v) => v.to_be_bytes().to_vec(),
-        Datum::Int8(v) => v.to_be_bytes().to_vec(),
-        Datum::Float8(v) => v.to_be_bytes().to_vec(),
-        Datum::Text(s) => s.as_bytes().to_vec(),
-        Datum::Timestamp(v) | Datum::TimestampTz(v) => v.to_be_bytes().to_vec(),
-        Datum::Date(v) => v.to_be_bytes().to_vec(),
-        Datum::Bytea(b) => b.clone(),
-        Datum::Uuid(u) => u.to_vec(),
-        Datum::Numeric(n) => crate::numeric::encode(n).ok_or_else(|| {
-            SqlError::new("22P03", format!("numeric value \"{n}\" has no binary form"))
-        })?,
-    }))
-}
-
-fn array<const N: usize>(b: &[u8]) -> Result<[u8; N], SqlError> {
-    b.try_into()
-        .map_err(|_| SqlError::new("22P03", "incorrect binary data format"))
+    walrus_sql::binary::encode(d)
 }
 
 fn decode_param(bytes: &[u8], binary: bool, oid: u32) -> Result<Datum, SqlError> {
-    let ty = type_from_oid(oid);
-    let proto = |m: &str| SqlError::new("08P01", m.to_string());
     if !binary {
         let s = std::str::from_utf8(bytes)
             .map_err(|_| SqlError::new("22021", "invalid UTF-8 in parameter"))?;
-        return match ty {
+        return match type_from_oid(oid) {
             Some(t) => parse_text(t, s),
             None => Ok(Datum::Text(s.to_string())),
         };
     }
-    let ty = ty.ok_or_else(|| proto("binary parameter of unknown type"))?;
-    let fixed = |n: usize| -> Result<&[u8], SqlError> {
-        if bytes.len() == n {
-            Ok(bytes)
-        } else {
-            Err(SqlError::new(
-                "22P03",
-                format!(
-                    "incorrect binary data format: {} bytes for {}",
-                    bytes.len(),
-                    ty.name()
-                ),
-            ))
-        }
-    };
-    if oid == FLOAT4_OID {
-        return Ok(Datum::Float8(
-            f32::from_be_bytes(array::<4>(fixed(4)?)?) as f64
-        ));
+    if type_from_oid(oid).is_none() {
+        return Err(SqlError::new("08P01", "binary parameter of unknown type"));
     }
-    Ok(match ty {
-        TypeId::Bool => Datum::Bool(fixed(1)?[0] != 0),
-        TypeId::Int2 => Datum::Int2(i16::from_be_bytes(array::<2>(fixed(2)?)?)),
-        TypeId::Int4 => Datum::Int4(i32::from_be_bytes(array::<4>(fixed(4)?)?)),
-        TypeId::Int8 => Datum::Int8(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
-        TypeId::Float8 => Datum::Float8(f64::from_be_bytes(array::<8>(fixed(8)?)?)),
-        TypeId::Text => Datum::Text(
-            String::from_utf8(bytes.to_vec())
-                .map_err(|_| SqlError::new("22021", "invalid UTF-8 in parameter"))?,
-        ),
-        TypeId::Timestamp => Datum::Timestamp(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
-        TypeId::TimestampTz => Datum::TimestampTz(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
-        TypeId::Date => Datum::Date(i32::from_be_bytes(array::<4>(fixed(4)?)?)),
-        TypeId::Bytea => Datum::Bytea(bytes.to_vec()),
-        TypeId::Uuid => Datum::Uuid(array::<16>(fixed(16)?)?),
-        TypeId::Numeric => parse_text(
-            TypeId::Numeric,
-            &crate::numeric::decode(bytes)
-                .ok_or_else(|| SqlError::new("22P03", "incorrect binary data format"))?,
-        )?,
-    })
+    walrus_sql::binary::decode(bytes, oid)
 }
 
 fn send_error(out: &mut Out, e: &SqlError) {
-    out.error(
+    out.error_with_context(
         b'E',
         "ERROR",
         e.sqlstate,
         &e.message,
         e.detail.as_deref(),
         e.hint.as_deref(),
+        e.context.as_deref(),
     );
 }
 
@@ -436,6 +375,10 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
                         fail(stream, out, s, &e, &mut skip_until_sync)?;
                         continue;
                     };
+                    if s.is_copy(&p.sql) {
+                        out.simple(b'n');
+                        continue;
+                    }
                     let res = run_portal(stream, s, out, &p.sql, &p.params)?;
                     match res {
                         Ok(q) => {
@@ -597,7 +540,7 @@ fn panicked(s: &mut Session) -> Vec<Result<Outcome, SqlError>> {
     vec![Err(walrus_sql::internal_error())]
 }
 
-/// Runs one extended-protocol statement (COPY is only supported via simple query).
+/// Runs one extended-protocol statement (a COPY runs its sub-protocol here, at Execute).
 fn run_portal(
     stream: &mut TcpStream,
     s: &mut Session,
@@ -613,7 +556,8 @@ fn run_portal(
     Ok(match results.pop() {
         None => Ok(QueryResult::default()),
         Some(Ok(Outcome::Done(q))) => Ok(q),
-        Some(Ok(Outcome::CopyIn { table, columns })) => copy_in(stream, s, out, &table, &columns)?,
+        Some(Ok(Outcome::CopyIn(copy))) => copy_in(stream, s, out, *copy)?,
+        Some(Ok(Outcome::CopyOut(copy))) => copy_out(stream, out, &copy)?,
         Some(Err(e)) => Err(e),
     })
 }
@@ -642,15 +586,20 @@ fn simple_query(
                 }
                 out.command_complete(&q.tag);
             }
-            Ok(Outcome::CopyIn { table, columns }) => {
-                match copy_in(stream, s, out, &table, &columns)? {
-                    Ok(q) => out.command_complete(&q.tag),
-                    Err(e) => {
-                        send_error(out, &e);
-                        return Ok(());
-                    }
+            Ok(Outcome::CopyIn(copy)) => match copy_in(stream, s, out, *copy)? {
+                Ok(q) => out.command_complete(&q.tag),
+                Err(e) => {
+                    send_error(out, &e);
+                    return Ok(());
                 }
-            }
+            },
+            Ok(Outcome::CopyOut(copy)) => match copy_out(stream, out, &copy)? {
+                Ok(q) => out.command_complete(&q.tag),
+                Err(e) => {
+                    send_error(out, &e);
+                    return Ok(());
+                }
+            },
             Err(e) => {
                 send_error(out, &e);
                 return Ok(());
@@ -660,73 +609,67 @@ fn simple_query(
     Ok(())
 }
 
-/// The COPY sub-protocol: CopyInResponse, then CopyData until CopyDone or CopyFail.
-/// Complete lines are loaded as they arrive, so memory stays bounded.
+/// COPY FROM STDIN's sub-protocol: CopyInResponse, then CopyData until CopyDone or
+/// CopyFail. The session loads complete records as each message arrives (a CSV record
+/// may span messages), so memory stays bounded; an error is reported after CopyDone or
+/// CopyFail, the data between being read and dropped.
 fn copy_in(
     stream: &mut TcpStream,
     s: &mut Session,
     out: &mut Out,
-    table: &str,
-    columns: &[String],
+    mut copy: walrus_sql::CopyIn,
 ) -> io::Result<Result<QueryResult, SqlError>> {
-    out.copy_in_response(columns.len());
+    out.copy_response(b'G', copy.binary(), copy.column_count());
     stream.write_all(&out.buf)?;
     out.buf.clear();
-    let mut pending: Vec<u8> = Vec::new();
-    let mut loaded: Result<u64, SqlError> = Ok(0);
     loop {
-        let mut m = read_message(stream)?;
+        let m = read_message(stream)?;
         match m.kind {
-            b'd' => {
-                if loaded.is_err() {
-                    continue;
-                }
-                pending.append(&mut m.body);
-                if let Some(last_nl) = pending.iter().rposition(|&b| b == b'\n') {
-                    let rest = pending.split_off(last_nl + 1);
-                    let chunk = std::mem::replace(&mut pending, rest);
-                    let r = match std::str::from_utf8(&chunk) {
-                        Ok(text) => s.copy_chunk(table, columns, text),
-                        Err(_) => Err(SqlError::new(
-                            "22021",
-                            "invalid byte sequence for encoding \"UTF8\"",
-                        )),
-                    };
-                    loaded = match (loaded, r) {
-                        (Ok(a), Ok(b)) => Ok(a + b),
-                        (_, Err(e)) | (Err(e), _) => Err(e),
-                    };
-                }
-                // A line still without its end is held whole: bounded by
-                // statement_memory_limit like any statement's rows.
-                if let (Ok(_), Err(e)) = (&loaded, s.check_copy_buffer(pending.len())) {
-                    loaded = Err(e);
-                    pending = Vec::new();
-                }
-            }
-            b'c' => {
-                if !pending.is_empty() && loaded.is_ok() {
-                    let text = String::from_utf8_lossy(&pending).into_owned();
-                    loaded = s
-                        .copy_chunk(table, columns, &text)
-                        .and_then(|b| loaded.map(|a| a + b));
-                }
-                return Ok(s.copy_finish(loaded));
-            }
+            b'd' => s.copy_data(&mut copy, &m.body),
+            b'c' => return Ok(s.copy_done(copy)),
             b'f' => {
                 let why = Reader::new(&m.body).cstr().unwrap_or_default();
-                return Ok(s.copy_finish(Err(SqlError::new(
-                    "57014",
-                    format!("COPY from stdin failed: {why}"),
-                ))));
+                return Ok(s.copy_fail(copy, &why));
             }
             b'H' | b'S' => {}
             other => {
-                return Ok(s.copy_finish(Err(SqlError::new(
-                    "08P01",
-                    format!("unexpected message type {} during COPY", other as char),
-                ))));
+                return Ok(s.copy_abort(
+                    copy,
+                    SqlError::new(
+                        "08P01",
+                        format!("unexpected message type 0x{other:02x} during COPY from stdin"),
+                    ),
+                ));
             }
         }
     }
+}
+
+/// Output buffered before it is written during COPY TO (one write per this much).
+const COPY_OUT_FLUSH_BYTES: usize = 64 << 10;
+
+/// COPY TO STDOUT's sub-protocol: CopyOutResponse, one CopyData per row (the header
+/// line and binary header/trailer as PostgreSQL frames them), CopyDone; the caller
+/// sends `COPY n`.
+fn copy_out(
+    stream: &mut TcpStream,
+    out: &mut Out,
+    copy: &walrus_sql::CopyOut,
+) -> io::Result<Result<QueryResult, SqlError>> {
+    out.copy_response(b'H', copy.binary(), copy.column_count());
+    for m in copy.messages() {
+        match m {
+            Ok(data) => out.copy_data(&data),
+            Err(e) => return Ok(Err(e)),
+        }
+        if out.buf.len() >= COPY_OUT_FLUSH_BYTES {
+            stream.write_all(&out.buf)?;
+            out.buf.clear();
+        }
+    }
+    out.simple(b'c');
+    Ok(Ok(QueryResult {
+        tag: copy.tag(),
+        ..QueryResult::default()
+    }))
 }

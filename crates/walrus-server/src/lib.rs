@@ -18,7 +18,6 @@
 
 pub mod auth;
 mod connection;
-mod numeric;
 pub mod protocol;
 
 /// Validates the SQL layer's `statement_memory_limit` (for `walrus serve` at startup).

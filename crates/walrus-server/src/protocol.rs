@@ -278,13 +278,21 @@ impl Out {
         }
         self.end(at);
     }
-    pub fn copy_in_response(&mut self, ncols: usize) {
-        let at = self.begin(b'G');
-        self.buf.push(0); // text
+    /// CopyInResponse (`G`) or CopyOutResponse (`H`): the overall format (0 text, 1
+    /// binary) and the same format for each of `ncols` columns.
+    pub fn copy_response(&mut self, kind: u8, binary: bool, ncols: usize) {
+        let at = self.begin(kind);
+        self.buf.push(binary as u8);
         self.buf.extend_from_slice(&(ncols as i16).to_be_bytes());
         for _ in 0..ncols {
-            self.buf.extend_from_slice(&0i16.to_be_bytes());
+            self.buf.extend_from_slice(&(binary as i16).to_be_bytes());
         }
+        self.end(at);
+    }
+    /// CopyData (`d`).
+    pub fn copy_data(&mut self, data: &[u8]) {
+        let at = self.begin(b'd');
+        self.buf.extend_from_slice(data);
         self.end(at);
     }
     /// ErrorResponse (`E`) or NoticeResponse (`N`) with severity, SQLSTATE, message.
@@ -297,6 +305,21 @@ impl Out {
         detail: Option<&str>,
         hint: Option<&str>,
     ) {
+        self.error_with_context(kind, severity, code, message, detail, hint, None)
+    }
+
+    /// [`Out::error`] with PostgreSQL's CONTEXT field (`W`) when there is one.
+    #[allow(clippy::too_many_arguments)]
+    pub fn error_with_context(
+        &mut self,
+        kind: u8,
+        severity: &str,
+        code: &str,
+        message: &str,
+        detail: Option<&str>,
+        hint: Option<&str>,
+        context: Option<&str>,
+    ) {
         let at = self.begin(kind);
         for (f, v) in [
             (b'S', severity),
@@ -307,7 +330,7 @@ impl Out {
             self.buf.push(f);
             self.cstr(v);
         }
-        for (f, v) in [(b'D', detail), (b'H', hint)] {
+        for (f, v) in [(b'D', detail), (b'H', hint), (b'W', context)] {
             if let Some(v) = v {
                 self.buf.push(f);
                 self.cstr(v);

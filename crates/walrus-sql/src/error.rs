@@ -8,6 +8,9 @@ pub struct SqlError {
     pub detail: Option<String>,
     /// PostgreSQL's HINT field: what the user can do about it.
     pub hint: Option<String>,
+    /// PostgreSQL's CONTEXT field: where the error arose (`COPY t, line 3, column a:
+    /// "x"`).
+    pub context: Option<String>,
 }
 
 impl SqlError {
@@ -17,6 +20,7 @@ impl SqlError {
             message: message.into(),
             detail: None,
             hint: None,
+            context: None,
         }
     }
     pub fn unsupported(what: impl Into<String>) -> SqlError {
@@ -36,6 +40,10 @@ impl SqlError {
     }
     pub fn with_hint(mut self, hint: impl Into<String>) -> SqlError {
         self.hint = Some(hint.into());
+        self
+    }
+    pub fn with_context(mut self, context: impl Into<String>) -> SqlError {
+        self.context = Some(context.into());
         self
     }
     pub fn with_detail(mut self, detail: impl Into<String>) -> SqlError {
@@ -58,6 +66,7 @@ impl From<walrus_engine::Error> for SqlError {
             message: e.to_string(),
             detail,
             hint,
+            context: None,
         }
     }
 }

@@ -1,7 +1,9 @@
 //! What a statement returns to the session's caller: a [`QueryResult`] (command tag,
-//! columns, rows), or for `COPY ... FROM STDIN` a request for the data ([`Outcome`]).
+//! columns, rows), or a COPY's data exchange ([`Outcome`]).
 
 use walrus_engine::access::datum::{Datum, TypeId};
+
+pub use crate::exec::copy::{CopyIn, CopyOut};
 
 /// A result column as RowDescription reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,9 +56,11 @@ impl QueryResult {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     Done(QueryResult),
-    /// `COPY ... FROM STDIN`: the caller collects the data and calls [`crate::Session::copy_in`].
-    CopyIn {
-        table: String,
-        columns: Vec<String>,
-    },
+    /// `COPY ... FROM STDIN`: the caller passes each CopyData message's bytes to
+    /// [`crate::Session::copy_data`], then calls [`crate::Session::copy_done`] (or
+    /// [`crate::Session::copy_fail`]).
+    CopyIn(Box<CopyIn>),
+    /// `COPY ... TO STDOUT`: the rows are computed and the statement is over; the
+    /// caller sends [`CopyOut::messages`] as CopyData, then `COPY n`.
+    CopyOut(Box<CopyOut>),
 }

@@ -493,7 +493,7 @@ fn declared_type_modifiers_apply_on_assignment() {
         .pop()
         .unwrap()
     {
-        Ok(Outcome::CopyIn { table, columns }) => s.copy_in(&table, &columns, data),
+        Ok(Outcome::CopyIn(c)) => s.copy_in(*c, data.as_bytes()),
         other => panic!("{other:?}"),
     };
     assert_eq!(copy(&mut s, "12\tx\t1.234\n\\.\n").unwrap().tag, "COPY 1");

@@ -160,9 +160,17 @@ fn statements_past_the_memory_limit_fail_and_the_session_goes_on() {
     ok(&mut s, "rollback");
     assert_eq!(text(&mut s, "select count(*) from t where id = 1000"), "0");
 
-    // COPY FROM STDIN's buffer of a line not yet ended is held to the same limit.
-    assert!(s.check_copy_buffer(64 << 10).is_ok());
-    assert_eq!(s.check_copy_buffer(2 << 20).unwrap_err().sqlstate, "53200");
+    // COPY FROM STDIN's data of a record not yet ended is held to the same limit, and
+    // the rows before it are not kept.
+    let before = text(&mut s, "select count(*) from t");
+    let Ok(Outcome::CopyIn(mut copy)) = s.execute("copy t from stdin", &[]).pop().unwrap() else {
+        panic!("copy did not start")
+    };
+    s.copy_data(&mut copy, b"2000\tshort\n2001\t");
+    s.copy_data(&mut copy, &vec![b'x'; 64 << 10]);
+    s.copy_data(&mut copy, &vec![b'x'; 2 << 20]);
+    assert_eq!(s.copy_done(*copy).unwrap_err().sqlstate, "53200");
+    assert_eq!(text(&mut s, "select count(*) from t"), before);
     drop(s);
     e.shutdown().unwrap();
 }

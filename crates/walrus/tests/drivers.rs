@@ -70,7 +70,7 @@ fn psycopg_driver_works_against_walrus() {
 }
 
 /// tokio-postgres (the Rust driver): prepared statements with binary parameters and
-/// results, transactions, SQLSTATE errors, COPY through the simple protocol.
+/// results, transactions, SQLSTATE errors, COPY in and out through the extended protocol.
 #[test]
 fn tokio_postgres_driver_works_against_walrus() {
     let tmp = tempfile::tempdir().unwrap();
@@ -161,6 +161,36 @@ fn tokio_postgres_driver_works_against_walrus() {
             .get(0);
         if count != 20 {
             return Err(format!("count {count}"));
+        }
+        // COPY through the extended protocol (tokio-postgres prepares it): text in,
+        // CSV out.
+        use futures_util::{SinkExt, StreamExt};
+        let sink = client
+            .copy_in("copy tp (id, name) from stdin")
+            .await
+            .map_err(|e| format!("copy in: {e}"))?;
+        futures_util::pin_mut!(sink);
+        for chunk in ["100\tcopied\n101\t", "tab\\there\n"] {
+            sink.send(bytes::Bytes::from(chunk))
+                .await
+                .map_err(|e| format!("copy data: {e}"))?;
+        }
+        let loaded = sink.finish().await.map_err(|e| format!("copy done: {e}"))?;
+        let stream = client
+            .copy_out("copy (select id, name from tp where id >= 100 order by id) to stdout csv")
+            .await
+            .map_err(|e| format!("copy out: {e}"))?;
+        let chunks: Vec<_> = stream.collect().await;
+        let mut csv = Vec::new();
+        for c in chunks {
+            csv.extend_from_slice(&c.map_err(|e| format!("copy out data: {e}"))?);
+        }
+        let want = "100,copied\n101,tab\there\n";
+        if loaded != 2 || csv != want.as_bytes() {
+            return Err(format!(
+                "copy: {loaded} rows, {:?}",
+                String::from_utf8_lossy(&csv)
+            ));
         }
         Ok(())
     });
@@ -510,7 +540,7 @@ fn node_postgres_driver_works_on_postgres_and_on_walrus() {
 
 /// pgx v5 (Go): prepared statements with every parameter and result in binary by the
 /// described types, batches, bytea, uuid, numeric, rollback, a duplicate key then 25P02,
-/// errors found while preparing. The program (`drivers/pgx`) is built with `go build`
+/// errors found while preparing, binary COPY through `CopyFrom`. The program (`drivers/pgx`) is built with `go build`
 /// (modules from the Go module proxy, `go.sum` pinned) into the test's scratch directory.
 #[test]
 fn pgx_driver_works_on_postgres_and_on_walrus() {
@@ -544,4 +574,200 @@ fn pgx_driver_works_on_postgres_and_on_walrus() {
             text(&out),
         )
     });
+}
+
+/// What a COPY check prints, minus the lines only PostgreSQL has: LOCATION (its
+/// source file), the error fields walrus does not send (schema, table, column and
+/// constraint names, the failing row's detail) and the statement-position lines.
+fn comparable(output: &str) -> String {
+    output
+        .lines()
+        .map(|l| match l.strip_prefix("psql:") {
+            // `psql:FILE:LINE: ERROR: ...`: the file name differs between runs.
+            Some(rest) => rest.splitn(3, ':').nth(2).unwrap_or(rest).trim_start(),
+            None => l,
+        })
+        .filter(|l| {
+            ![
+                "LOCATION:",
+                "SCHEMA NAME:",
+                "TABLE NAME:",
+                "COLUMN NAME:",
+                "CONSTRAINT NAME:",
+                "DETAIL:  Failing row",
+                "LINE ",
+            ]
+            .iter()
+            .any(|p| l.starts_with(p))
+                && l.trim() != "^"
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// psql on `port` with `args` (`-f file` or `-c command`) and `stdin` piped in; all
+/// it printed.
+fn psql_run(port: u16, db: &str, args: &[&str], stdin: &[u8]) -> String {
+    use std::io::Write;
+    let mut child = Command::new("psql")
+        .args(["-X", "-q", "-v", "VERBOSITY=verbose", "-h", "127.0.0.1"])
+        .args(["-p", &port.to_string(), "-U", "bench", "-d", db])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run psql");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    text(&out)
+}
+
+/// Everything the COPY checks print against the server on `port`: the psql script
+/// `drivers/copy_check.sql`; psql's `\copy` of a 2 MB CSV file with quoted fields
+/// spanning lines (many CopyData messages) into a table and back out to a file, and
+/// `COPY ... FROM STDIN` fed on psql's standard input; the psycopg 3 program
+/// `drivers/psycopg_copy_check.py` (text, CSV and binary in and out) and the asyncpg
+/// one `drivers/asyncpg_copy_check.py` (its binary `copy_records_to_table`).
+fn copy_checks(port: u16, db: &str, python: &str, scratch: &Path) -> String {
+    let drivers = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/drivers");
+    let check = drivers.join("copy_check.sql");
+    let mut all = comparable(&psql_run(port, db, &["-f", check.to_str().unwrap()], b""));
+    let mut csv = String::from("id,note\n");
+    for i in 0..20_000 {
+        csv.push_str(&format!("{i},\"line one {i}\nline \"\"two\"\", {i}\"\n"));
+    }
+    let data_in = scratch.join("in.csv");
+    let data_out = scratch.join("out.csv");
+    std::fs::write(&data_in, &csv).unwrap();
+    let script = scratch.join("backslash_copy.sql");
+    std::fs::write(
+        &script,
+        format!(
+            "create table big (id int primary key, note text);\n\
+             \\copy big from '{}' with csv header\n",
+            data_in.display(),
+        ),
+    )
+    .unwrap();
+    all += &comparable(&psql_run(port, db, &["-f", script.to_str().unwrap()], b""));
+    let piped = b"\"piped, \"\"in\"\"\",100000\nsecond,100001\n\\.\n";
+    let copy = "copy big (note, id) from stdin (format csv)";
+    all += &comparable(&psql_run(port, db, &["-c", copy], piped));
+    let copy_out = format!(
+        "\\copy (select * from big order by id) to '{}' with (format csv, header)",
+        data_out.display()
+    );
+    for command in ["select count(*), sum(length(note)) from big", &copy_out] {
+        all += &comparable(&psql_run(port, db, &["-c", command], b""));
+    }
+    let round_trip = std::fs::read_to_string(&data_out).unwrap();
+    let mut expected = csv.clone();
+    expected.push_str("100000,\"piped, \"\"in\"\"\"\n100001,second\n");
+    all += &format!(
+        "\\copy out equals what went in: {}\n",
+        round_trip == expected
+    );
+    // Data psql sends as it is: line-end styles, markers, bytes that are not UTF-8.
+    all += &comparable(&psql_run(
+        port,
+        db,
+        &["-c", "create table e (a int, b text)"],
+        b"",
+    ));
+    let piped: &[(&str, &[u8])] = &[
+        ("copy e from stdin", b"1\ta\r2\tb\r"),
+        ("copy e from stdin", b"1\ta\r\n2\tb\r\n"),
+        ("copy e from stdin", b"1\ta\r\n2\tb\n"),
+        ("copy e from stdin", b"1\ta\rb\n"),
+        ("copy e from stdin csv", b"1,\"a\r\nb\"\r\n2,c\r\n"),
+        ("copy e from stdin csv", b"1,\"a\nb\"\n2,\"c\nd\"\n3,x,y\n"),
+        ("copy e from stdin csv", b"1,a\rb\n"),
+        ("copy e from stdin", b"1\ta\n\\."),
+        ("copy e from stdin csv", b"1,a\n\\."),
+        ("copy e from stdin", b"1\ta\\.\n2\tb\n"),
+        ("copy e from stdin", b"1\ta\xe2\x82\n"),
+        ("copy e from stdin", b"1\ta\x00b\n"),
+        ("copy e from stdin", b"1\t\\x41\\x4g\\7\\08\n"),
+        ("copy e from stdin csv", b"1,\"a\xff\"\n"),
+        ("copy e (b) from stdin", b"\\N\n\\\\N\n\n"),
+        (
+            "copy e from stdin (format csv, escape '\\')",
+            b"1,\"a\\\"b\\\\c\\d\"\n",
+        ),
+        ("copy e from stdin (format binary)", b"junk"),
+        ("copy e from stdin (format binary)", b""),
+    ];
+    for (copy, data) in piped {
+        all += &format!("{copy} <- {:?}\n", String::from_utf8_lossy(data));
+        all += &comparable(&psql_run(port, db, &["-c", copy], data));
+        let check = "select a, coalesce(b, '<null>') from e order by a; delete from e";
+        all += &comparable(&psql_run(port, db, &["-A", "-t", "-c", check], b""));
+    }
+    for program in ["psycopg_copy_check.py", "asyncpg_copy_check.py"] {
+        let out = Command::new(python)
+            .arg(drivers.join(program))
+            .arg(port.to_string())
+            .arg(db)
+            .output()
+            .unwrap();
+        all += &text(&out);
+    }
+    all
+}
+
+/// COPY as psql (`COPY ... FROM STDIN`, `\copy` both ways), psycopg 3 (text, CSV and
+/// binary) and asyncpg (binary) use it: every output, error messages with their SQLSTATE and CONTEXT
+/// included, is the same on walrus as on PostgreSQL 15.
+#[test]
+fn copy_matches_postgresql_through_psql_and_psycopg() {
+    let python = python_with("psycopg").filter(|py| {
+        Command::new(py)
+            .args(["-c", "import asyncpg"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let have = python.is_some()
+        && Path::new(PG_BIN).join("postgres").exists()
+        && Command::new("psql").arg("--version").output().is_ok();
+    if skip_without(
+        "psql, python3-psycopg, python3-asyncpg and PostgreSQL 15",
+        have,
+    ) {
+        return;
+    }
+    let python = python.unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let on_postgres = {
+        let postgres = Postgres::start();
+        copy_checks(postgres.port, "postgres", python, scratch.path())
+    };
+    assert!(
+        on_postgres.matches("\nOK\n").count() == 2
+            && on_postgres.contains("equals what went in: true"),
+        "the COPY checks fail on PostgreSQL 15 itself:\n{on_postgres}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = tmp.path().join("data");
+    let mut server = walrus()
+        .args(["serve", "--data"])
+        .arg(&data)
+        .args(["--port", &port.to_string()])
+        .env("WALRUS_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(port);
+    let on_walrus = copy_checks(port, "bench", python, scratch.path());
+    let stop = walrus().arg("stop").arg(&data).output().unwrap();
+    let _ = server.wait();
+    let (pg, w): (Vec<&str>, Vec<&str>) =
+        (on_postgres.lines().collect(), on_walrus.lines().collect());
+    for (i, (a, b)) in pg.iter().zip(&w).enumerate() {
+        assert_eq!(a, b, "line {} differs (PostgreSQL 15, then walrus)", i + 1);
+    }
+    assert_eq!(pg.len(), w.len(), "walrus printed:\n{on_walrus}");
+    assert!(stop.status.success(), "{}", text(&stop));
 }

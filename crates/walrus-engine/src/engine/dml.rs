@@ -23,6 +23,13 @@ use crate::error::{Error, Result};
 use crate::txn::clog::XidStatus;
 use crate::txn::{Snapshot, TxnManager};
 
+/// A batch insert's error and the row (index into the batch) it belongs to.
+#[derive(Debug)]
+pub struct BatchFailure {
+    pub row: usize,
+    pub error: Error,
+}
+
 /// Result of an update or delete through the engine.
 #[derive(Debug)]
 pub enum RowChange {
@@ -94,12 +101,23 @@ impl Transaction {
     /// leaves rows already written to the transaction, which the statement's rollback
     /// removes.
     pub fn insert_many(&mut self, def: &TableDef, rows: &[Vec<Datum>]) -> Result<Vec<Tid>> {
+        self.insert_batch(def, rows).map_err(|f| f.error)
+    }
+
+    /// [`Transaction::insert_many`] that also tells which row an error belongs to (COPY
+    /// names its line).
+    pub fn insert_batch(
+        &mut self,
+        def: &TableDef,
+        rows: &[Vec<Datum>],
+    ) -> std::result::Result<Vec<Tid>, BatchFailure> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        self.before_write()?;
-        self.check_interrupt()?;
-        let fresh = self.lock_for_write(def)?;
+        let at = |row: usize| move |error: Error| BatchFailure { row, error };
+        self.before_write().map_err(at(0))?;
+        self.check_interrupt().map_err(at(0))?;
+        let fresh = self.lock_for_write(def).map_err(at(0))?;
         let def = fresh.as_deref().unwrap_or(def);
         let encoded: Vec<Vec<u8>> = rows
             .iter()
@@ -118,23 +136,21 @@ impl Transaction {
         let good = &rows[..bad.unwrap_or(rows.len())];
         let xid = self.mark_write();
         let rel = self.inner.rel(def.relfile, def.fillfactor);
-        let tids = Heap::new(&self.inner.pool, &self.inner.txn, &rel).insert_many(
-            xid,
-            self.cid,
-            &encoded[..good.len()],
-        )?;
+        let tids = Heap::new(&self.inner.pool, &self.inner.txn, &rel)
+            .insert_many(xid, self.cid, &encoded[..good.len()])
+            .map_err(at(0))?;
         self.activity_of(&rel).inserted += tids.len() as u64;
-        for (values, &tid) in good.iter().zip(&tids) {
+        for (i, (values, &tid)) in good.iter().zip(&tids).enumerate() {
             for idx in &def.indexes {
-                self.index_insert(def, idx, values, tid)?;
+                self.index_insert(def, idx, values, tid).map_err(at(i))?;
             }
         }
         if let Some(i) = bad {
-            Transaction::check_row(def, &rows[i])?;
-            return Err(Error::RowTooBig {
+            Transaction::check_row(def, &rows[i]).map_err(at(i))?;
+            return Err(at(i)(Error::RowTooBig {
                 size: tuple::TUPLE_HEADER_SIZE + encoded[i].len(),
                 max: HEAP_TUPLE_BYTES_MAX,
-            });
+            }));
         }
         Ok(tids)
     }

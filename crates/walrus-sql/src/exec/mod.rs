@@ -3,7 +3,7 @@
 //! DISTINCT, UNION / INTERSECT / EXCEPT, ORDER BY, LIMIT / OFFSET, and scalar, EXISTS,
 //! IN and ANY subqueries, correlated ones seeing the enclosing row through [`Frame`]) over
 //! user tables and the virtual `pg_catalog` / `information_schema` tables; INSERT,
-//! UPDATE and DELETE (`dml.rs`); DDL (`ddl.rs`); COPY FROM data (`copy.rs`).
+//! UPDATE and DELETE (`dml.rs`); DDL (`ddl.rs`); COPY data in and out (`copy/`).
 //!
 //! Rows are materialised: OLTP statements touch few rows and the catalog tables are
 //! small. Every row pushed is charged to the statement's `statement_memory_limit`
@@ -23,7 +23,7 @@
 //! engine, the statement time, the settings and the cancel flag.
 
 mod aggregate;
-pub(crate) mod copy;
+pub mod copy;
 pub(crate) mod ddl;
 pub(crate) mod dml;
 mod from;

@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sqlparser::ast::{ObjectType, Statement};
+use sqlparser::dialect::PostgreSqlDialect;
+use sqlparser::parser::Parser;
 use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::engine::{CheckpointReason, Isolation, Transaction};
 use walrus_engine::settings::format_size;
@@ -30,8 +32,9 @@ use crate::memory::{self, MemoryBudget};
 use crate::names::{ident, object_name};
 use crate::plan;
 use crate::result::{Column, Outcome, QueryResult};
+use crate::result::{CopyIn, CopyOut};
 use crate::settings::{SettingsView, DATABASE_KEY};
-use crate::utility::Utility;
+use crate::utility::{CopySource, CopyStatement, Utility};
 use crate::value::system_time_to_pg;
 
 pub struct Session {
@@ -216,13 +219,6 @@ impl Session {
         self.memory.limit()
     }
 
-    /// For the connection's COPY FROM STDIN: fails (53200) once the data it holds
-    /// waiting for a line's end passes `statement_memory_limit` (a line with no end
-    /// would otherwise be buffered without bound).
-    pub fn check_copy_buffer(&self, bytes: usize) -> SqlResult<()> {
-        self.memory.check(bytes as u64)
-    }
-
     /// PostgreSQL's `idle_in_transaction_session_timeout`: how long the connection may
     /// wait for the client's next command while a transaction is open (`None`: no
     /// limit). The server ends the session when it passes (FATAL 25P03), which rolls the
@@ -317,6 +313,13 @@ impl Session {
             ));
         }
         self.check_not_aborted(&parsed)
+    }
+
+    /// Whether `sql` is a COPY: the extended protocol's Describe of its portal answers
+    /// NoData without running it (its data exchange belongs to Execute).
+    pub fn is_copy(&mut self, sql: &str) -> bool {
+        self.parsed(sql)
+            .is_ok_and(|p| matches!(p.as_slice(), [Parsed::Utility(Utility::Copy(_))]))
     }
 
     /// Bind in an aborted block: only COMMIT / ROLLBACK may run (25P02), as PostgreSQL
@@ -616,7 +619,7 @@ impl Session {
         };
         match result {
             Ok(out) => {
-                if !self.in_block && !matches!(out, Outcome::CopyIn { .. }) {
+                if !self.in_block && !matches!(out, Outcome::CopyIn(_)) {
                     if let Some(t) = self.txn.take() {
                         t.commit()?;
                     }
@@ -713,41 +716,134 @@ impl Session {
                 }
                 Ok(Outcome::Done(QueryResult::tag("VACUUM")))
             }
-            Utility::CopyFrom { table, columns } => {
-                let def = self.txn().table(&table)?;
-                for c in &columns {
-                    if def.column_index(c).is_none() {
-                        return Err(SqlError::new(
-                            "42703",
-                            format!("column \"{c}\" of relation \"{table}\" does not exist"),
-                        ));
-                    }
+            Utility::Copy(stmt) => self.copy_statement(stmt),
+        }
+    }
+
+    /// COPY: FROM STDIN checks the table, columns and options and hands the data
+    /// exchange to the caller ([`Outcome::CopyIn`]); TO STDOUT runs the query (a
+    /// table's is `SELECT cols FROM table`) and returns its rows to write.
+    fn copy_statement(&mut self, stmt: CopyStatement) -> SqlResult<Outcome> {
+        self.txn().next_statement();
+        let CopyStatement {
+            source,
+            from,
+            options,
+        } = stmt;
+        let (query, what) = match source {
+            CopySource::Table { name, columns } if from => {
+                if self.in_block && self.block_read_only {
+                    return Err(SqlError::new(
+                        "25006",
+                        "cannot execute COPY FROM in a read-only transaction",
+                    ));
                 }
-                Ok(Outcome::CopyIn { table, columns })
+                let def = self.txn().table(&name)?;
+                let copy = CopyIn::begin((*def).clone(), &columns, options)?;
+                return Ok(Outcome::CopyIn(Box::new(copy)));
+            }
+            CopySource::Table { name, columns } => {
+                let quote = |n: &str| format!("\"{}\"", n.replace('"', "\"\""));
+                let relation = match self.txn().table(&name) {
+                    Ok(def) => {
+                        copy::check_table_columns(&def, &columns, &options)?;
+                        quote(&name)
+                    }
+                    // Not a user table: a catalog view, or the error for a missing
+                    // relation from the SELECT.
+                    Err(_) => name.split('.').map(quote).collect::<Vec<_>>().join("."),
+                };
+                let list = if columns.is_empty() {
+                    "*".to_string()
+                } else {
+                    columns
+                        .iter()
+                        .map(|c| quote(c))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                (
+                    format!("SELECT {list} FROM {relation}"),
+                    format!(" of relation \"{name}\""),
+                )
+            }
+            CopySource::Query(q) => (q, String::new()),
+        };
+        let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, &query)
+            .map_err(|e| SqlError::syntax(parse::syntax_message(&e.to_string())))?;
+        let q = match (stmts.pop(), stmts.is_empty()) {
+            (Some(Statement::Query(q)), true) => q,
+            (Some(Statement::Insert(_) | Statement::Update(_) | Statement::Delete(_)), true) => {
+                return Err(SqlError::unsupported(
+                    "COPY (INSERT/UPDATE/DELETE ...) TO is not supported by walrus",
+                ))
+            }
+            _ => {
+                return Err(SqlError::unsupported(
+                    "COPY (query) TO supports only a single SELECT in walrus",
+                ))
+            }
+        };
+        let result = exec::select(self, &q, &[])?;
+        Ok(Outcome::CopyOut(Box::new(CopyOut::new(
+            options, result, &what,
+        )?)))
+    }
+
+    /// Takes one CopyData message of a `COPY ... FROM STDIN`: complete records are
+    /// loaded now, an incomplete one is held (up to `statement_memory_limit`). An
+    /// error is kept for [`Session::copy_done`], which reports it.
+    pub fn copy_data(&mut self, copy: &mut CopyIn, data: &[u8]) {
+        self.feed_copy(copy, data, false);
+        if copy.pending_bytes() > 0 {
+            if let Err(e) = self.memory.check(copy.pending_bytes() as u64) {
+                copy.fail(e);
             }
         }
     }
 
-    /// Loads COPY text-format data into `table` in one call (the rows between CopyIn and
-    /// CopyDone; a final `\.` line is accepted, as pgbench sends one).
-    pub fn copy_in(
-        &mut self,
-        table: &str,
-        columns: &[String],
-        data: &str,
-    ) -> SqlResult<QueryResult> {
-        let n = self.copy_chunk(table, columns, data);
-        self.copy_finish(n)
+    fn feed_copy(&mut self, copy: &mut CopyIn, data: &[u8], at_end: bool) {
+        let fed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            copy.feed(self.txn(), data, at_end)
+        }));
+        if fed.is_err() {
+            copy.fail(internal_error());
+        }
     }
 
-    /// Loads complete lines of COPY data; call [`Session::copy_finish`] at CopyDone.
-    pub fn copy_chunk(&mut self, table: &str, columns: &[String], data: &str) -> SqlResult<u64> {
-        copy::copy_rows(self.txn(), table, columns, data)
+    /// CopyDone: the rest of the data is loaded, and the COPY ends: `COPY n` and its
+    /// implicit transaction commits, or its error and nothing of it stays.
+    pub fn copy_done(&mut self, mut copy: CopyIn) -> SqlResult<QueryResult> {
+        self.feed_copy(&mut copy, &[], true);
+        let loaded = match copy.take_error() {
+            Some(e) => Err(e),
+            None => Ok(copy.loaded()),
+        };
+        self.copy_finish(loaded)
+    }
+
+    /// CopyFail: the client gave up; nothing of the COPY stays.
+    pub fn copy_fail(&mut self, copy: CopyIn, why: &str) -> SqlResult<QueryResult> {
+        self.copy_abort(
+            copy,
+            SqlError::new("57014", format!("COPY from stdin failed: {why}")),
+        )
+    }
+
+    /// Ends a COPY FROM STDIN with `error` (a protocol violation): nothing of it stays.
+    pub fn copy_abort(&mut self, _copy: CopyIn, error: SqlError) -> SqlResult<QueryResult> {
+        self.copy_finish(Err(error))
+    }
+
+    /// A whole COPY FROM STDIN's data in one call (tests, embedders).
+    pub fn copy_in(&mut self, mut copy: CopyIn, data: &[u8]) -> SqlResult<QueryResult> {
+        self.copy_data(&mut copy, data);
+        self.copy_done(copy)
     }
 
     /// Ends a COPY: commits its implicit transaction (or marks the block failed) and
     /// returns the `COPY n` result.
-    pub fn copy_finish(&mut self, loaded: SqlResult<u64>) -> SqlResult<QueryResult> {
+    fn copy_finish(&mut self, loaded: SqlResult<u64>) -> SqlResult<QueryResult> {
         match loaded {
             Ok(n) => {
                 if !self.in_block {

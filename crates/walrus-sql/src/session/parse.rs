@@ -111,7 +111,7 @@ pub(crate) fn isolation_of(sql: &str) -> Option<Isolation> {
     }
 }
 
-fn syntax_message(e: &str) -> String {
+pub(crate) fn syntax_message(e: &str) -> String {
     // sqlparser: "sql parser error: Expected: ..., found: X at Line: 1, Column: 5"
     let e = e.trim_start_matches("sql parser error: ");
     match e.split_once("found: ") {

@@ -6,7 +6,7 @@
 //
 // pgx prepares each statement (Parse, Describe, Sync), then binds every parameter and
 // result in binary by the described types: this checks ParameterDescription,
-// RowDescription and each type's binary form.
+// RowDescription and each type's binary form. Its CopyFrom sends binary COPY data.
 package main
 
 import (
@@ -188,6 +188,33 @@ func main() {
 	must(conn.QueryRow(ctx, "select '2024-01-01 10:11:12.123457+05:30'::timestamptz").Scan(&t), "literal")
 	if !t.Equal(time.Date(2024, 1, 1, 4, 41, 12, 123457000, time.UTC)) {
 		fail("offset literal: %v", t)
+	}
+	// pgx's CopyFrom: binary COPY FROM STDIN of every column type here, read back
+	// like the inserted rows; then a row too long for varchar(20) fails the COPY whole.
+	cols := []string{"id", "name", "amount", "at", "ok", "data", "uid"}
+	var copyRows [][]any
+	for i := int32(200); i < 210; i++ {
+		r := mkrow(i)
+		var amount pgtype.Numeric
+		must(amount.Scan(r.amount), "numeric")
+		copyRows = append(copyRows, []any{r.id, r.name, amount, r.at, r.ok, r.data, r.uid})
+	}
+	copied, err := conn.CopyFrom(ctx, pgx.Identifier{"pgx_check"}, cols, pgx.CopyFromRows(copyRows))
+	must(err, "copy from")
+	if copied != 10 {
+		fail("copied %d rows", copied)
+	}
+	for i := int32(200); i < 210; i++ {
+		checkRow(ctx, conn, i)
+	}
+	tooLong := [][]any{{int32(300), "fits"}, {int32(301), "this name is longer than twenty"}}
+	_, err = conn.CopyFrom(ctx, pgx.Identifier{"pgx_check"}, []string{"id", "name"}, pgx.CopyFromRows(tooLong))
+	if sqlState(err) != "22001" {
+		fail("copy of a too long value: %v", err)
+	}
+	must(conn.QueryRow(ctx, "select count(*) from pgx_check where id >= 300").Scan(&count), "count after copy")
+	if count != 0 {
+		fail("a failed COPY kept %d rows", count)
 	}
 	_, err = conn.Exec(ctx, "drop table pgx_check")
 	must(err, "drop")

@@ -1,10 +1,13 @@
 //! PostgreSQL utility statements that sqlparser's grammar does not match (0.63 rejects
 //! `VACUUM ANALYZE t`, `CHECKPOINT` and `WITH (FREEZE ON)`):
 //! `VACUUM [ANALYZE|FULL|VERBOSE|FREEZE|(options)] [table, ...]`, `ANALYZE [table]`,
-//! `CHECKPOINT`, and `COPY table [(cols)] FROM STDIN [WITH (...)] [FREEZE]`. Recognized by
-//! their first keyword and parsed here; everything else goes to sqlparser.
+//! `CHECKPOINT`, and COPY in all its PostgreSQL forms (`copy.rs`). Recognized by their
+//! first keyword and parsed here; everything else goes to sqlparser.
+
+pub mod copy;
 
 use crate::error::{SqlError, SqlResult};
+pub use copy::{CopyFormat, CopyOptions, CopySource, CopyStatement, ForceQuote, HeaderChoice};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Utility {
@@ -18,10 +21,7 @@ pub enum Utility {
         tables: Vec<String>,
     },
     Checkpoint,
-    CopyFrom {
-        table: String,
-        columns: Vec<String>,
-    },
+    Copy(CopyStatement),
 }
 
 fn words(sql: &str) -> Vec<String> {
@@ -121,92 +121,9 @@ pub fn parse(sql: &str) -> SqlResult<Option<Utility>> {
             }
             Ok(Some(Utility::Vacuum { tables, freeze }))
         }
-        "copy" => {
-            let table = w
-                .get(1)
-                .map(|t| ident(t))
-                .ok_or_else(|| SqlError::syntax("syntax error at end of input"))?;
-            let mut i = 2;
-            let mut columns = Vec::new();
-            if w.get(i).map(String::as_str) == Some("(") {
-                i += 1;
-                while i < w.len() && w[i] != ")" {
-                    if w[i] != "," {
-                        columns.push(ident(&w[i]));
-                    }
-                    i += 1;
-                }
-                i += 1;
-            }
-            let dir = w.get(i).map(|s| s.to_ascii_lowercase());
-            let src = w.get(i + 1).map(|s| s.to_ascii_lowercase());
-            if dir.as_deref() != Some("from") || src.as_deref() != Some("stdin") {
-                return Err(SqlError::unsupported(
-                    "only COPY ... FROM STDIN is supported",
-                ));
-            }
-            // Options: FREEZE [on|off|true|false|1|0], FORMAT text; anything else refused.
-            let mut j = i + 2;
-            while j < w.len() {
-                let o = w[j].to_ascii_lowercase();
-                match o.as_str() {
-                    "with" | "(" | ")" | "," | "freeze" | "on" | "off" | "true" | "false" | "1"
-                    | "0" => {}
-                    "format" => {
-                        let f = w
-                            .get(j + 1)
-                            .map(|s| s.to_ascii_lowercase())
-                            .unwrap_or_default();
-                        if f != "text" {
-                            return Err(SqlError::unsupported(format!(
-                                "COPY format \"{f}\" is not supported"
-                            )));
-                        }
-                        j += 1;
-                    }
-                    other => {
-                        return Err(SqlError::unsupported(format!(
-                            "COPY option \"{other}\" is not supported"
-                        )))
-                    }
-                }
-                j += 1;
-            }
-            Ok(Some(Utility::CopyFrom { table, columns }))
-        }
+        "copy" => Ok(Some(Utility::Copy(copy::parse(sql)?))),
         _ => Ok(None),
     }
-}
-
-/// Splits one line of COPY text format into fields (`\N` = NULL, backslash escapes).
-pub fn copy_fields(line: &str) -> Vec<Option<String>> {
-    line.split('\t')
-        .map(|f| {
-            if f == "\\N" {
-                return None;
-            }
-            if !f.contains('\\') {
-                return Some(f.to_string());
-            }
-            let mut out = String::with_capacity(f.len());
-            let mut it = f.chars();
-            while let Some(c) = it.next() {
-                if c != '\\' {
-                    out.push(c);
-                    continue;
-                }
-                match it.next() {
-                    Some('t') => out.push('\t'),
-                    Some('n') => out.push('\n'),
-                    Some('r') => out.push('\r'),
-                    Some('\\') => out.push('\\'),
-                    Some(o) => out.push(o),
-                    None => {}
-                }
-            }
-            Some(out)
-        })
-        .collect()
 }
 
 #[cfg(test)]
@@ -244,25 +161,10 @@ mod tests {
             })
         );
         assert_eq!(parse("CHECKPOINT").unwrap(), Some(Utility::Checkpoint));
-        assert_eq!(
+        assert!(matches!(
             parse("copy pgbench_accounts from stdin with (freeze on)").unwrap(),
-            Some(Utility::CopyFrom {
-                table: "pgbench_accounts".into(),
-                columns: vec![]
-            })
-        );
-        assert_eq!(
-            parse("COPY t (a, b) FROM STDIN FREEZE").unwrap(),
-            Some(Utility::CopyFrom {
-                table: "t".into(),
-                columns: vec!["a".into(), "b".into()]
-            })
-        );
-        assert!(parse("copy t to stdout").is_err());
+            Some(Utility::Copy(_))
+        ));
         assert_eq!(parse("select 1").unwrap(), None);
-        assert_eq!(
-            copy_fields("1\t\\N\ta\\tb"),
-            vec![Some("1".into()), None, Some("a\tb".into())]
-        );
     }
 }
