@@ -33,6 +33,7 @@
 mod catalog_views;
 pub mod error;
 mod exec;
+pub use exec::temp_file_stats;
 pub mod expr;
 mod guc;
 mod memory;

@@ -195,3 +195,63 @@ mod tests {
         b.charge_row(&row).unwrap();
     }
 }
+
+/// `work_mem` as PostgreSQL 15 takes it: an integer with an optional unit (`B`, `kB`,
+/// `MB`, `GB`, `TB`; none means kB), between 64kB and 2147483647kB. Returns the size in
+/// kB; 22023 with PostgreSQL's messages otherwise, 0A000 for a fractional value
+/// (PostgreSQL rounds those; walrus does not).
+pub(crate) fn parse_work_mem_kb(value: &str) -> SqlResult<u64> {
+    let v = value.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let invalid = || {
+        SqlError::new(
+            "22023",
+            format!("invalid value for parameter \"work_mem\": \"{value}\""),
+        )
+        .with_hint("Valid units for this parameter are \"B\", \"kB\", \"MB\", \"GB\", and \"TB\".")
+    };
+    if unit.trim_start().starts_with('.') {
+        return Err(SqlError::unsupported(
+            "fractional work_mem values are not supported",
+        ));
+    }
+    let n: u64 = num.parse().map_err(|_| invalid())?;
+    let kb = match unit.trim() {
+        "" | "kB" => Some(n),
+        "B" => Some(n.div_ceil(1024)),
+        "MB" => n.checked_mul(1 << 10),
+        "GB" => n.checked_mul(1 << 20),
+        "TB" => n.checked_mul(1 << 30),
+        _ => return Err(invalid()),
+    };
+    match kb {
+        Some(kb) if (64..=2147483647).contains(&kb) => Ok(kb),
+        _ => Err(SqlError::new(
+            "22023",
+            format!(
+                "{} kB is outside the valid range for parameter \"work_mem\" (64 .. 2147483647)",
+                kb.map(|k| k.to_string()).unwrap_or_else(|| num.to_string())
+            ),
+        )),
+    }
+}
+
+/// A kB count as PostgreSQL shows a memory setting: the largest unit that divides it.
+pub(crate) fn show_kb(kb: u64) -> String {
+    if kb % (1 << 20) == 0 {
+        format!("{}GB", kb >> 20)
+    } else if kb % (1 << 10) == 0 {
+        format!("{}MB", kb >> 10)
+    } else {
+        format!("{kb}kB")
+    }
+}
+
+/// The session's `work_mem` in bytes (PostgreSQL's 4MB when unset or unreadable).
+pub(crate) fn work_mem_bytes(value: Option<&str>) -> u64 {
+    value
+        .and_then(|v| parse_work_mem_kb(v).ok())
+        .unwrap_or(4096)
+        * 1024
+}

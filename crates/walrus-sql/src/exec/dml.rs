@@ -454,6 +454,21 @@ pub(crate) fn matching_rows(
                 }
             }
         }
+        Access::Range { index, lo, hi } => {
+            fn b(x: &Bound<Datum>) -> Bound<&[Datum]> {
+                match x {
+                    Bound::Included(d) => Bound::Included(std::slice::from_ref(d)),
+                    Bound::Excluded(d) => Bound::Excluded(std::slice::from_ref(d)),
+                    Bound::Unbounded => Bound::Unbounded,
+                }
+            }
+            for (tid, row) in t.index_scan(def, index, b(&lo), b(&hi))? {
+                if row_matches(filter, &def.columns, &row, params, now, &get)? {
+                    memory.charge_row(&row)?;
+                    out.push((tid, row));
+                }
+            }
+        }
         // WHERE is applied as the scan goes, so only matching rows are kept (and
         // charged to the statement's memory budget).
         Access::Scan => {
