@@ -89,6 +89,12 @@ const PAIRS: &[(&str, &str)] = &[
         "select t.id, u.label from t right join u on t.g = u.g or false \
          where t.id is null or t.id > 5950",
     ),
+    (
+        "select e.id, x.label from t e join (select g, 'L' || id as label from t \
+         where id <= 1000) as x using (g) where e.id % 50 = 0",
+        "select e.id, x.label from t e join (select g, 'L' || id as label from t \
+         where id <= 1000) as x on e.g = x.g or false where e.id % 50 = 0",
+    ),
 ];
 
 /// Strips the reference query's extra aggregate column.
@@ -147,6 +153,18 @@ fn sorts_and_groupings_past_work_mem_spill_and_agree() {
         files3 > files2 && bytes3 > bytes2,
         "the grouping spilled partitions"
     );
+    let join = "select e.id, x.id from t e join t x on x.s = e.s where e.id < 3000 and x.id > 3000";
+    ok(&mut s, "reset work_mem");
+    let join_mem = rows(&mut s, join);
+    assert!(join_mem.len() > 1000);
+    ok(&mut s, "set work_mem = '64kB'");
+    assert_eq!(rows(&mut s, join), join_mem);
+    let (files4, bytes4) = walrus_sql::temp_file_stats();
+    assert!(
+        files4 > files3 && bytes4 > bytes3,
+        "the hash join spilled partitions"
+    );
+    let files3 = files4;
     // LIMIT keeps the top-N heap: no temporary file.
     let top = rows(&mut s, "select id from t order by s desc, n, id limit 3");
     assert_eq!(

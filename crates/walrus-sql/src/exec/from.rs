@@ -3,6 +3,7 @@
 //! LATERAL items evaluated per left row).
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use sqlparser::ast::{
@@ -13,6 +14,7 @@ use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::TableDef;
 
 use super::dml::scan_rows;
+use super::spill::SpillFile;
 use super::{Executor, KeyPart};
 use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
@@ -265,43 +267,9 @@ impl Executor<'_> {
         } else {
             (&right.rows, &left.rows)
         };
-        let mut table: HashMap<Vec<KeyPart>, Vec<usize>> = HashMap::new();
-        for (i, row) in build.iter().enumerate() {
-            match key_of(row, build_left) {
-                None => return Ok(None),
-                Some(None) => {}
-                Some(Some(k)) => {
-                    self.memory
-                        .charge(k.iter().map(KeyPart::bytes).sum::<u64>() + 64)?;
-                    table.entry(k).or_default().push(i);
-                }
-            }
-        }
-        // (left row, right row) candidate pairs, in nested-loop order.
-        let mut pairs: Vec<(usize, usize)> = Vec::new();
-        for (i, row) in probe.iter().enumerate() {
-            if i % 1024 == 1023 {
-                self.check_interrupt()?;
-            }
-            match key_of(row, !build_left) {
-                None => return Ok(None),
-                Some(None) => {}
-                Some(Some(k)) => {
-                    if let Some(hits) = table.get(&k) {
-                        self.memory.charge(16 * hits.len() as u64)?;
-                        if build_left {
-                            pairs.extend(hits.iter().map(|&l| (l, i)));
-                        } else {
-                            pairs.extend(hits.iter().map(|&r| (i, r)));
-                        }
-                    }
-                }
-            }
-        }
-        drop(table);
-        if build_left {
-            pairs.sort_unstable();
-        }
+        let Some(pairs) = self.join_pairs(build, probe, build_left, &key_of)? else {
+            return Ok(None);
+        };
         let mut right_matched = vec![false; right.rows.len()];
         let mut p = 0;
         for (li, lrow) in left.rows.iter().enumerate() {
@@ -350,6 +318,139 @@ impl Executor<'_> {
         }
         merge_using(&mut out, nleft, &using, kind);
         Ok(Some(out))
+    }
+
+    /// The (left row, right row) pairs whose keys are equal, in nested-loop order, or
+    /// `None` when a key value is not of its column's kind. The `build` side is hashed in
+    /// memory while its table stays within `work_mem`; past it both sides' keys go to
+    /// [`JOIN_PARTITIONS`] partition files by hash and each partition is joined on its
+    /// own (one level: a partition is not split again).
+    fn join_pairs(
+        &self,
+        build: &[Vec<Datum>],
+        probe: &[Vec<Datum>],
+        build_left: bool,
+        key_of: &dyn Fn(&[Datum], bool) -> Option<Option<Vec<KeyPart>>>,
+    ) -> SqlResult<Option<Vec<(usize, usize)>>> {
+        let mark = self.memory.used();
+        let work_mem = self.work_mem();
+        let mut table: HashMap<Vec<KeyPart>, Vec<usize>> = HashMap::new();
+        let mut table_bytes = 0u64;
+        let mut overflow = false;
+        for (i, row) in build.iter().enumerate() {
+            match key_of(row, build_left) {
+                None => return Ok(None),
+                Some(None) => {}
+                Some(Some(k)) => {
+                    let bytes = k.iter().map(KeyPart::bytes).sum::<u64>() + 64;
+                    table_bytes += bytes;
+                    if table_bytes > work_mem {
+                        overflow = true;
+                        break;
+                    }
+                    self.memory.charge(bytes)?;
+                    table.entry(k).or_default().push(i);
+                }
+            }
+        }
+        let pair = |b: usize, p: usize| if build_left { (b, p) } else { (p, b) };
+        let mut pairs: Vec<(usize, usize)> = Vec::new();
+        if !overflow {
+            for (i, row) in probe.iter().enumerate() {
+                if i % 1024 == 1023 {
+                    self.check_interrupt()?;
+                }
+                match key_of(row, !build_left) {
+                    None => return Ok(None),
+                    Some(None) => {}
+                    Some(Some(k)) => {
+                        if let Some(hits) = table.get(&k) {
+                            self.memory.charge(16 * hits.len() as u64)?;
+                            pairs.extend(hits.iter().map(|&b| pair(b, i)));
+                        }
+                    }
+                }
+            }
+            drop(table);
+            if build_left {
+                pairs.sort_unstable();
+            }
+            return Ok(Some(pairs));
+        }
+        drop(table);
+        self.memory.release_to(mark);
+        // Partition both sides: each file row is the row's position and its key.
+        let mut parts: Vec<[Option<SpillFile>; 2]> = Vec::new();
+        parts.resize_with(JOIN_PARTITIONS, || [None, None]);
+        for (side, rows) in [(0, build), (1, probe)] {
+            let on_left = (side == 0) == build_left;
+            for (i, row) in rows.iter().enumerate() {
+                if i % 1024 == 1023 {
+                    self.check_interrupt()?;
+                }
+                let Some(k) = key_of(row, on_left) else {
+                    return Ok(None);
+                };
+                let Some(k) = k else { continue };
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                k.hash(&mut h);
+                let f = &mut parts[(h.finish() % JOIN_PARTITIONS as u64) as usize][side];
+                if f.is_none() {
+                    *f = Some(SpillFile::create()?);
+                }
+                let mut out = Vec::with_capacity(k.len() + 1);
+                out.push(Datum::Int8(i as i64));
+                out.extend(k.into_iter().map(|p| match p {
+                    KeyPart::Int(v) => Datum::Int8(v),
+                    KeyPart::Other(t) => Datum::Text(t),
+                    KeyPart::Null => Datum::Null,
+                }));
+                if let Some(f) = f.as_mut() {
+                    f.write_row(&out)?;
+                }
+            }
+        }
+        let read = |r: Vec<Datum>| -> SqlResult<(usize, Vec<KeyPart>)> {
+            let mut it = r.into_iter();
+            let Some(Datum::Int8(at)) = it.next() else {
+                return Err(SqlError::new("XX001", "bad join partition row"));
+            };
+            let key = it
+                .map(|d| match d {
+                    Datum::Int8(v) => KeyPart::Int(v),
+                    Datum::Text(t) => KeyPart::Other(t),
+                    _ => KeyPart::Null,
+                })
+                .collect();
+            Ok((at as usize, key))
+        };
+        for [b, p] in parts {
+            let (Some(mut b), Some(mut p)) = (b, p) else {
+                continue; // a partition with one side empty has no pairs
+            };
+            let mark = self.memory.used();
+            let mut table: HashMap<Vec<KeyPart>, Vec<usize>> = HashMap::new();
+            let mut rd = b.reader()?;
+            while let Some(r) = rd.next_row()? {
+                let (at, k) = read(r)?;
+                self.memory
+                    .charge(k.iter().map(KeyPart::bytes).sum::<u64>() + 64)?;
+                table.entry(k).or_default().push(at);
+            }
+            let mut rd = p.reader()?;
+            while let Some(r) = rd.next_row()? {
+                let (at, k) = read(r)?;
+                if let Some(hits) = table.get(&k) {
+                    pairs.extend(hits.iter().map(|&b| pair(b, at)));
+                }
+            }
+            drop(table);
+            self.memory.release_to(mark);
+            self.check_interrupt()?;
+        }
+        self.memory.charge(16 * pairs.len() as u64)?;
+        pairs.sort_unstable();
+        Ok(Some(pairs))
     }
 
     pub(super) fn user_table(&self, name: &ast::ObjectName) -> SqlResult<Option<Arc<TableDef>>> {
@@ -707,6 +808,9 @@ fn equi_keys(on: &Expr, cols: &[ColName], nleft: usize) -> (Vec<(usize, usize)>,
     }
     (keys, rest)
 }
+
+/// How many partition files a hash join past `work_mem` spreads each side over.
+const JOIN_PARTITIONS: usize = 32;
 
 fn is_lateral(tf: &TableFactor) -> bool {
     match tf {
