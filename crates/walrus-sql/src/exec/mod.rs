@@ -20,7 +20,8 @@
 //! running state per group in a hash table (`select.rs` `stream_groups`, states in
 //! `aggregate.rs`), spilling rows of new groups to partition files past `work_mem`;
 //! other aggregates (DISTINCT, ORDER BY inside, string_agg, array_agg) keep the rows of
-//! each group. Equi-joins hash the smaller side (`from.rs` `hash_join`, not spilled);
+//! each group. Equi-joins hash the smaller side (`from.rs` `hash_join`; past `work_mem`
+//! both sides' keys are partitioned to temporary files);
 //! other joins are nested loops. Every path gives the rows in the order the simple one
 //! gives (stable sort, groups by first appearance, nested-loop join order).
 //!
