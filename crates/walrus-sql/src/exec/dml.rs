@@ -432,11 +432,15 @@ fn insert_row(
 /// Rows of `def` matching `filter`, through a unique index when the filter pins all
 /// its columns with equalities to constants, else a sequential scan (see
 /// [`choose_access`]).
+///
+/// `wanted` (a SELECT's columns, see `select::used_columns`) lets a sequential scan skip
+/// decoding the other columns, which then read as NULL; `None` decodes every column.
 pub(crate) fn matching_rows(
     env: &mut dyn Env,
     def: &TableDef,
     filter: Option<&Expr>,
     params: &[Datum],
+    wanted: Option<&[bool]>,
 ) -> SqlResult<Vec<(Tid, Vec<Datum>)>> {
     let (now, settings, memory) = (env.now(), env.settings(), env.memory());
     let get = move |n: &str| settings.get(n);
@@ -473,7 +477,7 @@ pub(crate) fn matching_rows(
         // charged to the statement's memory budget).
         Access::Scan => {
             let mut failed = None;
-            t.scan(def, |tid, row| {
+            let mut each = |tid, row: Vec<Datum>| {
                 let kept = row_matches(filter, &def.columns, &row, params, now, &get)
                     .and_then(|m| m.then(|| memory.charge_row(&row)).transpose());
                 match kept {
@@ -485,7 +489,11 @@ pub(crate) fn matching_rows(
                     }
                 }
                 Ok(true)
-            })?;
+            };
+            match wanted {
+                Some(w) => t.scan_columns(def, w, &mut each)?,
+                None => t.scan(def, &mut each)?,
+            }
             if let Some(e) = failed {
                 return Err(e);
             }
@@ -625,7 +633,7 @@ pub(crate) fn update(
         })?;
         sets.push((i, a.value.clone()));
     }
-    let rows = matching_rows(env, &def, selection.as_ref(), params)?;
+    let rows = matching_rows(env, &def, selection.as_ref(), params, None)?;
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let intr = env.interrupt();
@@ -734,7 +742,7 @@ pub(crate) fn delete(
     let (def, alias) =
         single_table(env, &from)?.ok_or_else(|| SqlError::syntax("DELETE needs a table"))?;
     let mut returning = Returning::new(returning.as_ref(), &def, alias.as_deref())?;
-    let rows = matching_rows(env, &def, selection.as_ref(), params)?;
+    let rows = matching_rows(env, &def, selection.as_ref(), params, None)?;
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let intr = env.interrupt();

@@ -3,9 +3,11 @@
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::ops::ControlFlow;
 
-use sqlparser::ast::{self, Expr, Query, Select, SelectItem, TableFactor};
+use sqlparser::ast::{self, visit_expressions, Expr, Query, Select, SelectItem, TableFactor};
 use walrus_engine::access::datum::Datum;
+use walrus_engine::catalog::TableDef;
 
 use super::aggregate::{streamable_call, AggState, StreamCall};
 use super::dml::matching_rows;
@@ -53,6 +55,48 @@ fn items_of(
         .iter()
         .map(|(_, e)| exec.eval_in(e, Some(frame), hooks))
         .collect()
+}
+
+/// The columns of the lone table `def` a single-table SELECT can read: every column
+/// named anywhere in it (by its last name part, so over-approximated), or `None` (all)
+/// when the select list has a wildcard or a subquery is anywhere (it may name columns
+/// in ways this does not look for).
+fn used_columns(sel: &Select, q: &Query, def: &TableDef) -> Option<Vec<bool>> {
+    if sel.projection.iter().any(|i| {
+        matches!(
+            i,
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+        )
+    }) {
+        return None;
+    }
+    let mut wanted = vec![false; def.columns.len()];
+    let mut mark = |name: &str| {
+        if let Some(c) = def.column_index(name) {
+            wanted[c] = true;
+        }
+    };
+    let mut subquery = false;
+    let mut look = |e: &Expr| {
+        match e {
+            Expr::Identifier(i) => mark(&ident(i)),
+            Expr::CompoundIdentifier(ids) => {
+                if let Some(i) = ids.last() {
+                    mark(&ident(i));
+                }
+            }
+            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => subquery = true,
+            Expr::Function(f) if !matches!(f.args, ast::FunctionArguments::Subquery(_)) => {}
+            Expr::Function(_) => subquery = true,
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    };
+    let _ = visit_expressions(sel, &mut look);
+    let _ = visit_expressions(&q.order_by, &mut look);
+    let _ = visit_expressions(&q.limit_clause, &mut look);
+    let _ = visit_expressions(&q.fetch, &mut look);
+    (!subquery).then_some(wanted)
 }
 
 /// 42712: two FROM items with one name (`from t, t` needs an alias).
@@ -219,7 +263,7 @@ impl Executor<'_> {
     ) -> SqlResult<Rel> {
         check_select(sel)?;
         check_from_names(sel)?;
-        let (from, filtered) = self.scan_from(sel, outer)?;
+        let (from, filtered) = self.scan_from(sel, q, outer)?;
         // Output items.
         let mut items: Vec<(String, Expr)> = Vec::new();
         for it in &sel.projection {
@@ -771,7 +815,12 @@ impl Executor<'_> {
 
     /// FROM: the cross product of its items, each a table with its joins. Returns
     /// whether WHERE was already applied (the single-table index path).
-    fn scan_from(&self, sel: &Select, outer: Option<&Frame<'_>>) -> SqlResult<(Rel, bool)> {
+    fn scan_from(
+        &self,
+        sel: &Select,
+        q: &Query,
+        outer: Option<&Frame<'_>>,
+    ) -> SqlResult<(Rel, bool)> {
         if let ([twj], None) = (sel.from.as_slice(), outer) {
             if twj.joins.is_empty() && !sel.selection.as_ref().is_some_and(contains_subquery) {
                 if let TableFactor::Table {
@@ -781,12 +830,17 @@ impl Executor<'_> {
                     ..
                 } = &twj.relation
                 {
-                    if let Some(def) = self.user_table(name)? {
+                    // `AS x(a, b)` renames columns, which WHERE may use: the general
+                    // path applies WHERE after the renaming.
+                    let renamed = alias.as_ref().is_some_and(|a| !a.columns.is_empty());
+                    if let Some(def) = self.user_table(name)?.filter(|_| !renamed) {
+                        let wanted = used_columns(sel, q, &def);
                         let rows = matching_rows(
                             &mut **self.env.borrow_mut(),
                             &def,
                             sel.selection.as_ref(),
                             self.params,
+                            wanted.as_deref(),
                         )?
                         .into_iter()
                         .map(|(_, r)| r)
