@@ -157,45 +157,6 @@ impl MemoryBudget {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn limits_parse_with_postgres_size_units_and_a_range() {
-        assert_eq!(parse_limit("64MB").unwrap(), 64 << 20);
-        assert_eq!(parse_limit("1GB").unwrap(), 1 << 30);
-        assert_eq!(parse_limit("1TB").unwrap(), 1 << 40);
-        for bad in ["512kB", "2TB", "lots", "", "-1MB"] {
-            let e = parse_limit(bad).unwrap_err();
-            assert_eq!(e.sqlstate, "22023", "{bad}");
-            assert!(e.message.contains(SETTING), "{}", e.message);
-        }
-        let mut s = Settings::default();
-        assert_eq!(statement_memory_limit(&s).unwrap(), DEFAULT_LIMIT);
-        s.set(SETTING, "2MB").unwrap();
-        assert_eq!(statement_memory_limit(&s).unwrap(), 2 << 20);
-    }
-
-    #[test]
-    fn the_budget_fails_past_its_limit_and_releases_transient_charges() {
-        let b = MemoryBudget::new(1 << 20);
-        let row = vec![Datum::Int4(1), Datum::Text("x".repeat(1000))];
-        assert!(row_bytes(&row) > 1000);
-        let mark = b.used();
-        for _ in 0..900 {
-            b.charge_row(&row).unwrap();
-        }
-        b.release_to(mark);
-        assert_eq!(b.used(), 0);
-        let e = (0..2000).try_for_each(|_| b.charge_row(&row)).unwrap_err();
-        assert_eq!((e.sqlstate, e.message.as_str()), ("53200", "out of memory"));
-        assert!(e.detail.unwrap().contains("statement_memory_limit (1MB)"));
-        b.reset();
-        b.charge_row(&row).unwrap();
-    }
-}
-
 /// `work_mem` as PostgreSQL 15 takes it: an integer with an optional unit (`B`, `kB`,
 /// `MB`, `GB`, `TB`; none means kB), between 64kB and 2147483647kB. Returns the size in
 /// kB; 22023 with PostgreSQL's messages otherwise, 0A000 for a fractional value
@@ -239,9 +200,9 @@ pub(crate) fn parse_work_mem_kb(value: &str) -> SqlResult<u64> {
 
 /// A kB count as PostgreSQL shows a memory setting: the largest unit that divides it.
 pub(crate) fn show_kb(kb: u64) -> String {
-    if kb % (1 << 20) == 0 {
+    if kb.is_multiple_of(1 << 20) {
         format!("{}GB", kb >> 20)
-    } else if kb % (1 << 10) == 0 {
+    } else if kb.is_multiple_of(1 << 10) {
         format!("{}MB", kb >> 10)
     } else {
         format!("{kb}kB")
@@ -254,4 +215,60 @@ pub(crate) fn work_mem_bytes(value: Option<&str>) -> u64 {
         .and_then(|v| parse_work_mem_kb(v).ok())
         .unwrap_or(4096)
         * 1024
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_parse_with_postgres_size_units_and_a_range() {
+        assert_eq!(parse_limit("64MB").unwrap(), 64 << 20);
+        assert_eq!(parse_limit("1GB").unwrap(), 1 << 30);
+        assert_eq!(parse_limit("1TB").unwrap(), 1 << 40);
+        for bad in ["512kB", "2TB", "lots", "", "-1MB"] {
+            let e = parse_limit(bad).unwrap_err();
+            assert_eq!(e.sqlstate, "22023", "{bad}");
+            assert!(e.message.contains(SETTING), "{}", e.message);
+        }
+        let mut s = Settings::default();
+        assert_eq!(statement_memory_limit(&s).unwrap(), DEFAULT_LIMIT);
+        s.set(SETTING, "2MB").unwrap();
+        assert_eq!(statement_memory_limit(&s).unwrap(), 2 << 20);
+    }
+
+    #[test]
+    fn the_budget_fails_past_its_limit_and_releases_transient_charges() {
+        let b = MemoryBudget::new(1 << 20);
+        let row = vec![Datum::Int4(1), Datum::Text("x".repeat(1000))];
+        assert!(row_bytes(&row) > 1000);
+        let mark = b.used();
+        for _ in 0..900 {
+            b.charge_row(&row).unwrap();
+        }
+        b.release_to(mark);
+        assert_eq!(b.used(), 0);
+        let e = (0..2000).try_for_each(|_| b.charge_row(&row)).unwrap_err();
+        assert_eq!((e.sqlstate, e.message.as_str()), ("53200", "out of memory"));
+        assert!(e.detail.unwrap().contains("statement_memory_limit (1MB)"));
+        b.reset();
+        b.charge_row(&row).unwrap();
+    }
+
+    #[test]
+    fn work_mem_reads_postgres_units_and_shows_the_largest_exact_unit() {
+        assert_eq!(parse_work_mem_kb("64").unwrap(), 64);
+        assert_eq!(parse_work_mem_kb("64kB").unwrap(), 64);
+        assert_eq!(parse_work_mem_kb("4MB").unwrap(), 4096);
+        assert_eq!(parse_work_mem_kb(" 1 GB ").unwrap(), 1 << 20);
+        assert_eq!(parse_work_mem_kb("65537B").unwrap(), 65);
+        assert_eq!(parse_work_mem_kb("63").unwrap_err().sqlstate, "22023");
+        assert_eq!(parse_work_mem_kb("4mb").unwrap_err().sqlstate, "22023");
+        assert_eq!(parse_work_mem_kb("1.5MB").unwrap_err().sqlstate, "0A000");
+        assert_eq!(show_kb(64), "64kB");
+        assert_eq!(show_kb(4096), "4MB");
+        assert_eq!(show_kb(1 << 20), "1GB");
+        assert_eq!(work_mem_bytes(None), 4 << 20);
+        assert_eq!(work_mem_bytes(Some("64kB")), 64 << 10);
+    }
 }

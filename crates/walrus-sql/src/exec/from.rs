@@ -330,7 +330,7 @@ impl Executor<'_> {
         build: &[Vec<Datum>],
         probe: &[Vec<Datum>],
         build_left: bool,
-        key_of: &dyn Fn(&[Datum], bool) -> Option<Option<Vec<KeyPart>>>,
+        key_of: &KeyOf<'_>,
     ) -> SqlResult<Option<Vec<(usize, usize)>>> {
         let mark = self.memory.used();
         let work_mem = self.work_mem();
@@ -808,6 +808,10 @@ fn equi_keys(on: &Expr, cols: &[ColName], nleft: usize) -> (Vec<(usize, usize)>,
     }
     (keys, rest)
 }
+
+/// A row's hash join key on one side (`true`: the left): `None` when a value is not of
+/// its column's kind, `Some(None)` when a key value is NULL.
+type KeyOf<'a> = dyn Fn(&[Datum], bool) -> Option<Option<Vec<KeyPart>>> + 'a;
 
 /// How many partition files a hash join past `work_mem` spreads each side over.
 const JOIN_PARTITIONS: usize = 32;
