@@ -560,18 +560,28 @@ fn single_table(
 
 /// Every row of `def` visible to the statement's snapshot.
 /// Each is charged to the statement's memory budget as it is read.
-pub(crate) fn scan_rows(env: &mut dyn Env, def: &TableDef) -> SqlResult<Vec<Vec<Datum>>> {
+///
+/// `wanted` marks the columns to decode (the others read as NULL); `None` decodes all.
+pub(crate) fn scan_rows(
+    env: &mut dyn Env,
+    def: &TableDef,
+    wanted: Option<&[bool]>,
+) -> SqlResult<Vec<Vec<Datum>>> {
     let memory = env.memory();
     let mut out = Vec::new();
     let mut failed = None;
-    env.txn().scan(def, |_, row| {
+    let mut each = |_, row: Vec<Datum>| {
         if let Err(e) = memory.charge_row(&row) {
             failed = Some(e);
             return Ok(false);
         }
         out.push(row);
         Ok(true)
-    })?;
+    };
+    match wanted {
+        Some(w) => env.txn().scan_columns(def, w, &mut each)?,
+        None => env.txn().scan(def, &mut each)?,
+    }
     match failed {
         Some(e) => Err(e),
         None => Ok(out),

@@ -281,7 +281,8 @@ impl Executor<'_> {
                 let ri = pairs[p].1;
                 p += 1;
                 let rrow = &right.rows[ri];
-                let mut row = Vec::with_capacity(lrow.len() + rrow.len());
+                // Room for the merged USING columns `merge_using` puts in front.
+                let mut row = Vec::with_capacity(lrow.len() + rrow.len() + using.len());
                 row.extend_from_slice(lrow);
                 row.extend_from_slice(rrow);
                 if let Some(c) = on {
@@ -490,7 +491,14 @@ impl Executor<'_> {
             } => {
                 let mut rel = match self.user_table(name)? {
                     Some(def) => {
-                        let rows = scan_rows(&mut **self.env.borrow_mut(), &def)?;
+                        let wanted = self.pruned_names.borrow().as_ref().map(|names| {
+                            def.columns
+                                .iter()
+                                .map(|c| names.contains(&c.name))
+                                .collect::<Vec<bool>>()
+                        });
+                        let rows =
+                            scan_rows(&mut **self.env.borrow_mut(), &def, wanted.as_deref())?;
                         let qual = alias
                             .as_ref()
                             .map(|a| ident(&a.name))

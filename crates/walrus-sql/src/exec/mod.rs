@@ -276,6 +276,9 @@ pub(crate) struct Executor<'s> {
     /// Every row this statement materialises is charged here.
     memory: Arc<MemoryBudget>,
     catalog: RefCell<Option<catalog_views::Snapshot>>,
+    /// While a FROM list of plain tables is read: the only column names the query level
+    /// can use (see `select::used_names`); user-table scans decode just those.
+    pruned_names: RefCell<Option<HashSet<String>>>,
 }
 
 /// The hooks in force while evaluating over one group of rows.
@@ -362,6 +365,7 @@ impl<'s> Executor<'s> {
             interrupt,
             memory,
             catalog: RefCell::new(None),
+            pruned_names: RefCell::new(None),
         }
     }
 

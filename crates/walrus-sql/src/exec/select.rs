@@ -1,7 +1,7 @@
 //! The SELECT of one query level: FROM (with the single-table access path), binding,
 //! WHERE, grouping and aggregates, the select list, DISTINCT, then ORDER BY and LIMIT.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::ops::ControlFlow;
 
@@ -55,6 +55,77 @@ fn items_of(
         .iter()
         .map(|(_, e)| exec.eval_in(e, Some(frame), hooks))
         .collect()
+}
+
+/// The column names a SELECT over plain tables can use: every name in it (USING lists
+/// included), or `None` (decode everything) with a wildcard, a subquery, a NATURAL
+/// join, a FROM item other than a plain table, or an alias renaming columns.
+fn used_names(sel: &Select, q: &Query) -> Option<HashSet<String>> {
+    if sel.projection.iter().any(|i| {
+        matches!(
+            i,
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+        )
+    }) {
+        return None;
+    }
+    let mut names = HashSet::new();
+    for twj in &sel.from {
+        let factors = std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation));
+        for f in factors {
+            match f {
+                TableFactor::Table {
+                    alias, args: None, ..
+                } if alias.as_ref().is_none_or(|a| a.columns.is_empty()) => {}
+                _ => return None,
+            }
+        }
+        for j in &twj.joins {
+            use ast::JoinOperator as J;
+            let c = match &j.join_operator {
+                J::Join(c)
+                | J::Inner(c)
+                | J::Left(c)
+                | J::LeftOuter(c)
+                | J::Right(c)
+                | J::RightOuter(c)
+                | J::FullOuter(c)
+                | J::CrossJoin(c) => c,
+                _ => return None,
+            };
+            match c {
+                ast::JoinConstraint::Using(cols) => {
+                    names.extend(cols.iter().map(object_name));
+                }
+                ast::JoinConstraint::On(_) | ast::JoinConstraint::None => {}
+                ast::JoinConstraint::Natural => return None,
+            }
+        }
+    }
+    let mut subquery = false;
+    let mut look = |e: &Expr| {
+        match e {
+            Expr::Identifier(i) => {
+                names.insert(ident(i));
+            }
+            Expr::CompoundIdentifier(ids) => {
+                if let Some(i) = ids.last() {
+                    names.insert(ident(i));
+                }
+            }
+            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => subquery = true,
+            Expr::Function(f) if matches!(f.args, ast::FunctionArguments::Subquery(_)) => {
+                subquery = true
+            }
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    };
+    let _ = visit_expressions(sel, &mut look);
+    let _ = visit_expressions(&q.order_by, &mut look);
+    let _ = visit_expressions(&q.limit_clause, &mut look);
+    let _ = visit_expressions(&q.fetch, &mut look);
+    (!subquery).then_some(names)
 }
 
 /// The columns of the lone table `def` a single-table SELECT can read: every column
@@ -863,9 +934,13 @@ impl Executor<'_> {
             cols: Vec::new(),
             rows: vec![Vec::new()],
         };
-        for twj in &sel.from {
-            acc = self.joined(acc, twj, outer)?;
-        }
+        let before = self.pruned_names.replace(used_names(sel, q));
+        let joined = sel
+            .from
+            .iter()
+            .try_fold(acc, |acc, twj| self.joined(acc, twj, outer));
+        *self.pruned_names.borrow_mut() = before;
+        acc = joined?;
         Ok((acc, false))
     }
 }
