@@ -165,7 +165,13 @@ fn sorts_and_groupings_past_work_mem_spill_and_agree() {
         "the hash join spilled partitions"
     );
     let files3 = files4;
-    // LIMIT keeps the top-N heap: no temporary file.
+    // A LIMIT whose rows outgrow work_mem turns the heap into an external sort.
+    let big = "select id, s, n from t order by s desc, n, id limit 5000 offset 3";
+    assert_eq!(rows(&mut s, big), sort_mem[3..5003]);
+    let (files5, _) = walrus_sql::temp_file_stats();
+    assert!(files5 > files3, "the large top-N spilled");
+    let files3 = files5;
+    // A small LIMIT keeps the top-N heap: no temporary file.
     let top = rows(&mut s, "select id from t order by s desc, n, id limit 3");
     assert_eq!(
         top,

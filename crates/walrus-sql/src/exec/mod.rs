@@ -799,6 +799,15 @@ impl OutputRows {
             Some(top) => {
                 if top.push(entry) {
                     exec.memory.charge(bytes)?;
+                    self.held += bytes;
+                    if self.held > self.work_mem {
+                        // A LIMIT too large for work_mem: what the heap holds becomes the
+                        // first rows of an external sort (same order, same rows kept).
+                        if let Some(top) = self.top.take() {
+                            self.all = top.into_sorted();
+                        }
+                        self.write_run(exec)?;
+                    }
                 }
             }
             None => {
