@@ -34,6 +34,7 @@ pub mod binary;
 mod catalog_views;
 pub mod error;
 mod exec;
+pub use exec::temp_file_stats;
 pub mod expr;
 mod guc;
 mod memory;

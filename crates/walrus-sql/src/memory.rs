@@ -157,6 +157,66 @@ impl MemoryBudget {
     }
 }
 
+/// `work_mem` as PostgreSQL 15 takes it: an integer with an optional unit (`B`, `kB`,
+/// `MB`, `GB`, `TB`; none means kB), between 64kB and 2147483647kB. Returns the size in
+/// kB; 22023 with PostgreSQL's messages otherwise, 0A000 for a fractional value
+/// (PostgreSQL rounds those; walrus does not).
+pub(crate) fn parse_work_mem_kb(value: &str) -> SqlResult<u64> {
+    let v = value.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (num, unit) = v.split_at(split);
+    let invalid = || {
+        SqlError::new(
+            "22023",
+            format!("invalid value for parameter \"work_mem\": \"{value}\""),
+        )
+        .with_hint("Valid units for this parameter are \"B\", \"kB\", \"MB\", \"GB\", and \"TB\".")
+    };
+    if unit.trim_start().starts_with('.') {
+        return Err(SqlError::unsupported(
+            "fractional work_mem values are not supported",
+        ));
+    }
+    let n: u64 = num.parse().map_err(|_| invalid())?;
+    let kb = match unit.trim() {
+        "" | "kB" => Some(n),
+        "B" => Some(n.div_ceil(1024)),
+        "MB" => n.checked_mul(1 << 10),
+        "GB" => n.checked_mul(1 << 20),
+        "TB" => n.checked_mul(1 << 30),
+        _ => return Err(invalid()),
+    };
+    match kb {
+        Some(kb) if (64..=2147483647).contains(&kb) => Ok(kb),
+        _ => Err(SqlError::new(
+            "22023",
+            format!(
+                "{} kB is outside the valid range for parameter \"work_mem\" (64 .. 2147483647)",
+                kb.map(|k| k.to_string()).unwrap_or_else(|| num.to_string())
+            ),
+        )),
+    }
+}
+
+/// A kB count as PostgreSQL shows a memory setting: the largest unit that divides it.
+pub(crate) fn show_kb(kb: u64) -> String {
+    if kb.is_multiple_of(1 << 20) {
+        format!("{}GB", kb >> 20)
+    } else if kb.is_multiple_of(1 << 10) {
+        format!("{}MB", kb >> 10)
+    } else {
+        format!("{kb}kB")
+    }
+}
+
+/// The session's `work_mem` in bytes (PostgreSQL's 4MB when unset or unreadable).
+pub(crate) fn work_mem_bytes(value: Option<&str>) -> u64 {
+    value
+        .and_then(|v| parse_work_mem_kb(v).ok())
+        .unwrap_or(4096)
+        * 1024
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +253,22 @@ mod tests {
         assert!(e.detail.unwrap().contains("statement_memory_limit (1MB)"));
         b.reset();
         b.charge_row(&row).unwrap();
+    }
+
+    #[test]
+    fn work_mem_reads_postgres_units_and_shows_the_largest_exact_unit() {
+        assert_eq!(parse_work_mem_kb("64").unwrap(), 64);
+        assert_eq!(parse_work_mem_kb("64kB").unwrap(), 64);
+        assert_eq!(parse_work_mem_kb("4MB").unwrap(), 4096);
+        assert_eq!(parse_work_mem_kb(" 1 GB ").unwrap(), 1 << 20);
+        assert_eq!(parse_work_mem_kb("65537B").unwrap(), 65);
+        assert_eq!(parse_work_mem_kb("63").unwrap_err().sqlstate, "22023");
+        assert_eq!(parse_work_mem_kb("4mb").unwrap_err().sqlstate, "22023");
+        assert_eq!(parse_work_mem_kb("1.5MB").unwrap_err().sqlstate, "0A000");
+        assert_eq!(show_kb(64), "64kB");
+        assert_eq!(show_kb(4096), "4MB");
+        assert_eq!(show_kb(1 << 20), "1GB");
+        assert_eq!(work_mem_bytes(None), 4 << 20);
+        assert_eq!(work_mem_bytes(Some("64kB")), 64 << 10);
     }
 }

@@ -305,3 +305,340 @@ fn aggregate_result(
         }
     })
 }
+
+/// An aggregate call a grouped query computes row by row, keeping one running state per
+/// group instead of the group's rows. Only plain calls qualify (see
+/// [`streamable_call`]); anything else takes the row-list path above.
+pub(super) struct StreamCall {
+    /// The call's node in the query's expressions: how the group hooks recognise it.
+    node: *const ast::Function,
+    name: String,
+    /// `count(*)`.
+    star: bool,
+    arg: Option<ast::Expr>,
+    filter: Option<ast::Expr>,
+}
+
+/// The call as a [`StreamCall`] when it can be streamed with exactly the row-list path's
+/// answer: `count(*)`, or `count` / `sum` / `avg` / `min` / `max` / `bool_and` /
+/// `bool_or` / `every` over one argument, optionally with FILTER — no DISTINCT, no ORDER
+/// BY, no aggregate or subquery inside, and nothing `check_function` refuses.
+pub(super) fn streamable_call(f: &ast::Function) -> Option<StreamCall> {
+    crate::expr::check_function(f).ok()?;
+    let name = function_name(f);
+    if !matches!(
+        name.as_str(),
+        "count" | "sum" | "avg" | "min" | "max" | "bool_and" | "bool_or" | "every"
+    ) {
+        return None;
+    }
+    let FunctionArguments::List(l) = &f.args else {
+        return None;
+    };
+    if !l.clauses.is_empty()
+        || matches!(
+            l.duplicate_treatment,
+            Some(ast::DuplicateTreatment::Distinct)
+        )
+    {
+        return None;
+    }
+    let plain =
+        |e: &ast::Expr| !crate::plan::contains_aggregate(e) && !crate::plan::contains_subquery(e);
+    if let Some(x) = &f.filter {
+        if !plain(x) {
+            return None;
+        }
+    }
+    let (star, arg) = match l.args.as_slice() {
+        [FunctionArg::Unnamed(FunctionArgExpr::Wildcard)] if name == "count" => (true, None),
+        [FunctionArg::Unnamed(FunctionArgExpr::Expr(e))] if plain(e) => (false, Some(e.clone())),
+        _ => return None,
+    };
+    Some(StreamCall {
+        node: f as *const ast::Function,
+        name,
+        star,
+        arg,
+        filter: f.filter.as_deref().cloned(),
+    })
+}
+
+impl StreamCall {
+    /// Whether `f` is this call's node.
+    pub(super) fn is(&self, f: &ast::Function) -> bool {
+        std::ptr::eq(self.node, f)
+    }
+
+    /// A group's state before its first row.
+    pub(super) fn start(&self) -> AggState {
+        match self.name.as_str() {
+            "count" => AggState::Count(0),
+            "sum" | "avg" => AggState::Sum(SumState::default()),
+            "min" | "max" => AggState::Extreme {
+                best: None,
+                failed: None,
+            },
+            _ => AggState::Bools {
+                acc: None,
+                failed: None,
+            },
+        }
+    }
+}
+
+/// Running sum / avg: the exact integer total while every value is an integer, the float
+/// total while every value is a float8, the exact numeric total once a NUMERIC arrives
+/// after integers, and the error the numeric path meets at the first other value —
+/// so the finished value is [`aggregate_result`]'s over the same values in order.
+#[derive(Debug)]
+pub(super) struct SumState {
+    n: usize,
+    all_ints: bool,
+    any_int8: bool,
+    ints: i128,
+    all_floats: bool,
+    floats: f64,
+    /// Integers and numerics so far, exact; started when the first non-integer arrives.
+    numeric: Option<bigdecimal::BigDecimal>,
+    /// What the numeric path fails with: the first value neither integer nor numeric.
+    failed: Option<SqlError>,
+}
+
+impl Default for SumState {
+    fn default() -> SumState {
+        SumState {
+            n: 0,
+            all_ints: true,
+            any_int8: false,
+            ints: 0,
+            all_floats: true,
+            // The float path sums with `Iterator::sum`: start from its identity.
+            floats: std::iter::empty::<f64>().sum(),
+            numeric: None,
+            failed: None,
+        }
+    }
+}
+
+/// One group's running state of one [`StreamCall`].
+#[derive(Debug)]
+pub(super) enum AggState {
+    Count(i64),
+    Sum(SumState),
+    /// min / max: the best value so far, or the error the row-list path would give.
+    Extreme {
+        best: Option<Datum>,
+        failed: Option<SqlError>,
+    },
+    /// bool_and / bool_or / every.
+    Bools {
+        acc: Option<bool>,
+        failed: Option<SqlError>,
+    },
+}
+
+impl AggState {
+    /// An estimate of the state's size, for the statement's memory budget.
+    pub(super) fn bytes(&self) -> u64 {
+        std::mem::size_of::<AggState>() as u64
+    }
+}
+
+impl Executor<'_> {
+    /// Feeds one row of a group to a streamed call's state.
+    pub(super) fn stream_row(
+        &self,
+        call: &StreamCall,
+        state: &mut AggState,
+        frame: &Frame<'_>,
+    ) -> SqlResult<()> {
+        if let Some(filter) = &call.filter {
+            if !matches!(self.eval_in(filter, Some(frame), self)?, Datum::Bool(true)) {
+                return Ok(());
+            }
+        }
+        let v = match &call.arg {
+            None => Datum::Null,
+            Some(a) => self.eval_in(a, Some(frame), self)?,
+        };
+        if call.star {
+            if let AggState::Count(n) = state {
+                *n += 1;
+            }
+            return Ok(());
+        }
+        if v.is_null() {
+            return Ok(());
+        }
+        match state {
+            AggState::Count(n) => *n += 1,
+            AggState::Sum(s) => s.add(&call.name, v),
+            AggState::Extreme { best, failed } => {
+                if failed.is_some() {
+                    return Ok(());
+                }
+                match best {
+                    None => {
+                        if matches!(v, Datum::Bool(_)) {
+                            *failed = Some(no_bool_minmax(&call.name));
+                        }
+                        *best = Some(v);
+                    }
+                    Some(b) => match compare_values(&v, b) {
+                        Err(e) => *failed = Some(e),
+                        Ok(o) => {
+                            let better = if call.name == "min" {
+                                o == Ordering::Less
+                            } else {
+                                o == Ordering::Greater
+                            };
+                            if better {
+                                *b = v;
+                            }
+                        }
+                    },
+                }
+            }
+            AggState::Bools { acc, failed } => match v {
+                Datum::Bool(x) => {
+                    let want_all = call.name != "bool_or";
+                    let prev = acc.unwrap_or(want_all);
+                    *acc = Some(if want_all { prev && x } else { prev || x });
+                }
+                _ => {
+                    if failed.is_none() {
+                        *failed = Some(SqlError::new(
+                            "42883",
+                            format!("function {}() requires boolean arguments", call.name),
+                        ));
+                    }
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// A streamed call's value for a group, as [`Executor::aggregate`] gives it.
+    pub(super) fn stream_finish(
+        &self,
+        call: &StreamCall,
+        state: &AggState,
+        cols: &[ColName],
+    ) -> SqlResult<Datum> {
+        match state {
+            AggState::Count(n) => Ok(Datum::Int8(*n)),
+            AggState::Sum(s) => s.finish(&call.name),
+            AggState::Extreme { best, failed } => {
+                // The row-list path's static check comes first: min/max over a boolean
+                // expression is refused even when no row reached it.
+                let defs = crate::plan::typed_columns(cols);
+                if let Some(a) = &call.arg {
+                    if crate::plan::static_type(a, &defs) == Some(TypeId::Bool) {
+                        return Err(no_bool_minmax(&call.name));
+                    }
+                }
+                match failed {
+                    Some(e) => Err(e.clone()),
+                    None => Ok(best.clone().unwrap_or(Datum::Null)),
+                }
+            }
+            AggState::Bools { acc, failed } => match failed {
+                Some(e) => Err(e.clone()),
+                None => Ok(acc.map(Datum::Bool).unwrap_or(Datum::Null)),
+            },
+        }
+    }
+}
+
+impl SumState {
+    fn add(&mut self, name: &str, v: Datum) {
+        self.n += 1;
+        let int = match &v {
+            Datum::Int2(x) => Some(*x as i64),
+            Datum::Int4(x) => Some(*x as i64),
+            Datum::Int8(x) => {
+                self.any_int8 = true;
+                Some(*x)
+            }
+            _ => None,
+        };
+        if let Some(i) = int {
+            self.ints += i as i128;
+        }
+        self.all_floats &= matches!(v, Datum::Float8(_));
+        if let Datum::Float8(f) = v {
+            self.floats += f;
+        }
+        if self.failed.is_some() {
+            self.all_ints &= int.is_some();
+            return;
+        }
+        if self.all_ints && int.is_some() {
+            return; // the numeric total starts only when needed
+        }
+        if self.all_ints {
+            // The first non-integer: the numeric path's total so far is the integers'.
+            self.all_ints = false;
+            self.numeric = Some(bigdecimal::BigDecimal::from(
+                bigdecimal::num_bigint::BigInt::from(self.ints),
+            ));
+        }
+        let x = match &v {
+            Datum::Numeric(t) => numeric::parse(t),
+            Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) => {
+                Ok(bigdecimal::BigDecimal::from(as_i64(&v).unwrap_or(0)))
+            }
+            other => Err(SqlError::new(
+                "42883",
+                format!(
+                    "function {name}({}) does not exist",
+                    other.type_id().map(|t| t.name()).unwrap_or("unknown")
+                ),
+            )),
+        };
+        let total = self.numeric.take().unwrap_or_default();
+        match x.and_then(|x| numeric::arith(&total, '+', &x)) {
+            Ok(t) => self.numeric = Some(t),
+            Err(e) => self.failed = Some(e),
+        }
+    }
+
+    fn finish(&self, name: &str) -> SqlResult<Datum> {
+        if self.n == 0 {
+            return Ok(Datum::Null);
+        }
+        if self.all_ints {
+            let total = self.ints;
+            return Ok(if name == "sum" {
+                if self.any_int8 {
+                    Datum::Numeric(total.to_string())
+                } else {
+                    Datum::Int8(
+                        i64::try_from(total)
+                            .map_err(|_| SqlError::new("22003", "bigint out of range"))?,
+                    )
+                }
+            } else {
+                let sum = bigdecimal::BigDecimal::from(bigdecimal::num_bigint::BigInt::from(total));
+                Datum::Numeric(numeric::format(&numeric::avg(&sum, self.n)?))
+            });
+        }
+        if self.all_floats {
+            return Ok(Datum::Float8(if name == "sum" {
+                self.floats
+            } else {
+                self.floats / self.n as f64
+            }));
+        }
+        if let Some(e) = &self.failed {
+            return Err(e.clone());
+        }
+        let total = self.numeric.clone().unwrap_or_default();
+        Ok(Datum::Numeric(numeric::format(&if name == "sum" {
+            total
+        } else {
+            numeric::avg(&total, self.n)?
+        })))
+    }
+}

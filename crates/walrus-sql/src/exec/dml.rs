@@ -499,11 +499,15 @@ impl<'a> RowSink<'a> {
 /// Rows of `def` matching `filter`, through a unique index when the filter pins all
 /// its columns with equalities to constants, else a sequential scan (see
 /// [`choose_access`]).
+///
+/// `wanted` (a SELECT's columns, see `select::used_columns`) lets a sequential scan skip
+/// decoding the other columns, which then read as NULL; `None` decodes every column.
 pub(crate) fn matching_rows(
     env: &mut dyn Env,
     def: &TableDef,
     filter: Option<&Expr>,
     params: &[Datum],
+    wanted: Option<&[bool]>,
 ) -> SqlResult<Vec<(Tid, Vec<Datum>)>> {
     let (now, settings, memory) = (env.now(), env.settings(), env.memory());
     let get = move |n: &str| settings.get(n);
@@ -521,11 +525,26 @@ pub(crate) fn matching_rows(
                 }
             }
         }
+        Access::Range { index, lo, hi } => {
+            fn b(x: &Bound<Datum>) -> Bound<&[Datum]> {
+                match x {
+                    Bound::Included(d) => Bound::Included(std::slice::from_ref(d)),
+                    Bound::Excluded(d) => Bound::Excluded(std::slice::from_ref(d)),
+                    Bound::Unbounded => Bound::Unbounded,
+                }
+            }
+            for (tid, row) in t.index_scan(def, index, b(&lo), b(&hi))? {
+                if row_matches(filter, &def.columns, &row, params, now, &get)? {
+                    memory.charge_row(&row)?;
+                    out.push((tid, row));
+                }
+            }
+        }
         // WHERE is applied as the scan goes, so only matching rows are kept (and
         // charged to the statement's memory budget).
         Access::Scan => {
             let mut failed = None;
-            t.scan(def, |tid, row| {
+            let mut each = |tid, row: Vec<Datum>| {
                 let kept = row_matches(filter, &def.columns, &row, params, now, &get)
                     .and_then(|m| m.then(|| memory.charge_row(&row)).transpose());
                 match kept {
@@ -537,7 +556,11 @@ pub(crate) fn matching_rows(
                     }
                 }
                 Ok(true)
-            })?;
+            };
+            match wanted {
+                Some(w) => t.scan_columns(def, w, &mut each)?,
+                None => t.scan(def, &mut each)?,
+            }
             if let Some(e) = failed {
                 return Err(e);
             }
@@ -604,18 +627,28 @@ fn single_table(
 
 /// Every row of `def` visible to the statement's snapshot.
 /// Each is charged to the statement's memory budget as it is read.
-pub(crate) fn scan_rows(env: &mut dyn Env, def: &TableDef) -> SqlResult<Vec<Vec<Datum>>> {
+///
+/// `wanted` marks the columns to decode (the others read as NULL); `None` decodes all.
+pub(crate) fn scan_rows(
+    env: &mut dyn Env,
+    def: &TableDef,
+    wanted: Option<&[bool]>,
+) -> SqlResult<Vec<Vec<Datum>>> {
     let memory = env.memory();
     let mut out = Vec::new();
     let mut failed = None;
-    env.txn().scan(def, |_, row| {
+    let mut each = |_, row: Vec<Datum>| {
         if let Err(e) = memory.charge_row(&row) {
             failed = Some(e);
             return Ok(false);
         }
         out.push(row);
         Ok(true)
-    })?;
+    };
+    match wanted {
+        Some(w) => env.txn().scan_columns(def, w, &mut each)?,
+        None => env.txn().scan(def, &mut each)?,
+    }
     match failed {
         Some(e) => Err(e),
         None => Ok(out),
@@ -677,7 +710,7 @@ pub(crate) fn update(
         })?;
         sets.push((i, a.value.clone()));
     }
-    let rows = matching_rows(env, &def, selection.as_ref(), params)?;
+    let rows = matching_rows(env, &def, selection.as_ref(), params, None)?;
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let intr = env.interrupt();
@@ -786,7 +819,7 @@ pub(crate) fn delete(
     let (def, alias) =
         single_table(env, &from)?.ok_or_else(|| SqlError::syntax("DELETE needs a table"))?;
     let mut returning = Returning::new(returning.as_ref(), &def, alias.as_deref())?;
-    let rows = matching_rows(env, &def, selection.as_ref(), params)?;
+    let rows = matching_rows(env, &def, selection.as_ref(), params, None)?;
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let intr = env.interrupt();

@@ -2,6 +2,8 @@
 //! (`generate_series`, `unnest`), derived tables, nested joins; and joins (nested loops,
 //! LATERAL items evaluated per left row).
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use sqlparser::ast::{
@@ -12,7 +14,8 @@ use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::TableDef;
 
 use super::dml::scan_rows;
-use super::Executor;
+use super::spill::SpillFile;
+use super::{Executor, KeyPart};
 use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
 use crate::expr::{coerce, parse_array_text};
@@ -69,6 +72,11 @@ impl Executor<'_> {
         } else {
             Some(self.factor(right, outer)?)
         };
+        if let Some(r) = &fixed {
+            if let Some(out) = self.hash_join(&left, r, kind, constraint, outer)? {
+                return Ok(out);
+            }
+        }
         let mut out = Rel::default();
         let mut right_matched: Vec<bool> = Vec::new();
         // The join condition, built and bound once, when the right side's columns are
@@ -192,6 +200,260 @@ impl Executor<'_> {
         Ok(out)
     }
 
+    /// A hash join of `left` and the (non-lateral) right side when the join condition
+    /// is equality of columns (USING, NATURAL, or ON with `l = r` conjuncts) whose
+    /// types hash under PostgreSQL's equality; `None` leaves the join to the nested
+    /// loop. The smaller side is hashed; the output is in the nested loop's order (left
+    /// rows in order, each with its matches in right order, then unmatched right rows),
+    /// and NULL keys match nothing. With other ON conjuncts the whole ON is evaluated on
+    /// each key-matched pair.
+    fn hash_join(
+        &self,
+        left: &Rel,
+        right: &Rel,
+        kind: u8,
+        constraint: &JoinConstraint,
+        outer: Option<&Frame<'_>>,
+    ) -> SqlResult<Option<Rel>> {
+        if left.rows.is_empty() || right.rows.is_empty() {
+            return Ok(None);
+        }
+        let nleft = left.cols.len();
+        let mut out = Rel {
+            cols: left.cols.iter().chain(&right.cols).cloned().collect(),
+            rows: Vec::new(),
+        };
+        let using = using_pairs(&left.cols, &right.cols, constraint)?;
+        let (keys, on) = match constraint {
+            JoinConstraint::On(e) => {
+                bind(e, &out.cols, outer, &[])?;
+                let (keys, rest) = equi_keys(e, &out.cols, nleft);
+                (keys, rest.then_some(e))
+            }
+            JoinConstraint::Using(_) | JoinConstraint::Natural => (using.clone(), None),
+            JoinConstraint::None => return Ok(None),
+        };
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let mut kinds = Vec::with_capacity(keys.len());
+        for &(li, ri) in &keys {
+            match hash_kind(&left.cols[li], &right.cols[ri]) {
+                Some(k) => kinds.push(k),
+                None => return Ok(None),
+            }
+        }
+        // The key of one row's side; `None` when a value is not of the declared kind
+        // (the nested loop decides then), `Some(None)` when a key value is NULL.
+        let key_of = |row: &[Datum], left_side: bool| -> Option<Option<Vec<KeyPart>>> {
+            let mut key = Vec::with_capacity(keys.len());
+            let mut null = false;
+            for (&(li, ri), k) in keys.iter().zip(&kinds) {
+                let d = &row[if left_side { li } else { ri }];
+                if d.is_null() {
+                    null = true;
+                    continue;
+                }
+                if !k.admits(d) {
+                    return None;
+                }
+                key.push(KeyPart::of(d));
+            }
+            Some((!null).then_some(key))
+        };
+        let build_left = left.rows.len() < right.rows.len();
+        let (build, probe) = if build_left {
+            (&left.rows, &right.rows)
+        } else {
+            (&right.rows, &left.rows)
+        };
+        let Some(pairs) = self.join_pairs(build, probe, build_left, &key_of)? else {
+            return Ok(None);
+        };
+        let mut right_matched = vec![false; right.rows.len()];
+        let mut p = 0;
+        for (li, lrow) in left.rows.iter().enumerate() {
+            if li % 1024 == 1023 {
+                self.check_interrupt()?;
+            }
+            let mut matched = false;
+            while p < pairs.len() && pairs[p].0 == li {
+                let ri = pairs[p].1;
+                p += 1;
+                let rrow = &right.rows[ri];
+                // Room for the merged USING columns `merge_using` puts in front.
+                let mut row = Vec::with_capacity(lrow.len() + rrow.len() + using.len());
+                row.extend_from_slice(lrow);
+                row.extend_from_slice(rrow);
+                if let Some(c) = on {
+                    let frame = Frame {
+                        cols: &out.cols,
+                        row: &row,
+                        outer,
+                    };
+                    if !crate::expr::holds("JOIN/ON", c, self.eval_in(c, Some(&frame), self)?)? {
+                        continue;
+                    }
+                }
+                matched = true;
+                right_matched[ri] = true;
+                self.memory.charge_row(&row)?;
+                out.rows.push(row);
+            }
+            if !matched && matches!(kind, b'l' | b'f') {
+                let mut row = lrow.clone();
+                row.extend(std::iter::repeat_n(Datum::Null, right.cols.len()));
+                self.memory.charge_row(&row)?;
+                out.rows.push(row);
+            }
+        }
+        if matches!(kind, b'r' | b'f') {
+            for (ri, rrow) in right.rows.iter().enumerate() {
+                if !right_matched[ri] {
+                    let mut row = vec![Datum::Null; nleft];
+                    row.extend_from_slice(rrow);
+                    self.memory.charge_row(&row)?;
+                    out.rows.push(row);
+                }
+            }
+        }
+        merge_using(&mut out, nleft, &using, kind);
+        Ok(Some(out))
+    }
+
+    /// The (left row, right row) pairs whose keys are equal, in nested-loop order, or
+    /// `None` when a key value is not of its column's kind. The `build` side is hashed in
+    /// memory while its table stays within `work_mem`; past it both sides' keys go to
+    /// [`JOIN_PARTITIONS`] partition files by hash and each partition is joined on its
+    /// own (one level: a partition is not split again).
+    fn join_pairs(
+        &self,
+        build: &[Vec<Datum>],
+        probe: &[Vec<Datum>],
+        build_left: bool,
+        key_of: &KeyOf<'_>,
+    ) -> SqlResult<Option<Vec<(usize, usize)>>> {
+        let mark = self.memory.used();
+        let work_mem = self.work_mem();
+        let mut table: HashMap<Vec<KeyPart>, Vec<usize>> = HashMap::new();
+        let mut table_bytes = 0u64;
+        let mut overflow = false;
+        for (i, row) in build.iter().enumerate() {
+            match key_of(row, build_left) {
+                None => return Ok(None),
+                Some(None) => {}
+                Some(Some(k)) => {
+                    let bytes = k.iter().map(KeyPart::bytes).sum::<u64>() + 64;
+                    table_bytes += bytes;
+                    if table_bytes > work_mem {
+                        overflow = true;
+                        break;
+                    }
+                    self.memory.charge(bytes)?;
+                    table.entry(k).or_default().push(i);
+                }
+            }
+        }
+        let pair = |b: usize, p: usize| if build_left { (b, p) } else { (p, b) };
+        let mut pairs: Vec<(usize, usize)> = Vec::new();
+        if !overflow {
+            for (i, row) in probe.iter().enumerate() {
+                if i % 1024 == 1023 {
+                    self.check_interrupt()?;
+                }
+                match key_of(row, !build_left) {
+                    None => return Ok(None),
+                    Some(None) => {}
+                    Some(Some(k)) => {
+                        if let Some(hits) = table.get(&k) {
+                            self.memory.charge(16 * hits.len() as u64)?;
+                            pairs.extend(hits.iter().map(|&b| pair(b, i)));
+                        }
+                    }
+                }
+            }
+            drop(table);
+            if build_left {
+                pairs.sort_unstable();
+            }
+            return Ok(Some(pairs));
+        }
+        drop(table);
+        self.memory.release_to(mark);
+        // Partition both sides: each file row is the row's position and its key.
+        let mut parts: Vec<[Option<SpillFile>; 2]> = Vec::new();
+        parts.resize_with(JOIN_PARTITIONS, || [None, None]);
+        for (side, rows) in [(0, build), (1, probe)] {
+            let on_left = (side == 0) == build_left;
+            for (i, row) in rows.iter().enumerate() {
+                if i % 1024 == 1023 {
+                    self.check_interrupt()?;
+                }
+                let Some(k) = key_of(row, on_left) else {
+                    return Ok(None);
+                };
+                let Some(k) = k else { continue };
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                k.hash(&mut h);
+                let f = &mut parts[(h.finish() % JOIN_PARTITIONS as u64) as usize][side];
+                if f.is_none() {
+                    *f = Some(SpillFile::create()?);
+                }
+                let mut out = Vec::with_capacity(k.len() + 1);
+                out.push(Datum::Int8(i as i64));
+                out.extend(k.into_iter().map(|p| match p {
+                    KeyPart::Int(v) => Datum::Int8(v),
+                    KeyPart::Other(t) => Datum::Text(t),
+                    KeyPart::Null => Datum::Null,
+                }));
+                if let Some(f) = f.as_mut() {
+                    f.write_row(&out)?;
+                }
+            }
+        }
+        let read = |r: Vec<Datum>| -> SqlResult<(usize, Vec<KeyPart>)> {
+            let mut it = r.into_iter();
+            let Some(Datum::Int8(at)) = it.next() else {
+                return Err(SqlError::new("XX001", "bad join partition row"));
+            };
+            let key = it
+                .map(|d| match d {
+                    Datum::Int8(v) => KeyPart::Int(v),
+                    Datum::Text(t) => KeyPart::Other(t),
+                    _ => KeyPart::Null,
+                })
+                .collect();
+            Ok((at as usize, key))
+        };
+        for [b, p] in parts {
+            let (Some(mut b), Some(mut p)) = (b, p) else {
+                continue; // a partition with one side empty has no pairs
+            };
+            let mark = self.memory.used();
+            let mut table: HashMap<Vec<KeyPart>, Vec<usize>> = HashMap::new();
+            let mut rd = b.reader()?;
+            while let Some(r) = rd.next_row()? {
+                let (at, k) = read(r)?;
+                self.memory
+                    .charge(k.iter().map(KeyPart::bytes).sum::<u64>() + 64)?;
+                table.entry(k).or_default().push(at);
+            }
+            let mut rd = p.reader()?;
+            while let Some(r) = rd.next_row()? {
+                let (at, k) = read(r)?;
+                if let Some(hits) = table.get(&k) {
+                    pairs.extend(hits.iter().map(|&b| pair(b, at)));
+                }
+            }
+            drop(table);
+            self.memory.release_to(mark);
+            self.check_interrupt()?;
+        }
+        self.memory.charge(16 * pairs.len() as u64)?;
+        pairs.sort_unstable();
+        Ok(Some(pairs))
+    }
+
     pub(super) fn user_table(&self, name: &ast::ObjectName) -> SqlResult<Option<Arc<TableDef>>> {
         let parts: Vec<String> = name
             .0
@@ -229,7 +491,14 @@ impl Executor<'_> {
             } => {
                 let mut rel = match self.user_table(name)? {
                     Some(def) => {
-                        let rows = scan_rows(&mut **self.env.borrow_mut(), &def)?;
+                        let wanted = self.pruned_names.borrow().as_ref().map(|names| {
+                            def.columns
+                                .iter()
+                                .map(|c| names.contains(&c.name))
+                                .collect::<Vec<bool>>()
+                        });
+                        let rows =
+                            scan_rows(&mut **self.env.borrow_mut(), &def, wanted.as_deref())?;
                         let qual = alias
                             .as_ref()
                             .map(|a| ident(&a.name))
@@ -464,6 +733,96 @@ fn generate_series(vals: &[Datum], memory: &MemoryBudget) -> SqlResult<Vec<Vec<D
         })
         .collect())
 }
+
+/// Which values a hash join key column takes: the integer and NUMERIC types compare
+/// equal across widths ([`KeyPart`] normalises them alike); any other type only with
+/// itself. `char(n)` columns are left to the nested loop (their padding rule).
+#[derive(Clone, Copy)]
+enum HashKind {
+    Number,
+    Exact(TypeId),
+}
+
+impl HashKind {
+    fn admits(self, d: &Datum) -> bool {
+        match (self, d.type_id()) {
+            (HashKind::Number, Some(t)) => is_number(t),
+            (HashKind::Exact(k), Some(t)) => k == t,
+            (_, None) => true,
+        }
+    }
+}
+
+fn is_number(t: TypeId) -> bool {
+    matches!(
+        t,
+        TypeId::Int2 | TypeId::Int4 | TypeId::Int8 | TypeId::Numeric
+    )
+}
+
+fn hash_kind(l: &ColName, r: &ColName) -> Option<HashKind> {
+    if l.bpchar || r.bpchar {
+        return None;
+    }
+    match (l.ty?, r.ty?) {
+        (a, b) if is_number(a) && is_number(b) => Some(HashKind::Number),
+        (a, b) if a == b => Some(HashKind::Exact(a)),
+        _ => None,
+    }
+}
+
+/// The `left column = right column` conjuncts of an ON condition as (left, right)
+/// positions (`nleft` columns on the left), and whether anything else is in it.
+fn equi_keys(on: &Expr, cols: &[ColName], nleft: usize) -> (Vec<(usize, usize)>, bool) {
+    let mut conjuncts = Vec::new();
+    let mut stack = vec![on];
+    while let Some(e) = stack.pop() {
+        match e {
+            Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::And,
+                right,
+            } => {
+                stack.push(right);
+                stack.push(left);
+            }
+            Expr::Nested(x) => stack.push(x),
+            other => conjuncts.push(other),
+        }
+    }
+    let resolve = |x: &Expr| -> Option<usize> {
+        let (q, n) = crate::rel::col_ref(x)?;
+        crate::rel::find_col(cols, q.as_deref(), &n).ok().flatten()
+    };
+    let mut keys = Vec::new();
+    let mut rest = false;
+    for c in conjuncts {
+        let pair = match c {
+            Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::Eq,
+                right,
+            } => match (resolve(left), resolve(right)) {
+                (Some(a), Some(b)) if a < nleft && b >= nleft => Some((a, b - nleft)),
+                (Some(a), Some(b)) if b < nleft && a >= nleft => Some((b, a - nleft)),
+                _ => None,
+            },
+            _ => None,
+        };
+        match pair {
+            Some(p) => keys.push(p),
+            None => rest = true,
+        }
+    }
+    (keys, rest)
+}
+
+/// A row's hash join key on one side (`true`: the left): `None` when a value is not of
+/// its column's kind, `Some(None)` when a key value is NULL.
+type KeyOf<'a> = dyn Fn(&[Datum], bool) -> Option<Option<Vec<KeyPart>>> + 'a;
+
+/// How many partition files a hash join past `work_mem` spreads each side over.
+const JOIN_PARTITIONS: usize = 32;
 
 fn is_lateral(tf: &TableFactor) -> bool {
     match tf {

@@ -11,7 +11,19 @@
 //! server's memory. A lone user table with no joins goes through [`dml::matching_rows`], which
 //! reads through the access path [`crate::plan::choose_access`] picks (equality on a
 //! unique index's columns becomes an index lookup, so pgbench's point reads never scan).
-//! Joins are nested loops (no statistics, no hash join yet).
+//! A closed integer range on a one-column index (`aid between x and y`) reads through
+//! the index too.
+//!
+//! Algorithms (issue 28): ORDER BY with LIMIT keeps a bounded heap of `limit + offset`
+//! rows (`sort.rs`), a full sort past `work_mem` writes sorted runs to temporary files
+//! and merges them (`spill.rs`); GROUP BY whose aggregates are plain calls keeps one
+//! running state per group in a hash table (`select.rs` `stream_groups`, states in
+//! `aggregate.rs`), spilling rows of new groups to partition files past `work_mem`;
+//! other aggregates (DISTINCT, ORDER BY inside, string_agg, array_agg) keep the rows of
+//! each group. Equi-joins hash the smaller side (`from.rs` `hash_join`; past `work_mem`
+//! both sides' keys are partitioned to temporary files);
+//! other joins are nested loops. Every path gives the rows in the order the simple one
+//! gives (stable sort, groups by first appearance, nested-loop join order).
 //!
 //! Binding happens before the clauses are evaluated over the FROM list's rows: every
 //! column a clause names must resolve in the FROM list or an enclosing query
@@ -28,6 +40,10 @@ pub(crate) mod ddl;
 pub(crate) mod dml;
 mod from;
 mod select;
+mod sort;
+mod spill;
+
+pub use spill::temp_file_stats;
 
 use std::cell::RefCell;
 use std::cmp::Ordering;
@@ -83,6 +99,40 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
 fn row_key(row: &[Datum]) -> String {
     let norm: Vec<Datum> = row.iter().map(key_datum).collect();
     format!("{norm:?}")
+}
+
+/// One value of a hash key (grouping, hash join) under the same equality as
+/// [`row_key`], without formatting the common integer case.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(super) enum KeyPart {
+    Null,
+    Int(i64),
+    /// Any other value: its normalised form's text.
+    Other(String),
+}
+
+impl KeyPart {
+    pub(super) fn of(d: &Datum) -> KeyPart {
+        match d {
+            Datum::Null => KeyPart::Null,
+            Datum::Int2(v) => KeyPart::Int(*v as i64),
+            Datum::Int4(v) => KeyPart::Int(*v as i64),
+            Datum::Int8(v) => KeyPart::Int(*v),
+            other => match key_datum(other) {
+                Datum::Int8(v) => KeyPart::Int(v),
+                n => KeyPart::Other(format!("{n:?}")),
+            },
+        }
+    }
+
+    /// An estimate of the key part's size, for the statement's memory budget.
+    pub(super) fn bytes(&self) -> u64 {
+        std::mem::size_of::<KeyPart>() as u64
+            + match self {
+                KeyPart::Other(s) => s.len() as u64,
+                _ => 0,
+            }
+    }
 }
 
 fn key_datum(d: &Datum) -> Datum {
@@ -226,6 +276,9 @@ pub(crate) struct Executor<'s> {
     /// Every row this statement materialises is charged here.
     memory: Arc<MemoryBudget>,
     catalog: RefCell<Option<catalog_views::Snapshot>>,
+    /// While a FROM list of plain tables is read: the only column names the query level
+    /// can use (see `select::used_names`); user-table scans decode just those.
+    pruned_names: RefCell<Option<HashSet<String>>>,
 }
 
 /// The hooks in force while evaluating over one group of rows.
@@ -233,6 +286,36 @@ struct GroupHooks<'a, 's> {
     exec: &'a Executor<'s>,
     cols: &'a [ColName],
     rows: &'a [&'a Vec<Datum>],
+}
+
+/// The hooks in force while evaluating over one group of a streamed aggregation: each
+/// aggregate call's value comes from the group's running state.
+struct StreamHooks<'a, 's> {
+    exec: &'a Executor<'s>,
+    cols: &'a [ColName],
+    calls: &'a [aggregate::StreamCall],
+    states: &'a [aggregate::AggState],
+}
+
+impl Hooks for StreamHooks<'_, '_> {
+    fn subquery(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
+        self.exec.expr_subquery(q, outer)
+    }
+    fn aggregate(&self, f: &ast::Function, _outer: Option<&Frame<'_>>) -> Option<SqlResult<Datum>> {
+        Some(match self.calls.iter().position(|c| c.is(f)) {
+            Some(i) => self
+                .exec
+                .stream_finish(&self.calls[i], &self.states[i], self.cols),
+            // Streaming is chosen only when every call was found beforehand.
+            None => Err(SqlError::new(
+                "XX000",
+                "aggregate call not prepared by the grouped query",
+            )),
+        })
+    }
+    fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
+        Hooks::function(self.exec, name, args)
+    }
 }
 
 impl Hooks for Executor<'_> {
@@ -282,6 +365,7 @@ impl<'s> Executor<'s> {
             interrupt,
             memory,
             catalog: RefCell::new(None),
+            pruned_names: RefCell::new(None),
         }
     }
 
@@ -334,6 +418,12 @@ impl<'s> Executor<'s> {
         self.memory.charge(key.len() as u64 + 48)
     }
 
+    /// The session's `work_mem` in bytes: what one sort or hash table may hold before
+    /// it spills to temporary files.
+    fn work_mem(&self) -> u64 {
+        crate::memory::work_mem_bytes(self.settings.get("work_mem").as_deref())
+    }
+
     fn check_interrupt(&self) -> SqlResult<()> {
         if self.interrupt.load(std::sync::atomic::Ordering::Acquire) {
             return Err(SqlError::new(
@@ -350,7 +440,7 @@ impl<'s> Executor<'s> {
             SetExpr::Select(sel) => self.select(sel, q, outer),
             body => {
                 let mut rel = self.set_expr(body, outer)?;
-                let mut keyed = Vec::with_capacity(rel.rows.len());
+                let mut output = self.output_rows(q, false, outer)?;
                 let names: Vec<String> = rel.cols.iter().map(|c| c.name.clone()).collect();
                 for row in std::mem::take(&mut rel.rows) {
                     let keys = self.sort_keys(q, &names, &row, &mut |e| {
@@ -361,10 +451,9 @@ impl<'s> Executor<'s> {
                         };
                         self.eval_in(e, Some(&frame), self)
                     })?;
-                    self.memory.charge_row(&keys)?;
-                    keyed.push((keys, row));
+                    output.push(self, keys, row)?;
                 }
-                rel.rows = self.order_and_limit(q, keyed, outer)?;
+                rel.rows = output.finish(self)?;
                 Ok(rel)
             }
         }
@@ -563,30 +652,46 @@ impl<'s> Executor<'s> {
         Ok(keys)
     }
 
-    fn order_and_limit(
+    /// The collector of a query level's output rows: applies DISTINCT (first
+    /// occurrence kept) as rows arrive, then ORDER BY and LIMIT / OFFSET. LIMIT and
+    /// OFFSET are evaluated here, before any row is read, as PostgreSQL does; under a
+    /// LIMIT with ORDER BY only the best `limit + offset` rows are kept (top-N heap).
+    fn output_rows(
         &self,
         q: &Query,
-        mut keyed: Vec<(Vec<Datum>, Vec<Datum>)>,
+        distinct: bool,
         outer: Option<&Frame<'_>>,
-    ) -> SqlResult<Vec<Vec<Datum>>> {
-        if let Some(ob) = &q.order_by {
-            if let ast::OrderByKind::Expressions(exprs) = &ob.kind {
-                let dirs: Vec<(bool, bool)> = exprs
-                    .iter()
-                    .map(|o| {
-                        let desc = matches!(o.options.sort, Some(ast::OrderBySort::Desc));
-                        // PostgreSQL: NULLs sort as if larger than every value.
-                        (desc, o.options.nulls_first.unwrap_or(desc))
-                    })
-                    .collect();
-                // The stable sort's scratch buffer: half the rows' (key, row) pairs.
-                self.memory.charge(
-                    (keyed.len() / 2 * std::mem::size_of::<(Vec<Datum>, Vec<Datum>)>()) as u64,
-                )?;
-                keyed.sort_by(|a, b| compare_keys(&a.0, &b.0, &dirs));
+    ) -> SqlResult<OutputRows> {
+        let dirs = match &q.order_by {
+            Some(ob) => match &ob.kind {
+                ast::OrderByKind::Expressions(exprs) => Some(sort_dirs(exprs)),
+                ast::OrderByKind::All(_) => None,
+            },
+            None => None,
+        };
+        let (skip, take) = self.limits(q, outer)?;
+        let top = match &dirs {
+            Some(d) if take != usize::MAX => {
+                Some(sort::TopN::new(skip.saturating_add(take), d.clone()))
             }
-        }
-        let mut rows: Vec<Vec<Datum>> = keyed.into_iter().map(|(_, r)| r).collect();
+            _ => None,
+        };
+        Ok(OutputRows {
+            dirs,
+            skip,
+            take,
+            top,
+            all: Vec::new(),
+            held: 0,
+            work_mem: self.work_mem(),
+            runs: Vec::new(),
+            seen: distinct.then(HashSet::new),
+            seq: 0,
+        })
+    }
+
+    /// LIMIT / OFFSET (or FETCH FIRST) as (rows skipped, rows taken).
+    fn limits(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<(usize, usize)> {
         // PostgreSQL: 2201W for LIMIT, 2201X for OFFSET.
         let count = |e: &Expr, offset: bool| -> SqlResult<Option<usize>> {
             match coerce(self.eval_in(e, outer, self)?, TypeId::Int8)? {
@@ -647,9 +752,187 @@ impl<'s> Executor<'s> {
                 None => 1,
             };
         }
-        if skip > 0 || take != usize::MAX {
-            rows = rows.into_iter().skip(skip).take(take).collect();
+        Ok((skip, take))
+    }
+}
+
+/// A query level's output rows on their way to ORDER BY / LIMIT (see
+/// [`Executor::output_rows`]).
+pub(super) struct OutputRows {
+    /// ORDER BY directions; `None` without ORDER BY.
+    dirs: Option<Vec<(bool, bool)>>,
+    skip: usize,
+    take: usize,
+    /// The bounded heap when both ORDER BY and LIMIT are given.
+    top: Option<sort::TopN>,
+    /// Every row otherwise.
+    all: Vec<sort::SortEntry>,
+    /// What `all` is charged (since the last sorted run was written out).
+    held: u64,
+    /// Past this many bytes a sort writes `all` out as a sorted run.
+    work_mem: u64,
+    /// Sorted runs on disk, merged by `finish`.
+    runs: Vec<spill::SpillFile>,
+    /// DISTINCT's keys of the rows kept so far.
+    seen: Option<HashSet<String>>,
+    seq: u64,
+}
+
+impl OutputRows {
+    /// Adds one output row with its ORDER BY keys, charging what is kept.
+    fn push(&mut self, exec: &Executor<'_>, keys: Vec<Datum>, row: Vec<Datum>) -> SqlResult<()> {
+        if let Some(seen) = &mut self.seen {
+            let k = row_key(&row);
+            exec.charge_key(&k)?;
+            if !seen.insert(k) {
+                return Ok(());
+            }
         }
-        Ok(rows)
+        let bytes = crate::memory::row_bytes(&row) + crate::memory::row_bytes(&keys);
+        let entry = sort::SortEntry {
+            keys,
+            seq: self.seq,
+            row,
+        };
+        self.seq += 1;
+        match &mut self.top {
+            Some(top) => {
+                if top.push(entry) {
+                    exec.memory.charge(bytes)?;
+                    self.held += bytes;
+                    if self.held > self.work_mem {
+                        // A LIMIT too large for work_mem: what the heap holds becomes the
+                        // first rows of an external sort (same order, same rows kept).
+                        if let Some(top) = self.top.take() {
+                            self.all = top.into_sorted();
+                        }
+                        self.write_run(exec)?;
+                    }
+                }
+            }
+            None => {
+                exec.memory.charge(bytes)?;
+                self.all.push(entry);
+                self.held += bytes;
+                if self.held > self.work_mem && self.dirs.is_some() {
+                    self.write_run(exec)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sorts the rows held and writes them out as one run (each entry as a row of its
+    /// arrival number, key count, keys and row), giving their memory back.
+    fn write_run(&mut self, exec: &Executor<'_>) -> SqlResult<()> {
+        let Some(dirs) = &self.dirs else {
+            return Ok(());
+        };
+        self.all.sort_by(|a, b| sort::entry_order(a, b, dirs));
+        let mut run = spill::SpillFile::create()?;
+        let mut buf = Vec::new();
+        for e in self.all.drain(..) {
+            buf.clear();
+            buf.push(Datum::Int8(e.seq as i64));
+            buf.push(Datum::Int8(e.keys.len() as i64));
+            buf.extend(e.keys);
+            buf.extend(e.row);
+            run.write_row(&buf)?;
+        }
+        self.runs.push(run);
+        exec.memory
+            .release_to(exec.memory.used().saturating_sub(self.held));
+        self.held = 0;
+        exec.check_interrupt()
+    }
+
+    /// Merges the sorted runs and the rows still held, in order, until `limit` rows.
+    fn merge_runs(&mut self, exec: &Executor<'_>, limit: usize) -> SqlResult<Vec<sort::SortEntry>> {
+        let dirs = self.dirs.clone().unwrap_or_default();
+        let mut rest = std::mem::take(&mut self.all);
+        exec.memory
+            .release_to(exec.memory.used().saturating_sub(self.held));
+        self.held = 0;
+        rest.sort_by(|a, b| sort::entry_order(a, b, &dirs));
+        let mut rest = rest.into_iter();
+        let mut readers = Vec::with_capacity(self.runs.len());
+        for r in &mut self.runs {
+            readers.push(r.reader()?);
+        }
+        let read = |rd: &mut spill::SpillReader| -> SqlResult<Option<sort::SortEntry>> {
+            let Some(mut v) = rd.next_row()? else {
+                return Ok(None);
+            };
+            let (seq, nkeys) = match (&v[0], &v[1]) {
+                (Datum::Int8(s), Datum::Int8(k)) => (*s as u64, *k as usize),
+                _ => return Err(SqlError::new("XX001", "bad sort run row")),
+            };
+            let row = v.split_off(2 + nkeys);
+            let keys = v.split_off(2);
+            Ok(Some(sort::SortEntry { keys, seq, row }))
+        };
+        // The head of each run, then of the rows held (last).
+        let mut heads: Vec<Option<sort::SortEntry>> = Vec::with_capacity(readers.len() + 1);
+        for rd in &mut readers {
+            heads.push(read(rd)?);
+        }
+        heads.push(rest.next());
+        let mut out = Vec::new();
+        while out.len() < limit {
+            let mut best: Option<usize> = None;
+            for (i, h) in heads.iter().enumerate() {
+                if let Some(e) = h {
+                    let better = match best.and_then(|b| heads[b].as_ref()) {
+                        None => true,
+                        Some(b) => sort::entry_order(e, b, &dirs).is_lt(),
+                    };
+                    if better {
+                        best = Some(i);
+                    }
+                }
+            }
+            let Some(b) = best else { break };
+            let next = if b < readers.len() {
+                read(&mut readers[b])?
+            } else {
+                rest.next()
+            };
+            if let Some(e) = std::mem::replace(&mut heads[b], next) {
+                exec.memory
+                    .charge(crate::memory::row_bytes(&e.row) + crate::memory::row_bytes(&e.keys))?;
+                out.push(e);
+            }
+            if out.len() % 1024 == 1023 {
+                exec.check_interrupt()?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// The rows in ORDER BY order (stable), OFFSET and LIMIT applied.
+    fn finish(mut self, exec: &Executor<'_>) -> SqlResult<Vec<Vec<Datum>>> {
+        if !self.runs.is_empty() {
+            let limit = self.skip.saturating_add(self.take);
+            let merged = self.merge_runs(exec, limit)?;
+            return Ok(merged.into_iter().skip(self.skip).map(|e| e.row).collect());
+        }
+        let sorted = match (self.top, self.dirs) {
+            (Some(top), _) => top.into_sorted(),
+            (None, Some(dirs)) => {
+                let mut all = self.all;
+                // The stable sort's scratch buffer: half the entries.
+                exec.memory
+                    .charge((all.len() / 2 * std::mem::size_of::<sort::SortEntry>()) as u64)?;
+                all.sort_by(|a, b| compare_keys(&a.keys, &b.keys, &dirs));
+                all
+            }
+            (None, None) => self.all,
+        };
+        Ok(sorted
+            .into_iter()
+            .skip(self.skip)
+            .take(self.take)
+            .map(|e| e.row)
+            .collect())
     }
 }

@@ -2,20 +2,173 @@
 //! WHERE, grouping and aggregates, the select list, DISTINCT, then ORDER BY and LIMIT.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::ops::ControlFlow;
 
-use sqlparser::ast::{self, Expr, Query, Select, SelectItem, TableFactor};
+use sqlparser::ast::{self, visit_expressions, Expr, Query, Select, SelectItem, TableFactor};
 use walrus_engine::access::datum::Datum;
+use walrus_engine::catalog::TableDef;
 
+use super::aggregate::{streamable_call, AggState, StreamCall};
 use super::dml::matching_rows;
-use super::{row_key, Executor, GroupHooks};
+use super::spill::SpillFile;
+use super::{row_key, Executor, GroupHooks, KeyPart, OutputRows, StreamHooks};
 use crate::error::{SqlError, SqlResult};
 use crate::memory::row_bytes;
 use crate::names::{ident, object_name};
 use crate::plan::{
-    bind, cast_origin, check_grouped, contains_aggregate, contains_subquery, output_name,
-    qualified, rename, resolve_group_expr, static_type, table_cols,
+    aggregate_calls, bind, cast_origin, check_grouped, contains_aggregate, contains_subquery,
+    output_name, qualified, rename, resolve_group_expr, static_type, table_cols,
 };
 use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
+
+/// How many partition files a streamed aggregation past `work_mem` spreads rows over.
+const GROUP_PARTITIONS: usize = 8;
+
+/// What one streamed-aggregation pass needs besides its rows.
+struct GroupPass<'a> {
+    cols: &'a [ColName],
+    outer: Option<&'a Frame<'a>>,
+    group_exprs: &'a [Expr],
+    calls: &'a [StreamCall],
+    having: Option<&'a Expr>,
+    items: &'a [(String, Expr)],
+    q: &'a Query,
+    names: &'a [String],
+    work_mem: u64,
+}
+
+/// The rows of a pass: the FROM list's, or a partition file's (each row prefixed by its
+/// position in the FROM list's rows).
+enum GroupInput<'a> {
+    Rows(&'a [Vec<Datum>]),
+    File(SpillFile),
+}
+
+fn items_of(
+    exec: &Executor<'_>,
+    items: &[(String, Expr)],
+    frame: &Frame<'_>,
+    hooks: &StreamHooks<'_, '_>,
+) -> SqlResult<Vec<Datum>> {
+    items
+        .iter()
+        .map(|(_, e)| exec.eval_in(e, Some(frame), hooks))
+        .collect()
+}
+
+/// The column names a SELECT over plain tables can use: every name in it (USING lists
+/// included), or `None` (decode everything) with a wildcard, a subquery, a NATURAL
+/// join, a FROM item other than a plain table, or an alias renaming columns.
+fn used_names(sel: &Select, q: &Query) -> Option<HashSet<String>> {
+    if sel.projection.iter().any(|i| {
+        matches!(
+            i,
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+        )
+    }) {
+        return None;
+    }
+    let mut names = HashSet::new();
+    for twj in &sel.from {
+        let factors = std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation));
+        for f in factors {
+            match f {
+                TableFactor::Table {
+                    alias, args: None, ..
+                } if alias.as_ref().is_none_or(|a| a.columns.is_empty()) => {}
+                _ => return None,
+            }
+        }
+        for j in &twj.joins {
+            use ast::JoinOperator as J;
+            let c = match &j.join_operator {
+                J::Join(c)
+                | J::Inner(c)
+                | J::Left(c)
+                | J::LeftOuter(c)
+                | J::Right(c)
+                | J::RightOuter(c)
+                | J::FullOuter(c)
+                | J::CrossJoin(c) => c,
+                _ => return None,
+            };
+            match c {
+                ast::JoinConstraint::Using(cols) => {
+                    names.extend(cols.iter().map(object_name));
+                }
+                ast::JoinConstraint::On(_) | ast::JoinConstraint::None => {}
+                ast::JoinConstraint::Natural => return None,
+            }
+        }
+    }
+    let mut subquery = false;
+    let mut look = |e: &Expr| {
+        match e {
+            Expr::Identifier(i) => {
+                names.insert(ident(i));
+            }
+            Expr::CompoundIdentifier(ids) => {
+                if let Some(i) = ids.last() {
+                    names.insert(ident(i));
+                }
+            }
+            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => subquery = true,
+            Expr::Function(f) if matches!(f.args, ast::FunctionArguments::Subquery(_)) => {
+                subquery = true
+            }
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    };
+    let _ = visit_expressions(sel, &mut look);
+    let _ = visit_expressions(&q.order_by, &mut look);
+    let _ = visit_expressions(&q.limit_clause, &mut look);
+    let _ = visit_expressions(&q.fetch, &mut look);
+    (!subquery).then_some(names)
+}
+
+/// The columns of the lone table `def` a single-table SELECT can read: every column
+/// named anywhere in it (by its last name part, so over-approximated), or `None` (all)
+/// when the select list has a wildcard or a subquery is anywhere (it may name columns
+/// in ways this does not look for).
+fn used_columns(sel: &Select, q: &Query, def: &TableDef) -> Option<Vec<bool>> {
+    if sel.projection.iter().any(|i| {
+        matches!(
+            i,
+            SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+        )
+    }) {
+        return None;
+    }
+    let mut wanted = vec![false; def.columns.len()];
+    let mut mark = |name: &str| {
+        if let Some(c) = def.column_index(name) {
+            wanted[c] = true;
+        }
+    };
+    let mut subquery = false;
+    let mut look = |e: &Expr| {
+        match e {
+            Expr::Identifier(i) => mark(&ident(i)),
+            Expr::CompoundIdentifier(ids) => {
+                if let Some(i) = ids.last() {
+                    mark(&ident(i));
+                }
+            }
+            Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => subquery = true,
+            Expr::Function(f) if !matches!(f.args, ast::FunctionArguments::Subquery(_)) => {}
+            Expr::Function(_) => subquery = true,
+            _ => {}
+        }
+        ControlFlow::<()>::Continue(())
+    };
+    let _ = visit_expressions(sel, &mut look);
+    let _ = visit_expressions(&q.order_by, &mut look);
+    let _ = visit_expressions(&q.limit_clause, &mut look);
+    let _ = visit_expressions(&q.fetch, &mut look);
+    (!subquery).then_some(wanted)
+}
 
 /// 42712: two FROM items with one name (`from t, t` needs an alias).
 fn check_from_names(sel: &Select) -> SqlResult<()> {
@@ -181,7 +334,7 @@ impl Executor<'_> {
     ) -> SqlResult<Rel> {
         check_select(sel)?;
         check_from_names(sel)?;
-        let (from, filtered) = self.scan_from(sel, outer)?;
+        let (from, filtered) = self.scan_from(sel, q, outer)?;
         // Output items.
         let mut items: Vec<(String, Expr)> = Vec::new();
         for it in &sel.projection {
@@ -326,8 +479,33 @@ impl Executor<'_> {
             }
         }
         let cols = &from.cols;
-        let mut keyed: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::new();
-        if grouped {
+        let distinct = match &sel.distinct {
+            None | Some(ast::Distinct::All) => false,
+            Some(ast::Distinct::Distinct) => true,
+            Some(ast::Distinct::On(_)) => {
+                return Err(SqlError::unsupported("SELECT DISTINCT ON is not supported"))
+            }
+        };
+        let mut output = self.output_rows(q, distinct, outer)?;
+        let streamed = if grouped {
+            self.streamable_calls(&items, sel.having.as_ref(), q)
+        } else {
+            None
+        };
+        if let Some(calls) = streamed {
+            self.stream_groups(
+                &rows,
+                cols,
+                outer,
+                &group_exprs,
+                &calls,
+                sel.having.as_ref(),
+                &items,
+                q,
+                &names,
+                &mut output,
+            )?;
+        } else if grouped {
             let mut groups: Vec<Vec<&Vec<Datum>>> = Vec::new();
             let mut index: HashMap<String, usize> = HashMap::new();
             for row in &rows {
@@ -378,8 +556,7 @@ impl Executor<'_> {
                 let keys = self.sort_keys(q, &names, &out, &mut |e| {
                     self.eval_in(e, Some(&frame), &hooks)
                 })?;
-                self.memory.charge(row_bytes(&out) + row_bytes(&keys))?;
-                keyed.push((keys, out));
+                output.push(self, keys, out)?;
             }
         } else {
             for (i, row) in rows.iter().enumerate() {
@@ -394,29 +571,10 @@ impl Executor<'_> {
                 let keys = self.sort_keys(q, &names, &out, &mut |e| {
                     self.eval_in(e, Some(&frame), self)
                 })?;
-                self.memory.charge(row_bytes(&out) + row_bytes(&keys))?;
-                keyed.push((keys, out));
+                output.push(self, keys, out)?;
             }
         }
-        match &sel.distinct {
-            None | Some(ast::Distinct::All) => {}
-            Some(ast::Distinct::Distinct) => {
-                let mut seen = HashSet::new();
-                let mut charged = Ok(());
-                keyed.retain(|(_, out)| {
-                    let k = row_key(out);
-                    if charged.is_ok() {
-                        charged = self.charge_key(&k);
-                    }
-                    seen.insert(k)
-                });
-                charged?;
-            }
-            Some(ast::Distinct::On(_)) => {
-                return Err(SqlError::unsupported("SELECT DISTINCT ON is not supported"))
-            }
-        }
-        let rows = self.order_and_limit(q, keyed, outer)?;
+        let rows = output.finish(self)?;
         let defs = crate::plan::typed_columns(cols);
         let out_cols = items
             .iter()
@@ -445,6 +603,229 @@ impl Executor<'_> {
             cols: out_cols,
             rows,
         })
+    }
+
+    /// The aggregate calls of a grouped query level when every one can be streamed
+    /// ([`super::aggregate::streamable_call`]) and no subquery is in the clauses
+    /// evaluated per group; `None` sends the query to the row-list path.
+    fn streamable_calls(
+        &self,
+        items: &[(String, Expr)],
+        having: Option<&Expr>,
+        q: &Query,
+    ) -> Option<Vec<StreamCall>> {
+        let mut exprs: Vec<&Expr> = items.iter().map(|(_, e)| e).collect();
+        exprs.extend(having);
+        if let Some(ast::OrderByKind::Expressions(obs)) = q.order_by.as_ref().map(|o| &o.kind) {
+            exprs.extend(obs.iter().map(|o| &o.expr));
+        }
+        if exprs.iter().any(|e| contains_subquery(e)) {
+            return None;
+        }
+        let mut calls = Vec::new();
+        let mut all = true;
+        for e in exprs {
+            aggregate_calls(e, &mut |f| match streamable_call(f) {
+                Some(c) => calls.push(c),
+                None => all = false,
+            });
+        }
+        all.then_some(calls)
+    }
+
+    /// GROUP BY with streamed aggregates: one hash table entry per group holding its
+    /// first row (for grouped columns) and each call's running state; rows are not kept
+    /// per group. Groups come out in order of first appearance, as on the row-list path,
+    /// also when the table outgrew `work_mem` and rows of new groups went to partition
+    /// files (see [`Executor::group_pass`]).
+    #[allow(clippy::too_many_arguments)]
+    fn stream_groups(
+        &self,
+        rows: &[Vec<Datum>],
+        cols: &[ColName],
+        outer: Option<&Frame<'_>>,
+        group_exprs: &[Expr],
+        calls: &[StreamCall],
+        having: Option<&Expr>,
+        items: &[(String, Expr)],
+        q: &Query,
+        names: &[String],
+        output: &mut OutputRows,
+    ) -> SqlResult<()> {
+        let pass = GroupPass {
+            cols,
+            outer,
+            group_exprs,
+            calls,
+            having,
+            items,
+            q,
+            names,
+            work_mem: self.work_mem(),
+        };
+        let mut done = Vec::new();
+        let spilled = self.group_pass(&pass, GroupInput::Rows(rows), 0, &mut done)?;
+        if done.is_empty() && group_exprs.is_empty() {
+            // Aggregates over no rows still give one row.
+            let nulls = vec![Datum::Null; cols.len()];
+            let states: Vec<AggState> = calls.iter().map(StreamCall::start).collect();
+            if let Some((keys, out)) = self.group_output(&pass, &nulls, &states)? {
+                done.push((0, keys, out));
+            }
+        }
+        if spilled {
+            done.sort_by_key(|(first, _, _)| *first);
+        }
+        for (_, keys, out) in done {
+            output.push(self, keys, out)?;
+        }
+        Ok(())
+    }
+
+    /// One pass of the streamed aggregation over `input`: groups are added to the hash
+    /// table while it stays within `work_mem`; a row of a group not in the full table
+    /// goes to one of [`GROUP_PARTITIONS`] files by its key's hash, and each file is a
+    /// pass of its own afterwards (the table's memory given back first). Finished groups
+    /// are added to `done` with the position of their first row. Returns whether
+    /// anything was spilled.
+    fn group_pass(
+        &self,
+        p: &GroupPass<'_>,
+        input: GroupInput<'_>,
+        depth: u32,
+        done: &mut Vec<(usize, Vec<Datum>, Vec<Datum>)>,
+    ) -> SqlResult<bool> {
+        let mark = self.memory.used();
+        let mut groups: Vec<(usize, Vec<Datum>, Vec<AggState>)> = Vec::new();
+        let mut index: HashMap<Vec<KeyPart>, usize> = HashMap::new();
+        let state_bytes: u64 = p.calls.iter().map(|c| c.start().bytes()).sum();
+        let mut table_bytes = 0u64;
+        let mut partitions: Vec<Option<SpillFile>> = Vec::new();
+        let (rows, mut reader) = match input {
+            GroupInput::Rows(r) => (r, None),
+            GroupInput::File(mut f) => (&[][..], Some((f.reader()?, f))),
+        };
+        // Past this depth the table grows without bound (each pass makes progress, but
+        // a pathological hash could keep a partition whole).
+        let may_spill = depth < 4;
+        let mut n = 0usize;
+        loop {
+            let owned;
+            let (at, row): (usize, &[Datum]) = match &mut reader {
+                None => match rows.get(n) {
+                    Some(r) => (n, r),
+                    None => break,
+                },
+                Some((rd, _)) => match rd.next_row()? {
+                    None => break,
+                    Some(mut r) => {
+                        let Datum::Int8(at) = r.remove(0) else {
+                            return Err(SqlError::new("XX001", "bad partition row"));
+                        };
+                        owned = r;
+                        (at as usize, &owned)
+                    }
+                },
+            };
+            n += 1;
+            if n % 1024 == 1023 {
+                self.check_interrupt()?;
+            }
+            let frame = Frame {
+                cols: p.cols,
+                row,
+                outer: p.outer,
+            };
+            let mut key = Vec::with_capacity(p.group_exprs.len());
+            for g in p.group_exprs {
+                key.push(KeyPart::of(&self.eval_in(g, Some(&frame), self)?));
+            }
+            let slot = match index.get(&key) {
+                Some(&slot) => slot,
+                None => {
+                    let bytes = key.iter().map(KeyPart::bytes).sum::<u64>()
+                        + 48
+                        + row_bytes(row)
+                        + state_bytes;
+                    if may_spill && !groups.is_empty() && table_bytes + bytes > p.work_mem {
+                        if partitions.is_empty() {
+                            partitions.resize_with(GROUP_PARTITIONS, || None);
+                        }
+                        let mut h = std::collections::hash_map::DefaultHasher::new();
+                        depth.hash(&mut h);
+                        key.hash(&mut h);
+                        let part = &mut partitions[(h.finish() % GROUP_PARTITIONS as u64) as usize];
+                        if part.is_none() {
+                            *part = Some(SpillFile::create()?);
+                        }
+                        let mut spilled = Vec::with_capacity(row.len() + 1);
+                        spilled.push(Datum::Int8(at as i64));
+                        spilled.extend_from_slice(row);
+                        if let Some(f) = part.as_mut() {
+                            f.write_row(&spilled)?;
+                        }
+                        continue;
+                    }
+                    self.memory.charge(bytes)?;
+                    table_bytes += bytes;
+                    groups.push((
+                        at,
+                        row.to_vec(),
+                        p.calls.iter().map(StreamCall::start).collect(),
+                    ));
+                    index.insert(key, groups.len() - 1);
+                    groups.len() - 1
+                }
+            };
+            let states = &mut groups[slot].2;
+            for (c, st) in p.calls.iter().zip(states.iter_mut()) {
+                self.stream_row(c, st, &frame)?;
+            }
+        }
+        drop(index);
+        drop(reader);
+        for (first, rep, states) in &groups {
+            if let Some((keys, out)) = self.group_output(p, rep, states)? {
+                done.push((*first, keys, out));
+            }
+        }
+        drop(groups);
+        self.memory.release_to(mark);
+        let spilled = !partitions.is_empty();
+        for f in partitions.into_iter().flatten() {
+            self.group_pass(p, GroupInput::File(f), depth + 1, done)?;
+        }
+        Ok(spilled)
+    }
+
+    /// A finished group's output row and ORDER BY keys, or `None` when HAVING drops it.
+    fn group_output(
+        &self,
+        p: &GroupPass<'_>,
+        rep: &[Datum],
+        states: &[AggState],
+    ) -> SqlResult<Option<(Vec<Datum>, Vec<Datum>)>> {
+        let frame = Frame {
+            cols: p.cols,
+            row: rep,
+            outer: p.outer,
+        };
+        let hooks = StreamHooks {
+            exec: self,
+            cols: p.cols,
+            calls: p.calls,
+            states,
+        };
+        if let Some(h) = p.having {
+            if !crate::expr::holds("HAVING", h, self.eval_in(h, Some(&frame), &hooks)?)? {
+                return Ok(None);
+            }
+        }
+        let out = items_of(self, p.items, &frame, &hooks)?;
+        let keys = self.sort_keys(p.q, p.names, &out, &mut |e| {
+            self.eval_in(e, Some(&frame), &hooks)
+        })?;
+        Ok(Some((keys, out)))
     }
 
     /// The columns of `cols` functionally dependent on the GROUP BY list: every column of
@@ -505,7 +886,12 @@ impl Executor<'_> {
 
     /// FROM: the cross product of its items, each a table with its joins. Returns
     /// whether WHERE was already applied (the single-table index path).
-    fn scan_from(&self, sel: &Select, outer: Option<&Frame<'_>>) -> SqlResult<(Rel, bool)> {
+    fn scan_from(
+        &self,
+        sel: &Select,
+        q: &Query,
+        outer: Option<&Frame<'_>>,
+    ) -> SqlResult<(Rel, bool)> {
         if let ([twj], None) = (sel.from.as_slice(), outer) {
             if twj.joins.is_empty() && !sel.selection.as_ref().is_some_and(contains_subquery) {
                 if let TableFactor::Table {
@@ -515,12 +901,17 @@ impl Executor<'_> {
                     ..
                 } = &twj.relation
                 {
-                    if let Some(def) = self.user_table(name)? {
+                    // `AS x(a, b)` renames columns, which WHERE may use: the general
+                    // path applies WHERE after the renaming.
+                    let renamed = alias.as_ref().is_some_and(|a| !a.columns.is_empty());
+                    if let Some(def) = self.user_table(name)?.filter(|_| !renamed) {
+                        let wanted = used_columns(sel, q, &def);
                         let rows = matching_rows(
                             &mut **self.env.borrow_mut(),
                             &def,
                             sel.selection.as_ref(),
                             self.params,
+                            wanted.as_deref(),
                         )?
                         .into_iter()
                         .map(|(_, r)| r)
@@ -543,9 +934,13 @@ impl Executor<'_> {
             cols: Vec::new(),
             rows: vec![Vec::new()],
         };
-        for twj in &sel.from {
-            acc = self.joined(acc, twj, outer)?;
-        }
+        let before = self.pruned_names.replace(used_names(sel, q));
+        let joined = sel
+            .from
+            .iter()
+            .try_fold(acc, |acc, twj| self.joined(acc, twj, outer));
+        *self.pruned_names.borrow_mut() = before;
+        acc = joined?;
         Ok((acc, false))
     }
 }

@@ -2,8 +2,10 @@
 //! WHERE clause pins all of that index's columns with equalities to constants, else a
 //! sequential scan. (No statistics: the choice is by shape only.)
 
+use std::ops::Bound;
+
 use sqlparser::ast::{self, Expr};
-use walrus_engine::access::datum::Datum;
+use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::{IndexDef, TableDef};
 
 use crate::expr::{coerce, eval, Scope};
@@ -17,6 +19,14 @@ pub(crate) enum Access<'d> {
     Index {
         index: &'d IndexDef,
         key: Vec<Datum>,
+    },
+    /// The rows whose key in a one-column `index` over an integer column lies between
+    /// `lo` and `hi` (closed ranges only: without statistics an open range may well be
+    /// most of the table, which a sequential scan reads faster).
+    Range {
+        index: &'d IndexDef,
+        lo: Bound<Datum>,
+        hi: Bound<Datum>,
     },
     /// No row can match: a constant does not fit its column's type.
     Nothing,
@@ -66,7 +76,169 @@ pub(crate) fn choose_access<'d>(
             }
             Access::Index { index: idx, key }
         }
-        None => Access::Scan,
+        None => range_access(def, filter, params, now, get),
+    }
+}
+
+/// A closed range on an integer column with a one-column index ([`Access::Range`]), from
+/// `col BETWEEN a AND b` or `<`, `<=`, `>`, `>=` conjuncts with integer constants (on
+/// either side); otherwise a scan. Bounds that do not fit the column's type are not
+/// used (the WHERE clause is applied to what the range returns anyway).
+fn range_access<'d>(
+    def: &'d TableDef,
+    filter: Option<&Expr>,
+    params: &[Datum],
+    now: i64,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> Access<'d> {
+    let Some(f) = filter else {
+        return Access::Scan;
+    };
+    let mut bounds: Vec<(usize, bool, Bound<i64>)> = Vec::new();
+    collect_ranges(f, def, params, now, get, &mut bounds);
+    for idx in def.indexes.iter().filter(|i| i.columns.len() == 1) {
+        let c = idx.columns[0];
+        let ty = def.columns[c].ty;
+        if !matches!(ty, TypeId::Int2 | TypeId::Int4 | TypeId::Int8) {
+            continue;
+        }
+        let (mut lo, mut hi) = (Bound::Unbounded, Bound::Unbounded);
+        for (bc, lower, b) in &bounds {
+            if *bc != c {
+                continue;
+            }
+            if *lower {
+                lo = tighter(lo, *b, true);
+            } else {
+                hi = tighter(hi, *b, false);
+            }
+        }
+        if matches!(lo, Bound::Unbounded) || matches!(hi, Bound::Unbounded) {
+            continue;
+        }
+        let typed = |b: Bound<i64>| -> Option<Bound<Datum>> {
+            let d = |v: i64| coerce(Datum::Int8(v), ty).ok();
+            Some(match b {
+                Bound::Included(v) => Bound::Included(d(v)?),
+                Bound::Excluded(v) => Bound::Excluded(d(v)?),
+                Bound::Unbounded => Bound::Unbounded,
+            })
+        };
+        match (typed(lo), typed(hi)) {
+            (Some(lo), Some(hi)) => return Access::Range { index: idx, lo, hi },
+            // A bound past the column type's range: leave it to the scan.
+            _ => continue,
+        }
+    }
+    Access::Scan
+}
+
+/// The tighter of two lower (or upper) bounds.
+fn tighter(a: Bound<i64>, b: Bound<i64>, lower: bool) -> Bound<i64> {
+    let v = |x: &Bound<i64>| match x {
+        Bound::Included(v) | Bound::Excluded(v) => Some(*v),
+        Bound::Unbounded => None,
+    };
+    match (v(&a), v(&b)) {
+        (None, _) => b,
+        (_, None) => a,
+        (Some(x), Some(y)) if x == y => {
+            if matches!(a, Bound::Excluded(_)) {
+                a
+            } else {
+                b
+            }
+        }
+        (Some(x), Some(y)) => {
+            if (x > y) == lower {
+                a
+            } else {
+                b
+            }
+        }
+    }
+}
+
+/// Collects `column <op> integer constant` conjuncts (and BETWEEN) of a WHERE clause as
+/// (column, is a lower bound, bound).
+fn collect_ranges(
+    e: &Expr,
+    def: &TableDef,
+    params: &[Datum],
+    now: i64,
+    get: &dyn Fn(&str) -> Option<String>,
+    out: &mut Vec<(usize, bool, Bound<i64>)>,
+) {
+    use ast::BinaryOperator as Op;
+    let col_of = |x: &Expr| match x {
+        Expr::Identifier(i) => def.column_index(&ident(i)),
+        Expr::CompoundIdentifier(ids) => ids.last().and_then(|i| def.column_index(&ident(i))),
+        _ => None,
+    };
+    let scope = Scope {
+        columns: &[],
+        row: None,
+        params,
+        now,
+        setting: get,
+        interrupt: None,
+        frame: None,
+        hooks: None,
+    };
+    // Only integer constants: `aid < 5.5` must not become `aid < 6`.
+    let int = |x: &Expr| match eval(x, &scope) {
+        Ok(Datum::Int2(v)) => Some(v as i64),
+        Ok(Datum::Int4(v)) => Some(v as i64),
+        Ok(Datum::Int8(v)) => Some(v),
+        _ => None,
+    };
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: Op::And,
+            right,
+        } => {
+            collect_ranges(left, def, params, now, get, out);
+            collect_ranges(right, def, params, now, get, out);
+        }
+        Expr::Nested(inner) => collect_ranges(inner, def, params, now, get, out),
+        Expr::Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        } => {
+            if let (Some(c), Some(l), Some(h)) = (col_of(expr), int(low), int(high)) {
+                out.push((c, true, Bound::Included(l)));
+                out.push((c, false, Bound::Included(h)));
+            }
+        }
+        Expr::BinaryOp { left, op, right } => {
+            // Normalised to `column op constant`.
+            let (c, op, k) = match (col_of(left), col_of(right)) {
+                (Some(c), None) => (c, op.clone(), int(right)),
+                (None, Some(c)) => {
+                    let flipped = match op {
+                        Op::Lt => Op::Gt,
+                        Op::LtEq => Op::GtEq,
+                        Op::Gt => Op::Lt,
+                        Op::GtEq => Op::LtEq,
+                        other => other.clone(),
+                    };
+                    (c, flipped, int(left))
+                }
+                _ => return,
+            };
+            let Some(k) = k else { return };
+            match op {
+                Op::Lt => out.push((c, false, Bound::Excluded(k))),
+                Op::LtEq => out.push((c, false, Bound::Included(k))),
+                Op::Gt => out.push((c, true, Bound::Excluded(k))),
+                Op::GtEq => out.push((c, true, Bound::Included(k))),
+                _ => {}
+            }
+        }
+        _ => {}
     }
 }
 

@@ -134,6 +134,19 @@ pub(crate) fn contains_aggregate(e: &Expr) -> bool {
     .is_err()
 }
 
+/// Calls `found` with each aggregate call of `e`, outside subqueries and outside other
+/// aggregates' arguments (the calls a grouped query level computes).
+pub(crate) fn aggregate_calls(e: &Expr, found: &mut dyn FnMut(&sqlparser::ast::Function)) {
+    let _ = walk(e, false, &mut |x| {
+        if let Expr::Function(f) = x {
+            if is_aggregate_name(&function_name(f)) {
+                found(f);
+            }
+        }
+        Ok(())
+    });
+}
+
 pub(crate) fn contains_subquery(e: &Expr) -> bool {
     walk(e, true, &mut |x| match x {
         Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => {

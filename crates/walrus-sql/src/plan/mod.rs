@@ -22,7 +22,9 @@ mod params;
 mod types;
 
 pub(crate) use access::{choose_access, Access};
-pub(crate) use bind::{bind, check_grouped, contains_aggregate, contains_subquery};
+pub(crate) use bind::{
+    aggregate_calls, bind, check_grouped, contains_aggregate, contains_subquery,
+};
 pub(crate) use columns::{output_name, qualified, rename, resolve_group_expr, table_cols};
 pub(crate) use params::infer_params;
 pub(crate) use types::{cast_origin, static_columns, static_type, typed_columns};

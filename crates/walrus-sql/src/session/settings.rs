@@ -205,6 +205,9 @@ impl Session {
                 if name == "timezone" {
                     check_utc(&value)?;
                 }
+                if name == "work_mem" {
+                    value = crate::memory::show_kb(crate::memory::parse_work_mem_kb(&value)?);
+                }
                 self.remember_for_block(&name, local);
                 self.put_setting(&name, Some(value));
                 Ok(QueryResult::tag("SET"))
