@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::TcpStream;
+
+use crate::client_stream::ClientStream;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -110,7 +112,7 @@ fn row_description(out: &mut Out, cols: &[Column], formats: &[i16]) {
 /// as it is raised, so a client waiting after Flush hears it), the statement ends as
 /// failed (an explicit block becomes aborted), and messages are skipped until Sync.
 fn fail(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     out: &mut Out,
     s: &mut Session,
     e: &SqlError,
@@ -249,38 +251,20 @@ pub fn serve(
         out.ready(b'I');
         stream.write_all(&out.buf)?;
         out.buf.clear();
-        run(&mut stream, &mut session, &mut out)
+        let mut client = ClientStream::new(stream);
+        run(&mut client, &mut session, &mut out)
     })();
     cancel.remove((pid, secret));
     result
 }
 
 /// Sends a FATAL error and ends the session (the caller returns what this returns).
-fn send_fatal(stream: &mut TcpStream, out: &mut Out, code: &str, message: &str) -> io::Result<()> {
+fn send_fatal(stream: &mut impl Write, out: &mut Out, code: &str, message: &str) -> io::Result<()> {
     out.error(b'E', "FATAL", code, message, None, None);
     stream.write_all(&out.buf)
 }
 
-/// Waits up to `limit` for the client to send something; false when it sent nothing.
-fn wait_for_input(stream: &TcpStream, limit: Duration) -> io::Result<bool> {
-    stream.set_read_timeout(Some(limit))?;
-    let got = match stream.peek(&mut [0u8; 1]) {
-        Ok(_) => true,
-        Err(e)
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            false
-        }
-        Err(e) => return Err(e),
-    };
-    stream.set_read_timeout(None)?;
-    Ok(got)
-}
-
-fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()> {
+fn run(stream: &mut ClientStream, s: &mut Session, out: &mut Out) -> io::Result<()> {
     let mut prepared: HashMap<String, Prepared> = HashMap::new();
     let mut portals: HashMap<String, Portal> = HashMap::new();
     let mut skip_until_sync = false;
@@ -288,7 +272,7 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
     let mut ready_sent = true;
     loop {
         if let Some(limit) = s.idle_in_transaction_timeout().filter(|_| ready_sent) {
-            if !wait_for_input(stream, limit)? {
+            if !stream.wait_for_input(limit)? {
                 return send_fatal(
                     stream,
                     out,
@@ -542,7 +526,7 @@ fn panicked(s: &mut Session) -> Vec<Result<Outcome, SqlError>> {
 
 /// Runs one extended-protocol statement (a COPY runs its sub-protocol here, at Execute).
 fn run_portal(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     s: &mut Session,
     out: &mut Out,
     sql: &str,
@@ -563,7 +547,7 @@ fn run_portal(
 }
 
 fn simple_query(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     s: &mut Session,
     out: &mut Out,
     sql: &str,
@@ -614,7 +598,7 @@ fn simple_query(
 /// may span messages), so memory stays bounded; an error is reported after CopyDone or
 /// CopyFail, the data between being read and dropped.
 fn copy_in(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     s: &mut Session,
     out: &mut Out,
     mut copy: walrus_sql::CopyIn,
@@ -652,7 +636,7 @@ const COPY_OUT_FLUSH_BYTES: usize = 64 << 10;
 /// line and binary header/trailer as PostgreSQL frames them), CopyDone; the caller
 /// sends `COPY n`.
 fn copy_out(
-    stream: &mut TcpStream,
+    stream: &mut ClientStream,
     out: &mut Out,
     copy: &walrus_sql::CopyOut,
 ) -> io::Result<Result<QueryResult, SqlError>> {

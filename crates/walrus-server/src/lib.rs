@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+mod client_stream;
 mod connection;
 pub mod protocol;
 
