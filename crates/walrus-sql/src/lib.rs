@@ -35,6 +35,8 @@ pub mod error;
 mod exec;
 pub mod expr;
 mod guc;
+pub mod interval;
+pub mod json;
 mod memory;
 mod names;
 pub mod numeric;

@@ -189,7 +189,7 @@ impl Snapshot {
                         b(true),
                         Datum::Int4(0),
                         b(true),
-                        t(&crate::expr::format_array_text(&key)),
+                        t(&crate::value::format_array(&key)),
                     ]
                 })
                 .collect(),

@@ -15,12 +15,11 @@ use super::dml::scan_rows;
 use super::Executor;
 use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
-use crate::expr::{coerce, parse_array_text};
+use crate::expr::coerce;
 use crate::memory::{row_bytes, MemoryBudget};
 use crate::names::{ident, object_name};
 use crate::plan::{bind, rename, table_cols};
 use crate::rel::{ColName, Frame, Rel};
-use crate::value::format_text;
 
 impl Executor<'_> {
     /// `left` joined with `twj`'s relation and then its joins, left to right.
@@ -366,10 +365,10 @@ impl Executor<'_> {
             "unnest" => match vals.first() {
                 Some(Datum::Null) | None => Vec::new(),
                 Some(d) => {
-                    let elems = parse_array_text(&format_text(d).unwrap_or_default())?;
+                    let elems = crate::expr::array_items(d)?;
                     let mut rows = Vec::with_capacity(elems.len());
                     for t in elems {
-                        let row = vec![t.map(Datum::Text).unwrap_or(Datum::Null)];
+                        let row = vec![t];
                         self.memory.charge_row(&row)?;
                         rows.push(row);
                     }

@@ -102,6 +102,12 @@ fn key_datum(d: &Datum) -> Datum {
         },
         Datum::Float8(f) if *f == 0.0 => Datum::Float8(0.0),
         Datum::Float8(f) if f.is_nan() => Datum::Float8(f64::NAN.abs()),
+        // `1 mon` = `30 days`: intervals are equal by their span.
+        Datum::Interval(iv) => Datum::Text(format!("interval {}", iv.span())),
+        Datum::Array(a) => Datum::Array(Box::new(walrus_engine::access::datum::ArrayValue {
+            elem: a.elem,
+            items: a.items.iter().map(key_datum).collect(),
+        })),
         other => other.clone(),
     }
 }
@@ -145,6 +151,11 @@ fn type_category(t: TypeId) -> u8 {
         TypeId::Timestamp | TypeId::TimestampTz | TypeId::Date => 3,
         TypeId::Bytea => 4,
         TypeId::Uuid => 5,
+        TypeId::Time => 6,
+        TypeId::Interval => 7,
+        TypeId::Json => 8,
+        TypeId::Jsonb => 9,
+        TypeId::Array(_) => 10,
     }
 }
 

@@ -17,7 +17,7 @@ mod cast;
 mod functions;
 mod ops;
 
-pub use array::{format_array_text, parse_array_text};
+pub use array::{array_items, format_array_text, make_array, parse_array_text};
 pub(crate) use cast::as_i64;
 pub use cast::{
     assign, cast_to, coerce, column_type, declared_limit, declared_type_name, numeric_typmod,
@@ -282,10 +282,7 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                     .collect(),
                 other => match eval(other, s)? {
                     Datum::Null => return Ok(Datum::Null),
-                    d => parse_array_text(&format_text(&d).unwrap_or_default())?
-                        .into_iter()
-                        .map(|t| t.map(Datum::Text).unwrap_or(Datum::Null))
-                        .collect::<Vec<_>>(),
+                    d => array_items(&d)?,
                 },
             };
             let all = matches!(e, Expr::AllOp { .. });
@@ -309,7 +306,7 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                 .iter()
                 .map(|x| eval(x, s))
                 .collect::<SqlResult<Vec<_>>>()?;
-            Ok(Datum::Text(format_array_text(&items)))
+            make_array(items)
         }
         Expr::Nested(inner) => eval(inner, s),
         Expr::UnaryOp { op, expr } => {
@@ -553,6 +550,19 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             };
             cast_to(Datum::Text(text), &ts.data_type)
         }
+        // `interval '1 day'`; a trailing field (`interval '1' day`) restricts the
+        // fields, which walrus does not do: refused.
+        Expr::Interval(sqlparser::ast::Interval {
+            value,
+            leading_field: None,
+            leading_precision: None,
+            last_field: None,
+            fractional_seconds_precision: None,
+        }) => match eval(value, s)? {
+            Datum::Null => Ok(Datum::Null),
+            Datum::Text(t) => Ok(Datum::Interval(crate::interval::parse_interval(&t)?)),
+            other => coerce(other, TypeId::Interval),
+        },
         Expr::Function(f) => function(f, s),
         Expr::IsUnknown(x) | Expr::IsNotUnknown(x) => {
             let unknown = match eval(x, s)? {

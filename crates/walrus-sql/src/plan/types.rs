@@ -19,10 +19,12 @@ pub(crate) fn cast_origin(e: &Expr) -> Option<Origin> {
         return None;
     };
     let (ty, typmod, declared) = column_type(data_type).ok()?;
-    let type_oid = match declared {
-        DeclaredType::Varchar => 1043,
-        DeclaredType::Char => 1042,
-        DeclaredType::Plain => ty.pg_oid(),
+    let type_oid = match (declared, ty) {
+        (DeclaredType::Varchar, TypeId::Array(_)) => 1015,
+        (DeclaredType::Char, TypeId::Array(_)) => 1014,
+        (DeclaredType::Varchar, _) => 1043,
+        (DeclaredType::Char, _) => 1042,
+        (DeclaredType::Plain, _) => ty.pg_oid(),
     };
     (type_oid != ty.pg_oid() || typmod != -1).then_some(Origin {
         table_oid: 0,
