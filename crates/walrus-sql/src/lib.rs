@@ -43,6 +43,7 @@ pub mod numeric;
 mod plan;
 mod rel;
 mod result;
+mod rewrite;
 mod session;
 mod settings;
 mod timeout;

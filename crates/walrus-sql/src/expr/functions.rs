@@ -538,6 +538,9 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             (s.setting)(crate::settings::DATABASE_KEY).unwrap_or_else(|| "postgres".into()),
         ),
         "current_schema" => Datum::Text("public".into()),
+        "current_catalog" => Datum::Text(
+            (s.setting)(crate::settings::DATABASE_KEY).unwrap_or_else(|| "postgres".into()),
+        ),
         other if POSTGRES_ONLY_FUNCTIONS.contains(&other) => {
             return Err(SqlError::unsupported(format!(
                 "function {other}() is not supported"
