@@ -572,6 +572,8 @@ impl Snapshot {
                     let oid = oid_arg(0)?;
                     match type_by_oid(oid) {
                         Some(row) => t(&row.display()),
+                        // InvalidOid prints as `-`, as PostgreSQL's regtypeout.
+                        None if oid == 0 => t("-"),
                         None => t(&oid.to_string()),
                     }
                 }
