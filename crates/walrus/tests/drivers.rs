@@ -2,9 +2,10 @@
 //! transactions, SQLSTATE errors, prepared statements, COPY), tokio-postgres, and
 //! and the conformance programs of pgjdbc (`drivers/PgjdbcCheck.java`), psycopg2
 //! (`drivers/psycopg2_check.py`), asyncpg (`drivers/asyncpg_check.py`), node-postgres
-//! (`drivers/node_pg_check.js`) and pgx (`drivers/pgx`), each run first against a scratch PostgreSQL 15, which
+//! (`drivers/node_pg_check.js`), postgres.js (`drivers/postgres_js_check.js`) and pgx
+//! (`drivers/pgx`), each run first against a scratch PostgreSQL 15, which
 //! proves the program, then against walrus. Needs `python3` with `psycopg`,
-//! `psycopg2` and `asyncpg`, node with npm's `pg`, go, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
+//! `psycopg2` and `asyncpg`, node with npm's `pg` and `postgres`, go, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
 //! 15's server (`.ci/run` installs them); each is skipped with a message outside CI when
 //! missing.
 
@@ -494,6 +495,47 @@ fn node_postgres_driver_works_on_postgres_and_on_walrus() {
         "/tests/drivers/node_pg_check.js"
     );
     on_postgres_then_walrus("node-postgres", |port, db| {
+        let out = Command::new("node")
+            .arg(script)
+            .arg(port.to_string())
+            .arg(db)
+            .env("NODE_PATH", &modules)
+            .output()
+            .unwrap();
+        (
+            out.status.success() && text(&out).contains("OK"),
+            text(&out),
+        )
+    });
+}
+
+/// postgres.js (npm `postgres` 3): named statements prepared with Parse/Describe/Flush,
+/// parameters serialized by the described types, array types read from pg_type at
+/// connect, results parsed by RowDescription (columns' type OIDs, table OIDs and
+/// numbers checked), batched multi-row insert, time, interval, json, jsonb and arrays as
+/// parameters and results, rollback, a duplicate key then 25P02, errors found while
+/// preparing.
+#[test]
+fn postgres_js_driver_works_on_postgres_and_on_walrus() {
+    let modules = node_pg_modules().filter(|d| d.join("postgres/package.json").exists());
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let have = node && modules.is_some() && Path::new(PG_BIN).join("postgres").exists();
+    if skip_without(
+        "node, npm's postgres in target/drivers-node and PostgreSQL 15",
+        have,
+    ) {
+        return;
+    }
+    let modules = modules.unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/drivers/postgres_js_check.js"
+    );
+    on_postgres_then_walrus("postgres.js", |port, db| {
         let out = Command::new("node")
             .arg(script)
             .arg(port.to_string())
