@@ -28,6 +28,7 @@ pub(crate) mod ddl;
 pub(crate) mod dml;
 mod from;
 mod select;
+mod window;
 
 use std::cell::RefCell;
 use std::cmp::Ordering;

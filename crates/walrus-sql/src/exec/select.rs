@@ -181,7 +181,7 @@ impl Executor<'_> {
     ) -> SqlResult<Rel> {
         check_select(sel)?;
         check_from_names(sel)?;
-        let (from, filtered) = self.scan_from(sel, outer)?;
+        let (mut from, filtered) = self.scan_from(sel, outer)?;
         // Output items.
         let mut items: Vec<(String, Expr)> = Vec::new();
         for it in &sel.projection {
@@ -225,6 +225,19 @@ impl Executor<'_> {
                     )))
                 }
             }
+        }
+        // Window calls become hidden columns, filled after WHERE (window.rs).
+        let windows = super::window::extract(&mut items, &mut from.cols)?;
+        for w in &windows {
+            for e in w.exprs() {
+                bind(e, &from.cols, outer, &[])?;
+            }
+        }
+        if !windows.is_empty() {
+            let width = from.cols.len();
+            from.rows
+                .iter_mut()
+                .for_each(|r| r.resize(width, Datum::Null));
         }
         let names: Vec<String> = items.iter().map(|(n, _)| n.clone()).collect();
         // Bind every clause before reading a row.
@@ -283,6 +296,11 @@ impl Executor<'_> {
         let grouped = !group_exprs.is_empty()
             || sel.having.is_some()
             || items.iter().any(|(_, e)| contains_aggregate(e));
+        if grouped && !windows.is_empty() {
+            return Err(SqlError::unsupported(
+                "window functions in a grouped query are not supported",
+            ));
+        }
         if grouped {
             let dependent = self.dependent_columns(sel, &group_exprs, &from.cols)?;
             let dep = |i: usize| dependent.contains(&i);
@@ -324,6 +342,9 @@ impl Executor<'_> {
                 }
                 rows = kept;
             }
+        }
+        if !windows.is_empty() {
+            super::window::fill(self, &windows, &from.cols, &mut rows, outer)?;
         }
         let cols = &from.cols;
         let mut keyed: Vec<(Vec<Datum>, Vec<Datum>)> = Vec::new();
