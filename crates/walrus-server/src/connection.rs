@@ -40,6 +40,8 @@ struct Portal {
 /// The `float4` type's OID: walrus computes in float8, but reads a declared `float4`
 /// binary parameter as the 4 bytes it is.
 const FLOAT4_OID: u32 = 700;
+/// The `oid` type's OID: its values are kept as int8, read from its 4 unsigned bytes.
+const OID_OID: u32 = 26;
 
 /// Parse's declared parameter types: each must be unspecified (0), `unknown` (705) or
 /// a type walrus has; anything else is refused (0A000) rather than read as text.
@@ -149,6 +151,11 @@ fn decode_param(bytes: &[u8], binary: bool, oid: u32) -> Result<Datum, SqlError>
             ))
         }
     };
+    if oid == OID_OID {
+        return Ok(Datum::Int8(
+            u32::from_be_bytes(array::<4>(fixed(4)?)?) as i64
+        ));
+    }
     if oid == FLOAT4_OID {
         return Ok(Datum::Float8(
             f32::from_be_bytes(array::<4>(fixed(4)?)?) as f64
@@ -528,6 +535,7 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
                 });
                 match checked {
                     Ok(()) => {
+                        s.remember_protocol_statement(&name, &sql);
                         prepared.insert(name, Prepared { sql, oids });
                         out.simple(b'1');
                     }
@@ -643,6 +651,7 @@ fn run(stream: &mut TcpStream, s: &mut Session, out: &mut Out) -> io::Result<()>
                 let name = r.cstr()?;
                 if what == b'S' {
                     prepared.remove(&name);
+                    s.forget_protocol_statement(&name);
                 } else {
                     portals.remove(&name);
                 }

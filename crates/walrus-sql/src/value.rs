@@ -234,7 +234,9 @@ pub fn type_from_oid(oid: u32) -> Option<TypeId> {
         20 => TypeId::Int8,
         700 | 701 => TypeId::Float8,
         1700 => TypeId::Numeric,
-        25 | 1043 | 1042 => TypeId::Text,
+        25 | 1043 | 1042 | 19 => TypeId::Text,
+        // `oid` values are kept as int8 (as the catalog views give them).
+        26 => TypeId::Int8,
         1114 => TypeId::Timestamp,
         1184 => TypeId::TimestampTz,
         1082 => TypeId::Date,

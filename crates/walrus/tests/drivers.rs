@@ -2,8 +2,8 @@
 //! transactions, SQLSTATE errors, prepared statements, COPY), tokio-postgres, and
 //! and the conformance programs of pgjdbc (`drivers/PgjdbcCheck.java`), psycopg2
 //! (`drivers/psycopg2_check.py`), asyncpg (`drivers/asyncpg_check.py`), node-postgres
-//! (`drivers/node_pg_check.js`), postgres.js (`drivers/postgres_js_check.js`) and pgx
-//! (`drivers/pgx`), each run first against a scratch PostgreSQL 15, which
+//! (`drivers/node_pg_check.js`), postgres.js (`drivers/postgres_js_check.js`), pgx
+//! (`drivers/pgx`) and sqlx (`drivers/sqlx`), each run first against a scratch PostgreSQL 15, which
 //! proves the program, then against walrus. Needs `python3` with `psycopg`,
 //! `psycopg2` and `asyncpg`, node with npm's `pg` and `postgres`, go, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
 //! 15's server (`.ci/run` installs them); each is skipped with a message outside CI when
@@ -577,6 +577,56 @@ fn pgx_driver_works_on_postgres_and_on_walrus() {
     assert!(build.status.success(), "go build: {}", text(&build));
     on_postgres_then_walrus("pgx", |port, db| {
         let out = Command::new(&binary)
+            .arg(port.to_string())
+            .arg(db)
+            .output()
+            .unwrap();
+        (
+            out.status.success() && text(&out).contains("OK"),
+            text(&out),
+        )
+    });
+}
+
+/// sqlx 0.8 (Rust): named statements with the bound values' type OIDs, binary
+/// parameters and results checked against the Rust types, a QueryBuilder batch insert,
+/// `describe` (pg_attribute's attnotnull by the columns' table OIDs and numbers, then
+/// `EXPLAIN (VERBOSE, FORMAT JSON) EXECUTE`), time, interval, json, jsonb and arrays,
+/// rollback, a duplicate key then 25P02, errors found while preparing. The program
+/// (`drivers/sqlx`, its own Cargo project with a pinned Cargo.lock, not a workspace
+/// member) is built with cargo into `target/drivers-sqlx`; the first build needs
+/// crates.io (`.ci/run` fetches the crates).
+#[test]
+fn sqlx_driver_works_on_postgres_and_on_walrus() {
+    if skip_without("PostgreSQL 15", Path::new(PG_BIN).join("postgres").exists()) {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/drivers/sqlx/Cargo.toml");
+    let target = root.join("target/drivers-sqlx");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let build = Command::new(&cargo)
+        .args(["build", "--locked", "--quiet", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .output()
+        .unwrap();
+    if !build.status.success() {
+        let why = text(&build);
+        // Without crates.io (and nothing fetched before) the program cannot be built.
+        let offline = why.contains("failed to download") || why.contains("Could not resolve host");
+        if skip_without(
+            "crates.io access for sqlx (or its crates fetched)",
+            !offline,
+        ) {
+            return;
+        }
+        panic!("building the sqlx program failed:\n{why}");
+    }
+    let program = target.join("debug/walrus-sqlx-check");
+    on_postgres_then_walrus("sqlx", |port, db| {
+        let out = Command::new(&program)
             .arg(port.to_string())
             .arg(db)
             .output()

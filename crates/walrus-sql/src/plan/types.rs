@@ -125,6 +125,29 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
             .and_then(|i| cols.iter().find(|c| c.name == ident(i)).map(|c| c.ty)),
         Expr::Cast { data_type, .. } => type_from_sql(data_type).ok(),
         Expr::Nested(i) => static_type(i, cols),
+        Expr::UnaryOp {
+            op: ast::UnaryOperator::Not,
+            ..
+        }
+        | Expr::IsNull(_)
+        | Expr::IsNotNull(_)
+        | Expr::IsTrue(_)
+        | Expr::IsFalse(_)
+        | Expr::IsNotTrue(_)
+        | Expr::IsNotFalse(_)
+        | Expr::InList { .. }
+        | Expr::Between { .. }
+        | Expr::Like { .. }
+        | Expr::ILike { .. }
+        | Expr::Exists { .. }
+        | Expr::InSubquery { .. } => Some(TypeId::Bool),
+        Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus | ast::UnaryOperator::Plus,
+            expr,
+        } => static_type(expr, cols),
+        Expr::Interval(_) => Some(TypeId::Interval),
+        Expr::TypedString(ts) => type_from_sql(&ts.data_type).ok(),
+        Expr::Array(_) => None,
         Expr::Function(f) => match function_name(f).as_str() {
             "count" => Some(TypeId::Int8),
             "avg" => Some(TypeId::Numeric),

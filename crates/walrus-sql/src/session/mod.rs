@@ -7,6 +7,7 @@
 //! statement timeout, and hands each statement to the executor (`crate::exec`) through
 //! the [`Env`] it implements; it never evaluates rows itself.
 
+mod explain;
 mod parse;
 mod settings;
 
@@ -57,6 +58,9 @@ pub struct Session {
     block_undo: Vec<SettingUndo>,
     /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
     prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
+    /// Statements prepared through the extended protocol, by name: their SQL, for
+    /// `EXPLAIN ... EXECUTE name` (explain.rs).
+    protocol_statements: std::collections::HashMap<String, String>,
     /// Parsed extended-protocol statements by SQL text ([`Session::execute_cached`]).
     parse_cache: std::collections::HashMap<String, Arc<Vec<Parsed>>>,
     /// The running statement's budget for materialised rows (`statement_memory_limit`),
@@ -205,6 +209,7 @@ impl Session {
             idle_in_transaction_timeout_ms: 0,
             block_undo: Vec::new(),
             prepared: BTreeMap::new(),
+            protocol_statements: Default::default(),
             parse_cache: std::collections::HashMap::new(),
             memory: Arc::new(MemoryBudget::new(memory_limit)),
             memory_setting_error,
@@ -444,6 +449,10 @@ impl Session {
                 Err(e) if e.is_run_time() => static_columns(self, q).map(Some).ok_or(e),
                 Err(e) => Err(e),
             };
+        }
+        // EXPLAIN's one json column (explain.rs).
+        if let Statement::Explain { .. } = st {
+            return Ok(Some(vec![Column::new("QUERY PLAN", TypeId::Json)]));
         }
         // DML with RETURNING describes its output columns.
         let target = match st {
@@ -866,6 +875,7 @@ impl Session {
             } => ddl::drop_tables(self.txn(), names, *if_exists)?,
             Statement::Truncate(tr) => ddl::truncate(self.txn(), tr)?,
             Statement::AlterTable(at) => ddl::alter_table(self.txn(), at)?,
+            Statement::Explain { .. } => self.explain(st)?,
             other => {
                 let text = other.to_string();
                 let word = text
