@@ -3,7 +3,8 @@
 //! - a non-recursive `WITH` list is inlined: each reference to a CTE by its bare name
 //!   becomes a derived table of its query (PostgreSQL 15 inlines such CTEs too; the
 //!   answers are the same because walrus has no volatile functions a second evaluation
-//!   could change). `WITH RECURSIVE` and data-modifying CTEs are 0A000.
+//!   could change). A top-level `WITH RECURSIVE` is left for the session to evaluate
+//!   (`session/recursive.rs`); one below the top level and data-modifying CTEs are 0A000.
 //! - `current_schema` written without parentheses is the function (a keyword in
 //!   PostgreSQL; sqlparser reads it as a column name).
 
@@ -20,6 +21,24 @@ use crate::names::ident;
 /// Applies every rewrite to `st`.
 pub(crate) fn rewrite(st: &mut Statement) -> SqlResult<()> {
     let mut v = Rewriter;
+    // A top-level WITH RECURSIVE is evaluated by the session (session/recursive.rs):
+    // kept, its CTEs and the rest rewritten apart.
+    if let Statement::Query(q) = st {
+        if q.with.as_ref().is_some_and(|w| w.recursive) {
+            let mut with = q.with.take();
+            let rest = q.visit(&mut v);
+            for cte in with.iter_mut().flat_map(|w| w.cte_tables.iter_mut()) {
+                if let ControlFlow::Break(e) = cte.query.visit(&mut v) {
+                    return Err(e);
+                }
+            }
+            q.with = with;
+            return match rest {
+                ControlFlow::Break(e) => Err(e),
+                ControlFlow::Continue(()) => Ok(()),
+            };
+        }
+    }
     match st.visit(&mut v) {
         ControlFlow::Break(e) => Err(e),
         ControlFlow::Continue(()) => Ok(()),
@@ -71,7 +90,9 @@ fn inline_with(q: &mut Query) -> SqlResult<()> {
         return Ok(());
     };
     if with.recursive {
-        return Err(SqlError::unsupported("WITH RECURSIVE is not supported"));
+        return Err(SqlError::unsupported(
+            "WITH RECURSIVE below the top level of a statement is not supported",
+        ));
     }
     let mut ctes: Vec<Cte> = Vec::new();
     for cte in with.cte_tables {

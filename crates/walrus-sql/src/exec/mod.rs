@@ -81,7 +81,7 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
 /// integral NUMERIC (`1 = 1::bigint = 1.0`), any NUMERIC scale (`2.1 = 2.10`), float
 /// zero's sign (`-0 = 0`) and every NaN (`NaN = NaN` in PostgreSQL's float order). A set
 /// operation or a grouped UNION ALL subquery mixes widths in one column.
-fn row_key(row: &[Datum]) -> String {
+pub(crate) fn row_key(row: &[Datum]) -> String {
     let norm: Vec<Datum> = row.iter().map(key_datum).collect();
     format!("{norm:?}")
 }

@@ -9,6 +9,7 @@
 
 mod explain;
 mod parse;
+mod recursive;
 mod settings;
 
 use std::collections::BTreeMap;
@@ -444,7 +445,12 @@ impl Session {
             }
             self.memory.reset();
             let nulls = vec![Datum::Null; nparams];
-            return match exec::select(self, q, &nulls) {
+            let run = if q.with.as_ref().is_some_and(|w| w.recursive) {
+                self.recursive_select(q, &nulls)
+            } else {
+                exec::select(self, q, &nulls)
+            };
+            return match run {
                 Ok(r) => Ok(Some(r.columns)),
                 Err(e) if e.is_run_time() => static_columns(self, q).map(Some).ok_or(e),
                 Err(e) => Err(e),
@@ -860,6 +866,9 @@ impl Session {
                     ));
                 }
                 QueryResult::tag("DEALLOCATE")
+            }
+            Statement::Query(q) if q.with.as_ref().is_some_and(|w| w.recursive) => {
+                self.recursive_select(q, params)?
             }
             Statement::Query(q) => exec::select(self, q, params)?,
             Statement::Insert(ins) => dml::insert(self, ins, params)?,
