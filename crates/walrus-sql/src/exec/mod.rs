@@ -567,10 +567,26 @@ impl<'s> Executor<'s> {
                     .map(|i| out[i].clone()),
                 _ => None,
             };
-            keys.push(match picked {
+            let key = match picked {
                 Some(k) => k,
                 None => eval_source(&o.expr)?,
-            });
+            };
+            // json has no ordering in PostgreSQL; jsonb's is not walrus's text order.
+            match &key {
+                Datum::Json(_) => {
+                    return Err(SqlError::new(
+                        "42883",
+                        "could not identify an ordering operator for type json",
+                    ))
+                }
+                Datum::Jsonb(_) => {
+                    return Err(SqlError::unsupported(
+                        "ORDER BY a jsonb value is not supported",
+                    ))
+                }
+                _ => {}
+            }
+            keys.push(key);
         }
         Ok(keys)
     }

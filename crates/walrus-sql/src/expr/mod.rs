@@ -244,6 +244,28 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             if matches!(v, Datum::Bytea(_)) || matches!(p, Datum::Bytea(_)) {
                 return Err(SqlError::unsupported("LIKE on bytea is not supported"));
             }
+            // Their text form is not text: LIKE would read it (PostgreSQL has no such
+            // operator for them).
+            let not_text = |d: &Datum| {
+                matches!(
+                    d,
+                    Datum::Json(_)
+                        | Datum::Jsonb(_)
+                        | Datum::Array(_)
+                        | Datum::Time(_)
+                        | Datum::Interval(_)
+                )
+            };
+            if not_text(&v) || not_text(&p) {
+                return Err(SqlError::new(
+                    "42883",
+                    format!(
+                        "operator does not exist: {} ~~ {}",
+                        ops::type_name(&v),
+                        ops::type_name(&p)
+                    ),
+                ));
+            }
             let esc = match escape_char {
                 Some(e) => format_text(&eval(e, s)?).and_then(|t| t.chars().next()),
                 None => Some('\\'),

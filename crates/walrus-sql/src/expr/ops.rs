@@ -341,6 +341,16 @@ pub fn like_match(v: &str, p: &str, esc: Option<char>) -> bool {
 
 /// `~`, `~*`, `!~`, `!~*` with PostgreSQL's (POSIX-like) regular expressions.
 pub(crate) fn regex_op(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
+    if io_only(l) || io_only(r) {
+        return Err(SqlError::new(
+            "42883",
+            format!(
+                "operator does not exist: {} {op} {}",
+                type_name(l),
+                type_name(r)
+            ),
+        ));
+    }
     let (Some(text), Some(pat)) = (format_text(l), format_text(r)) else {
         return Ok(Datum::Null);
     };
