@@ -210,7 +210,7 @@ fn substitute(q: &mut Query, name: &str, rows: &Query, columns: &[String]) {
             else {
                 return ControlFlow::Continue(());
             };
-            if name.0.len() != 1 || !name.0[0].as_ident().is_some_and(|i| ident(i) == self.name) {
+            if name.0.len() != 1 || name.0[0].as_ident().is_none_or(|i| ident(i) != self.name) {
                 return ControlFlow::Continue(());
             }
             let mut alias = alias.take().unwrap_or(sqlparser::ast::TableAlias {
