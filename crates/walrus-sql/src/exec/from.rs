@@ -375,6 +375,24 @@ impl Executor<'_> {
                     rows
                 }
             },
+            // generate_subscripts(array, dim [, reverse]): 1..n of a one-dimensional
+            // array's dimension 1; nothing for another dimension or an empty array.
+            "generate_subscripts" => match (vals.first(), vals.get(1), vals.get(2)) {
+                (Some(a), Some(d), rev) if !a.is_null() && !d.is_null() => {
+                    let n = crate::expr::array_items(a)?.len() as i32;
+                    let dim =
+                        crate::expr::coerce(d.clone(), walrus_engine::access::datum::TypeId::Int4)?;
+                    let n = if dim == Datum::Int4(1) { n } else { 0 };
+                    let reverse = matches!(rev, Some(Datum::Bool(true)));
+                    let mut rows: Vec<Vec<Datum>> = (1..=n).map(|i| vec![Datum::Int4(i)]).collect();
+                    if reverse {
+                        rows.reverse();
+                    }
+                    self.memory.charge_rows(&rows)?;
+                    rows
+                }
+                _ => Vec::new(),
+            },
             other => {
                 return Err(SqlError::new(
                     "42883",
@@ -388,7 +406,14 @@ impl Executor<'_> {
         let ty = rows
             .iter()
             .find_map(|r| r[0].type_id())
-            .or_else(|| vals.first().and_then(|v| v.type_id()));
+            .or_else(|| match fname.as_str() {
+                "generate_subscripts" => Some(walrus_engine::access::datum::TypeId::Int4),
+                // unnest of an empty array: its element type.
+                _ => vals
+                    .first()
+                    .and_then(|v| v.type_id())
+                    .map(|t| t.elem().unwrap_or(t)),
+            });
         let mut rel = Rel {
             cols: vec![ColName {
                 qual: Some(qual),

@@ -187,6 +187,14 @@ pub(crate) fn arith(l: &Datum, r: &Datum, op: &BinaryOperator) -> SqlResult<Datu
     if l.is_null() || r.is_null() {
         return Ok(Datum::Null);
     }
+    // Unary minus reaches here as 0 - x: interval/time arithmetic is not built.
+    if io_only(l) || io_only(r) {
+        return Err(SqlError::unsupported(format!(
+            "operator {op} on {} and {} is not supported",
+            type_name(l),
+            type_name(r)
+        )));
+    }
     // An untyped parameter or literal ('5', $1 sent as text) takes the other side's type.
     match (l, r) {
         (Datum::Text(t), other) if other.type_id().is_some_and(|ty| ty != TypeId::Text) => {
