@@ -81,6 +81,19 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
 /// integral NUMERIC (`1 = 1::bigint = 1.0`), any NUMERIC scale (`2.1 = 2.10`), float
 /// zero's sign (`-0 = 0`) and every NaN (`NaN = NaN` in PostgreSQL's float order). A set
 /// operation or a grouped UNION ALL subquery mixes widths in one column.
+/// `json` has no equality operator in PostgreSQL: grouping, DISTINCT and set
+/// operations over a json value are 42883 there, so they are here too (its key would
+/// be its text).
+pub(crate) fn check_keyable(row: &[Datum]) -> SqlResult<()> {
+    if row.iter().any(|d| matches!(d, Datum::Json(_))) {
+        return Err(SqlError::new(
+            "42883",
+            "could not identify an equality operator for type json",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn row_key(row: &[Datum]) -> String {
     let norm: Vec<Datum> = row.iter().map(key_datum).collect();
     format!("{norm:?}")
@@ -476,6 +489,11 @@ impl<'s> Executor<'s> {
                     }
                 }
                 let all = matches!(set_quantifier, SetQuantifier::All);
+                if !all || !matches!(op, SetOperator::Union) {
+                    for x in l.rows.iter().chain(&r.rows) {
+                        check_keyable(x)?;
+                    }
+                }
                 // How many times each right row occurs (INTERSECT ALL and EXCEPT ALL
                 // match rows one for one, as multisets).
                 let mut right_keys: HashMap<String, usize> = HashMap::new();

@@ -357,6 +357,7 @@ impl Executor<'_> {
                     .iter()
                     .map(|g| self.eval_in(g, Some(&frame), self))
                     .collect::<SqlResult<Vec<_>>>()?;
+                super::check_keyable(&key)?;
                 let key = row_key(&key);
                 let slot = match index.get(&key) {
                     Some(&slot) => slot,
@@ -422,6 +423,9 @@ impl Executor<'_> {
         match &sel.distinct {
             None | Some(ast::Distinct::All) => {}
             Some(ast::Distinct::Distinct) => {
+                for (_, out) in &keyed {
+                    super::check_keyable(out)?;
+                }
                 let mut seen = HashSet::new();
                 let mut charged = Ok(());
                 keyed.retain(|(_, out)| {
