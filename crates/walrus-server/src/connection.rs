@@ -53,11 +53,13 @@ fn check_declared(oids: &[u32]) -> Result<(), SqlError> {
     Ok(())
 }
 
-fn encode(d: &Datum, binary: bool) -> Result<Option<Vec<u8>>, SqlError> {
+/// A value in the text or binary result format. `type_oid` is the column's type as
+/// described (an array's binary form names its element type: 1043 for `varchar[]`).
+fn encode(d: &Datum, binary: bool, type_oid: u32) -> Result<Option<Vec<u8>>, SqlError> {
     if !binary {
         return Ok(format_text(d).map(String::into_bytes));
     }
-    walrus_sql::binary::encode(d)
+    walrus_sql::binary::encode_as(d, type_oid)
 }
 
 fn decode_param(bytes: &[u8], binary: bool, oid: u32) -> Result<Datum, SqlError> {
@@ -135,7 +137,8 @@ fn send_rows(out: &mut Out, q: &QueryResult, formats: &[i16]) -> Result<(), SqlE
                 [one] => *one == 1,
                 many => many.get(i).copied().unwrap_or(0) == 1,
             };
-            vals.push(encode(d, binary)?);
+            let oid = q.columns.get(i).map_or(0, |c| c.type_oid);
+            vals.push(encode(d, binary, oid)?);
         }
         out.data_row(&vals);
     }
@@ -315,6 +318,7 @@ fn run(stream: &mut ClientStream, s: &mut Session, out: &mut Out) -> io::Result<
                 });
                 match checked {
                     Ok(()) => {
+                        s.remember_protocol_statement(&name, &sql);
                         prepared.insert(name, Prepared { sql, oids });
                         out.simple(b'1');
                     }
@@ -434,6 +438,7 @@ fn run(stream: &mut ClientStream, s: &mut Session, out: &mut Out) -> io::Result<
                 let name = r.cstr()?;
                 if what == b'S' {
                     prepared.remove(&name);
+                    s.forget_protocol_statement(&name);
                 } else {
                     portals.remove(&name);
                 }

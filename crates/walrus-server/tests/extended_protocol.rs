@@ -343,7 +343,8 @@ fn parameter_description_echoes_declared_types_and_infers_the_rest() {
         let got = c.until_ready();
         assert_eq!(got.get(1), Some(&Msg::Params(want)), "{sql}: {got:?}");
     }
-    // Arrays do not exist yet: refused (PostgreSQL answers int4[], 1007).
+    // An array cast types its parameter and column int4[] (1007), named by the element
+    // type, as PostgreSQL does.
     c.send(&[
         parse("", "select $1::int4[]", &[]),
         describe(b'S', ""),
@@ -353,13 +354,14 @@ fn parameter_description_echoes_declared_types_and_infers_the_rest() {
         c.until_ready(),
         vec![
             Msg::ParseComplete,
-            Msg::Error("0A000".into()),
+            Msg::Params(vec![1007]),
+            Msg::Rows(vec![("int4".into(), false, 0, 1007, -1, -1, 0)]),
             Msg::Ready('I')
         ]
     );
     // A declared type walrus does not have is refused, not read as text.
-    // (114 is json.)
-    c.send(&[parse("", "select $1", &[114]), describe(b'S', ""), sync()]);
+    // (1266 is timetz.)
+    c.send(&[parse("", "select $1", &[1266]), describe(b'S', ""), sync()]);
     assert_eq!(
         c.until_ready(),
         vec![Msg::Error("0A000".into()), Msg::Ready('I')]

@@ -47,6 +47,8 @@ pub fn column_type_oid(c: &ColumnDef) -> u32 {
     match (c.ty, c.declared) {
         (TypeId::Text, DeclaredType::Varchar) => 1043,
         (TypeId::Text, DeclaredType::Char) => 1042,
+        (TypeId::Array(TypeId::Text), DeclaredType::Varchar) => 1015,
+        (TypeId::Array(TypeId::Text), DeclaredType::Char) => 1014,
         (ty, _) => ty.pg_oid(),
     }
 }

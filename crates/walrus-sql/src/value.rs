@@ -2,7 +2,7 @@
 //! text result format): integers, booleans `t`/`f`, timestamps `YYYY-MM-DD HH:MM:SS[.f]`
 //! counted in microseconds from 2000-01-01 as PostgreSQL stores them.
 
-use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::access::datum::{ArrayValue, Datum, TypeId};
 
 use crate::error::SqlError;
 
@@ -234,13 +234,38 @@ pub fn type_from_oid(oid: u32) -> Option<TypeId> {
         20 => TypeId::Int8,
         700 | 701 => TypeId::Float8,
         1700 => TypeId::Numeric,
-        25 | 1043 | 1042 => TypeId::Text,
+        25 | 1043 | 1042 | 19 => TypeId::Text,
+        // `oid` values are kept as int8 (as the catalog views give them).
+        26 => TypeId::Int8,
         1114 => TypeId::Timestamp,
         1184 => TypeId::TimestampTz,
         1082 => TypeId::Date,
         17 => TypeId::Bytea,
         2950 => TypeId::Uuid,
-        _ => return None,
+        1083 => TypeId::Time,
+        1186 => TypeId::Interval,
+        114 => TypeId::Json,
+        3802 => TypeId::Jsonb,
+        // varchar[], bpchar[] are text arrays; float4[] holds float8 values as float4
+        // does.
+        1015 | 1014 => TypeId::Array(&TypeId::Text),
+        1021 => TypeId::Array(&TypeId::Float8),
+        other => {
+            return TypeId::scalars()
+                .iter()
+                .find(|t| t.array_oid() == other)
+                .and_then(|t| t.array_of())
+        }
+    })
+}
+
+/// The element type OID of an array type OID as clients see it (1043 for `varchar[]`).
+pub fn array_elem_oid(array_oid: u32) -> Option<u32> {
+    Some(match array_oid {
+        1015 => 1043,
+        1014 => 1042,
+        1021 => 700,
+        other => type_from_oid(other)?.elem()?.pg_oid(),
     })
 }
 
@@ -278,7 +303,196 @@ pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
         // bytea reads its text as given (leading spaces are data).
         TypeId::Bytea => Datum::Bytea(parse_bytea(s)?),
         TypeId::Uuid => Datum::Uuid(parse_uuid(t).ok_or_else(|| bad(ty, s))?),
+        TypeId::Time => Datum::Time(crate::interval::parse_time(s)?),
+        TypeId::Interval => Datum::Interval(crate::interval::parse_interval(s)?),
+        TypeId::Json => Datum::Json(crate::json::json_in(s)?),
+        TypeId::Jsonb => Datum::Jsonb(crate::json::jsonb_in(s)?),
+        TypeId::Array(elem) => parse_array(*elem, s)?,
     })
+}
+
+fn malformed_array(s: &str, detail: &str) -> SqlError {
+    SqlError::new("22P02", format!("malformed array literal: \"{s}\"")).with_detail(detail)
+}
+
+/// Array text input (PostgreSQL's `array_in`) for a one-dimensional array: `{a, "b c",
+/// NULL}`; elements quoted with `"` or unquoted (trimmed, `\` escapes the next
+/// character, an unquoted `NULL` in any case is NULL). Dimension decorations and nested
+/// braces (multi-dimensional arrays) are 0A000.
+pub fn parse_array(elem: TypeId, s: &str) -> Result<Datum, SqlError> {
+    let items = split_array(s)?;
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        out.push(match item {
+            None => Datum::Null,
+            Some(t) => parse_text(elem, &t)?,
+        });
+    }
+    Ok(Datum::Array(Box::new(ArrayValue { elem, items: out })))
+}
+
+/// The elements of a one-dimensional array's text (`None`: NULL).
+pub fn split_array(s: &str) -> Result<Vec<Option<String>>, SqlError> {
+    let chars: Vec<char> = s.chars().collect();
+    let mut i = 0;
+    let skip_ws = |i: &mut usize| {
+        while *i < chars.len() && is_array_space(chars[*i]) {
+            *i += 1;
+        }
+    };
+    skip_ws(&mut i);
+    match chars.get(i) {
+        Some('[') => {
+            return Err(SqlError::unsupported(
+                "array dimension decorations ([lower:upper]=) are not supported",
+            ))
+        }
+        Some('{') => i += 1,
+        _ => {
+            return Err(malformed_array(
+                s,
+                "Array value must start with \"{\" or dimension information.",
+            ))
+        }
+    }
+    let mut items = Vec::new();
+    skip_ws(&mut i);
+    if chars.get(i) == Some(&'}') {
+        i += 1;
+    } else {
+        loop {
+            skip_ws(&mut i);
+            let item = match chars.get(i) {
+                None => return Err(malformed_array(s, "Unexpected end of input.")),
+                Some('{') => {
+                    return Err(SqlError::unsupported(
+                        "multidimensional arrays are not supported",
+                    ))
+                }
+                Some('"') => {
+                    i += 1;
+                    let mut t = String::new();
+                    loop {
+                        match chars.get(i) {
+                            None => return Err(malformed_array(s, "Unexpected end of input.")),
+                            Some('\\') => {
+                                i += 1;
+                                match chars.get(i) {
+                                    Some(c) => t.push(*c),
+                                    None => {
+                                        return Err(malformed_array(s, "Unexpected end of input."))
+                                    }
+                                }
+                            }
+                            Some('"') => break,
+                            Some(c) => t.push(*c),
+                        }
+                        i += 1;
+                    }
+                    i += 1;
+                    skip_ws(&mut i);
+                    Some(t)
+                }
+                Some(_) => {
+                    let mut t = String::new();
+                    // Length of `t` up to its last escaped character: trailing spaces
+                    // before it are data.
+                    let mut kept = 0;
+                    let mut escaped_any = false;
+                    loop {
+                        match chars.get(i) {
+                            None => return Err(malformed_array(s, "Unexpected end of input.")),
+                            Some(',' | '}') => break,
+                            Some('"' | '{') => {
+                                return Err(malformed_array(s, "Unexpected array element."))
+                            }
+                            Some('\\') => {
+                                i += 1;
+                                match chars.get(i) {
+                                    Some(c) => t.push(*c),
+                                    None => {
+                                        return Err(malformed_array(s, "Unexpected end of input."))
+                                    }
+                                }
+                                kept = t.len();
+                                escaped_any = true;
+                            }
+                            Some(c) => t.push(*c),
+                        }
+                        i += 1;
+                    }
+                    let end = t.trim_end_matches(is_array_space).len().max(kept);
+                    t.truncate(end);
+                    if t.is_empty() && !escaped_any {
+                        return Err(malformed_array(
+                            s,
+                            &format!("Unexpected \"{}\" character.", chars[i]),
+                        ));
+                    }
+                    if !escaped_any && t.eq_ignore_ascii_case("null") {
+                        None
+                    } else {
+                        Some(t)
+                    }
+                }
+            };
+            items.push(item);
+            match chars.get(i) {
+                Some(',') => i += 1,
+                Some('}') => {
+                    i += 1;
+                    break;
+                }
+                None => return Err(malformed_array(s, "Unexpected end of input.")),
+                Some(_) => return Err(malformed_array(s, "Unexpected array element.")),
+            }
+        }
+    }
+    skip_ws(&mut i);
+    if i < chars.len() {
+        return Err(malformed_array(s, "Junk after closing right brace."));
+    }
+    Ok(items)
+}
+
+/// The white space `array_in` and `array_out` treat as such (C's `isspace`).
+fn is_array_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\r' | '\u{b}' | '\u{c}')
+}
+
+/// One element of an array's text form, quoted when PostgreSQL's `array_out` would.
+pub fn push_array_item(out: &mut String, t: &str) {
+    let plain = !t.is_empty()
+        && !t.eq_ignore_ascii_case("null")
+        && !t.contains(|c: char| "{},\"\\".contains(c) || is_array_space(c));
+    if plain {
+        out.push_str(t);
+        return;
+    }
+    out.push('"');
+    for c in t.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+}
+
+/// Array text output (`{1,NULL,"a b"}`).
+pub fn format_array(items: &[Datum]) -> String {
+    let mut out = String::from("{");
+    for (i, d) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match format_text(d) {
+            None => out.push_str("NULL"),
+            Some(t) => push_array_item(&mut out, &t),
+        }
+    }
+    out.push('}');
+    out
 }
 
 /// bytea text input: hex (`\x` then pairs of hex digits, whitespace allowed between
@@ -445,6 +659,10 @@ pub fn format_text(d: &Datum) -> Option<String> {
             out
         }
         Datum::Uuid(u) => walrus_engine::access::datum::uuid_text(u),
+        Datum::Time(us) => crate::interval::format_time(*us),
+        Datum::Interval(iv) => crate::interval::format_interval(*iv),
+        Datum::Json(s) | Datum::Jsonb(s) => s.clone(),
+        Datum::Array(a) => format_array(&a.items),
     })
 }
 
@@ -591,6 +809,43 @@ mod tests {
         ] {
             assert_eq!(code(TypeId::Uuid, s), "22P02", "{s}");
         }
+    }
+
+    /// Outputs printed by PostgreSQL 15 for the same casts.
+    #[test]
+    fn array_text_is_postgresql_15s() {
+        let arr = |elem: TypeId, s: &str| {
+            format_text(&parse_text(elem.array_of().unwrap(), s).unwrap()).unwrap()
+        };
+        assert_eq!(arr(TypeId::Int4, "{1, 2 ,NULL, null}"), "{1,2,NULL,NULL}");
+        assert_eq!(
+            arr(TypeId::Text, r#"{a b, " c ","",\\x, "{}", NULL, "NULL"}"#),
+            r#"{"a b"," c ","","\\x","{}",NULL,"NULL"}"#
+        );
+        assert_eq!(arr(TypeId::Int4, " { } "), "{}");
+        assert_eq!(arr(TypeId::Int4, " { 1 } "), "{1}");
+        assert_eq!(arr(TypeId::Numeric, "{1.50,2}"), "{1.50,2}");
+        assert_eq!(arr(TypeId::Interval, "{1 day}"), r#"{"1 day"}"#);
+        assert_eq!(arr(TypeId::Text, r#"{a\ ,é}"#), r#"{"a ",é}"#);
+        let detail = |s: &str| parse_text(TypeId::Array(&TypeId::Int4), s).unwrap_err();
+        assert_eq!(
+            detail("{1,2").detail.as_deref(),
+            Some("Unexpected end of input.")
+        );
+        assert_eq!(
+            detail("{1,,2}").detail.as_deref(),
+            Some("Unexpected \",\" character.")
+        );
+        assert_eq!(detail("{1,x}").sqlstate, "22P02");
+        assert_eq!(detail("{{1,2},{3,4}}").sqlstate, "0A000");
+        assert_eq!(detail("[0:1]={1,2}").sqlstate, "0A000");
+        assert_eq!(
+            parse_text(TypeId::Array(&TypeId::Text), r#"{a"b}"#)
+                .unwrap_err()
+                .detail
+                .as_deref(),
+            Some("Unexpected array element.")
+        );
     }
 
     #[test]

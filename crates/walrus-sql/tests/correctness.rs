@@ -58,8 +58,10 @@ fn window_functions_are_refused() {
     setup(&mut s);
     for sql in [
         "select sum(v) over (partition by g order by id) from t",
-        "select id, row_number() over () from t",
+        "select id, row_number() over (rows between 1 preceding and current row) from t",
         "select count(*) over w from t window w as (order by id)",
+        "select g, row_number() over (order by g) from t group by g",
+        "select id from t order by row_number() over (order by id)",
         "select sum(v) over () from t where false",
     ] {
         assert_eq!(err(&mut s, sql), "0A000", "{sql}");
@@ -634,7 +636,8 @@ fn unsupported_constructs_are_refused() {
     for sql in [
         "select * from t for update",
         "select * from t for share",
-        "with x as (select 1) select * from x",
+        "with x as (insert into t values (100, 'x', 1) returning id) select * from x",
+        "select * from (with recursive x as (select 1) select * from x) s",
         "select id into t2 from t",
         "select g, count(*) from t group by rollup (g)",
         "select sum(v) filter (where g = 1) over () from t",

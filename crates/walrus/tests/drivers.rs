@@ -2,9 +2,10 @@
 //! transactions, SQLSTATE errors, prepared statements, COPY), tokio-postgres, and
 //! and the conformance programs of pgjdbc (`drivers/PgjdbcCheck.java`), psycopg2
 //! (`drivers/psycopg2_check.py`), asyncpg (`drivers/asyncpg_check.py`), node-postgres
-//! (`drivers/node_pg_check.js`) and pgx (`drivers/pgx`), each run first against a scratch PostgreSQL 15, which
+//! (`drivers/node_pg_check.js`), postgres.js (`drivers/postgres_js_check.js`), pgx
+//! (`drivers/pgx`) and sqlx (`drivers/sqlx`), each run first against a scratch PostgreSQL 15, which
 //! proves the program, then against walrus. Needs `python3` with `psycopg`,
-//! `psycopg2` and `asyncpg`, node with npm's `pg`, go, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
+//! `psycopg2` and `asyncpg`, node with npm's `pg` and `postgres`, go, a JDK with the pgjdbc jar in the local Maven repository and PostgreSQL
 //! 15's server (`.ci/run` installs them); each is skipped with a message outside CI when
 //! missing.
 
@@ -538,6 +539,47 @@ fn node_postgres_driver_works_on_postgres_and_on_walrus() {
     });
 }
 
+/// postgres.js (npm `postgres` 3): named statements prepared with Parse/Describe/Flush,
+/// parameters serialized by the described types, array types read from pg_type at
+/// connect, results parsed by RowDescription (columns' type OIDs, table OIDs and
+/// numbers checked), batched multi-row insert, time, interval, json, jsonb and arrays as
+/// parameters and results, rollback, a duplicate key then 25P02, errors found while
+/// preparing.
+#[test]
+fn postgres_js_driver_works_on_postgres_and_on_walrus() {
+    let modules = node_pg_modules().filter(|d| d.join("postgres/package.json").exists());
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let have = node && modules.is_some() && Path::new(PG_BIN).join("postgres").exists();
+    if skip_without(
+        "node, npm's postgres in target/drivers-node and PostgreSQL 15",
+        have,
+    ) {
+        return;
+    }
+    let modules = modules.unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/drivers/postgres_js_check.js"
+    );
+    on_postgres_then_walrus("postgres.js", |port, db| {
+        let out = Command::new("node")
+            .arg(script)
+            .arg(port.to_string())
+            .arg(db)
+            .env("NODE_PATH", &modules)
+            .output()
+            .unwrap();
+        (
+            out.status.success() && text(&out).contains("OK"),
+            text(&out),
+        )
+    });
+}
+
 /// pgx v5 (Go): prepared statements with every parameter and result in binary by the
 /// described types, batches, bytea, uuid, numeric, rollback, a duplicate key then 25P02,
 /// errors found while preparing, binary COPY through `CopyFrom`. The program (`drivers/pgx`) is built with `go build`
@@ -770,4 +812,287 @@ fn copy_matches_postgresql_through_psql_and_psycopg() {
     }
     assert_eq!(pg.len(), w.len(), "walrus printed:\n{on_walrus}");
     assert!(stop.status.success(), "{}", text(&stop));
+}
+
+/// sqlx 0.8 (Rust): named statements with the bound values' type OIDs, binary
+/// parameters and results checked against the Rust types, a QueryBuilder batch insert,
+/// `describe` (pg_attribute's attnotnull by the columns' table OIDs and numbers, then
+/// `EXPLAIN (VERBOSE, FORMAT JSON) EXECUTE`), time, interval, json, jsonb and arrays,
+/// rollback, a duplicate key then 25P02, errors found while preparing. The program
+/// (`drivers/sqlx`, its own Cargo project with a pinned Cargo.lock, not a workspace
+/// member) is built with cargo into `target/drivers-sqlx`; the first build needs
+/// crates.io (`.ci/run` fetches the crates).
+#[test]
+fn sqlx_driver_works_on_postgres_and_on_walrus() {
+    if skip_without("PostgreSQL 15", Path::new(PG_BIN).join("postgres").exists()) {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/drivers/sqlx/Cargo.toml");
+    let target = root.join("target/drivers-sqlx");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let build = Command::new(&cargo)
+        .args(["build", "--locked", "--quiet", "--manifest-path"])
+        .arg(&manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .output()
+        .unwrap();
+    if !build.status.success() {
+        let why = text(&build);
+        // Without crates.io (and nothing fetched before) the program cannot be built.
+        let offline = why.contains("failed to download") || why.contains("Could not resolve host");
+        if skip_without(
+            "crates.io access for sqlx (or its crates fetched)",
+            !offline,
+        ) {
+            return;
+        }
+        panic!("building the sqlx program failed:\n{why}");
+    }
+    let program = target.join("debug/walrus-sqlx-check");
+    on_postgres_then_walrus("sqlx", |port, db| {
+        let out = Command::new(&program)
+            .arg(port.to_string())
+            .arg(db)
+            .output()
+            .unwrap();
+        (
+            out.status.success() && text(&out).contains("OK"),
+            text(&out),
+        )
+    });
+}
+
+/// Each value of each type issue 29 added, through the extended protocol: text in →
+/// text out, text in → binary out, and PostgreSQL's own binary form sent back in binary
+/// → text and binary out. walrus must answer byte for byte as PostgreSQL 15 does (or
+/// with the same SQLSTATE).
+#[test]
+fn type_round_trips_match_postgresql_byte_for_byte() {
+    if skip_without("PostgreSQL 15", Path::new(PG_BIN).join("postgres").exists()) {
+        return;
+    }
+    let cases: &[(&str, u32, &[&str])] = &[
+        (
+            "time",
+            1083,
+            &["04:05:06.789", "00:00:00", "24:00:00", "23:59:59.999999"],
+        ),
+        (
+            "interval",
+            1186,
+            &[
+                "1 year 2 mons 3 days 04:05:06.5",
+                "-1 days +02:00:00",
+                "00:00:00",
+                "-178000000 years",
+                "1 mon -1 days -00:00:00.000001",
+            ],
+        ),
+        (
+            "json",
+            114,
+            &[r#"{"b": 1,  "a" : [1, 2.50]}"#, "null", r#""\u00e9""#],
+        ),
+        (
+            "jsonb",
+            3802,
+            &[
+                r#"{"b": 1, "a": [1.50, 1e2], "a": 3}"#,
+                "[]",
+                "true",
+                r#""x\ny""#,
+            ],
+        ),
+        ("int4[]", 1007, &["{1,2,NULL}", "{}", "{-2147483648}"]),
+        ("int2[]", 1005, &["{1,-2}"]),
+        ("int8[]", 1016, &["{9223372036854775807,NULL}"]),
+        ("float8[]", 1022, &["{1.5,-0,Infinity,NaN}"]),
+        ("numeric[]", 1231, &["{1.50,-2,0.001,NULL}"]),
+        ("bool[]", 1000, &["{t,f,NULL}"]),
+        (
+            "text[]",
+            1009,
+            &[r#"{"a b","",NULL,"NULL","x\"y",é}"#, "{}"],
+        ),
+        ("varchar[]", 1015, &["{ab,cd}"]),
+        ("bytea[]", 1001, &[r#"{"\\x0102",NULL}"#]),
+        ("uuid[]", 2951, &["{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}"]),
+        ("date[]", 1182, &["{2024-01-02,2000-01-01}"]),
+        (
+            "timestamptz[]",
+            1185,
+            &[r#"{"2024-01-01 10:11:12.123457+05:30"}"#],
+        ),
+        ("time[]", 1183, &[r#"{"04:05:06"}"#]),
+        ("interval[]", 1187, &[r#"{"1 day","-00:00:01"}"#]),
+        ("jsonb[]", 3807, &[r#"{"{\"a\": 1}",NULL}"#]),
+    ];
+    let run = |port: u16, db: &str| {
+        let mut c = Raw::connect(port, db);
+        let mut out = Vec::new();
+        for (ty, oid, values) in cases {
+            for v in *values {
+                let text_out = c.round_trip(ty, *oid, Some(v.as_bytes()), 0, 0);
+                let binary_out = c.round_trip(ty, *oid, Some(v.as_bytes()), 0, 1);
+                let back = binary_out.clone().ok().flatten().map(|b| {
+                    (
+                        c.round_trip(ty, *oid, Some(&b), 1, 0),
+                        c.round_trip(ty, *oid, Some(&b), 1, 1),
+                    )
+                });
+                out.push((ty.to_string(), v.to_string(), text_out, binary_out, back));
+            }
+        }
+        out
+    };
+    let postgres = Postgres::start();
+    let want = run(postgres.port, "postgres");
+    drop(postgres);
+    let tmp = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let data = tmp.path().join("data");
+    let mut server = walrus()
+        .args(["serve", "--data"])
+        .arg(&data)
+        .args(["--port", &port.to_string()])
+        .env("WALRUS_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(port);
+    let got = run(port, "bench");
+    let stop = walrus().arg("stop").arg(&data).output().unwrap();
+    let _ = server.wait();
+    assert!(stop.status.success(), "{}", text(&stop));
+    let mut wrong = Vec::new();
+    for (g, w) in got.iter().zip(&want) {
+        if g != w {
+            wrong.push(format!(
+                "{} {:?}:\n  walrus     {:?}\n  PostgreSQL {:?}",
+                w.0, w.1, g, w
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A raw protocol session for [`type_round_trips_match_postgresql_byte_for_byte`]:
+/// startup with `TimeZone=UTC`, then extended-protocol round trips.
+struct Raw {
+    s: std::net::TcpStream,
+}
+
+impl Raw {
+    fn connect(port: u16, db: &str) -> Raw {
+        use std::io::Write;
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut body = 196_608i32.to_be_bytes().to_vec();
+        for kv in ["user", "bench", "database", db, "TimeZone", "UTC", ""] {
+            body.extend_from_slice(kv.as_bytes());
+            body.push(0);
+        }
+        let mut pkt = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+        pkt.extend_from_slice(&body);
+        s.write_all(&pkt).unwrap();
+        let mut r = Raw { s };
+        r.until_ready();
+        r
+    }
+
+    fn read_msg(&mut self) -> (u8, Vec<u8>) {
+        use std::io::Read;
+        let mut head = [0u8; 5];
+        self.s.read_exact(&mut head).unwrap();
+        let len = i32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize - 4;
+        let mut body = vec![0u8; len];
+        self.s.read_exact(&mut body).unwrap();
+        (head[0], body)
+    }
+
+    /// Messages until ReadyForQuery: the DataRow values (None for NULL) and the first
+    /// error's SQLSTATE.
+    fn until_ready(&mut self) -> (Vec<Option<Vec<u8>>>, Option<String>) {
+        let mut values = Vec::new();
+        let mut error = None;
+        loop {
+            let (kind, body) = self.read_msg();
+            match kind {
+                b'D' => {
+                    let n = i16::from_be_bytes([body[0], body[1]]) as usize;
+                    let mut at = 2;
+                    for _ in 0..n {
+                        let len = i32::from_be_bytes(body[at..at + 4].try_into().unwrap());
+                        at += 4;
+                        if len < 0 {
+                            values.push(None);
+                        } else {
+                            values.push(Some(body[at..at + len as usize].to_vec()));
+                            at += len as usize;
+                        }
+                    }
+                }
+                b'E' if error.is_none() => {
+                    let code = body
+                        .split(|b| *b == 0)
+                        .find(|f| f.first() == Some(&b'C'))
+                        .map(|f| String::from_utf8_lossy(&f[1..]).into_owned());
+                    error = Some(code.unwrap_or_default());
+                }
+                b'Z' => return (values, error),
+                _ => {}
+            }
+        }
+    }
+
+    /// `select $1::<ty>` with the parameter declared as `oid`, sent in `param_format`,
+    /// the result asked for in `result_format`: the result value or the SQLSTATE.
+    fn round_trip(
+        &mut self,
+        ty: &str,
+        oid: u32,
+        value: Option<&[u8]>,
+        param_format: i16,
+        result_format: i16,
+    ) -> Result<Option<Vec<u8>>, String> {
+        use std::io::Write;
+        fn frame(kind: u8, body: &[u8]) -> Vec<u8> {
+            let mut m = vec![kind];
+            m.extend_from_slice(&((body.len() + 4) as i32).to_be_bytes());
+            m.extend_from_slice(body);
+            m
+        }
+        let mut p = vec![0u8];
+        p.extend_from_slice(format!("select $1::{ty}").as_bytes());
+        p.push(0);
+        p.extend_from_slice(&1i16.to_be_bytes());
+        p.extend_from_slice(&oid.to_be_bytes());
+        let mut b = vec![0u8, 0u8];
+        b.extend_from_slice(&1i16.to_be_bytes());
+        b.extend_from_slice(&param_format.to_be_bytes());
+        b.extend_from_slice(&1i16.to_be_bytes());
+        match value {
+            None => b.extend_from_slice(&(-1i32).to_be_bytes()),
+            Some(v) => {
+                b.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                b.extend_from_slice(v);
+            }
+        }
+        b.extend_from_slice(&1i16.to_be_bytes());
+        b.extend_from_slice(&result_format.to_be_bytes());
+        let mut e = vec![0u8];
+        e.extend_from_slice(&0i32.to_be_bytes());
+        let mut out = frame(b'P', &p);
+        out.extend(frame(b'B', &b));
+        out.extend(frame(b'E', &e));
+        out.extend(frame(b'S', &[]));
+        self.s.write_all(&out).unwrap();
+        match self.until_ready() {
+            (_, Some(code)) => Err(code),
+            (mut values, None) => Ok(values.pop().flatten()),
+        }
+    }
 }

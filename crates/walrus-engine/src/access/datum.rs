@@ -5,7 +5,10 @@
 //! ```text
 //! u16 column count | null bitmap (ceil(n/8) bytes, bit set = NULL) | values...
 //! fixed: bool 1, int2 2, int4 4, int8 8, float8 8, timestamp(tz) 8, date 4
-//! text / numeric: u32 length + UTF-8 bytes
+//! text / numeric / json / jsonb: u32 length + UTF-8 bytes; bytea: u32 length + bytes
+//! uuid 16, time 8 (microseconds since midnight), interval 16 (months i32, days i32,
+//! microseconds i64)
+//! array: u32 length + (u32 element count | null bitmap | element values as above)
 //! ```
 //! Key layout, per column: tag `0x01` (value) or `0x02` (NULL, so NULLs sort last), then
 //! an order-preserving body: integers big-endian with the sign bit flipped, float8 with
@@ -16,6 +19,8 @@ use std::cmp::Ordering;
 
 use walrus_base::Tid;
 
+/// A value's type. Scalars are numbered in declaration order (the catalog stores the
+/// number); a one-dimensional array of a scalar is `0x80 | scalar`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TypeId {
     Bool,
@@ -32,7 +37,41 @@ pub enum TypeId {
     Bytea,
     /// A 128-bit UUID.
     Uuid,
+    /// Time of day without zone: microseconds since midnight (0..=24:00:00).
+    Time,
+    /// PostgreSQL's `interval`: months, days and microseconds kept apart.
+    Interval,
+    /// `json`: the input text as given (validated).
+    Json,
+    /// `jsonb`: PostgreSQL's normalized text form (keys ordered, duplicates dropped).
+    Jsonb,
+    /// A one-dimensional array of a scalar type (never of an array).
+    Array(&'static TypeId),
 }
+
+/// Every scalar type in storage-number order (`TypeId::to_u8`); array types point into
+/// it, so `TypeId` stays `Copy`.
+static SCALAR_TYPES: [TypeId; 16] = [
+    TypeId::Bool,
+    TypeId::Int2,
+    TypeId::Int4,
+    TypeId::Int8,
+    TypeId::Float8,
+    TypeId::Numeric,
+    TypeId::Text,
+    TypeId::Timestamp,
+    TypeId::TimestampTz,
+    TypeId::Date,
+    TypeId::Bytea,
+    TypeId::Uuid,
+    TypeId::Time,
+    TypeId::Interval,
+    TypeId::Json,
+    TypeId::Jsonb,
+];
+
+/// The array flag in a stored type number.
+const ARRAY_FLAG: u8 = 0x80;
 
 impl TypeId {
     pub fn pg_oid(self) -> u32 {
@@ -49,6 +88,52 @@ impl TypeId {
             TypeId::Date => 1082,
             TypeId::Bytea => 17,
             TypeId::Uuid => 2950,
+            TypeId::Time => 1083,
+            TypeId::Interval => 1186,
+            TypeId::Json => 114,
+            TypeId::Jsonb => 3802,
+            TypeId::Array(e) => e.array_oid(),
+        }
+    }
+    /// The OID of the array type whose elements are `self` (PostgreSQL's `typarray`).
+    pub fn array_oid(self) -> u32 {
+        match self {
+            TypeId::Bool => 1000,
+            TypeId::Int2 => 1005,
+            TypeId::Int4 => 1007,
+            TypeId::Int8 => 1016,
+            TypeId::Float8 => 1022,
+            TypeId::Numeric => 1231,
+            TypeId::Text => 1009,
+            TypeId::Timestamp => 1115,
+            TypeId::TimestampTz => 1185,
+            TypeId::Date => 1182,
+            TypeId::Bytea => 1001,
+            TypeId::Uuid => 2951,
+            TypeId::Time => 1183,
+            TypeId::Interval => 1187,
+            TypeId::Json => 199,
+            TypeId::Jsonb => 3807,
+            TypeId::Array(_) => 0,
+        }
+    }
+    /// Every scalar type walrus has.
+    pub fn scalars() -> &'static [TypeId] {
+        &SCALAR_TYPES
+    }
+    /// The one-dimensional array type of a scalar; `None` for an array (walrus has no
+    /// multi-dimensional arrays).
+    pub fn array_of(self) -> Option<TypeId> {
+        match self {
+            TypeId::Array(_) => None,
+            s => SCALAR_TYPES.iter().find(|t| **t == s).map(TypeId::Array),
+        }
+    }
+    /// An array type's element type.
+    pub fn elem(self) -> Option<TypeId> {
+        match self {
+            TypeId::Array(e) => Some(*e),
+            _ => None,
         }
     }
     pub fn name(self) -> &'static str {
@@ -65,38 +150,62 @@ impl TypeId {
             TypeId::Date => "date",
             TypeId::Bytea => "bytea",
             TypeId::Uuid => "uuid",
+            TypeId::Time => "time without time zone",
+            TypeId::Interval => "interval",
+            TypeId::Json => "json",
+            TypeId::Jsonb => "jsonb",
+            TypeId::Array(e) => match e {
+                TypeId::Bool => "boolean[]",
+                TypeId::Int2 => "smallint[]",
+                TypeId::Int4 => "integer[]",
+                TypeId::Int8 => "bigint[]",
+                TypeId::Float8 => "double precision[]",
+                TypeId::Numeric => "numeric[]",
+                TypeId::Text => "text[]",
+                TypeId::Timestamp => "timestamp without time zone[]",
+                TypeId::TimestampTz => "timestamp with time zone[]",
+                TypeId::Date => "date[]",
+                TypeId::Bytea => "bytea[]",
+                TypeId::Uuid => "uuid[]",
+                TypeId::Time => "time without time zone[]",
+                TypeId::Interval => "interval[]",
+                TypeId::Json => "json[]",
+                TypeId::Jsonb => "jsonb[]",
+                TypeId::Array(_) => "anyarray",
+            },
         }
     }
     pub fn to_u8(self) -> u8 {
-        self as u8
+        match self {
+            TypeId::Array(e) => ARRAY_FLAG | e.to_u8(),
+            s => SCALAR_TYPES.iter().position(|t| *t == s).unwrap_or(0) as u8,
+        }
     }
     pub fn from_u8(v: u8) -> Option<TypeId> {
-        use TypeId::*;
-        [
-            Bool,
-            Int2,
-            Int4,
-            Int8,
-            Float8,
-            Numeric,
-            Text,
-            Timestamp,
-            TimestampTz,
-            Date,
-            Bytea,
-            Uuid,
-        ]
-        .get(v as usize)
-        .copied()
+        if v & ARRAY_FLAG != 0 {
+            return SCALAR_TYPES
+                .get((v & !ARRAY_FLAG) as usize)
+                .map(TypeId::Array);
+        }
+        SCALAR_TYPES.get(v as usize).copied()
     }
     fn fixed_width(self) -> Option<usize> {
         match self {
             TypeId::Bool => Some(1),
             TypeId::Int2 => Some(2),
             TypeId::Int4 | TypeId::Date => Some(4),
-            TypeId::Int8 | TypeId::Float8 | TypeId::Timestamp | TypeId::TimestampTz => Some(8),
-            TypeId::Uuid => Some(16),
-            TypeId::Numeric | TypeId::Text | TypeId::Bytea => None,
+            TypeId::Int8
+            | TypeId::Float8
+            | TypeId::Timestamp
+            | TypeId::TimestampTz
+            | TypeId::Time => Some(8),
+            TypeId::Uuid | TypeId::Interval => Some(16),
+            TypeId::Numeric
+            | TypeId::Text
+            | TypeId::Bytea
+            | TypeId::Json
+            | TypeId::Jsonb
+            | TypeId::Array(_) => None,
         }
     }
 }
@@ -120,6 +229,38 @@ pub enum Datum {
     Bytea(Vec<u8>),
     /// The 16 bytes in their text order.
     Uuid([u8; 16]),
+    /// Microseconds since midnight.
+    Time(i64),
+    Interval(Interval),
+    /// The text as given (valid JSON).
+    Json(String),
+    /// The normalized text (PostgreSQL's jsonb output form).
+    Jsonb(String),
+    /// A one-dimensional array (boxed to keep `Datum` small).
+    Array(Box<ArrayValue>),
+}
+
+/// PostgreSQL's interval: the three fields are kept apart (`1 mon` is not `30 days`),
+/// but compare by their span with a month of 30 days and a day of 24 hours.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Interval {
+    pub months: i32,
+    pub days: i32,
+    pub micros: i64,
+}
+
+impl Interval {
+    /// The microseconds PostgreSQL compares intervals by (30-day months, 24-hour days).
+    pub fn span(self) -> i128 {
+        (self.months as i128 * 30 + self.days as i128) * 86_400_000_000 + self.micros as i128
+    }
+}
+
+/// A one-dimensional array with lower bound 1: every item is `Null` or of type `elem`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ArrayValue {
+    pub elem: TypeId,
+    pub items: Vec<Datum>,
 }
 
 impl Datum {
@@ -138,6 +279,11 @@ impl Datum {
             Datum::Date(_) => TypeId::Date,
             Datum::Bytea(_) => TypeId::Bytea,
             Datum::Uuid(_) => TypeId::Uuid,
+            Datum::Time(_) => TypeId::Time,
+            Datum::Interval(_) => TypeId::Interval,
+            Datum::Json(_) => TypeId::Json,
+            Datum::Jsonb(_) => TypeId::Jsonb,
+            Datum::Array(a) => a.elem.array_of()?,
         })
     }
     pub fn is_null(&self) -> bool {
@@ -160,6 +306,11 @@ pub enum DatumError {
 pub fn encode_row(values: &[Datum], out: &mut Vec<u8>) {
     assert!(values.len() <= u16::MAX as usize);
     out.extend_from_slice(&(values.len() as u16).to_le_bytes());
+    encode_values(values, out);
+}
+
+/// The null bitmap and values of a row or an array's items.
+fn encode_values(values: &[Datum], out: &mut Vec<u8>) {
     let bitmap_at = out.len();
     out.resize(bitmap_at + values.len().div_ceil(8), 0);
     for (i, v) in values.iter().enumerate() {
@@ -173,9 +324,23 @@ pub fn encode_row(values: &[Datum], out: &mut Vec<u8>) {
                 out.extend_from_slice(&x.to_le_bytes())
             }
             Datum::Float8(x) => out.extend_from_slice(&x.to_le_bytes()),
-            Datum::Numeric(s) | Datum::Text(s) => {
+            Datum::Numeric(s) | Datum::Text(s) | Datum::Json(s) | Datum::Jsonb(s) => {
                 out.extend_from_slice(&(s.len() as u32).to_le_bytes());
                 out.extend_from_slice(s.as_bytes());
+            }
+            Datum::Time(x) => out.extend_from_slice(&x.to_le_bytes()),
+            Datum::Interval(iv) => {
+                out.extend_from_slice(&iv.months.to_le_bytes());
+                out.extend_from_slice(&iv.days.to_le_bytes());
+                out.extend_from_slice(&iv.micros.to_le_bytes());
+            }
+            Datum::Array(a) => {
+                let len_at = out.len();
+                out.extend_from_slice(&[0; 4]);
+                out.extend_from_slice(&(a.items.len() as u32).to_le_bytes());
+                encode_values(&a.items, out);
+                let len = (out.len() - len_at - 4) as u32;
+                out[len_at..len_at + 4].copy_from_slice(&len.to_le_bytes());
             }
             Datum::Bytea(b) => {
                 out.extend_from_slice(&(b.len() as u32).to_le_bytes());
@@ -215,16 +380,42 @@ fn decode_value(b: &[u8], at: &mut usize, ty: TypeId) -> Result<Datum, DatumErro
             let len = u32::from_le_bytes(take_array::<4>(b, at)?) as usize;
             Datum::Bytea(take(b, at, len)?.to_vec())
         }
-        TypeId::Numeric | TypeId::Text => {
+        TypeId::Time => Datum::Time(i64::from_le_bytes(take_array::<8>(b, at)?)),
+        TypeId::Interval => Datum::Interval(Interval {
+            months: i32::from_le_bytes(take_array::<4>(b, at)?),
+            days: i32::from_le_bytes(take_array::<4>(b, at)?),
+            micros: i64::from_le_bytes(take_array::<8>(b, at)?),
+        }),
+        TypeId::Numeric | TypeId::Text | TypeId::Json | TypeId::Jsonb => {
             let len = u32::from_le_bytes(take_array::<4>(b, at)?) as usize;
             let s = std::str::from_utf8(take(b, at, len)?)
                 .map_err(|_| DatumError::BadUtf8)?
                 .to_string();
-            if ty == TypeId::Text {
-                Datum::Text(s)
-            } else {
-                Datum::Numeric(s)
+            match ty {
+                TypeId::Text => Datum::Text(s),
+                TypeId::Json => Datum::Json(s),
+                TypeId::Jsonb => Datum::Jsonb(s),
+                _ => Datum::Numeric(s),
             }
+        }
+        TypeId::Array(elem) => {
+            let len = u32::from_le_bytes(take_array::<4>(b, at)?) as usize;
+            let body = take(b, at, len)?;
+            let mut pos = 0;
+            let n = u32::from_le_bytes(take_array::<4>(body, &mut pos)?) as usize;
+            let bitmap = take(body, &mut pos, n.div_ceil(8))?;
+            let mut items = Vec::with_capacity(n.min(body.len()));
+            for i in 0..n {
+                if bitmap[i / 8] & (1 << (i % 8)) != 0 {
+                    items.push(Datum::Null);
+                } else {
+                    items.push(decode_value(body, &mut pos, *elem)?);
+                }
+            }
+            if pos != body.len() {
+                return Err(DatumError::Truncated);
+            }
+            Datum::Array(Box::new(ArrayValue { elem: *elem, items }))
         }
     })
 }
@@ -437,11 +628,22 @@ pub fn encode_key(values: &[Datum], out: &mut Vec<u8>) {
             Datum::Int4(x) | Datum::Date(x) => {
                 out.extend_from_slice(&((*x as u32) ^ 0x8000_0000).to_be_bytes())
             }
-            Datum::Int8(x) | Datum::Timestamp(x) | Datum::TimestampTz(x) => {
+            Datum::Int8(x) | Datum::Timestamp(x) | Datum::TimestampTz(x) | Datum::Time(x) => {
                 out.extend_from_slice(&((*x as u64) ^ (1 << 63)).to_be_bytes())
             }
             Datum::Float8(x) => out.extend_from_slice(&float_key(*x).to_be_bytes()),
-            Datum::Text(s) => escaped_key_bytes(s.as_bytes(), out),
+            Datum::Text(s) | Datum::Json(s) | Datum::Jsonb(s) => {
+                escaped_key_bytes(s.as_bytes(), out)
+            }
+            Datum::Interval(iv) => {
+                out.extend_from_slice(&((iv.span() as u128) ^ (1 << 127)).to_be_bytes())
+            }
+            // Items in order, each tagged (0x01 value, 0x02 NULL), then 0x00: a prefix
+            // sorts first, as PostgreSQL compares arrays.
+            Datum::Array(a) => {
+                encode_key(&a.items, out);
+                out.push(0x00);
+            }
             Datum::Bytea(b) => escaped_key_bytes(b, out),
             Datum::Uuid(u) => out.extend_from_slice(u),
             Datum::Numeric(s) => encode_numeric(s, out),
@@ -488,6 +690,18 @@ pub fn compare_datums(a: &Datum, b: &Datum) -> Ordering {
         (Date(x), Date(y)) => x.cmp(y),
         (Bytea(x), Bytea(y)) => x.cmp(y),
         (Uuid(x), Uuid(y)) => x.cmp(y),
+        (Time(x), Time(y)) => x.cmp(y),
+        (Interval(x), Interval(y)) => x.span().cmp(&y.span()),
+        (Json(x), Json(y)) | (Jsonb(x), Jsonb(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (Array(x), Array(y)) => {
+            for (p, q) in x.items.iter().zip(&y.items) {
+                let o = compare_datums(p, q);
+                if o.is_ne() {
+                    return o;
+                }
+            }
+            x.items.len().cmp(&y.items.len())
+        }
         (Numeric(_), Numeric(_)) => {
             let (mut ka, mut kb) = (Vec::new(), Vec::new());
             encode_key(std::slice::from_ref(a), &mut ka);
@@ -544,12 +758,30 @@ mod tests {
                 .prop_map(Datum::Bytea)
                 .boxed(),
             TypeId::Uuid => any::<[u8; 16]>().prop_map(Datum::Uuid).boxed(),
+            TypeId::Time => (0i64..=86_400_000_000).prop_map(Datum::Time).boxed(),
+            TypeId::Interval => (any::<i32>(), any::<i32>(), any::<i64>())
+                .prop_map(|(months, days, micros)| {
+                    Datum::Interval(Interval {
+                        months,
+                        days,
+                        micros,
+                    })
+                })
+                .boxed(),
+            TypeId::Json => "[a\\[\\]{}é]{0,6}".prop_map(Datum::Json).boxed(),
+            TypeId::Jsonb => "[a\\[\\]{}é]{0,6}".prop_map(Datum::Jsonb).boxed(),
+            TypeId::Array(e) => proptest::collection::vec(arb_datum(*e), 0..4)
+                .prop_map(move |items| Datum::Array(Box::new(ArrayValue { elem: *e, items })))
+                .boxed(),
         };
         prop_oneof![1 => Just(Datum::Null), 8 => v].boxed()
     }
 
     fn arb_type() -> impl Strategy<Value = TypeId> {
-        (0u8..12).prop_map(|v| TypeId::from_u8(v).expect("valid"))
+        prop_oneof![
+            (0u8..16).prop_map(|v| TypeId::from_u8(v).expect("valid")),
+            (0u8..16).prop_map(|v| TypeId::from_u8(0x80 | v).expect("valid")),
+        ]
     }
 
     fn arb_rows() -> impl Strategy<Value = (Vec<TypeId>, Vec<Datum>, Vec<Datum>)> {
@@ -563,6 +795,11 @@ mod tests {
     fn same(a: &Datum, b: &Datum) -> bool {
         match (a, b) {
             (Datum::Float8(x), Datum::Float8(y)) => x.to_bits() == y.to_bits(),
+            (Datum::Array(x), Datum::Array(y)) => {
+                x.elem == y.elem
+                    && x.items.len() == y.items.len()
+                    && x.items.iter().zip(&y.items).all(|(p, q)| same(p, q))
+            }
             _ => a == b,
         }
     }

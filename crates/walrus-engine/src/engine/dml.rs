@@ -670,5 +670,12 @@ pub fn datum_text(d: &Datum) -> String {
             format!("\\x{hex}")
         }
         Datum::Uuid(u) => crate::access::datum::uuid_text(u),
+        Datum::Time(v) => v.to_string(),
+        Datum::Interval(iv) => format!("{} mons {} days {} us", iv.months, iv.days, iv.micros),
+        Datum::Json(s) | Datum::Jsonb(s) => s.clone(),
+        Datum::Array(a) => {
+            let items: Vec<String> = a.items.iter().map(datum_text).collect();
+            format!("{{{}}}", items.join(","))
+        }
     }
 }

@@ -9,18 +9,66 @@
 
 pub mod numeric;
 
-use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::access::datum::{ArrayValue, Datum, Interval, TypeId};
 
 use crate::error::{SqlError, SqlResult};
-use crate::value::{parse_text, type_from_oid};
+use crate::value::{array_elem_oid, parse_text, type_from_oid};
 
 /// The `float4` type's OID: walrus keeps float4 values as float8, but reads and writes
 /// a value declared `float4` as the 4 bytes it is on the wire.
 pub const FLOAT4_OID: u32 = 700;
 
+/// The `oid` type's OID: its values are kept as int8, read from its 4 unsigned bytes.
+pub const OID_OID: u32 = 26;
+
 /// The binary send form of `d` (`None` for NULL).
 pub fn encode(d: &Datum) -> SqlResult<Option<Vec<u8>>> {
+    encode_as(d, 0)
+}
+
+/// [`encode`] for a column of PostgreSQL type `type_oid` (0: unknown): an array's
+/// element OID is the column's (a `varchar[]` column's elements are 1043, not 25).
+pub fn encode_as(d: &Datum, type_oid: u32) -> SqlResult<Option<Vec<u8>>> {
     Ok(Some(match d {
+        Datum::Time(v) => v.to_be_bytes().to_vec(),
+        Datum::Interval(iv) => {
+            let mut b = iv.micros.to_be_bytes().to_vec();
+            b.extend_from_slice(&iv.days.to_be_bytes());
+            b.extend_from_slice(&iv.months.to_be_bytes());
+            b
+        }
+        Datum::Json(s) => s.as_bytes().to_vec(),
+        // jsonb's binary form: version 1, then the text.
+        Datum::Jsonb(s) => {
+            let mut b = vec![1u8];
+            b.extend_from_slice(s.as_bytes());
+            b
+        }
+        // PostgreSQL's array_send: dimensions (0 for an empty array), a has-NULLs flag,
+        // the element type, per dimension its length and lower bound (1), then each
+        // element as a length (-1 for NULL) and its binary form.
+        Datum::Array(a) => {
+            let elem_oid = array_elem_oid(type_oid).unwrap_or(a.elem.pg_oid());
+            let mut b = Vec::new();
+            let ndim: i32 = if a.items.is_empty() { 0 } else { 1 };
+            b.extend_from_slice(&ndim.to_be_bytes());
+            b.extend_from_slice(&(a.items.iter().any(Datum::is_null) as i32).to_be_bytes());
+            b.extend_from_slice(&elem_oid.to_be_bytes());
+            if ndim == 1 {
+                b.extend_from_slice(&(a.items.len() as i32).to_be_bytes());
+                b.extend_from_slice(&1i32.to_be_bytes());
+            }
+            for item in &a.items {
+                match encode_as(item, elem_oid)? {
+                    None => b.extend_from_slice(&(-1i32).to_be_bytes()),
+                    Some(v) => {
+                        b.extend_from_slice(&(v.len() as i32).to_be_bytes());
+                        b.extend_from_slice(&v);
+                    }
+                }
+            }
+            b
+        }
         Datum::Null => return Ok(None),
         Datum::Bool(b) => vec![*b as u8],
         Datum::Int2(v) => v.to_be_bytes().to_vec(),
@@ -55,7 +103,86 @@ pub fn decode(bytes: &[u8], oid: u32) -> SqlResult<Datum> {
     if oid == FLOAT4_OID {
         return Ok(Datum::Float8(f32::from_be_bytes(array::<4>(bytes)?) as f64));
     }
+    if oid == OID_OID {
+        return Ok(Datum::Int8(u32::from_be_bytes(array::<4>(bytes)?) as i64));
+    }
+    if let TypeId::Array(elem) = ty {
+        return decode_array(bytes, *elem, oid);
+    }
     decode_type(bytes, ty)
+}
+
+fn utf8(b: &[u8]) -> SqlResult<&str> {
+    std::str::from_utf8(b)
+        .map_err(|_| SqlError::new("22021", "invalid byte sequence for encoding \"UTF8\""))
+}
+
+/// PostgreSQL's array_recv for a one-dimensional array (lower bound 1) or an empty one;
+/// the element type written must be the array's (`varchar[]` may name 1043 or 25).
+fn decode_array(bytes: &[u8], elem: TypeId, array_oid: u32) -> SqlResult<Datum> {
+    let short = || SqlError::new("22P03", "insufficient data left in message");
+    let mut at = 0usize;
+    let int = |at: &mut usize| -> SqlResult<i32> {
+        let v = bytes.get(*at..*at + 4).ok_or_else(short)?;
+        *at += 4;
+        Ok(i32::from_be_bytes(array::<4>(v)?))
+    };
+    let ndim = int(&mut at)?;
+    let _has_nulls = int(&mut at)?;
+    let elem_oid = int(&mut at)? as u32;
+    let expected = array_elem_oid(array_oid).unwrap_or(elem.pg_oid());
+    if elem_oid != expected && type_from_oid(elem_oid) != Some(elem) {
+        return Err(SqlError::new(
+            "42804",
+            format!("binary data has array element type {elem_oid} instead of expected {expected}"),
+        ));
+    }
+    let n = match ndim {
+        0 => 0,
+        1 => {
+            let n = int(&mut at)?;
+            let lower = int(&mut at)?;
+            if lower != 1 {
+                return Err(SqlError::unsupported(
+                    "arrays with a lower bound other than 1 are not supported",
+                ));
+            }
+            if n < 0 {
+                return Err(SqlError::new("22P03", "invalid array length"));
+            }
+            n as usize
+        }
+        d if d > 1 && d <= 6 => {
+            return Err(SqlError::unsupported(
+                "multidimensional arrays are not supported",
+            ))
+        }
+        d => {
+            return Err(SqlError::new(
+                "22P03",
+                format!("invalid number of dimensions: {d}"),
+            ))
+        }
+    };
+    let mut items = Vec::with_capacity(n.min(bytes.len() / 4));
+    for _ in 0..n {
+        let len = int(&mut at)?;
+        if len == -1 {
+            items.push(Datum::Null);
+            continue;
+        }
+        let len = usize::try_from(len).map_err(|_| short())?;
+        let v = bytes.get(at..at + len).ok_or_else(short)?;
+        at += len;
+        items.push(decode(v, expected)?);
+    }
+    if at != bytes.len() {
+        return Err(SqlError::new(
+            "22P03",
+            "incorrect binary data format in array element",
+        ));
+    }
+    Ok(Datum::Array(Box::new(ArrayValue { elem, items })))
 }
 
 /// [`decode`] for a value of the engine type `ty` (a `float4` is [`decode`]'s).
@@ -94,6 +221,27 @@ pub fn decode_type(bytes: &[u8], ty: TypeId) -> SqlResult<Datum> {
             TypeId::Numeric,
             &numeric::decode(bytes).ok_or_else(incorrect)?,
         )?,
+        TypeId::Time => {
+            let v = i64::from_be_bytes(array::<8>(fixed(8)?)?);
+            if !(0..=86_400_000_000).contains(&v) {
+                return Err(SqlError::new("22008", "time out of range"));
+            }
+            Datum::Time(v)
+        }
+        TypeId::Interval => {
+            let b = fixed(16)?;
+            Datum::Interval(Interval {
+                micros: i64::from_be_bytes(array::<8>(&b[..8])?),
+                days: i32::from_be_bytes(array::<4>(&b[8..12])?),
+                months: i32::from_be_bytes(array::<4>(&b[12..])?),
+            })
+        }
+        TypeId::Json => parse_text(TypeId::Json, utf8(bytes)?)?,
+        TypeId::Jsonb => match bytes.split_first() {
+            Some((1, text)) => parse_text(TypeId::Jsonb, utf8(text)?)?,
+            _ => return Err(SqlError::new("22P03", "unsupported jsonb version number")),
+        },
+        TypeId::Array(elem) => decode_array(bytes, *elem, ty.pg_oid())?,
     })
 }
 

@@ -44,7 +44,9 @@ const TABLES: &[(&str, &str)] = &[
     ("pg_namespace", "oid:o nspname:t nspowner:o nspacl:t"),
     ("pg_class", "oid:o relname:t relnamespace:o reltype:o reloftype:o relowner:o relam:o relfilenode:o reltablespace:o relpages:i reltuples:f relallvisible:i reltoastrelid:o relhasindex:b relisshared:b relpersistence:t relkind:t relnatts:s relchecks:s relhasrules:b relhastriggers:b relhassubclass:b relrowsecurity:b relforcerowsecurity:b relispopulated:b relreplident:t relispartition:b relrewrite:o relfrozenxid:l relminmxid:l relacl:t reloptions:t relpartbound:t"),
     ("pg_attribute", "attrelid:o attname:t atttypid:o attstattarget:i attlen:s attnum:s attndims:i attcacheoff:i atttypmod:i attbyval:b attalign:t attstorage:t attcompression:t attnotnull:b atthasdef:b atthasmissing:b attidentity:t attgenerated:t attisdropped:b attislocal:b attinhcount:i attcollation:o attacl:t attoptions:t attfdwoptions:t attmissingval:t"),
-    ("pg_type", "oid:o typname:t typnamespace:o typowner:o typlen:s typbyval:b typtype:t typcategory:t typispreferred:b typisdefined:b typdelim:t typrelid:o typsubscript:t typelem:o typarray:o typinput:t typoutput:t typalign:t typstorage:t typnotnull:b typbasetype:o typtypmod:i typndims:i typcollation:o typdefault:t typacl:t"),
+    ("pg_type", "oid:o typname:t typnamespace:o typowner:o typlen:s typbyval:b typtype:t typcategory:t typispreferred:b typisdefined:b typdelim:t typrelid:o typsubscript:t typelem:o typarray:o typinput:t typoutput:t typreceive:t typsend:t typmodin:t typmodout:t typanalyze:t typalign:t typstorage:t typnotnull:b typbasetype:o typtypmod:i typndims:i typcollation:o typdefaultbin:t typdefault:t typacl:t"),
+    ("pg_range", "rngtypid:o rngsubtype:o rngmultitypid:o rngcollation:o rngsubopc:o rngcanonical:t rngsubdiff:t"),
+    ("pg_enum", "oid:o enumtypid:o enumsortorder:f enumlabel:t"),
     ("pg_index", "indexrelid:o indrelid:o indnatts:s indnkeyatts:s indisunique:b indnullsnotdistinct:b indisprimary:b indisexclusion:b indimmediate:b indisclustered:b indisvalid:b indcheckxmin:b indisready:b indislive:b indisreplident:b indkey:t indcollation:t indclass:t indoption:t indexprs:t indpred:t"),
     ("pg_constraint", "oid:o conname:t connamespace:o contype:t condeferrable:b condeferred:b convalidated:b conrelid:o contypid:o conindid:o conparentid:o confrelid:o confupdtype:t confdeltype:t confmatchtype:t conislocal:b coninhcount:i connoinherit:b conkey:t confkey:t conpfeqop:t conppeqop:t conffeqop:t confdelsetcols:t conexclop:t conbin:t"),
     ("pg_am", "oid:o amname:t amhandler:t amtype:t"),
@@ -159,28 +161,125 @@ pub(crate) fn is_catalog_function(name: &str) -> bool {
             | "::regclass"
             | "::regtype"
             | "::regnamespace"
+            | "::regproc"
+            | "to_regtype"
+            | "to_regclass"
     )
 }
 
-/// PostgreSQL's type OIDs and `format_type` names for the ones walrus shows.
-const TYPES: &[(i64, &str, &str, i16)] = &[
-    (16, "bool", "boolean", 1),
-    (17, "bytea", "bytea", -1),
-    (19, "name", "name", 64),
-    (20, "int8", "bigint", 8),
-    (21, "int2", "smallint", 2),
-    (23, "int4", "integer", 4),
-    (25, "text", "text", -1),
-    (26, "oid", "oid", 4),
-    (701, "float8", "double precision", 8),
-    (1042, "bpchar", "character", -1),
-    (1043, "varchar", "character varying", -1),
-    (1082, "date", "date", 4),
-    (1114, "timestamp", "timestamp without time zone", 8),
-    (1184, "timestamptz", "timestamp with time zone", 8),
-    (1700, "numeric", "numeric", -1),
-    (2950, "uuid", "uuid", 16),
+/// PostgreSQL's type OIDs and `format_type` names for the ones walrus shows:
+/// (oid, typname, display name, typlen, array type OID, I/O function stem). The I/O
+/// function names are PostgreSQL's (`int4in`/`int4recv`, `date_in`/`date_recv`).
+const TYPES: &[(i64, &str, &str, i16, i64, &str)] = &[
+    (16, "bool", "boolean", 1, 1000, "bool"),
+    (17, "bytea", "bytea", -1, 1001, "bytea"),
+    (19, "name", "name", 64, 1003, "name"),
+    (20, "int8", "bigint", 8, 1016, "int8"),
+    (21, "int2", "smallint", 2, 1005, "int2"),
+    (23, "int4", "integer", 4, 1007, "int4"),
+    (25, "text", "text", -1, 1009, "text"),
+    (26, "oid", "oid", 4, 1028, "oid"),
+    (114, "json", "json", -1, 199, "json_"),
+    (701, "float8", "double precision", 8, 1022, "float8"),
+    (1042, "bpchar", "character", -1, 1014, "bpchar"),
+    (1043, "varchar", "character varying", -1, 1015, "varchar"),
+    (1082, "date", "date", 4, 1182, "date_"),
+    (1083, "time", "time without time zone", 8, 1183, "time_"),
+    (
+        1114,
+        "timestamp",
+        "timestamp without time zone",
+        8,
+        1115,
+        "timestamp_",
+    ),
+    (
+        1184,
+        "timestamptz",
+        "timestamp with time zone",
+        8,
+        1185,
+        "timestamptz_",
+    ),
+    (1186, "interval", "interval", 16, 1187, "interval_"),
+    (1700, "numeric", "numeric", -1, 1231, "numeric_"),
+    (2950, "uuid", "uuid", 16, 2951, "uuid_"),
+    (3802, "jsonb", "jsonb", -1, 3807, "jsonb_"),
 ];
+
+/// A type walrus shows: its scalar row, or the array type of one (`typelem` set).
+#[derive(Clone, Copy)]
+pub(crate) struct TypeRow {
+    pub oid: i64,
+    /// The element type's row for an array type.
+    pub elem: Option<(i64, &'static str, &'static str, i16, i64, &'static str)>,
+    pub scalar: (i64, &'static str, &'static str, i16, i64, &'static str),
+}
+
+impl TypeRow {
+    fn name(&self) -> String {
+        match self.elem {
+            Some(_) => format!("_{}", self.scalar.1),
+            None => self.scalar.1.to_string(),
+        }
+    }
+    fn display(&self) -> String {
+        match self.elem {
+            Some(_) => format!("{}[]", self.scalar.2),
+            None => self.scalar.2.to_string(),
+        }
+    }
+}
+
+/// Every type row: the scalars, then their array types.
+fn type_rows() -> impl Iterator<Item = TypeRow> {
+    TYPES
+        .iter()
+        .map(|&r| TypeRow {
+            oid: r.0,
+            elem: None,
+            scalar: r,
+        })
+        .chain(TYPES.iter().map(|&r| TypeRow {
+            oid: r.4,
+            elem: Some(r),
+            scalar: r,
+        }))
+}
+
+fn type_by_oid(oid: i64) -> Option<TypeRow> {
+    type_rows().find(|r| r.oid == oid)
+}
+
+/// The type a name denotes as `::regtype` and `to_regtype` read it: a `pg_type`
+/// name (`int4`, `_int4`), a display name (`integer`, `character varying[]`), or one of
+/// PostgreSQL's other spellings (`int`, `varchar`, `timestamptz`, `bool`).
+pub(crate) fn type_by_name(name: &str) -> Option<TypeRow> {
+    let n = name.trim().to_ascii_lowercase();
+    let n = n
+        .strip_prefix("pg_catalog.")
+        .unwrap_or(&n)
+        .trim_matches('"');
+    if let Some(elem) = n.strip_suffix("[]") {
+        let e = type_by_name(elem)?;
+        return e.elem.is_none().then(|| type_by_oid(e.scalar.4)).flatten();
+    }
+    let alias = match n {
+        "int" | "integer" => "int4",
+        "smallint" => "int2",
+        "bigint" => "int8",
+        "boolean" => "bool",
+        "double precision" | "float" => "float8",
+        "decimal" => "numeric",
+        "character varying" => "varchar",
+        "character" | "char" => "bpchar",
+        "timestamp without time zone" => "timestamp",
+        "timestamp with time zone" => "timestamptz",
+        "time without time zone" => "time",
+        other => other,
+    };
+    type_rows().find(|r| r.name() == alias)
+}
 
 /// A virtual table's columns (name, type) and rows.
 pub(crate) type VirtualTable = (Vec<(&'static str, TypeId)>, Vec<Vec<Datum>>);
@@ -397,20 +496,27 @@ impl Snapshot {
             "pg_get_userbyid" => t(&self.user),
             "format_type" => match oid_arg(0) {
                 None => Datum::Null,
-                Some(oid) => {
-                    let display = TYPES
-                        .iter()
-                        .find(|(o, ..)| *o == oid)
-                        .map(|(_, _, display, _)| *display)
-                        .unwrap_or("???");
-                    // With a type modifier: `character varying(10)`, `numeric(10,2)`.
-                    let m = oid_arg(1).unwrap_or(-1) - 4;
-                    t(&match oid {
-                        1042 | 1043 if m >= 0 => format!("{display}({m})"),
-                        1700 if m >= 0 => format!("numeric({},{})", (m >> 16) & 0xffff, m & 0xffff),
-                        _ => display.to_string(),
-                    })
-                }
+                Some(oid) => match type_by_oid(oid) {
+                    None => t("???"),
+                    Some(row) => {
+                        // With a type modifier: `character varying(10)`, `numeric(10,2)`,
+                        // on an array's element (`character varying(3)[]`).
+                        let display = row.scalar.2;
+                        let m = oid_arg(1).unwrap_or(-1) - 4;
+                        let base = match row.scalar.0 {
+                            1042 | 1043 if m >= 0 => format!("{display}({m})"),
+                            1700 if m >= 0 => {
+                                format!("numeric({},{})", (m >> 16) & 0xffff, m & 0xffff)
+                            }
+                            _ => display.to_string(),
+                        };
+                        t(&if row.elem.is_some() {
+                            format!("{base}[]")
+                        } else {
+                            base
+                        })
+                    }
+                },
             },
             "pg_get_indexdef" => {
                 let oid = oid_arg(0)?;
@@ -447,14 +553,41 @@ impl Snapshot {
                         .unwrap_or_else(|| t(&oid.to_string()))
                 }
             },
-            "::regtype" => {
-                let oid = oid_arg(0)?;
-                t(TYPES
-                    .iter()
-                    .find(|(o, ..)| *o == oid)
-                    .map(|(_, _, display, _)| *display)
-                    .unwrap_or("???"))
-            }
+            // A type name gives its OID (so `'int4'::regtype::oid` and comparisons
+            // with pg_type.oid work); an OID gives the name PostgreSQL prints.
+            "::regtype" | "to_regtype" => match &args[0] {
+                Datum::Text(type_name) if type_name.trim().parse::<i64>().is_err() => {
+                    match type_by_name(type_name) {
+                        Some(row) => o(row.oid),
+                        None if name == "to_regtype" => Datum::Null,
+                        None => {
+                            return Some(Err(SqlError::new(
+                                "42704",
+                                format!("type \"{type_name}\" does not exist"),
+                            )))
+                        }
+                    }
+                }
+                _ => {
+                    let oid = oid_arg(0)?;
+                    match type_by_oid(oid) {
+                        Some(row) => t(&row.display()),
+                        // InvalidOid prints as `-`, as PostgreSQL's regtypeout.
+                        None if oid == 0 => t("-"),
+                        None => t(&oid.to_string()),
+                    }
+                }
+            },
+            "to_regclass" => match &args[0] {
+                Datum::Text(name) => self.relation_oid(name).map(o).unwrap_or(Datum::Null),
+                _ => Datum::Null,
+            },
+            // Functions are named by text in these views (typinput, typreceive): a
+            // name stays a name.
+            "::regproc" => match &args[0] {
+                Datum::Text(name) => t(name),
+                other => t(&crate::value::format_text(other).unwrap_or_default()),
+            },
             "::regnamespace" => match oid_arg(0)? {
                 NS_CATALOG => t("pg_catalog"),
                 NS_PUBLIC => t("public"),

@@ -56,11 +56,10 @@ impl Snapshot {
                         // The declared type (varchar is 1043) and its modifier, as
                         // RowDescription reports them.
                         let type_oid = crate::rel::column_type_oid(c) as i64;
-                        let (_, _, _, len) = TYPES
+                        let len = TYPES
                             .iter()
                             .find(|(o, ..)| *o == type_oid)
-                            .copied()
-                            .unwrap_or((0, "", "", -1));
+                            .map_or(-1, |r| r.3);
                         rows.push(vec![
                             o(relfile_oid(tbl.relfile)),
                             t(&c.name),
@@ -90,45 +89,86 @@ impl Snapshot {
                 }
                 rows
             }
-            "pg_type" => TYPES
-                .iter()
-                .map(|&(oid, typname, _, len)| {
+            "pg_type" => super::type_rows()
+                .map(|row| {
+                    let (oid, _, _, len, array_oid, io) = row.scalar;
+                    let array = row.elem.is_some();
                     let category = match oid {
+                        _ if array => "A",
                         16 => "B",
                         20 | 21 | 23 | 26 | 701 | 1700 => "N",
-                        1082 | 1114 | 1184 => "D",
-                        17 | 2950 => "U",
+                        1082 | 1083 | 1114 | 1184 => "D",
+                        1186 => "T",
+                        17 | 2950 | 114 | 3802 => "U",
                         _ => "S",
                     };
+                    let fun = |suffix: &str| {
+                        if array {
+                            format!("array_{suffix}")
+                        } else {
+                            format!("{io}{suffix}")
+                        }
+                    };
+                    let len = if array { -1 } else { len };
+                    let align = match (array, oid) {
+                        (_, 20 | 701 | 1083 | 1114 | 1184 | 1186) => "d",
+                        (false, 16 | 17 | 19 | 2950) => "c",
+                        (false, 21) => "s",
+                        _ => "i",
+                    };
+                    let collation = matches!(oid, 25 | 1042 | 1043 | 19);
                     vec![
-                        o(oid),
-                        t(typname),
+                        o(row.oid),
+                        t(&row.name()),
                         o(NS_CATALOG),
                         o(ROLE_OID),
                         Datum::Int2(len),
                         b(len > 0 && len <= 8),
                         t("b"),
                         t(category),
-                        b(matches!(oid, 25 | 701 | 1184 | 16)),
+                        b(!array && matches!(oid, 25 | 701 | 1184 | 16 | 26 | 1186)),
                         b(true),
                         t(","),
                         o(0),
-                        t("-"),
-                        o(0),
-                        o(0),
-                        t(&format!("{typname}in")),
-                        t(&format!("{typname}out")),
-                        t(if len == 8 { "d" } else { "i" }),
+                        t(if array {
+                            "array_subscript_handler"
+                        } else {
+                            "-"
+                        }),
+                        o(if array { oid } else { 0 }),
+                        o(if array { 0 } else { array_oid }),
+                        t(&fun("in")),
+                        t(&fun("out")),
+                        t(&fun("recv")),
+                        t(&fun("send")),
+                        t(match oid {
+                            1042 => "bpchartypmodin",
+                            1043 => "varchartypmodin",
+                            1700 => "numerictypmodin",
+                            1083 => "timetypmodin",
+                            1114 => "timestamptypmodin",
+                            1184 => "timestamptztypmodin",
+                            1186 => "intervaltypmodin",
+                            _ => "-",
+                        }),
+                        t(match oid {
+                            1042 => "bpchartypmodout",
+                            1043 => "varchartypmodout",
+                            1700 => "numerictypmodout",
+                            1083 => "timetypmodout",
+                            1114 => "timestamptypmodout",
+                            1184 => "timestamptztypmodout",
+                            1186 => "intervaltypmodout",
+                            _ => "-",
+                        }),
+                        t(if array { "array_typanalyze" } else { "-" }),
+                        t(align),
                         t(if len > 0 { "p" } else { "x" }),
                         b(false),
                         o(0),
                         Datum::Int4(-1),
                         Datum::Int4(0),
-                        o(if matches!(oid, 25 | 1042 | 1043 | 19) {
-                            100
-                        } else {
-                            0
-                        }),
+                        o(if collation { 100 } else { 0 }),
                     ]
                 })
                 .collect(),
@@ -189,7 +229,7 @@ impl Snapshot {
                         b(true),
                         Datum::Int4(0),
                         b(true),
-                        t(&crate::expr::format_array_text(&key)),
+                        t(&crate::value::format_array(&key)),
                     ]
                 })
                 .collect(),

@@ -10,7 +10,7 @@ use walrus_engine::access::datum::{Datum, TypeId};
 use super::{row_key, Executor};
 use crate::error::{SqlError, SqlResult};
 use crate::expr::as_i64;
-use crate::expr::{compare_values, format_array_text, function_args, function_name};
+use crate::expr::{compare_values, function_args, function_name};
 use crate::memory::datum_bytes;
 use crate::numeric;
 use crate::rel::{ColName, Frame};
@@ -220,7 +220,7 @@ fn aggregate_result(
             if vals.is_empty() {
                 return Ok(Datum::Null);
             }
-            Datum::Text(format_array_text(&vals))
+            crate::expr::make_array(vals)?
         }
         "sum" | "avg" => {
             if vals.is_empty() {

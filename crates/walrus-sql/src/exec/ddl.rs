@@ -56,10 +56,26 @@ fn create_index(
     let def = t.table(table)?;
     let mut positions = Vec::new();
     for c in cols {
-        positions.push(
-            def.column_index(c)
-                .ok_or_else(|| SqlError::new("42703", format!("column \"{c}\" does not exist")))?,
-        );
+        let i = def
+            .column_index(c)
+            .ok_or_else(|| SqlError::new("42703", format!("column \"{c}\" does not exist")))?;
+        // json has no btree operator class in PostgreSQL (nor equality); jsonb's btree
+        // order is not the text order walrus's keys would have.
+        match def.columns.get(i).map(|c| c.ty) {
+            Some(walrus_engine::access::datum::TypeId::Json) => {
+                return Err(SqlError::new(
+                    "42704",
+                    "data type json has no default operator class for access method \"btree\"",
+                ))
+            }
+            Some(walrus_engine::access::datum::TypeId::Jsonb) => {
+                return Err(SqlError::unsupported(
+                    "indexes on jsonb columns are not supported",
+                ))
+            }
+            _ => {}
+        }
+        positions.push(i);
     }
     t.create_index(table, name, &positions, unique, primary)?;
     Ok(())

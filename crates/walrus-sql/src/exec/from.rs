@@ -18,12 +18,11 @@ use super::spill::SpillFile;
 use super::{Executor, KeyPart};
 use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
-use crate::expr::{coerce, parse_array_text};
+use crate::expr::coerce;
 use crate::memory::{row_bytes, MemoryBudget};
 use crate::names::{ident, object_name};
 use crate::plan::{bind, rename, table_cols};
 use crate::rel::{ColName, Frame, Rel};
-use crate::value::format_text;
 
 impl Executor<'_> {
     /// `left` joined with `twj`'s relation and then its joins, left to right.
@@ -635,15 +634,33 @@ impl Executor<'_> {
             "unnest" => match vals.first() {
                 Some(Datum::Null) | None => Vec::new(),
                 Some(d) => {
-                    let elems = parse_array_text(&format_text(d).unwrap_or_default())?;
+                    let elems = crate::expr::array_items(d)?;
                     let mut rows = Vec::with_capacity(elems.len());
                     for t in elems {
-                        let row = vec![t.map(Datum::Text).unwrap_or(Datum::Null)];
+                        let row = vec![t];
                         self.memory.charge_row(&row)?;
                         rows.push(row);
                     }
                     rows
                 }
+            },
+            // generate_subscripts(array, dim [, reverse]): 1..n of a one-dimensional
+            // array's dimension 1; nothing for another dimension or an empty array.
+            "generate_subscripts" => match (vals.first(), vals.get(1), vals.get(2)) {
+                (Some(a), Some(d), rev) if !a.is_null() && !d.is_null() => {
+                    let n = crate::expr::array_items(a)?.len() as i32;
+                    let dim =
+                        crate::expr::coerce(d.clone(), walrus_engine::access::datum::TypeId::Int4)?;
+                    let n = if dim == Datum::Int4(1) { n } else { 0 };
+                    let reverse = matches!(rev, Some(Datum::Bool(true)));
+                    let mut rows: Vec<Vec<Datum>> = (1..=n).map(|i| vec![Datum::Int4(i)]).collect();
+                    if reverse {
+                        rows.reverse();
+                    }
+                    self.memory.charge_rows(&rows)?;
+                    rows
+                }
+                _ => Vec::new(),
             },
             other => {
                 return Err(SqlError::new(
@@ -658,7 +675,14 @@ impl Executor<'_> {
         let ty = rows
             .iter()
             .find_map(|r| r[0].type_id())
-            .or_else(|| vals.first().and_then(|v| v.type_id()));
+            .or_else(|| match fname.as_str() {
+                "generate_subscripts" => Some(walrus_engine::access::datum::TypeId::Int4),
+                // unnest of an empty array: its element type.
+                _ => vals
+                    .first()
+                    .and_then(|v| v.type_id())
+                    .map(|t| t.elem().unwrap_or(t)),
+            });
         let mut rel = Rel {
             cols: vec![ColName {
                 qual: Some(qual),
@@ -760,13 +784,32 @@ fn is_number(t: TypeId) -> bool {
     )
 }
 
+fn exact_equality(t: TypeId) -> bool {
+    matches!(
+        t,
+        TypeId::Bool
+            | TypeId::Text
+            | TypeId::Float8
+            | TypeId::Date
+            | TypeId::Time
+            | TypeId::Timestamp
+            | TypeId::TimestampTz
+            | TypeId::Bytea
+            | TypeId::Uuid
+    )
+}
+
 fn hash_kind(l: &ColName, r: &ColName) -> Option<HashKind> {
     if l.bpchar || r.bpchar {
         return None;
     }
     match (l.ty?, r.ty?) {
         (a, b) if is_number(a) && is_number(b) => Some(HashKind::Number),
-        (a, b) if a == b => Some(HashKind::Exact(a)),
+        // Types whose equality is byte equality of the value; json has no equality
+        // operator, interval's equality is not field-wise ('1 day' = '24 hours'),
+        // arrays compare element by element: those take the nested loop, which
+        // evaluates the real operator.
+        (a, b) if a == b && exact_equality(a) => Some(HashKind::Exact(a)),
         _ => None,
     }
 }

@@ -42,6 +42,7 @@ mod from;
 mod select;
 mod sort;
 mod spill;
+mod window;
 
 pub use spill::temp_file_stats;
 
@@ -96,7 +97,20 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
 /// integral NUMERIC (`1 = 1::bigint = 1.0`), any NUMERIC scale (`2.1 = 2.10`), float
 /// zero's sign (`-0 = 0`) and every NaN (`NaN = NaN` in PostgreSQL's float order). A set
 /// operation or a grouped UNION ALL subquery mixes widths in one column.
-fn row_key(row: &[Datum]) -> String {
+/// `json` has no equality operator in PostgreSQL: grouping, DISTINCT and set
+/// operations over a json value are 42883 there, so they are here too (its key would
+/// be its text).
+pub(crate) fn check_keyable(row: &[Datum]) -> SqlResult<()> {
+    if row.iter().any(|d| matches!(d, Datum::Json(_))) {
+        return Err(SqlError::new(
+            "42883",
+            "could not identify an equality operator for type json",
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn row_key(row: &[Datum]) -> String {
     let norm: Vec<Datum> = row.iter().map(key_datum).collect();
     format!("{norm:?}")
 }
@@ -152,6 +166,12 @@ fn key_datum(d: &Datum) -> Datum {
         },
         Datum::Float8(f) if *f == 0.0 => Datum::Float8(0.0),
         Datum::Float8(f) if f.is_nan() => Datum::Float8(f64::NAN.abs()),
+        // `1 mon` = `30 days`: intervals are equal by their span.
+        Datum::Interval(iv) => Datum::Text(format!("interval {}", iv.span())),
+        Datum::Array(a) => Datum::Array(Box::new(walrus_engine::access::datum::ArrayValue {
+            elem: a.elem,
+            items: a.items.iter().map(key_datum).collect(),
+        })),
         other => other.clone(),
     }
 }
@@ -195,6 +215,11 @@ fn type_category(t: TypeId) -> u8 {
         TypeId::Timestamp | TypeId::TimestampTz | TypeId::Date => 3,
         TypeId::Bytea => 4,
         TypeId::Uuid => 5,
+        TypeId::Time => 6,
+        TypeId::Interval => 7,
+        TypeId::Json => 8,
+        TypeId::Jsonb => 9,
+        TypeId::Array(_) => 10,
     }
 }
 
@@ -553,6 +578,11 @@ impl<'s> Executor<'s> {
                     }
                 }
                 let all = matches!(set_quantifier, SetQuantifier::All);
+                if !all || !matches!(op, SetOperator::Union) {
+                    for x in l.rows.iter().chain(&r.rows) {
+                        check_keyable(x)?;
+                    }
+                }
                 // How many times each right row occurs (INTERSECT ALL and EXCEPT ALL
                 // match rows one for one, as multisets).
                 let mut right_keys: HashMap<String, usize> = HashMap::new();
@@ -644,10 +674,26 @@ impl<'s> Executor<'s> {
                     .map(|i| out[i].clone()),
                 _ => None,
             };
-            keys.push(match picked {
+            let key = match picked {
                 Some(k) => k,
                 None => eval_source(&o.expr)?,
-            });
+            };
+            // json has no ordering in PostgreSQL; jsonb's is not walrus's text order.
+            match &key {
+                Datum::Json(_) => {
+                    return Err(SqlError::new(
+                        "42883",
+                        "could not identify an ordering operator for type json",
+                    ))
+                }
+                Datum::Jsonb(_) => {
+                    return Err(SqlError::unsupported(
+                        "ORDER BY a jsonb value is not supported",
+                    ))
+                }
+                _ => {}
+            }
+            keys.push(key);
         }
         Ok(keys)
     }
@@ -782,6 +828,7 @@ impl OutputRows {
     /// Adds one output row with its ORDER BY keys, charging what is kept.
     fn push(&mut self, exec: &Executor<'_>, keys: Vec<Datum>, row: Vec<Datum>) -> SqlResult<()> {
         if let Some(seen) = &mut self.seen {
+            check_keyable(&row)?;
             let k = row_key(&row);
             exec.charge_key(&k)?;
             if !seen.insert(k) {

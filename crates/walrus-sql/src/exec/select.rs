@@ -325,6 +325,36 @@ pub(crate) fn check_query(q: &Query) -> SqlResult<()> {
     Ok(())
 }
 
+/// A `regclass`/`regtype`/`regproc`/`regnamespace` value is kept as its OID, which
+/// compares and casts to `oid` like PostgreSQL's; PostgreSQL prints it as a name, so a
+/// result column holding such an OID is refused (one made from an OID is already the
+/// name). Cast it to `text` or `oid` instead.
+fn is_reg_output(e: &Expr) -> bool {
+    let reg = |name: &str| {
+        matches!(
+            name,
+            "regclass" | "regtype" | "regproc" | "regnamespace" | "to_regtype" | "to_regclass"
+        )
+    };
+    match e {
+        Expr::Nested(inner) => is_reg_output(inner),
+        Expr::Cast { data_type, .. } => match data_type {
+            ast::DataType::Regclass => true,
+            ast::DataType::Custom(name, _) => name
+                .0
+                .last()
+                .is_some_and(|p| reg(&p.to_string().to_ascii_lowercase())),
+            _ => false,
+        },
+        Expr::Function(f) => f
+            .name
+            .0
+            .last()
+            .is_some_and(|p| reg(&p.to_string().to_ascii_lowercase())),
+        _ => false,
+    }
+}
+
 impl Executor<'_> {
     pub(super) fn select(
         &self,
@@ -334,7 +364,7 @@ impl Executor<'_> {
     ) -> SqlResult<Rel> {
         check_select(sel)?;
         check_from_names(sel)?;
-        let (from, filtered) = self.scan_from(sel, q, outer)?;
+        let (mut from, filtered) = self.scan_from(sel, q, outer)?;
         // Output items.
         let mut items: Vec<(String, Expr)> = Vec::new();
         for it in &sel.projection {
@@ -379,6 +409,22 @@ impl Executor<'_> {
                 }
             }
         }
+        // Window calls become hidden columns, filled after WHERE (window.rs).
+        let windows = super::window::extract(&mut items, &mut from.cols)?;
+        for w in &windows {
+            for e in w.exprs() {
+                bind(e, &from.cols, outer, &[])?;
+            }
+        }
+        if !windows.is_empty() {
+            let width = from.cols.len();
+            from.rows
+                .iter_mut()
+                .for_each(|r| r.resize(width, Datum::Null));
+        }
+        let reg_output: Vec<usize> = (0..items.len())
+            .filter(|&i| is_reg_output(&items[i].1))
+            .collect();
         let names: Vec<String> = items.iter().map(|(n, _)| n.clone()).collect();
         // Bind every clause before reading a row.
         for (_, e) in &items {
@@ -436,6 +482,11 @@ impl Executor<'_> {
         let grouped = !group_exprs.is_empty()
             || sel.having.is_some()
             || items.iter().any(|(_, e)| contains_aggregate(e));
+        if grouped && !windows.is_empty() {
+            return Err(SqlError::unsupported(
+                "window functions in a grouped query are not supported",
+            ));
+        }
         if grouped {
             let dependent = self.dependent_columns(sel, &group_exprs, &from.cols)?;
             let dep = |i: usize| dependent.contains(&i);
@@ -478,6 +529,9 @@ impl Executor<'_> {
                 rows = kept;
             }
         }
+        if !windows.is_empty() {
+            super::window::fill(self, &windows, &from.cols, &mut rows, outer)?;
+        }
         let cols = &from.cols;
         let distinct = match &sel.distinct {
             None | Some(ast::Distinct::All) => false,
@@ -514,6 +568,7 @@ impl Executor<'_> {
                     .iter()
                     .map(|g| self.eval_in(g, Some(&frame), self))
                     .collect::<SqlResult<Vec<_>>>()?;
+                super::check_keyable(&key)?;
                 let key = row_key(&key);
                 let slot = match index.get(&key) {
                     Some(&slot) => slot,
@@ -575,6 +630,17 @@ impl Executor<'_> {
             }
         }
         let rows = output.finish(self)?;
+        for &i in &reg_output {
+            if rows
+                .iter()
+                .any(|r| matches!(r.get(i), Some(Datum::Int8(_))))
+            {
+                return Err(SqlError::unsupported(format!(
+                    "{} as a result column is not supported (walrus keeps a reg* value made from a name as its OID; cast it to text or oid)",
+                    items[i].1
+                )));
+            }
+        }
         let defs = crate::plan::typed_columns(cols);
         let out_cols = items
             .iter()
@@ -738,7 +804,9 @@ impl Executor<'_> {
             };
             let mut key = Vec::with_capacity(p.group_exprs.len());
             for g in p.group_exprs {
-                key.push(KeyPart::of(&self.eval_in(g, Some(&frame), self)?));
+                let v = self.eval_in(g, Some(&frame), self)?;
+                super::check_keyable(std::slice::from_ref(&v))?;
+                key.push(KeyPart::of(&v));
             }
             let slot = match index.get(&key) {
                 Some(&slot) => slot,

@@ -1,41 +1,87 @@
-//! The text form of arrays (`{a,b,"c d"}`).
+//! Arrays in expressions: building one from values (`ARRAY[...]`, `array_agg`), reading
+//! one's items, and the text form (`{a,b,"c d"}`) that catalog functions still build.
 
-use walrus_engine::access::datum::Datum;
+use walrus_engine::access::datum::{ArrayValue, Datum, TypeId};
 
 use crate::error::{SqlError, SqlResult};
 use crate::value::format_text;
 
-/// Arrays travel as PostgreSQL's text form (`{a,b,"c d"}`): walrus has no array type in
-/// storage, and the catalog functions psql uses only need to build and search them.
+/// The text form of an array of `items` (catalog views build arrays as text).
 pub fn format_array_text(items: &[Datum]) -> String {
-    let mut out = String::from("{");
-    for (i, d) in items.iter().enumerate() {
-        if i > 0 {
-            out.push(',');
-        }
-        match format_text(d) {
-            None => out.push_str("NULL"),
-            Some(t) => {
-                let plain = !t.is_empty()
-                    && !t.eq_ignore_ascii_case("null")
-                    && !t.contains(|c: char| "{},\"\\ ".contains(c));
-                if plain {
-                    out.push_str(&t);
-                } else {
-                    out.push('"');
-                    for c in t.chars() {
-                        if c == '"' || c == '\\' {
-                            out.push('\\');
-                        }
-                        out.push(c);
-                    }
-                    out.push('"');
-                }
-            }
-        }
+    crate::value::format_array(items)
+}
+
+/// Numeric types in the order PostgreSQL's array/CASE type resolution prefers them.
+fn numeric_rank(t: TypeId) -> Option<u8> {
+    match t {
+        TypeId::Int2 => Some(0),
+        TypeId::Int4 => Some(1),
+        TypeId::Int8 => Some(2),
+        TypeId::Numeric => Some(3),
+        TypeId::Float8 => Some(4),
+        _ => None,
     }
-    out.push('}');
-    out
+}
+
+/// An array of `items` typed as PostgreSQL resolves `ARRAY[...]`: one common type
+/// (integers widen to the widest number given; an untyped string takes the others'
+/// type); all NULL or no typed item gives `text[]`. Mixed categories are 42804.
+pub fn make_array(items: Vec<Datum>) -> SqlResult<Datum> {
+    let mut elem: Option<TypeId> = None;
+    for d in &items {
+        let Some(t) = d.type_id() else { continue };
+        if matches!(d, Datum::Text(_)) {
+            continue;
+        }
+        if t.elem().is_some() {
+            return Err(SqlError::unsupported(
+                "multidimensional arrays are not supported",
+            ));
+        }
+        elem = Some(match elem {
+            None => t,
+            Some(e) if e == t => e,
+            Some(e) => match (numeric_rank(e), numeric_rank(t)) {
+                (Some(a), Some(b)) => {
+                    if a >= b {
+                        e
+                    } else {
+                        t
+                    }
+                }
+                _ if matches!((e, t), (TypeId::Timestamp, TypeId::TimestampTz)) => t,
+                _ if matches!((e, t), (TypeId::TimestampTz, TypeId::Timestamp)) => e,
+                _ => {
+                    return Err(SqlError::new(
+                        "42804",
+                        format!(
+                            "ARRAY types {} and {} cannot be matched",
+                            e.name(),
+                            t.name()
+                        ),
+                    ))
+                }
+            },
+        });
+    }
+    let elem = elem.unwrap_or(TypeId::Text);
+    let items = items
+        .into_iter()
+        .map(|d| crate::expr::coerce(d, elem))
+        .collect::<SqlResult<Vec<_>>>()?;
+    Ok(Datum::Array(Box::new(ArrayValue { elem, items })))
+}
+
+/// The items of an array value; text in array form (a catalog column, an untyped
+/// literal) gives its elements as text.
+pub fn array_items(d: &Datum) -> SqlResult<Vec<Datum>> {
+    Ok(match d {
+        Datum::Array(a) => a.items.clone(),
+        other => parse_array_text(&format_text(other).unwrap_or_default())?
+            .into_iter()
+            .map(|t| t.map(Datum::Text).unwrap_or(Datum::Null))
+            .collect(),
+    })
 }
 
 /// Parses a one-dimensional array literal; `None` elements are SQL NULLs.

@@ -43,6 +43,22 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
         D::Date => TypeId::Date,
         D::Bytea => TypeId::Bytea,
         D::Uuid => TypeId::Uuid,
+        D::Time(
+            None,
+            sqlparser::ast::TimezoneInfo::None | sqlparser::ast::TimezoneInfo::WithoutTimeZone,
+        ) => TypeId::Time,
+        D::Interval {
+            fields: None,
+            precision: None,
+        } => TypeId::Interval,
+        D::JSON => TypeId::Json,
+        D::JSONB => TypeId::Jsonb,
+        D::Array(sqlparser::ast::ArrayElemTypeDef::SquareBracket(inner, None)) => {
+            let elem = type_from_sql(inner)?;
+            elem.array_of().ok_or_else(|| {
+                SqlError::unsupported("multidimensional array types are not supported")
+            })?
+        }
         D::Custom(name, _) => {
             let n = name
                 .0
@@ -65,6 +81,24 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
                 "date" => TypeId::Date,
                 "bytea" => TypeId::Bytea,
                 "uuid" => TypeId::Uuid,
+                "time" => TypeId::Time,
+                "interval" => TypeId::Interval,
+                "json" => TypeId::Json,
+                "jsonb" => TypeId::Jsonb,
+                // PostgreSQL's internal array type names (`_int4`).
+                other if other.starts_with('_') => {
+                    match type_from_sql(&D::Custom(
+                        sqlparser::ast::ObjectName::from(vec![sqlparser::ast::Ident::new(
+                            &other[1..],
+                        )]),
+                        vec![],
+                    )) {
+                        Ok(elem) => elem.array_of().ok_or_else(|| {
+                            SqlError::unsupported("multidimensional array types are not supported")
+                        })?,
+                        Err(e) => return Err(e),
+                    }
+                }
                 other if POSTGRES_TYPES_NOT_BUILT.contains(&other) => {
                     return Err(SqlError::unsupported(format!(
                         "type {other} is not supported by walrus"
@@ -90,11 +124,7 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
 /// Built-in PostgreSQL type names walrus does not have: 0A000 (not built), not 42704
 /// (no such type).
 const POSTGRES_TYPES_NOT_BUILT: &[&str] = &[
-    "json",
-    "jsonb",
-    "time",
     "timetz",
-    "interval",
     "xml",
     "money",
     "inet",
@@ -146,12 +176,21 @@ pub fn sql_type_oid(dt: &DataType) -> SqlResult<u32> {
         match n.as_deref().map(|n| n.trim_matches('"')) {
             Some("varchar") => return Ok(1043),
             Some("bpchar") | Some("char") => return Ok(1042),
+            Some("_varchar") => return Ok(1015),
+            Some("_bpchar") => return Ok(1014),
             _ => {}
         }
     }
     Ok(match dt {
         D::Varchar(_) | D::CharVarying(_) | D::CharacterVarying(_) => 1043,
         D::Char(_) | D::Character(_) => 1042,
+        D::Array(sqlparser::ast::ArrayElemTypeDef::SquareBracket(inner, None)) => {
+            match sql_type_oid(inner)? {
+                1043 => 1015,
+                1042 => 1014,
+                _ => type_from_sql(dt)?.pg_oid(),
+            }
+        }
         other => type_from_sql(other)?.pg_oid(),
     })
 }
@@ -211,6 +250,15 @@ pub fn column_type(dt: &DataType) -> SqlResult<(TypeId, i32, DeclaredType)> {
             };
             (TypeId::Numeric, typmod, DeclaredType::Plain)
         }
+        // `varchar(20)[]`: the element's modifier and spelling, as PostgreSQL's
+        // atttypmod.
+        D::Array(sqlparser::ast::ArrayElemTypeDef::SquareBracket(inner, None)) => {
+            let (elem, typmod, declared) = column_type(inner)?;
+            let ty = elem.array_of().ok_or_else(|| {
+                SqlError::unsupported("multidimensional array types are not supported")
+            })?;
+            (ty, typmod, declared)
+        }
         other => (type_from_sql(other)?, -1, DeclaredType::Plain),
     })
 }
@@ -219,6 +267,13 @@ pub fn column_type(dt: &DataType) -> SqlResult<(TypeId, i32, DeclaredType)> {
 /// (`character varying(10)`, `character(84)`, `numeric(10,2)`); `None` when the
 /// column has neither a type modifier nor a text spelling other than `text`.
 pub fn declared_type_name(c: &ColumnDef) -> Option<String> {
+    if let Some(elem) = c.ty.elem() {
+        let name = declared_type_name(&ColumnDef {
+            ty: elem,
+            ..c.clone()
+        })?;
+        return Some(format!("{name}[]"));
+    }
     let len = || (c.typmod >= 4).then(|| format!("({})", c.typmod - 4));
     match (c.ty, c.declared) {
         (TypeId::Text, DeclaredType::Varchar) => {
@@ -249,6 +304,19 @@ pub fn assign(v: Datum, c: &ColumnDef) -> SqlResult<Datum> {
     let v = coerce(v, c.ty)?;
     if c.typmod < 4 && c.declared != DeclaredType::Char {
         return Ok(v);
+    }
+    // An array column's modifier applies to each element (`varchar(2)[]`).
+    if let (Some(elem), Datum::Array(mut a)) = (c.ty.elem(), v.clone()) {
+        let item_col = ColumnDef {
+            ty: elem,
+            ..c.clone()
+        };
+        a.items = a
+            .items
+            .into_iter()
+            .map(|d| assign(d, &item_col))
+            .collect::<SqlResult<_>>()?;
+        return Ok(Datum::Array(a));
     }
     match (c.ty, v) {
         (TypeId::Text, Datum::Text(s)) if c.typmod >= 4 => {
@@ -333,6 +401,21 @@ pub fn cast_to(v: Datum, dt: &DataType) -> SqlResult<Datum> {
         D::Custom(_, mods) if !mods.is_empty() => Err(SqlError::unsupported(format!(
             "type modifiers on {dt} are not supported"
         ))),
+        // Each element is cast to the element type, modifier included.
+        D::Array(sqlparser::ast::ArrayElemTypeDef::SquareBracket(inner, None)) => {
+            let ty = type_from_sql(dt)?;
+            match coerce(v, ty)? {
+                Datum::Array(mut a) => {
+                    a.items = a
+                        .items
+                        .into_iter()
+                        .map(|d| cast_to(d, inner))
+                        .collect::<SqlResult<_>>()?;
+                    Ok(Datum::Array(a))
+                }
+                other => Ok(other),
+            }
+        }
         _ => {
             let ty = type_from_sql(dt)?;
             // PostgreSQL's explicit-only casts between integer (int4 only) and boolean.
@@ -437,6 +520,30 @@ pub fn coerce(d: Datum, ty: TypeId) -> SqlResult<Datum> {
         (TypeId::Text, _) => Datum::Text(format_text(&d).unwrap_or_default()),
         (TypeId::TimestampTz, Datum::Timestamp(v)) => Datum::TimestampTz(*v),
         (TypeId::Timestamp, Datum::TimestampTz(v)) => Datum::Timestamp(*v),
+        // The time of day of a timestamp (timestamptz: in the session zone, UTC).
+        (TypeId::Time, Datum::Timestamp(v) | Datum::TimestampTz(v)) => {
+            Datum::Time(v.rem_euclid(86_400_000_000))
+        }
+        (TypeId::Interval, Datum::Time(v)) => {
+            Datum::Interval(walrus_engine::access::datum::Interval {
+                months: 0,
+                days: 0,
+                micros: *v,
+            })
+        }
+        (TypeId::Jsonb, Datum::Json(t)) => Datum::Jsonb(crate::json::jsonb_in(t)?),
+        (TypeId::Json, Datum::Jsonb(t)) => Datum::Json(t.clone()),
+        // Arrays convert element by element.
+        (TypeId::Array(elem), Datum::Array(a)) => {
+            Datum::Array(Box::new(walrus_engine::access::datum::ArrayValue {
+                elem: *elem,
+                items: a
+                    .items
+                    .iter()
+                    .map(|d| coerce(d.clone(), *elem))
+                    .collect::<SqlResult<_>>()?,
+            }))
+        }
         (_, Datum::Text(s)) => parse_text(ty, s)?,
         _ => {
             return Err(SqlError::new(

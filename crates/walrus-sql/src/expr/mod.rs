@@ -17,7 +17,7 @@ mod cast;
 mod functions;
 mod ops;
 
-pub use array::{format_array_text, parse_array_text};
+pub use array::{array_items, format_array_text, make_array, parse_array_text};
 pub(crate) use cast::as_i64;
 pub use cast::{
     assign, cast_to, coerce, column_type, declared_limit, declared_type_name, numeric_typmod,
@@ -244,6 +244,28 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             if matches!(v, Datum::Bytea(_)) || matches!(p, Datum::Bytea(_)) {
                 return Err(SqlError::unsupported("LIKE on bytea is not supported"));
             }
+            // Their text form is not text: LIKE would read it (PostgreSQL has no such
+            // operator for them).
+            let not_text = |d: &Datum| {
+                matches!(
+                    d,
+                    Datum::Json(_)
+                        | Datum::Jsonb(_)
+                        | Datum::Array(_)
+                        | Datum::Time(_)
+                        | Datum::Interval(_)
+                )
+            };
+            if not_text(&v) || not_text(&p) {
+                return Err(SqlError::new(
+                    "42883",
+                    format!(
+                        "operator does not exist: {} ~~ {}",
+                        ops::type_name(&v),
+                        ops::type_name(&p)
+                    ),
+                ));
+            }
             let esc = match escape_char {
                 Some(e) => format_text(&eval(e, s)?).and_then(|t| t.chars().next()),
                 None => Some('\\'),
@@ -282,10 +304,7 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                     .collect(),
                 other => match eval(other, s)? {
                     Datum::Null => return Ok(Datum::Null),
-                    d => parse_array_text(&format_text(&d).unwrap_or_default())?
-                        .into_iter()
-                        .map(|t| t.map(Datum::Text).unwrap_or(Datum::Null))
-                        .collect::<Vec<_>>(),
+                    d => array_items(&d)?,
                 },
             };
             let all = matches!(e, Expr::AllOp { .. });
@@ -309,7 +328,7 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                 .iter()
                 .map(|x| eval(x, s))
                 .collect::<SqlResult<Vec<_>>>()?;
-            Ok(Datum::Text(format_array_text(&items)))
+            make_array(items)
         }
         Expr::Nested(inner) => eval(inner, s),
         Expr::UnaryOp { op, expr } => {
@@ -505,6 +524,19 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             ..
         } => {
             let mut v = eval(expr, s)?;
+            // `'int4'::regtype::text`: the inner cast of a name gave the OID (what
+            // comparisons need); its text form is the name again, as PostgreSQL prints.
+            if let (Datum::Int8(_), Some(reg)) = (&v, reg_cast_name(expr)) {
+                let textual = matches!(
+                    data_type,
+                    DataType::Text | DataType::Varchar(_) | DataType::CharacterVarying(_)
+                ) || matches!(data_type, DataType::Custom(n, _) if n.to_string().eq_ignore_ascii_case("name"));
+                if textual {
+                    if let Some(named) = hooks(s)?.function(reg, &[v.clone()]) {
+                        return named;
+                    }
+                }
+            }
             if is_char_column(expr, s)
                 && !matches!(data_type, DataType::Char(_) | DataType::Character(_))
                 && !matches!(data_type, DataType::Custom(n, _) if n.to_string().eq_ignore_ascii_case("bpchar"))
@@ -553,6 +585,19 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             };
             cast_to(Datum::Text(text), &ts.data_type)
         }
+        // `interval '1 day'`; a trailing field (`interval '1' day`) restricts the
+        // fields, which walrus does not do: refused.
+        Expr::Interval(sqlparser::ast::Interval {
+            value,
+            leading_field: None,
+            leading_precision: None,
+            last_field: None,
+            fractional_seconds_precision: None,
+        }) => match eval(value, s)? {
+            Datum::Null => Ok(Datum::Null),
+            Datum::Text(t) => Ok(Datum::Interval(crate::interval::parse_interval(&t)?)),
+            other => coerce(other, TypeId::Interval),
+        },
         Expr::Function(f) => function(f, s),
         Expr::IsUnknown(x) | Expr::IsNotUnknown(x) => {
             let unknown = match eval(x, s)? {
@@ -892,4 +937,27 @@ fn in_values(v: &Datum, items: &[Datum], negated: bool) -> SqlResult<Datum> {
     } else {
         Datum::Bool(negated)
     })
+}
+
+/// The catalog function that names a `regtype`/`regclass` value, when `e` is a cast to
+/// one of them or `to_regtype`/`to_regclass`.
+fn reg_cast_name(e: &Expr) -> Option<&'static str> {
+    let name = match e {
+        Expr::Nested(inner) => return reg_cast_name(inner),
+        Expr::Cast {
+            data_type: DataType::Regclass,
+            ..
+        } => "regclass".to_string(),
+        Expr::Cast {
+            data_type: DataType::Custom(n, _),
+            ..
+        } => n.0.last()?.to_string().to_ascii_lowercase(),
+        Expr::Function(f) => f.name.0.last()?.to_string().to_ascii_lowercase(),
+        _ => return None,
+    };
+    match name.as_str() {
+        "regtype" | "to_regtype" => Some("::regtype"),
+        "regclass" | "to_regclass" => Some("::regclass"),
+        _ => None,
+    }
 }

@@ -37,8 +37,65 @@ pub(crate) fn logic(
     })
 }
 
+/// Whether a value is of a type whose operators beyond equality belong to a later
+/// issue (json, jsonb, arrays, time, interval).
+fn io_only(d: &Datum) -> bool {
+    matches!(
+        d,
+        Datum::Json(_) | Datum::Jsonb(_) | Datum::Array(_) | Datum::Time(_) | Datum::Interval(_)
+    )
+}
+
+/// Refuses what walrus would answer wrongly for the io-only types: `json` has no
+/// equality in PostgreSQL (42883); jsonb ordering and every other operator on these
+/// types are not built (0A000).
+fn check_io_only(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<()> {
+    use BinaryOperator as B;
+    if !io_only(l) && !io_only(r) {
+        return Ok(());
+    }
+    let comparison = matches!(op, B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq);
+    if comparison && (matches!(l, Datum::Json(_)) || matches!(r, Datum::Json(_))) {
+        return Err(SqlError::new(
+            "42883",
+            format!(
+                "operator does not exist: {} {op} {}",
+                type_name(l),
+                type_name(r)
+            ),
+        ));
+    }
+    let equality = matches!(op, B::Eq | B::NotEq);
+    let ordered = |d: &Datum| matches!(d, Datum::Time(_) | Datum::Interval(_) | Datum::Array(_));
+    let same_type = l.type_id() == r.type_id()
+        || matches!(l, Datum::Text(_) | Datum::Null)
+        || matches!(r, Datum::Text(_) | Datum::Null);
+    if comparison
+        && same_type
+        && (equality || (ordered(l) || l.is_null()) && (ordered(r) || r.is_null()))
+    {
+        return Ok(());
+    }
+    if comparison && !same_type {
+        return Err(SqlError::new(
+            "42883",
+            format!(
+                "operator does not exist: {} {op} {}",
+                type_name(l),
+                type_name(r)
+            ),
+        ));
+    }
+    Err(SqlError::unsupported(format!(
+        "operator {op} on {} and {} is not supported",
+        type_name(l),
+        type_name(r)
+    )))
+}
+
 pub fn binary(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
     use BinaryOperator as B;
+    check_io_only(l, op, r)?;
     match op {
         B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq => {
             if l.is_null() || r.is_null() {
@@ -129,6 +186,14 @@ pub fn compare_values(l: &Datum, r: &Datum) -> SqlResult<Ordering> {
 pub(crate) fn arith(l: &Datum, r: &Datum, op: &BinaryOperator) -> SqlResult<Datum> {
     if l.is_null() || r.is_null() {
         return Ok(Datum::Null);
+    }
+    // Unary minus reaches here as 0 - x: interval/time arithmetic is not built.
+    if io_only(l) || io_only(r) {
+        return Err(SqlError::unsupported(format!(
+            "operator {op} on {} and {} is not supported",
+            type_name(l),
+            type_name(r)
+        )));
     }
     // An untyped parameter or literal ('5', $1 sent as text) takes the other side's type.
     match (l, r) {
@@ -284,6 +349,16 @@ pub fn like_match(v: &str, p: &str, esc: Option<char>) -> bool {
 
 /// `~`, `~*`, `!~`, `!~*` with PostgreSQL's (POSIX-like) regular expressions.
 pub(crate) fn regex_op(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
+    if io_only(l) || io_only(r) {
+        return Err(SqlError::new(
+            "42883",
+            format!(
+                "operator does not exist: {} {op} {}",
+                type_name(l),
+                type_name(r)
+            ),
+        ));
+    }
     let (Some(text), Some(pat)) = (format_text(l), format_text(r)) else {
         return Ok(Datum::Null);
     };

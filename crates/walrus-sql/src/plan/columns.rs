@@ -103,21 +103,48 @@ pub fn output_name(e: &Expr) -> String {
             Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_) => {
                 output_name(expr)
             }
-            _ => data_type
-                .to_string()
-                .to_ascii_lowercase()
-                .rsplit('.')
-                .next()
-                .unwrap_or("?column?")
-                .split('(')
-                .next()
-                .unwrap_or("?column?")
-                .to_string(),
+            _ => cast_name(data_type),
         },
+        Expr::Interval(_) => "interval".into(),
         Expr::Nested(i) => output_name(i),
         Expr::Case { .. } => "case".into(),
         Expr::Exists { .. } => "exists".into(),
         Expr::Array(_) => "array".into(),
         _ => "?column?".to_string(),
     }
+}
+
+/// The column name PostgreSQL gives a cast: the target type's `typname` (`int4` for
+/// `integer`, the element's for an array: `'{1}'::int[]` is `int4`).
+fn cast_name(dt: &ast::DataType) -> String {
+    if let ast::DataType::Array(ast::ArrayElemTypeDef::SquareBracket(inner, _)) = dt {
+        return cast_name(inner);
+    }
+    let spelled = dt
+        .to_string()
+        .to_ascii_lowercase()
+        .rsplit('.')
+        .next()
+        .unwrap_or("?column?")
+        .split('(')
+        .next()
+        .unwrap_or("?column?")
+        .trim()
+        .to_string();
+    match spelled.as_str() {
+        "int" | "integer" => "int4",
+        "bigint" => "int8",
+        "smallint" => "int2",
+        "boolean" => "bool",
+        "double precision" | "float" => "float8",
+        "real" => "float4",
+        "character varying" => "varchar",
+        "character" | "char" => "bpchar",
+        "decimal" | "dec" => "numeric",
+        "timestamp with time zone" => "timestamptz",
+        "timestamp without time zone" => "timestamp",
+        "time without time zone" => "time",
+        other => other,
+    }
+    .to_string()
 }

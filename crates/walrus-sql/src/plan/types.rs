@@ -19,10 +19,12 @@ pub(crate) fn cast_origin(e: &Expr) -> Option<Origin> {
         return None;
     };
     let (ty, typmod, declared) = column_type(data_type).ok()?;
-    let type_oid = match declared {
-        DeclaredType::Varchar => 1043,
-        DeclaredType::Char => 1042,
-        DeclaredType::Plain => ty.pg_oid(),
+    let type_oid = match (declared, ty) {
+        (DeclaredType::Varchar, TypeId::Array(_)) => 1015,
+        (DeclaredType::Char, TypeId::Array(_)) => 1014,
+        (DeclaredType::Varchar, _) => 1043,
+        (DeclaredType::Char, _) => 1042,
+        (DeclaredType::Plain, _) => ty.pg_oid(),
     };
     (type_oid != ty.pg_oid() || typmod != -1).then_some(Origin {
         table_oid: 0,
@@ -123,6 +125,29 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
             .and_then(|i| cols.iter().find(|c| c.name == ident(i)).map(|c| c.ty)),
         Expr::Cast { data_type, .. } => type_from_sql(data_type).ok(),
         Expr::Nested(i) => static_type(i, cols),
+        Expr::UnaryOp {
+            op: ast::UnaryOperator::Not,
+            ..
+        }
+        | Expr::IsNull(_)
+        | Expr::IsNotNull(_)
+        | Expr::IsTrue(_)
+        | Expr::IsFalse(_)
+        | Expr::IsNotTrue(_)
+        | Expr::IsNotFalse(_)
+        | Expr::InList { .. }
+        | Expr::Between { .. }
+        | Expr::Like { .. }
+        | Expr::ILike { .. }
+        | Expr::Exists { .. }
+        | Expr::InSubquery { .. } => Some(TypeId::Bool),
+        Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus | ast::UnaryOperator::Plus,
+            expr,
+        } => static_type(expr, cols),
+        Expr::Interval(_) => Some(TypeId::Interval),
+        Expr::TypedString(ts) => type_from_sql(&ts.data_type).ok(),
+        Expr::Array(_) => None,
         Expr::Function(f) => match function_name(f).as_str() {
             "count" => Some(TypeId::Int8),
             "avg" => Some(TypeId::Numeric),

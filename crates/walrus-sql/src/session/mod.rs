@@ -7,7 +7,9 @@
 //! statement timeout, and hands each statement to the executor (`crate::exec`) through
 //! the [`Env`] it implements; it never evaluates rows itself.
 
+mod explain;
 mod parse;
+mod recursive;
 mod settings;
 
 use std::collections::BTreeMap;
@@ -60,6 +62,9 @@ pub struct Session {
     block_undo: Vec<SettingUndo>,
     /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
     prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
+    /// Statements prepared through the extended protocol, by name: their SQL, for
+    /// `EXPLAIN ... EXECUTE name` (explain.rs).
+    protocol_statements: std::collections::HashMap<String, String>,
     /// Parsed extended-protocol statements by SQL text ([`Session::execute_cached`]).
     parse_cache: std::collections::HashMap<String, Arc<Vec<Parsed>>>,
     /// The running statement's budget for materialised rows (`statement_memory_limit`),
@@ -208,6 +213,7 @@ impl Session {
             idle_in_transaction_timeout_ms: 0,
             block_undo: Vec::new(),
             prepared: BTreeMap::new(),
+            protocol_statements: Default::default(),
             parse_cache: std::collections::HashMap::new(),
             memory: Arc::new(MemoryBudget::new(memory_limit)),
             memory_setting_error,
@@ -442,11 +448,20 @@ impl Session {
             }
             self.memory.reset();
             let nulls = vec![Datum::Null; nparams];
-            return match exec::select(self, q, &nulls) {
+            let run = if q.with.as_ref().is_some_and(|w| w.recursive) {
+                self.recursive_select(q, &nulls)
+            } else {
+                exec::select(self, q, &nulls)
+            };
+            return match run {
                 Ok(r) => Ok(Some(r.columns)),
                 Err(e) if e.is_run_time() => static_columns(self, q).map(Some).ok_or(e),
                 Err(e) => Err(e),
             };
+        }
+        // EXPLAIN's one json column (explain.rs).
+        if let Statement::Explain { .. } = st {
+            return Ok(Some(vec![Column::new("QUERY PLAN", TypeId::Json)]));
         }
         // DML with RETURNING describes its output columns.
         let target = match st {
@@ -952,6 +967,9 @@ impl Session {
                 }
                 QueryResult::tag("DEALLOCATE")
             }
+            Statement::Query(q) if q.with.as_ref().is_some_and(|w| w.recursive) => {
+                self.recursive_select(q, params)?
+            }
             Statement::Query(q) => exec::select(self, q, params)?,
             Statement::Insert(ins) => dml::insert(self, ins, params)?,
             Statement::Update(u) => dml::update(self, u, params)?,
@@ -981,6 +999,7 @@ impl Session {
             } => ddl::drop_indexes(self.txn(), names, *if_exists)?,
             Statement::Truncate(tr) => ddl::truncate(self.txn(), tr)?,
             Statement::AlterTable(at) => ddl::alter_table(self.txn(), at)?,
+            Statement::Explain { .. } => self.explain(st)?,
             other => {
                 let text = other.to_string();
                 let word = text

@@ -181,8 +181,11 @@ pub(crate) fn parse(sql: &str) -> SqlResult<Vec<Parsed>> {
     }
     let stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql)
         .map_err(|e| SqlError::syntax(syntax_message(&e.to_string())))?;
-    Ok(stmts
+    stmts
         .into_iter()
-        .map(|s| Parsed::Sql(Box::new(s)))
-        .collect())
+        .map(|mut s| {
+            crate::rewrite::rewrite(&mut s)?;
+            Ok(Parsed::Sql(Box::new(s)))
+        })
+        .collect()
 }

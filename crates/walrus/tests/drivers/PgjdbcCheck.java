@@ -195,6 +195,25 @@ public class PgjdbcCheck {
                     same("uuid", md.getColumnTypeName(7), "uid type name");
                 }
             }
+            // DatabaseMetaData.getColumns (its query uses current_database, row_number()
+            // OVER (PARTITION BY ... ORDER BY ...), pg_get_expr and outer joins on pg_attrdef
+            // and pg_description).
+            try (ResultSet rs = c.getMetaData().getColumns(null, "public", "jdbc_check", null)) {
+                String[] names = {"id", "name", "amount", "at", "ok", "data", "uid"};
+                String[] types = {"int4", "varchar", "numeric", "timestamptz", "bool", "bytea", "uuid"};
+                for (int i = 0; i < names.length; i++) {
+                    check(rs.next(), "getColumns row " + (i + 1));
+                    same(names[i], rs.getString("COLUMN_NAME"), "getColumns name " + (i + 1));
+                    same(types[i], rs.getString("TYPE_NAME"), "getColumns type " + (i + 1));
+                    same(i + 1, rs.getInt("ORDINAL_POSITION"), "getColumns position " + (i + 1));
+                }
+                check(!rs.next(), "getColumns rows");
+            }
+            try (ResultSet rs = c.getMetaData().getColumns(null, "public", "jdbc_check", "name")) {
+                check(rs.next(), "getColumns name row");
+                same(20, rs.getInt("COLUMN_SIZE"), "varchar(20) COLUMN_SIZE");
+                same("YES", rs.getString("IS_NULLABLE"), "name IS_NULLABLE");
+            }
             // Rollback undoes.
             c.setAutoCommit(false);
             try (PreparedStatement ps = c.prepareStatement(

@@ -1,0 +1,446 @@
+//! `json` and `jsonb` text input and output as PostgreSQL 15's: `json` keeps the text
+//! as given once it parses; `jsonb` is printed from its parsed form (object keys by
+//! length then bytes, the last of duplicate keys kept, numbers as `numeric` prints them,
+//! `": "` and `", "` between items). Operators on them are not built (issue 29 asks for
+//! I/O and equality only).
+
+use crate::error::SqlError;
+
+/// A parsed JSON value.
+#[derive(Debug, Clone, PartialEq)]
+enum Json {
+    Null,
+    Bool(bool),
+    /// The number's text as written (validated).
+    Number(String),
+    String(String),
+    Array(Vec<Json>),
+    Object(Vec<(String, Json)>),
+}
+
+/// PostgreSQL's json syntax error (for json and jsonb alike); `_text` is the input,
+/// which PostgreSQL names in a CONTEXT line walrus does not send.
+fn syntax(_text: &str, detail: String) -> SqlError {
+    SqlError::new("22P02", "invalid input syntax for type json").with_detail(detail)
+}
+
+struct Parser<'a> {
+    text: &'a str,
+    b: &'a [u8],
+    at: usize,
+    /// jsonb: `\u0000` cannot be stored (22P05), as in PostgreSQL.
+    binary: bool,
+}
+
+impl Parser<'_> {
+    fn skip_ws(&mut self) {
+        while self.at < self.b.len() && matches!(self.b[self.at], b' ' | b'\t' | b'\n' | b'\r') {
+            self.at += 1;
+        }
+    }
+
+    /// The token starting here, for error details (PostgreSQL's `Token "x" is invalid`).
+    fn token_error(&self) -> SqlError {
+        if self.at >= self.b.len() {
+            return syntax(self.text, "The input string ended unexpectedly.".into());
+        }
+        let rest = &self.text[self.at..];
+        let end = rest
+            .char_indices()
+            .find(|(i, c)| *i > 0 && (c.is_whitespace() || ",:[]{}\"".contains(*c)))
+            .map_or(rest.len(), |(i, _)| i);
+        syntax(self.text, format!("Token \"{}\" is invalid.", &rest[..end]))
+    }
+
+    fn value(&mut self, depth: usize) -> Result<Json, SqlError> {
+        if depth > 6400 {
+            return Err(SqlError::new("54001", "stack depth limit exceeded"));
+        }
+        self.skip_ws();
+        match self.b.get(self.at) {
+            None => Err(self.token_error()),
+            Some(b'{') => {
+                self.at += 1;
+                let mut items = Vec::new();
+                self.skip_ws();
+                if self.b.get(self.at) == Some(&b'}') {
+                    self.at += 1;
+                    return Ok(Json::Object(items));
+                }
+                loop {
+                    self.skip_ws();
+                    if self.b.get(self.at) != Some(&b'"') {
+                        return Err(self.token_error());
+                    }
+                    let key = self.string()?;
+                    self.skip_ws();
+                    if self.b.get(self.at) != Some(&b':') {
+                        return Err(self.token_error());
+                    }
+                    self.at += 1;
+                    let v = self.value(depth + 1)?;
+                    items.push((key, v));
+                    self.skip_ws();
+                    match self.b.get(self.at) {
+                        Some(b',') => self.at += 1,
+                        Some(b'}') => {
+                            self.at += 1;
+                            return Ok(Json::Object(items));
+                        }
+                        _ => return Err(self.token_error()),
+                    }
+                }
+            }
+            Some(b'[') => {
+                self.at += 1;
+                let mut items = Vec::new();
+                self.skip_ws();
+                if self.b.get(self.at) == Some(&b']') {
+                    self.at += 1;
+                    return Ok(Json::Array(items));
+                }
+                loop {
+                    items.push(self.value(depth + 1)?);
+                    self.skip_ws();
+                    match self.b.get(self.at) {
+                        Some(b',') => self.at += 1,
+                        Some(b']') => {
+                            self.at += 1;
+                            return Ok(Json::Array(items));
+                        }
+                        _ => return Err(self.token_error()),
+                    }
+                }
+            }
+            Some(b'"') => Ok(Json::String(self.string()?)),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => {
+                let rest = &self.b[self.at..];
+                for (word, v) in [
+                    (&b"true"[..], Json::Bool(true)),
+                    (b"false", Json::Bool(false)),
+                    (b"null", Json::Null),
+                ] {
+                    let next = rest.get(word.len());
+                    if rest.starts_with(word)
+                        && !next.is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+                    {
+                        self.at += word.len();
+                        return Ok(v);
+                    }
+                }
+                Err(self.token_error())
+            }
+        }
+    }
+
+    fn number(&mut self) -> Result<Json, SqlError> {
+        let start = self.at;
+        let b = self.b;
+        let mut i = self.at;
+        let digits = |i: &mut usize| {
+            let s = *i;
+            while *i < b.len() && b[*i].is_ascii_digit() {
+                *i += 1;
+            }
+            *i - s
+        };
+        if b[i] == b'-' {
+            i += 1;
+        }
+        let int_start = i;
+        let n = digits(&mut i);
+        let mut ok = n > 0 && !(n > 1 && b[int_start] == b'0');
+        if ok && b.get(i) == Some(&b'.') {
+            i += 1;
+            ok = digits(&mut i) > 0;
+        }
+        if ok && matches!(b.get(i), Some(b'e' | b'E')) {
+            i += 1;
+            if matches!(b.get(i), Some(b'+' | b'-')) {
+                i += 1;
+            }
+            ok = digits(&mut i) > 0;
+        }
+        // A number runs into the next delimiter: `1x` is one bad token.
+        if !ok
+            || b.get(i)
+                .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'.')
+        {
+            self.at = start;
+            return Err(self.token_error());
+        }
+        self.at = i;
+        Ok(Json::Number(self.text[start..i].to_string()))
+    }
+
+    fn string(&mut self) -> Result<String, SqlError> {
+        self.at += 1; // the opening quote
+        let mut out = String::new();
+        let text = self.text;
+        loop {
+            let Some(c) = text[self.at..].chars().next() else {
+                return Err(syntax(text, "The input string ended unexpectedly.".into()));
+            };
+            self.at += c.len_utf8();
+            match c {
+                '"' => return Ok(out),
+                '\\' => {
+                    let Some(e) = text[self.at..].chars().next() else {
+                        return Err(syntax(text, "The input string ended unexpectedly.".into()));
+                    };
+                    self.at += e.len_utf8();
+                    match e {
+                        '"' => out.push('"'),
+                        '\\' => out.push('\\'),
+                        '/' => out.push('/'),
+                        'b' => out.push('\u{8}'),
+                        'f' => out.push('\u{c}'),
+                        'n' => out.push('\n'),
+                        'r' => out.push('\r'),
+                        't' => out.push('\t'),
+                        'u' => {
+                            let cp = self.hex4()?;
+                            self.unicode(cp, &mut out)?;
+                        }
+                        other => {
+                            return Err(syntax(
+                                text,
+                                format!("Escape sequence \"\\{other}\" is invalid."),
+                            ))
+                        }
+                    }
+                }
+                c if (c as u32) < 0x20 => {
+                    return Err(syntax(
+                        text,
+                        format!("Character with value 0x{:02x} must be escaped.", c as u32),
+                    ))
+                }
+                c => out.push(c),
+            }
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32, SqlError> {
+        let h = self.text.get(self.at..self.at + 4).unwrap_or("");
+        if h.len() != 4 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(syntax(
+                self.text,
+                "\"\\u\" must be followed by four hexadecimal digits.".into(),
+            ));
+        }
+        self.at += 4;
+        Ok(u32::from_str_radix(h, 16).unwrap_or(0))
+    }
+
+    /// A `\uXXXX` escape. json keeps its text, so only jsonb needs the character: it
+    /// must pair surrogates and cannot hold `\u0000`.
+    fn unicode(&mut self, cp: u32, out: &mut String) -> Result<(), SqlError> {
+        let surrogate_error = |d: &str| syntax(self.text, d.to_string());
+        if (0xD800..0xDC00).contains(&cp) {
+            if self.text[self.at..].starts_with("\\u") {
+                self.at += 2;
+                let lo = self.hex4()?;
+                if !(0xDC00..0xE000).contains(&lo) {
+                    return Err(surrogate_error(
+                        "Unicode low surrogate must follow a high surrogate.",
+                    ));
+                }
+                let c = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                out.push(char::from_u32(c).unwrap_or('\u{fffd}'));
+                return Ok(());
+            }
+            if self.binary {
+                return Err(surrogate_error(
+                    "Unicode low surrogate must follow a high surrogate.",
+                ));
+            }
+            return Ok(());
+        }
+        if (0xDC00..0xE000).contains(&cp) {
+            if self.binary {
+                return Err(surrogate_error(
+                    "Unicode low surrogate must follow a high surrogate.",
+                ));
+            }
+            return Ok(());
+        }
+        if cp == 0 && self.binary {
+            return Err(
+                SqlError::new("22P05", "unsupported Unicode escape sequence")
+                    .with_detail("\\u0000 cannot be converted to text."),
+            );
+        }
+        out.push(char::from_u32(cp).unwrap_or('\u{fffd}'));
+        Ok(())
+    }
+}
+
+fn parse(s: &str, binary: bool) -> Result<Json, SqlError> {
+    let mut p = Parser {
+        text: s,
+        b: s.as_bytes(),
+        at: 0,
+        binary,
+    };
+    let v = p.value(0)?;
+    p.skip_ws();
+    if p.at < p.b.len() {
+        return Err(p.token_error());
+    }
+    Ok(v)
+}
+
+/// `json` input: the text itself once it is valid JSON.
+pub fn json_in(s: &str) -> Result<String, SqlError> {
+    parse(s, false)?;
+    Ok(s.to_string())
+}
+
+/// `jsonb` input: the normalized text PostgreSQL prints for it.
+pub fn jsonb_in(s: &str) -> Result<String, SqlError> {
+    let v = normalize(parse(s, true)?)?;
+    let mut out = String::with_capacity(s.len());
+    write_jsonb(&v, &mut out);
+    Ok(out)
+}
+
+/// jsonb's stored form: numbers as numeric, objects' keys sorted (length, then bytes)
+/// with the last of equal keys kept.
+fn normalize(v: Json) -> Result<Json, SqlError> {
+    Ok(match v {
+        Json::Number(n) => Json::Number(crate::numeric::canonical(&n)?),
+        Json::Array(items) => {
+            Json::Array(items.into_iter().map(normalize).collect::<Result<_, _>>()?)
+        }
+        Json::Object(items) => {
+            let mut kept: Vec<(String, Json)> = Vec::with_capacity(items.len());
+            for (k, v) in items {
+                let v = normalize(v)?;
+                match kept.iter_mut().find(|(e, _)| *e == k) {
+                    Some(slot) => slot.1 = v,
+                    None => kept.push((k, v)),
+                }
+            }
+            kept.sort_by(|(a, _), (b, _)| {
+                a.len()
+                    .cmp(&b.len())
+                    .then_with(|| a.as_bytes().cmp(b.as_bytes()))
+            });
+            Json::Object(kept)
+        }
+        other => other,
+    })
+}
+
+/// A string as PostgreSQL's `escape_json` writes it.
+fn write_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn write_jsonb(v: &Json, out: &mut String) {
+    match v {
+        Json::Null => out.push_str("null"),
+        Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Json::Number(n) => out.push_str(n),
+        Json::String(s) => write_string(s, out),
+        Json::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_jsonb(item, out);
+            }
+            out.push(']');
+        }
+        Json::Object(items) => {
+            out.push('{');
+            for (i, (k, item)) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_string(k, out);
+                out.push_str(": ");
+                write_jsonb(item, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Outputs printed by PostgreSQL 15 for the same inputs.
+    #[test]
+    fn jsonb_is_normalized_as_postgresql_does() {
+        assert_eq!(
+            jsonb_in(r#"{"b":1,"a":2, "aa":[1.50,1e2,-0, 1E-2,"x\u00e9\n\/"],"a":3}"#).unwrap(),
+            r#"{"a": 3, "b": 1, "aa": [1.50, 100, 0, 0.01, "xé\n/"]}"#
+        );
+        assert_eq!(jsonb_in("{}").unwrap(), "{}");
+        assert_eq!(jsonb_in(" [ ] ").unwrap(), "[]");
+        assert_eq!(jsonb_in("null").unwrap(), "null");
+        assert_eq!(jsonb_in("-0.0").unwrap(), "0.0");
+        assert_eq!(jsonb_in("1.0e1").unwrap(), "10");
+        assert_eq!(
+            jsonb_in(r#"{"a":"\ud83d\ude00"}"#).unwrap(),
+            "{\"a\": \"😀\"}"
+        );
+        assert_eq!(
+            json_in(r#" [1, {"a" : true} ] "#).unwrap(),
+            r#" [1, {"a" : true} ] "#
+        );
+        assert_eq!(json_in(r#""\u0000""#).unwrap(), r#""\u0000""#);
+        assert_eq!(json_in(r#""\ud83d""#).unwrap(), r#""\ud83d""#);
+    }
+
+    #[test]
+    fn bad_json_has_postgresql_errors() {
+        let err = |s: &str, binary: bool| {
+            let e = parse(s, binary).unwrap_err();
+            (e.sqlstate, e.detail.unwrap_or_default())
+        };
+        assert_eq!(
+            err("[1,2", false),
+            ("22P02", "The input string ended unexpectedly.".into())
+        );
+        assert_eq!(
+            err("01", false),
+            ("22P02", "Token \"01\" is invalid.".into())
+        );
+        assert_eq!(
+            err("[1,2] x", false),
+            ("22P02", "Token \"x\" is invalid.".into())
+        );
+        assert_eq!(
+            err("\"a\tb\"", false),
+            ("22P02", "Character with value 0x09 must be escaped.".into())
+        );
+        assert_eq!(err(r#""\u0000""#, true).0, "22P05");
+        assert_eq!(
+            err(r#""\ud83d""#, true),
+            (
+                "22P02",
+                "Unicode low surrogate must follow a high surrogate.".into()
+            )
+        );
+    }
+}

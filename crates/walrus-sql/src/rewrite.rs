@@ -1,0 +1,187 @@
+//! Rewrites of a parsed statement into forms the executor already runs, applied once
+//! after parsing:
+//! - a non-recursive `WITH` list is inlined: each reference to a CTE by its bare name
+//!   becomes a derived table of its query (PostgreSQL 15 inlines such CTEs too; the
+//!   answers are the same because walrus has no volatile functions a second evaluation
+//!   could change). A top-level `WITH RECURSIVE` is left for the session to evaluate
+//!   (`session/recursive.rs`); one below the top level and data-modifying CTEs are 0A000.
+//! - `current_schema` written without parentheses is the function (a keyword in
+//!   PostgreSQL; sqlparser reads it as a column name).
+
+use std::ops::ControlFlow;
+
+use sqlparser::ast::{
+    Expr, Function, FunctionArguments, Ident, ObjectName, Query, SetExpr, Statement, TableAlias,
+    TableFactor, VisitMut, VisitorMut,
+};
+
+use crate::error::{SqlError, SqlResult};
+use crate::names::ident;
+
+/// Applies every rewrite to `st`.
+pub(crate) fn rewrite(st: &mut Statement) -> SqlResult<()> {
+    let mut v = Rewriter;
+    // A top-level WITH RECURSIVE is evaluated by the session (session/recursive.rs):
+    // kept, its CTEs and the rest rewritten apart.
+    if let Statement::Query(q) = st {
+        if q.with.as_ref().is_some_and(|w| w.recursive) {
+            let mut with = q.with.take();
+            let rest = q.visit(&mut v);
+            for cte in with.iter_mut().flat_map(|w| w.cte_tables.iter_mut()) {
+                if let ControlFlow::Break(e) = cte.query.visit(&mut v) {
+                    return Err(e);
+                }
+            }
+            q.with = with;
+            return match rest {
+                ControlFlow::Break(e) => Err(e),
+                ControlFlow::Continue(()) => Ok(()),
+            };
+        }
+    }
+    match st.visit(&mut v) {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
+
+struct Rewriter;
+
+impl VisitorMut for Rewriter {
+    type Break = SqlError;
+
+    fn post_visit_expr(&mut self, e: &mut Expr) -> ControlFlow<SqlError> {
+        if let Expr::Identifier(i) = e {
+            if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("current_schema") {
+                *e = Expr::Function(Function {
+                    name: ObjectName::from(vec![Ident::new("current_schema")]),
+                    uses_odbc_syntax: false,
+                    parameters: FunctionArguments::None,
+                    args: FunctionArguments::None,
+                    null_treatment: None,
+                    filter: None,
+                    over: None,
+                    within_group: vec![],
+                });
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    /// Queries are left in post-order, so an inner `WITH` is inlined before an outer one
+    /// and an inner CTE shadows an outer one of the same name.
+    fn post_visit_query(&mut self, q: &mut Query) -> ControlFlow<SqlError> {
+        match inline_with(q) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => ControlFlow::Break(e),
+        }
+    }
+}
+
+/// One CTE ready to inline: its name, column names and query.
+struct Cte {
+    name: String,
+    alias: TableAlias,
+    query: Query,
+}
+
+fn inline_with(q: &mut Query) -> SqlResult<()> {
+    let Some(with) = q.with.take() else {
+        return Ok(());
+    };
+    if with.recursive {
+        return Err(SqlError::unsupported(
+            "WITH RECURSIVE below the top level of a statement is not supported",
+        ));
+    }
+    let mut ctes: Vec<Cte> = Vec::new();
+    for cte in with.cte_tables {
+        if cte.from.is_some() {
+            return Err(SqlError::unsupported(format!(
+                "WITH {} FROM is not supported",
+                cte.alias.name
+            )));
+        }
+        if !matches!(
+            cte.query.body.as_ref(),
+            SetExpr::Select(_)
+                | SetExpr::Query(_)
+                | SetExpr::SetOperation { .. }
+                | SetExpr::Values(_)
+        ) {
+            return Err(SqlError::unsupported(
+                "data-modifying statements in WITH are not supported",
+            ));
+        }
+        let name = ident(&cte.alias.name);
+        if ctes.iter().any(|c| c.name == name) {
+            return Err(SqlError::new(
+                "42712",
+                format!("WITH query name \"{name}\" specified more than once"),
+            ));
+        }
+        let mut query = *cte.query;
+        // A CTE sees the ones before it.
+        replace_refs(&mut query, &ctes)?;
+        ctes.push(Cte {
+            name,
+            alias: cte.alias,
+            query,
+        });
+    }
+    replace_refs(q, &ctes)
+}
+
+/// Replaces every FROM reference to one of `ctes` in `q` by a derived table.
+fn replace_refs(q: &mut Query, ctes: &[Cte]) -> SqlResult<()> {
+    if ctes.is_empty() {
+        return Ok(());
+    }
+    struct Refs<'a>(&'a [Cte]);
+    impl VisitorMut for Refs<'_> {
+        type Break = SqlError;
+        // After the children: the inlined query is not visited again, so a CTE whose
+        // query names a real table of its own name does not recurse.
+        fn post_visit_table_factor(&mut self, t: &mut TableFactor) -> ControlFlow<SqlError> {
+            let TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } = t
+            else {
+                return ControlFlow::Continue(());
+            };
+            if name.0.len() != 1 {
+                return ControlFlow::Continue(());
+            }
+            let Some(id) = name.0[0].as_ident() else {
+                return ControlFlow::Continue(());
+            };
+            let n = ident(id);
+            let Some(cte) = self.0.iter().find(|c| c.name == n) else {
+                return ControlFlow::Continue(());
+            };
+            let alias = match alias.take() {
+                Some(mut a) => {
+                    if a.columns.is_empty() {
+                        a.columns = cte.alias.columns.clone();
+                    }
+                    a
+                }
+                None => cte.alias.clone(),
+            };
+            *t = TableFactor::Derived {
+                lateral: false,
+                subquery: Box::new(cte.query.clone()),
+                alias: Some(alias),
+                sample: None,
+            };
+            ControlFlow::Continue(())
+        }
+    }
+    match q.visit(&mut Refs(ctes)) {
+        ControlFlow::Break(e) => Err(e),
+        ControlFlow::Continue(()) => Ok(()),
+    }
+}
