@@ -69,6 +69,47 @@ fn leading_number(cell: &str) -> Option<f64> {
     cell.split_whitespace().next()?.parse().ok()
 }
 
+/// The bulk and queries scenarios (issue 28) load and query both systems and report a
+/// number for every row both can run; the queries walrus refuses show its error.
+#[test]
+fn quick_bulk_and_queries_report_numbers_for_both_systems() {
+    if !postgres_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("report.md");
+    let o = bench()
+        .args(["compare", "--scenario", "bulk,queries", "--quick"])
+        .arg("--out")
+        .arg(&out)
+        .arg("--work-dir")
+        .arg(tmp.path())
+        .env("WALRUS_LOG", "warn")
+        .output()
+        .expect("run walrus-bench compare");
+    assert!(o.status.success(), "{}", text(&o));
+    let report = std::fs::read_to_string(&out).expect("report written");
+    for (heading, metric) in [
+        ("### bulk", "pgbench -i -s 1 (s)"),
+        ("### bulk", "COPY CSV (MB/s)"),
+        ("### queries", "count (s)"),
+        ("### queries", "top-N (s)"),
+        ("### queries", "join + group (s)"),
+        ("### queries", "recursive CTE (s)"),
+        (
+            "### queries",
+            "1 client, TPC-B-like, -M prepared: average latency (ms)",
+        ),
+    ] {
+        let cells = row(&report, heading, metric);
+        assert!(
+            leading_number(cells[0]).is_some_and(|v| v > 0.0)
+                && leading_number(cells[1]).is_some_and(|v| v > 0.0),
+            "{metric}: numbers for both systems: {cells:?}\n{report}"
+        );
+    }
+}
+
 #[test]
 fn quick_insert_reports_numbers_for_both_systems() {
     if !postgres_available() {
