@@ -205,36 +205,32 @@ pub(crate) fn create_index_statement(
     Ok(QueryResult::tag("CREATE INDEX"))
 }
 
-/// `DROP TABLE [IF EXISTS] names`.
-pub(crate) fn drop_tables(
+/// `DROP TABLE [IF EXISTS] names` (`index` false) or `DROP INDEX [IF EXISTS] names`.
+pub(crate) fn drop_objects(
     t: &mut Transaction,
     names: &[ast::ObjectName],
     if_exists: bool,
+    index: bool,
 ) -> SqlResult<QueryResult> {
+    use walrus_engine::Error::{UndefinedIndex, UndefinedTable};
     for n in names {
         let name = object_name(n);
-        match t.drop_table(&name) {
-            Err(walrus_engine::Error::UndefinedTable(_)) if if_exists => {}
+        let dropped = if index {
+            t.drop_index(&name)
+        } else {
+            t.drop_table(&name)
+        };
+        match dropped {
+            Err(UndefinedTable(_)) if if_exists && !index => {}
+            Err(UndefinedIndex(_)) if if_exists && index => {}
             other => other?,
         }
     }
-    Ok(QueryResult::tag("DROP TABLE"))
-}
-
-/// `DROP INDEX [IF EXISTS] names`.
-pub(crate) fn drop_indexes(
-    t: &mut Transaction,
-    names: &[ast::ObjectName],
-    if_exists: bool,
-) -> SqlResult<QueryResult> {
-    for n in names {
-        let name = object_name(n);
-        match t.drop_index(&name) {
-            Err(walrus_engine::Error::UndefinedIndex(_)) if if_exists => {}
-            other => other?,
-        }
-    }
-    Ok(QueryResult::tag("DROP INDEX"))
+    Ok(QueryResult::tag(if index {
+        "DROP INDEX"
+    } else {
+        "DROP TABLE"
+    }))
 }
 
 /// `TRUNCATE [TABLE] names`.

@@ -981,7 +981,7 @@ impl Session {
                 if_exists,
                 names,
                 ..
-            } => ddl::drop_tables(self.txn(), names, *if_exists)?,
+            } => ddl::drop_objects(self.txn(), names, *if_exists, false)?,
             Statement::Drop {
                 object_type: ObjectType::Index,
                 cascade: true,
@@ -996,7 +996,7 @@ impl Session {
                 if_exists,
                 names,
                 ..
-            } => ddl::drop_indexes(self.txn(), names, *if_exists)?,
+            } => ddl::drop_objects(self.txn(), names, *if_exists, true)?,
             Statement::Truncate(tr) => ddl::truncate(self.txn(), tr)?,
             Statement::AlterTable(at) => ddl::alter_table(self.txn(), at)?,
             Statement::Explain { .. } => self.explain(st)?,
