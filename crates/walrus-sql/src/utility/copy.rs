@@ -332,7 +332,9 @@ pub fn parse(sql: &str) -> SqlResult<CopyStatement> {
     let mut options: Vec<(String, OptArg)> = Vec::new();
     let (source, from) = if c.is_punct('(') {
         // The query runs to the matching parenthesis (strings are single tokens).
-        let open = c.next().expect("peeked");
+        let open = c
+            .next()
+            .ok_or_else(|| SqlError::syntax("syntax error at end of input"))?;
         let mut depth = 1;
         let mut close = None;
         while let Some(t) = c.next() {

@@ -43,7 +43,8 @@ pub(super) fn read_header(buf: &[u8], at_end: bool) -> SqlResult<Option<usize>> 
     if &buf[..SIGNATURE.len()] != SIGNATURE {
         return Err(bad_format("COPY file signature not recognized"));
     }
-    let flags = int32(buf, 11).expect("length checked");
+    let flags =
+        int32(buf, 11).ok_or_else(|| bad_format("invalid COPY file header (missing flags)"))?;
     if flags & (1 << 16) != 0 {
         return Err(bad_format("invalid COPY file header (WITH OIDS)"));
     }
@@ -52,7 +53,8 @@ pub(super) fn read_header(buf: &[u8], at_end: bool) -> SqlResult<Option<usize>> 
             "unrecognized critical flags in COPY file header",
         ));
     }
-    let extension = int32(buf, 15).expect("length checked");
+    let extension =
+        int32(buf, 15).ok_or_else(|| bad_format("invalid COPY file header (missing length)"))?;
     if extension < 0 {
         return Err(bad_format("invalid COPY file header (missing length)"));
     }

@@ -249,7 +249,8 @@ pub(super) fn check_utf8_within<'a>(bytes: &'a [u8], data: &[u8]) -> SqlResult<&
 
 fn utf8(bytes: Vec<u8>) -> SqlResult<String> {
     check_utf8(&bytes)?;
-    Ok(String::from_utf8(bytes).expect("checked"))
+    String::from_utf8(bytes)
+        .map_err(|_| SqlError::new("22021", "invalid byte sequence for encoding \"UTF8\""))
 }
 
 /// Splits a text-format record into fields: a field whose raw text is the NULL string
