@@ -263,31 +263,9 @@ impl Transaction {
     pub fn scan(
         &mut self,
         def: &TableDef,
-        mut f: impl FnMut(Tid, Vec<Datum>) -> Result<bool>,
+        f: impl FnMut(Tid, Vec<Datum>) -> Result<bool>,
     ) -> Result<()> {
-        let (snap, own, cid) = self.viewer_parts();
-        let viewer = Viewer {
-            snapshot: &snap,
-            own_xid: own,
-            cid,
-        };
-        let rel = self.inner.rel(def.relfile, def.fillfactor);
-        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
-        let types = def.types();
-        let mut rows = Vec::new();
-        for b in 0..heap.nblocks()? {
-            self.check_interrupt()?;
-            rows.clear();
-            heap.scan_block(b, &viewer, &mut rows)?;
-            for (tid, row) in rows.drain(..) {
-                let values = datum::decode_row(&row, &types)
-                    .map_err(|e| Error::InvalidInput(e.to_string()))?;
-                if !f(tid, values)? {
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
+        self.scan_columns(def, &vec![true; def.columns.len()], f)
     }
 
     /// [`Transaction::scan`] decoding only the columns `wanted` marks (the others read
