@@ -292,13 +292,9 @@ fn crash_copy_fpw() {
     );
 }
 
-/// 16MB of buffers, not 2MB: with dwb and 2MB a busy machine made the bulk COPY itself
-/// fail ("no clean buffers became available") before any kill — a known
-/// limitation reported separately; the COPYs still outgrow the buffers, so pages are
-/// evicted mid-COPY.
 #[test]
 fn crash_copy_dwb() {
     crash_copy_cycles(
-        "page_protection = \"dwb\"\ndwb_batch_pages = 16\nwal_sync_method = \"fdatasync\"\nshared_buffers = \"16MB\"\n",
+        "page_protection = \"dwb\"\ndwb_batch_pages = 16\nwal_sync_method = \"fdatasync\"\nshared_buffers = \"2MB\"\n",
     );
 }

@@ -400,3 +400,53 @@ fn recovery_with_hot_pages_keeps_the_dirty_queue_ordered_and_loses_nothing() {
     assert!(rows_of(&e, &def).iter().all(|(_, r)| r[1] == want));
     e.shutdown().unwrap();
 }
+
+/// A bulk load into a pool far smaller than the table, with `dwb` and real WAL syncs:
+/// the loading backend holds a heap or index page exclusively while it waits for a clean
+/// frame, and a page writer whose batch holds that page (copied before the backend took
+/// it) must not block on its latch when finishing the batch, or neither moves until the
+/// backend gives up ("no clean buffers became available"). Each load is one transaction
+/// of multi-row batches into a table with two indexes, as COPY does.
+#[test]
+fn bulk_load_into_a_tiny_dwb_pool_never_starves_for_clean_buffers() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_with(
+        dir.path(),
+        &[
+            ("page_protection", "\"dwb\""),
+            ("dwb_batch_pages", "16"),
+            ("shared_buffers", "\"1MB\""),
+            ("wal_sync_method", "\"fdatasync\""),
+            ("autovacuum", "\"off\""),
+        ],
+    );
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.create_index("t", "t_pkey", &[0], true, true).unwrap();
+    t.create_index("t", "t_v", &[1], false, false).unwrap();
+    t.commit().unwrap();
+    let def = e.catalog_view().unwrap().table(&def.name).unwrap();
+    let pad = "y".repeat(150);
+    for load in 0..4 {
+        let mut t = e.begin(Isolation::ReadCommitted);
+        for chunk in 0..30 {
+            let rows: Vec<Vec<Datum>> = (0..1000)
+                .map(|i| {
+                    let id = load * 30_000 + chunk * 1000 + i;
+                    vec![
+                        Datum::Int4(id),
+                        Datum::Text(format!("{:08} {pad}", 1_000_000 - id)),
+                    ]
+                })
+                .collect();
+            t.insert_many(&def, &rows)
+                .unwrap_or_else(|err| panic!("load {load}, batch {chunk}: {err}"));
+        }
+        t.commit().unwrap();
+    }
+    let mut t = e.begin(Isolation::ReadCommitted);
+    assert_eq!(t.scan_all(&def).unwrap().len(), 120_000);
+    t.commit().unwrap();
+    assert_eq!(e.pool().stats.writes_by_backend.load(Ordering::Relaxed), 0);
+    e.shutdown().unwrap();
+}

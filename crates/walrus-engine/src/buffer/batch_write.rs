@@ -7,8 +7,9 @@
 //! their files synced before the slot is given back (`protect::dwb`).
 //!
 //! No latch is held across the I/O, so a backend may change a page while its copy is in
-//! flight. Finalizing looks at each page again under its latch: unchanged since the copy
-//! (same LSN), it is clean now; changed, it stays dirty, and its `rec_lsn` becomes the
+//! flight. Finalizing looks at each page again under its latch, which it only tries (the
+//! holder may be a backend waiting for clean frames from this very batch): unchanged
+//! since the copy (same LSN), it is clean now; changed, or latched, it stays dirty, and its `rec_lsn` becomes the
 //! insert position noted at the copy — every change after the copy was logged after that
 //! point (during crash recovery: the start of the record being replayed, since the insert
 //! position is then the end of the WAL) — so a checkpoint whose redo LSN is past it need not wait for the page, and a
@@ -157,11 +158,14 @@ impl BufferPool {
                 fr.flags.fetch_and(!FLAG_IO, Ordering::AcqRel);
                 continue; // still dirty, still queued (or found again by the sweep)
             }
-            let g = fr.latch.read();
+            // Never wait for the latch: its holder may be a backend waiting for this
+            // very batch to produce clean frames. Latched means "may be changing": the
+            // page stays dirty, exactly as if it had changed.
+            let g = fr.latch.try_read();
             // Pinned since staging, so still this page; the batch owns its write.
             debug_assert_eq!(fr.page.load(Ordering::Acquire), s.page);
             fr.flags.fetch_and(!FLAG_IO, Ordering::AcqRel);
-            if page::lsn(&g[..]) == s.lsn {
+            if g.as_ref().is_some_and(|g| page::lsn(&g[..]) == s.lsn) {
                 fr.flags.fetch_and(!FLAG_DIRTY, Ordering::AcqRel);
                 fr.rec_lsn.store(0, Ordering::Release);
                 self.dirty_count.fetch_sub(1, Ordering::Relaxed);
