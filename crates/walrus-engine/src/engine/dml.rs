@@ -111,6 +111,45 @@ impl Transaction {
         def: &TableDef,
         rows: &[Vec<Datum>],
     ) -> std::result::Result<Vec<Tid>, BatchFailure> {
+        self.insert_batch_with(def, rows, false)
+    }
+
+    /// Whether `def`'s relation file was created by this transaction (CREATE TABLE or
+    /// TRUNCATE in it): what COPY FREEZE requires. walrus has no subtransactions, so
+    /// PostgreSQL's "current subtransaction" is the transaction.
+    pub fn created_in_this_transaction(&self, def: &TableDef) -> bool {
+        self.created.contains(&def.relfile)
+    }
+
+    /// COPY FREEZE: [`Transaction::insert_batch`] writing the rows with their xmin
+    /// hinted committed, so no later reader asks the commit-status log about them and
+    /// no freeze pass has to visit their pages. Only for a table whose relation file
+    /// this transaction created (`created_in_this_transaction`): nobody else reads it
+    /// before the commit (the hint does not change what other snapshots see: the xid
+    /// is still in progress for them), and an abort unlinks the file.
+    pub fn insert_batch_frozen(
+        &mut self,
+        def: &TableDef,
+        rows: &[Vec<Datum>],
+    ) -> std::result::Result<Vec<Tid>, BatchFailure> {
+        if !self.created_in_this_transaction(def) {
+            return Err(BatchFailure {
+                row: 0,
+                error: Error::InvalidInput(format!(
+                    "rows of \"{}\" can be written frozen only in the transaction that created or truncated it",
+                    def.name
+                )),
+            });
+        }
+        self.insert_batch_with(def, rows, true)
+    }
+
+    fn insert_batch_with(
+        &mut self,
+        def: &TableDef,
+        rows: &[Vec<Datum>],
+        frozen: bool,
+    ) -> std::result::Result<Vec<Tid>, BatchFailure> {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -137,7 +176,7 @@ impl Transaction {
         let xid = self.mark_write();
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let tids = Heap::new(&self.inner.pool, &self.inner.txn, &rel)
-            .insert_many(xid, self.cid, &encoded[..good.len()])
+            .insert_many(xid, self.cid, &encoded[..good.len()], frozen)
             .map_err(at(0))?;
         self.activity_of(&rel).inserted += tids.len() as u64;
         for (i, (values, &tid)) in good.iter().zip(&tids).enumerate() {

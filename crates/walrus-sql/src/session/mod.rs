@@ -754,6 +754,12 @@ impl Session {
                     ));
                 }
                 let def = self.txn().table(&name)?;
+                if options.freeze && !self.txn().created_in_this_transaction(&def) {
+                    return Err(SqlError::new(
+                        "55000",
+                        "cannot perform COPY FREEZE because the table was not created or truncated in the current subtransaction",
+                    ));
+                }
                 let copy = CopyIn::begin((*def).clone(), &columns, options)?;
                 return Ok(Outcome::CopyIn(Box::new(copy)));
             }

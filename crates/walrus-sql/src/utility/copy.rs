@@ -6,7 +6,9 @@
 //! `ProcessCopyOptions`, so a COPY is refused before any data moves.
 //!
 //! Not built, refused with 0A000: server-side files and programs, `WHERE`, encodings
-//! other than UTF8. `FREEZE` is accepted and has no effect (a hint for the loader).
+//! other than UTF8. `FREEZE` (FROM) writes the rows with their xmin hinted committed and,
+//! as in PostgreSQL, needs the table created or truncated in the same transaction
+//! (55000 otherwise); with TO it is accepted and means nothing, as in PostgreSQL.
 
 use crate::error::{SqlError, SqlResult};
 
@@ -48,6 +50,9 @@ pub struct CopyOptions {
     pub force_quote: ForceQuote,
     pub force_not_null: Vec<String>,
     pub force_null: Vec<String>,
+    /// `FREEZE`: load the rows frozen (FROM only; checked against the table when the
+    /// COPY starts).
+    pub freeze: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -900,6 +905,7 @@ fn process_options(from: bool, opts: &[(String, OptArg)]) -> SqlResult<CopyOptio
         force_quote: force_quote.unwrap_or(ForceQuote::None),
         force_not_null: force_not_null.unwrap_or_default(),
         force_null: force_null.unwrap_or_default(),
+        freeze: freeze.unwrap_or(false),
     })
 }
 

@@ -327,10 +327,26 @@ impl<'a> Heap<'a> {
 
     /// Inserts new row versions a page at a time: each page is filled under one latch
     /// and logged as one `INFO_MULTI_INSERT` record. Returns the tids in `rows` order.
-    pub fn insert_many(&self, xid: Xid, cid: u32, rows: &[Vec<u8>]) -> Result<Vec<Tid>> {
+    ///
+    /// `xmin_committed` writes the rows with their xmin already hinted committed (COPY
+    /// FREEZE): only for a relation file this transaction created, which nobody else can
+    /// read before the commit and which an abort unlinks, so the hint is never seen
+    /// wrong. The hint is carried by the WAL record, so redo writes it too.
+    pub fn insert_many(
+        &self,
+        xid: Xid,
+        cid: u32,
+        rows: &[Vec<u8>],
+        xmin_committed: bool,
+    ) -> Result<Vec<Tid>> {
+        let infomask = if xmin_committed {
+            tuple::XMIN_COMMITTED
+        } else {
+            0
+        };
         let tuples: Vec<Vec<u8>> = rows
             .iter()
-            .map(|r| tuple::build(&TupleHeader::new(xid, cid, 0), r))
+            .map(|r| tuple::build(&TupleHeader::new(xid, cid, infomask), r))
             .collect();
         // Rows before a too-big one are inserted first, as a row-by-row insert would.
         let too_big = tuples.iter().position(|t| t.len() > HEAP_TUPLE_BYTES_MAX);

@@ -54,8 +54,14 @@ pub(crate) fn load_rows(
     t: &mut Transaction,
     def: &TableDef,
     rows: &[Vec<Datum>],
+    freeze: bool,
 ) -> Result<u64, LoadFailure> {
-    match t.insert_batch(def, rows) {
+    let inserted = if freeze {
+        t.insert_batch_frozen(def, rows)
+    } else {
+        t.insert_batch(def, rows)
+    };
+    match inserted {
         Ok(tids) => Ok(tids.len() as u64),
         Err(f) => Err(LoadFailure {
             row: Some(f.row),
@@ -261,7 +267,7 @@ impl CopyIn {
     fn flush(&mut self, t: &mut Transaction) -> Result<(), SqlError> {
         let rows = std::mem::take(&mut self.batch);
         let lines = std::mem::take(&mut self.batch_lines);
-        match load_rows(t, &self.def, &rows) {
+        match load_rows(t, &self.def, &rows, self.opts.freeze) {
             Ok(n) => {
                 self.loaded += n;
                 Ok(())
