@@ -9,6 +9,7 @@
 //! |--------------------|---------------------------------------------------------------|
 //! | `open.rs`          | `init`, `open`/`open_with` (recovery hand-off), `shutdown`     |
 //! | `checkpoint.rs`    | the checkpointer thread, `run_checkpoint`, checkpoint stats   |
+//! | `calibrate.rs`     | init's replay-rate calibration (a synthetic crash, replayed)  |
 //! | `transaction.rs`   | `Transaction`, `begin`: xid, snapshot, lock waits, table holds |
 //! | `ddl.rs`           | catalog reads, CREATE TABLE/INDEX, DROP TABLE, TRUNCATE       |
 //! | `dml.rs`           | insert, update, delete, scans, index maintenance, uniqueness  |
@@ -39,6 +40,7 @@ use crate::storage::control::ControlFile;
 use crate::txn::TxnManager;
 use crate::wal::Wal;
 
+mod calibrate;
 mod checkpoint;
 mod commit;
 mod ddl;
@@ -48,7 +50,8 @@ mod table_locks;
 mod table_stats;
 mod transaction;
 mod vacuum;
-pub use checkpoint::{CheckpointReason, CheckpointStats, FlushDetail, ReplayRate};
+pub use calibrate::{Calibration, CALIBRATION_WAL_BYTES};
+pub use checkpoint::{CheckpointReason, CheckpointStats, FlushDetail, RateSource, ReplayRate};
 pub use dml::{datum_text, BatchFailure, RowChange};
 pub use open::RecoveryReport;
 use table_locks::TableLocks;

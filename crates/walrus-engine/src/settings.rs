@@ -173,7 +173,7 @@ bgwriter_delay = "10ms"
 # incremental_checkpoint = off keeps classic checkpoints. fpw is always classic.
 # incremental_checkpoint = "on"
 # Page writers keep the estimated crash-recovery time under this (0: off; incremental
-# checkpoints only; the replay rate is measured at each recovery).
+# checkpoints only; the replay rate is calibrated at init and measured at each recovery).
 recovery_time_target = "60s"
 # An explicit, shutdown or switchover checkpoint completes within this (5s..60s).
 checkpoint_target_time = "30s"

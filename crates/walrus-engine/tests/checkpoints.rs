@@ -450,3 +450,60 @@ fn bulk_load_into_a_tiny_dwb_pool_never_starves_for_clean_buffers() {
     assert_eq!(e.pool().stats.writes_by_backend.load(Ordering::Relaxed), 0);
     e.shutdown().unwrap();
 }
+
+/// `walrus init`'s calibration: a synthetic crash replayed in a scratch directory gives
+/// the replay rate before any real recovery; the engine plans `recovery_time_target`
+/// with it (reported as "calibrated"), the scratch directory is gone, and a real
+/// recovery that replays enough WAL replaces it with a measured rate.
+#[test]
+fn init_calibrates_the_replay_rate_and_a_real_recovery_replaces_it() {
+    use walrus_engine::engine::RateSource;
+    let dir = tempfile::tempdir().unwrap();
+    // `fpw`: classic checkpoints, none during this test (no timeout, no WAL-size
+    // trigger), so the crash below replays everything written.
+    let sets = [
+        ("page_protection", "\"fpw\""),
+        ("checkpoint_timeout", "\"1h\""),
+        ("max_wal_size", "\"1GB\""),
+        ("autovacuum", "\"off\""),
+    ];
+    Engine::init(dir.path(), Some(&config(&sets))).unwrap();
+    let started = Instant::now();
+    let cal = Engine::calibrate_replay_rate(dir.path(), None).unwrap();
+    eprintln!(
+        "calibration: {} bytes replayed in {:.3} s = {:.1} MB/s; the whole calibration took {:.2} s",
+        cal.replayed_bytes,
+        cal.took.as_secs_f64(),
+        cal.bytes_per_sec as f64 / 1e6,
+        started.elapsed().as_secs_f64()
+    );
+    assert!(cal.replayed_bytes >= 4 << 20, "{cal:?}");
+    assert!(cal.bytes_per_sec > 0);
+    assert!(!dir.path().join("replay_calibration.tmp").exists());
+
+    let (e, report) = Engine::open(dir.path()).unwrap();
+    assert!(report.is_none(), "the real directory needed no recovery");
+    let rate = e.flush_detail().replay_rate;
+    assert_eq!(rate.source, RateSource::Calibrated);
+    assert_eq!(rate.bytes_per_sec, cal.bytes_per_sec);
+    // A clean shutdown's checkpoint keeps the calibrated rate (and says so).
+    e.shutdown().unwrap();
+    let (e, _) = Engine::open(dir.path()).unwrap();
+    assert_eq!(e.flush_detail().replay_rate.source, RateSource::Calibrated);
+
+    // A real crash with more than 4 MB to replay measures its own rate.
+    let def = table(&e);
+    let start = e.wal().insert_lsn();
+    let mut next = 0;
+    while e.wal().insert_lsn().distance_from(start) < 6 << 20 {
+        insert_rows(&e, &def, next, 2000);
+        next += 2000;
+    }
+    e.shutdown_immediate();
+    drop(e);
+    let (e, report) = Engine::open(dir.path()).unwrap();
+    let replayed = report.expect("a crash").replayed_bytes;
+    assert!(replayed >= 6 << 20, "replayed {replayed}");
+    assert_eq!(e.flush_detail().replay_rate.source, RateSource::Measured);
+    e.shutdown().unwrap();
+}

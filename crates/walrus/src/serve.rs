@@ -27,15 +27,21 @@ pub struct ServeArgs {
 use walrus_engine::storage::dir_lock::{is_held, LOCK_FILE as PID_FILE};
 
 pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
+    let overrides = match &a.config {
+        Some(c) => Some(
+            std::fs::read_to_string(c)
+                .with_context(|| format!("cannot read configuration file {}", c.display()))?,
+        ),
+        None => None,
+    };
     if !a.data.join("control").exists() {
         Engine::init(&a.data, None)?;
         tracing::info!("created data directory {}", a.data.display());
+        crate::calibrate_replay_rate(&a.data, overrides.as_deref());
     }
     let mut settings = Settings::load(&a.data)?;
-    if let Some(c) = &a.config {
-        let text = std::fs::read_to_string(c)
-            .with_context(|| format!("cannot read configuration file {}", c.display()))?;
-        settings.apply_toml(&text)?;
+    if let Some(text) = &overrides {
+        settings.apply_toml(text)?;
     }
     let extra = |k: &str| {
         settings

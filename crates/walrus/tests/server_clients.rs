@@ -182,6 +182,12 @@ fn psql_and_pgbench_in_all_query_modes() {
     let srv = ServerProc::start(&tmp.path().join("data"), free_port());
     assert_eq!(srv.scalar("select 1"), "1");
     assert_eq!(srv.scalar("show server_version"), "15.18");
+    // `walrus serve` created the directory and calibrated its replay rate.
+    assert_eq!(
+        srv.scalar("select replay_rate_source from walrus_flush_detail() where thread = 'total'"),
+        "calibrated"
+    );
+    assert!(!tmp.path().join("data/replay_calibration.tmp").exists());
     let bad = srv.psql("select * from nosuch");
     assert!(
         !bad.status.success() && text(&bad).contains("does not exist"),

@@ -44,27 +44,55 @@ pub enum CheckpointReason {
     RedoAdvanced,
 }
 
-/// A WAL replay rate never measured here: conservative (recovery on this class of
+/// A WAL replay rate neither measured nor calibrated here (a directory created by the
+/// library, not by `walrus init`/`walrus serve`): conservative (recovery on this class of
 /// machine replays pgbench WAL at 40–120 MB/s), so the first lag target is safe.
 pub const DEFAULT_REPLAY_RATE_BPS: u64 = 20_000_000;
 
+/// Where the replay rate in use comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateSource {
+    /// [`DEFAULT_REPLAY_RATE_BPS`].
+    Default,
+    /// The synthetic crash `walrus init` replayed ([`super::calibrate`]).
+    Calibrated,
+    /// This directory's last crash recovery.
+    Measured,
+}
+
+impl RateSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            RateSource::Default => "default",
+            RateSource::Calibrated => "calibrated",
+            RateSource::Measured => "measured",
+        }
+    }
+}
+
 /// The replay rate `recovery_time_target` is planned with: the last crash recovery's
-/// (end-of-WAL scan plus replay, per byte of WAL), or the default before one ran.
+/// (end-of-WAL scan plus replay, per byte of WAL), else init's calibration, else the
+/// default.
 #[derive(Clone, Copy, Debug)]
 pub struct ReplayRate {
     pub bytes_per_sec: u64,
-    pub measured: bool,
+    pub source: RateSource,
 }
 
 impl ReplayRate {
-    pub fn from_control(bps: u64) -> ReplayRate {
+    pub fn from_control(bps: u64, calibrated: bool) -> ReplayRate {
+        let source = match (bps, calibrated) {
+            (0, _) => RateSource::Default,
+            (_, true) => RateSource::Calibrated,
+            (_, false) => RateSource::Measured,
+        };
         ReplayRate {
             bytes_per_sec: if bps == 0 {
                 DEFAULT_REPLAY_RATE_BPS
             } else {
                 bps
             },
-            measured: bps != 0,
+            source,
         }
     }
 
@@ -72,15 +100,18 @@ impl ReplayRate {
         bytes as f64 / self.bytes_per_sec.max(1) as f64
     }
 
-    /// Takes a recovery's figures as the new rate when there was enough WAL (4 MB) for
-    /// the constant costs not to dominate.
+    /// Takes a recovery's figures as the new rate when there was enough WAL
+    /// ([`MEASURE_MIN_BYTES`]) for the constant costs not to dominate.
     pub fn measure(&mut self, bytes: u64, took: Duration) {
-        if bytes >= 4 << 20 && !took.is_zero() {
+        if bytes >= MEASURE_MIN_BYTES && !took.is_zero() {
             self.bytes_per_sec = (bytes as f64 / took.as_secs_f64()) as u64;
-            self.measured = true;
+            self.source = RateSource::Measured;
         }
     }
 }
+
+/// The least WAL a recovery must replay for its time to count as a rate.
+pub const MEASURE_MIN_BYTES: u64 = 4 << 20;
 
 /// The WAL a crash may replay, in bytes: `recovery_time_target` at the replay rate
 /// (`u64::MAX`: no target), never more than half of `max_wal_size`.
@@ -347,8 +378,9 @@ pub(super) fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |t| t.as_secs());
         let rate = *inner.replay_rate.lock();
-        if rate.measured {
+        if rate.source != RateSource::Default {
             d.replay_rate_bps = rate.bytes_per_sec;
+            d.replay_rate_calibrated = rate.source == RateSource::Calibrated;
         }
         c.update(d)?;
     }

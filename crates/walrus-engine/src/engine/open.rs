@@ -117,6 +117,7 @@ impl Engine {
                 next_relfile: RelFileId::FIRST_USER.0,
                 clog_oldest: Xid(0),
                 replay_rate_bps: 0,
+                replay_rate_calibrated: false,
                 page_protection: settings.page_protection.code(),
                 checkpoint_time: 0,
             },
@@ -255,7 +256,8 @@ impl Engine {
         ));
         let page_writers =
             PageWriters::start(pool.clone(), flush_control.clone(), settings.bgwriter_delay);
-        let mut replay_rate = ReplayRate::from_control(cd.replay_rate_bps);
+        let mut replay_rate =
+            ReplayRate::from_control(cd.replay_rate_bps, cd.replay_rate_calibrated);
         let mut report = None;
         let mut next_relfile = cd.next_relfile;
         if crashed {
@@ -276,7 +278,7 @@ impl Engine {
                 took.as_secs_f64(),
                 out.stats.bytes >> 20,
                 predicted,
-                if replay_rate.measured { "measured" } else { "default" },
+                replay_rate.source.name(),
                 replay_rate.bytes_per_sec as f64 / 1e6
             );
             replay_rate.measure(out.stats.bytes, took);

@@ -64,6 +64,10 @@ pub struct ControlData {
     /// When the latest checkpoint completed (seconds since the Unix epoch; 0 = unknown),
     /// for `pg_control_checkpoint().checkpoint_time`.
     pub checkpoint_time: u64,
+    /// `replay_rate_bps` comes from the calibration `walrus init` ran (a synthetic crash
+    /// replayed in a scratch directory), not from a recovery of this directory. False
+    /// in control files written before calibration existed, which is their truth.
+    pub replay_rate_calibrated: bool,
 }
 
 impl ControlData {
@@ -89,6 +93,7 @@ impl ControlData {
         put(&self.replay_rate_bps.to_le_bytes());
         put(&self.page_protection.to_le_bytes());
         put(&self.checkpoint_time.to_le_bytes());
+        put(&u32::from(self.replay_rate_calibrated).to_le_bytes());
         let crc = crc32c::crc32c(&b[..COPY_SIZE - 4]);
         b[COPY_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -128,6 +133,7 @@ impl ControlData {
             replay_rate_bps: u64at(80),
             page_protection: u32at(88),
             checkpoint_time: u64at(92),
+            replay_rate_calibrated: u32at(100) == 1,
         })
     }
 }
@@ -266,6 +272,7 @@ mod tests {
             replay_rate_bps: 45_000_000,
             page_protection: 2,
             checkpoint_time: 1_790_000_000,
+            replay_rate_calibrated: true,
         }
     }
 
@@ -276,7 +283,7 @@ mod tests {
         assert_eq!(ControlData::decode(&b), Some(d.clone()));
         // A copy written before the fields existed has zeros there.
         let mut old = b;
-        old[80..100].fill(0);
+        old[80..104].fill(0);
         let crc = crc32c::crc32c(&old[..COPY_SIZE - 4]);
         old[COPY_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
         let o = ControlData::decode(&old).unwrap();
@@ -284,6 +291,7 @@ mod tests {
             (o.replay_rate_bps, o.page_protection, o.checkpoint_time),
             (0, 0, 0)
         );
+        assert!(!o.replay_rate_calibrated);
         assert_eq!(o.clog_oldest, d.clog_oldest);
     }
 
