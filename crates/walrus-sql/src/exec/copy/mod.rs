@@ -13,8 +13,8 @@
 mod binary;
 mod text;
 
-use walrus_engine::access::datum::Datum;
-use walrus_engine::catalog::TableDef;
+use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::catalog::{DeclaredType, TableDef};
 use walrus_engine::engine::Transaction;
 
 use self::binary::BinaryNext;
@@ -429,17 +429,23 @@ impl CopyIn {
             );
         }
         let mut row = vec![Datum::Null; self.def.columns.len()];
-        for (i, &ci) in self.targets.iter().enumerate() {
+        let mut fields = fields.into_iter();
+        for &ci in &self.targets {
             let col = &self.def.columns[ci];
-            let Some(field) = fields.get(i) else {
+            let Some(field) = fields.next() else {
                 return Err(SqlError::new(
                     "22P04",
                     format!("missing data for column \"{}\"", col.name),
                 )
                 .with_context(self.line_context(line)));
             };
-            if let Some(text) = field {
-                row[ci] = parse_text(col.ty, text)
+            let Some(text) = field else { continue };
+            if col.ty == TypeId::Text && col.typmod < 4 && col.declared != DeclaredType::Char {
+                // Unconstrained text: the field is the value (what parse_text and
+                // assign would copy).
+                row[ci] = Datum::Text(text);
+            } else {
+                row[ci] = parse_text(col.ty, &text)
                     .and_then(|v| assign(v, col))
                     .map_err(|e| {
                         e.with_context(format!(

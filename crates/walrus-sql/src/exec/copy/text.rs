@@ -268,15 +268,18 @@ pub(super) fn text_fields(
         let mut out = Vec::new();
         let mut ended_by_delimiter = false;
         while i < line.len() {
-            let c = line[i];
+            // Plain bytes up to the next delimiter or backslash go in as one slice.
+            let plain = line[i..]
+                .iter()
+                .position(|&b| b == delimiter || b == b'\\')
+                .unwrap_or(line.len() - i);
+            out.extend_from_slice(&line[i..i + plain]);
+            i += plain;
+            let Some(&c) = line.get(i) else { break };
             i += 1;
             if c == delimiter {
                 ended_by_delimiter = true;
                 break;
-            }
-            if c != b'\\' {
-                out.push(c);
-                continue;
             }
             let Some(&e) = line.get(i) else { break };
             i += 1;
