@@ -125,6 +125,23 @@ pub const SERVER_SETTINGS: [&str; 6] = [
 ];
 
 /// The commented configuration file `walrus init` writes.
+/// [`default_config_text`] with the settings `sets` (name, TOML value) replacing the
+/// defaults' lines or added: configurations made by code (init's calibration, tests).
+pub fn default_config_with(segment_size: u64, sets: &[(&str, &str)]) -> String {
+    let mut text: String = default_config_text(segment_size)
+        .lines()
+        .filter(|line| {
+            let name = line.split(" = ").next().unwrap_or("");
+            !sets.iter().any(|(n, _)| *n == name)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    for (n, v) in sets {
+        text.push_str(&format!("{n} = {v}\n"));
+    }
+    text
+}
+
 pub fn default_config_text(segment_size: u64) -> String {
     format!(
         r#"# walrus configuration. Setting names follow PostgreSQL's where one exists.

@@ -19,18 +19,7 @@ fn config(sets: &[(&str, &str)]) -> String {
     if !sets.iter().any(|(n, _)| *n == "wal_sync_method") {
         sets.push(("wal_sync_method", "\"none\""));
     }
-    let mut text: String = walrus_engine::settings::default_config_text(1 << 20)
-        .lines()
-        .filter(|line| {
-            let name = line.split(" = ").next().unwrap_or("");
-            !sets.iter().any(|(n, _)| *n == name)
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
-    for (n, v) in sets {
-        text.push_str(&format!("{n} = {v}\n"));
-    }
-    text
+    walrus_engine::settings::default_config_with(1 << 20, &sets)
 }
 
 fn engine_with(dir: &std::path::Path, sets: &[(&str, &str)]) -> Engine {

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use crate::access::datum::{Datum, TypeId};
 use crate::catalog::ColumnDef;
 use crate::error::{Error, Result};
-use crate::settings::{default_config_text, Settings};
+use crate::settings::{default_config_with, Settings};
 use crate::storage::control::ControlFile;
 
 use super::checkpoint::{CheckpointReason, RateSource, MEASURE_MIN_BYTES};
@@ -97,30 +97,19 @@ fn remove_scratch(scratch: &Path) -> Result<()> {
 /// restores differs by mode), no syncs, no background work that would move the redo
 /// point during the load.
 fn scratch_config(real: &Settings) -> String {
-    let sets = [
-        (
-            "page_protection",
-            format!("\"{}\"", real.page_protection.name()),
-        ),
-        ("wal_sync_method", "\"none\"".to_string()),
-        ("shared_buffers", "\"32MB\"".to_string()),
-        ("max_wal_size", "\"1GB\"".to_string()),
-        ("checkpoint_timeout", "\"1h\"".to_string()),
-        ("recovery_time_target", "0".to_string()),
-        ("autovacuum", "\"off\"".to_string()),
-    ];
-    let mut text: String = default_config_text(16 << 20)
-        .lines()
-        .filter(|line| {
-            let name = line.split(" = ").next().unwrap_or("");
-            !sets.iter().any(|(n, _)| *n == name)
-        })
-        .map(|l| format!("{l}\n"))
-        .collect();
-    for (n, v) in sets {
-        text.push_str(&format!("{n} = {v}\n"));
-    }
-    text
+    let protection = format!("\"{}\"", real.page_protection.name());
+    default_config_with(
+        16 << 20,
+        &[
+            ("page_protection", &protection),
+            ("wal_sync_method", "\"none\""),
+            ("shared_buffers", "\"32MB\""),
+            ("max_wal_size", "\"1GB\""),
+            ("checkpoint_timeout", "\"1h\""),
+            ("recovery_time_target", "0"),
+            ("autovacuum", "\"off\""),
+        ],
+    )
 }
 
 /// Loads the scratch directory, crashes it, reopens it (recovery) and returns the
