@@ -35,6 +35,7 @@
 //! engine, the statement time, the settings and the cancel flag.
 
 mod aggregate;
+pub(crate) mod analyze;
 pub mod copy;
 pub(crate) mod ddl;
 pub(crate) mod dml;
@@ -396,7 +397,14 @@ impl<'s> Executor<'s> {
 
     fn catalog_snapshot(&self) -> SqlResult<()> {
         if self.catalog.borrow().is_none() {
-            let mut env = self.env.borrow_mut();
+            // A streamed scan holds the transaction; it takes the snapshot beforehand
+            // (`select::prepare_streaming`), so this is a missed case, not a user error.
+            let Ok(mut env) = self.env.try_borrow_mut() else {
+                return Err(SqlError::new(
+                    "XX000",
+                    "catalog read while a table scan holds the transaction",
+                ));
+            };
             let tables = env.txn().catalog()?.tables.values().cloned().collect();
             let snap = catalog_views::Snapshot::take(catalog_views::Source {
                 tables,
@@ -825,15 +833,25 @@ pub(super) struct OutputRows {
 }
 
 impl OutputRows {
+    /// Whether the rows kept already give the whole result: a LIMIT without ORDER BY
+    /// that has its `offset + limit` rows (more rows would be dropped unread).
+    fn full(&self) -> bool {
+        self.dirs.is_none()
+            && self.top.is_none()
+            && self.take != usize::MAX
+            && self.all.len() >= self.skip.saturating_add(self.take)
+    }
+
     /// Adds one output row with its ORDER BY keys, charging what is kept.
     fn push(&mut self, exec: &Executor<'_>, keys: Vec<Datum>, row: Vec<Datum>) -> SqlResult<()> {
         if let Some(seen) = &mut self.seen {
             check_keyable(&row)?;
             let k = row_key(&row);
-            exec.charge_key(&k)?;
-            if !seen.insert(k) {
+            if seen.contains(&k) {
                 return Ok(());
             }
+            exec.charge_key(&k)?;
+            seen.insert(k);
         }
         let bytes = crate::memory::row_bytes(&row) + crate::memory::row_bytes(&keys);
         let entry = sort::SortEntry {
