@@ -6,7 +6,6 @@
 //! whose data is this module's text encoding; gathered by `exec/analyze.rs`, shown by
 //! `pg_stats` / `pg_class`, read by the planner's estimates (`plan/estimate.rs`).
 
-use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::{CatalogView, TableDef};
 
 /// One table's statistics from its last ANALYZE.
@@ -44,14 +43,6 @@ impl ColumnStatistics {
         } else {
             self.n_distinct.max(1.0)
         }
-    }
-
-    /// The minimum and maximum as values of type `ty` (`None` if either is missing or
-    /// no longer reads as the type).
-    pub(crate) fn bounds(&self, ty: TypeId) -> Option<(Datum, Datum)> {
-        let lo = crate::value::parse_text(ty, self.min.as_deref()?).ok()?;
-        let hi = crate::value::parse_text(ty, self.max.as_deref()?).ok()?;
-        Some((lo, hi))
     }
 }
 

@@ -16,6 +16,7 @@ use crate::error::{SqlError, SqlResult};
 use crate::expr::{assign, eval, Scope};
 use crate::names::{ident, object_name};
 use crate::plan::{choose_access, Access};
+use crate::stats::TableStatistics;
 use crate::result::{Column, QueryResult};
 
 /// Refuses the INSERT forms walrus does not implement. Every field of sqlparser's
@@ -533,7 +534,9 @@ pub(crate) fn for_each_matching_row(
 ) -> SqlResult<()> {
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
-    let access = choose_access(def, filter, params, now, &get);
+    let access = choose_access(def, filter, params, now, &get, &mut || {
+        table_statistics(env, def)
+    });
     let t = env.txn();
     fn b(x: &Bound<Datum>) -> Bound<&[Datum]> {
         match x {
@@ -578,6 +581,12 @@ pub(crate) fn for_each_matching_row(
         }
     }
     Ok(())
+}
+
+/// `def`'s statistics from its last ANALYZE (read only where a plan choice needs them).
+pub(crate) fn table_statistics(env: &mut dyn Env, def: &TableDef) -> Option<TableStatistics> {
+    let view = env.txn().catalog().ok()?;
+    TableStatistics::of(&view, def)
 }
 
 /// The one plain table an UPDATE or DELETE names, and its alias. Every field of

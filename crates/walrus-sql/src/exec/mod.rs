@@ -39,6 +39,7 @@ pub(crate) mod analyze;
 pub mod copy;
 pub(crate) mod ddl;
 pub(crate) mod dml;
+pub(crate) mod explain;
 mod from;
 mod select;
 mod sort;
@@ -405,9 +406,15 @@ impl<'s> Executor<'s> {
                     "catalog read while a table scan holds the transaction",
                 ));
             };
-            let tables = env.txn().catalog()?.tables.values().cloned().collect();
+            let view = env.txn().catalog()?;
+            let tables: Vec<_> = view.tables.values().cloned().collect();
+            let statistics = tables
+                .iter()
+                .filter_map(|t| Some((t.name.clone(), crate::stats::TableStatistics::of(&view, t)?)))
+                .collect();
             let snap = catalog_views::Snapshot::take(catalog_views::Source {
                 tables,
+                statistics,
                 engine: env.engine(),
                 user: self.settings.get("session_authorization"),
                 database: self.settings.get(DATABASE_KEY),
