@@ -212,7 +212,10 @@ fn scans_of_a_table_larger_than_the_limit_stream() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine_with(dir.path(), "statement_memory_limit = \"1MB\"\n");
     let mut s = Session::new(e.clone());
-    ok(&mut s, "create table big (id int primary key, g int, v text)");
+    ok(
+        &mut s,
+        "create table big (id int primary key, g int, v text)",
+    );
     for b in 0..10 {
         ok(
             &mut s,
@@ -241,7 +244,10 @@ fn scans_of_a_table_larger_than_the_limit_stream() {
             .collect();
         assert_eq!(got, want, "{sql}");
         let peak = s.statement_memory_peak();
-        assert!(peak <= bound && bound < limit, "{sql}: peak {peak} > {bound}");
+        assert!(
+            peak <= bound && bound < limit,
+            "{sql}: peak {peak} > {bound}"
+        );
     };
     streamed("select count(*) from big", &["20000"], 4096);
     streamed("select sum(id) from big where g = 3", &["19996000"], 4096);
@@ -257,18 +263,28 @@ fn scans_of_a_table_larger_than_the_limit_stream() {
         16 * 1024,
     );
     // LIMIT without ORDER BY stops the scan.
-    streamed("select id from big where g = 5 limit 3", &["5", "15", "25"], 4096);
     streamed(
-        "select id from big limit 2 offset 4",
-        &["5", "6"],
+        "select id from big where g = 5 limit 3",
+        &["5", "15", "25"],
         4096,
     );
+    streamed("select id from big limit 2 offset 4", &["5", "6"], 4096);
     // Top-N: a heap of five rows, wide ones included.
     streamed(
         "select id, length(v) from big order by g desc, id desc limit 5",
-        &["19999|150", "19989|150", "19979|150", "19969|150", "19959|150"],
+        &[
+            "19999|150",
+            "19989|150",
+            "19979|150",
+            "19969|150",
+            "19959|150",
+        ],
         8 * 1024,
     );
     // DISTINCT over few values.
-    streamed("select count(*) from (select distinct g from big) d", &["10"], 64 * 1024);
+    streamed(
+        "select count(*) from (select distinct g from big) d",
+        &["10"],
+        64 * 1024,
+    );
 }

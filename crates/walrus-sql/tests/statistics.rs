@@ -26,7 +26,10 @@ const STATS: &str = "select attname, null_frac, n_distinct, avg_width, most_comm
 const CLASS: &str = "select reltuples, relpages > 0 from pg_class where relname = 't'";
 
 fn setup(s: &mut Session) {
-    ok(s, "create table t (id int primary key, g int, note text, flag bool)");
+    ok(
+        s,
+        "create table t (id int primary key, g int, note text, flag bool)",
+    );
     // 1000 rows: id unique, g ten values, note NULL in a quarter of the rows and
     // 'x' || (id % 500) otherwise (500 values), flag all NULL.
     ok(
@@ -60,7 +63,10 @@ fn analyze_fills_pg_stats_and_pg_class() {
     assert_eq!(rows(&mut s, CLASS), ["1000|t"]);
 
     // A rolled-back ANALYZE leaves the earlier statistics.
-    ok(&mut s, "insert into t select i, 0, null, true from generate_series(1001, 3000) i");
+    ok(
+        &mut s,
+        "insert into t select i, 0, null, true from generate_series(1001, 3000) i",
+    );
     ok(&mut s, "begin");
     ok(&mut s, "analyze");
     assert_eq!(rows(&mut s, CLASS), ["3000|t"]);
@@ -101,7 +107,10 @@ fn statistics_survive_a_restart() {
     drop(s);
     // And after a crash (no shutdown checkpoint): redo replays the catalog row.
     let mut s = Session::new(e.clone());
-    ok(&mut s, "insert into t select i, 1, null, null from generate_series(1001, 1500) i");
+    ok(
+        &mut s,
+        "insert into t select i, 1, null, null from generate_series(1001, 1500) i",
+    );
     ok(&mut s, "analyze t");
     drop(s);
     e.shutdown_immediate();
@@ -195,7 +204,10 @@ fn explain_shows_the_plan_chosen_from_statistics() {
         ]
     );
     assert_eq!(
-        plan(&mut s, "select aid from acc order by abalance desc, aid limit 5"),
+        plan(
+            &mut s,
+            "select aid from acc order by abalance desc, aid limit 5"
+        ),
         [
             "Limit  (rows=5)",
             "  ->  Sort  (rows=10000)",
@@ -205,7 +217,10 @@ fn explain_shows_the_plan_chosen_from_statistics() {
         ]
     );
     assert_eq!(
-        plan(&mut s, "select distinct bid from acc where abalance < 100 limit 3"),
+        plan(
+            &mut s,
+            "select distinct bid from acc where abalance < 100 limit 3"
+        ),
         [
             "Limit  (rows=3)",
             "  ->  HashAggregate  (rows=1000)",
@@ -225,4 +240,21 @@ fn explain_shows_the_plan_chosen_from_statistics() {
         assert_eq!(err(&mut s, &format!("explain {sql}")), "0A000", "{sql}");
     }
     assert_eq!(err(&mut s, "explain analyze select 1"), "0A000");
+}
+
+#[test]
+fn vacuum_analyze_analyzes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Session::new(engine(dir.path()));
+    setup(&mut s);
+    ok(&mut s, "vacuum t");
+    assert_eq!(rows(&mut s, CLASS), ["-1|f"]);
+    ok(&mut s, "vacuum analyze t");
+    assert_eq!(rows(&mut s, CLASS), ["1000|t"]);
+    ok(
+        &mut s,
+        "insert into t select i, 1, null, null from generate_series(1001, 1100) i",
+    );
+    ok(&mut s, "vacuum (analyze)");
+    assert_eq!(rows(&mut s, CLASS), ["1100|t"]);
 }

@@ -36,8 +36,7 @@ impl Snapshot {
                         tbl.fillfactor,
                     ));
                     // ANALYZE's counts; never analyzed: 0 pages, -1 rows (PostgreSQL's).
-                    if let (Some(st), Some(row)) =
-                        (self.statistics.get(&tbl.name), rows.last_mut())
+                    if let (Some(st), Some(row)) = (self.statistics.get(&tbl.name), rows.last_mut())
                     {
                         row[9] = Datum::Int4(st.relpages.min(i32::MAX as u32) as i32);
                         row[10] = Datum::Float8(st.reltuples);

@@ -263,10 +263,16 @@ mod tests {
         let mut k = vec![KeyPart::Null; 10];
         k.extend(keys(&[1, 1, 2, 2]));
         // Two values in 14 rows: above a tenth of the rows, so a fraction.
-        assert_eq!(distinct_estimate(k.iter(), 14.0, 10.0 / 14.0), -(2.0 / 14.0));
+        assert_eq!(
+            distinct_estimate(k.iter(), 14.0, 10.0 / 14.0),
+            -(2.0 / 14.0)
+        );
         let mut k = vec![KeyPart::Null; 100];
         k.extend(keys(&[1, 1, 2, 2]));
         assert_eq!(distinct_estimate(k.iter(), 104.0, 100.0 / 104.0), 2.0);
-        assert_eq!(distinct_estimate(vec![KeyPart::Null; 3].iter(), 3.0, 1.0), 0.0);
+        assert_eq!(
+            distinct_estimate(vec![KeyPart::Null; 3].iter(), 3.0, 1.0),
+            0.0
+        );
     }
 }

@@ -16,8 +16,8 @@ use crate::error::{SqlError, SqlResult};
 use crate::expr::{assign, eval, Scope};
 use crate::names::{ident, object_name};
 use crate::plan::{choose_access, Access};
-use crate::stats::TableStatistics;
 use crate::result::{Column, QueryResult};
+use crate::stats::TableStatistics;
 
 /// Refuses the INSERT forms walrus does not implement. Every field of sqlparser's
 /// `Insert` is named, so a new one fails to compile here until it is decided.

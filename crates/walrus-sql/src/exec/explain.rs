@@ -54,7 +54,11 @@ impl Node {
         } else {
             format!("{}->  ", " ".repeat(6 * (depth - 1) + 2))
         };
-        out.push(format!("{head}{}  (rows={})", self.name, self.rows.round() as i64));
+        out.push(format!(
+            "{head}{}  (rows={})",
+            self.name,
+            self.rows.round() as i64
+        ));
         for d in &self.details {
             out.push(format!("{}{d}", " ".repeat(6 * depth + 2)));
         }
@@ -69,7 +73,11 @@ fn refuse(what: &str) -> SqlError {
 }
 
 /// The plan lines of `q` (see the module comment).
-pub(crate) fn explain_query(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResult<Vec<String>> {
+pub(crate) fn explain_query(
+    env: &mut dyn Env,
+    q: &Query,
+    params: &[Datum],
+) -> SqlResult<Vec<String>> {
     super::select::check_query(q)?;
     let SetExpr::Select(sel) = q.body.as_ref() else {
         return Err(refuse("a set operation or VALUES"));
@@ -78,9 +86,7 @@ pub(crate) fn explain_query(env: &mut dyn Env, q: &Query, params: &[Datum]) -> S
     let mut exprs: Vec<&Expr> = Vec::new();
     for it in &sel.projection {
         match it {
-            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                exprs.push(e)
-            }
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => exprs.push(e),
             _ => {}
         }
     }
@@ -156,7 +162,10 @@ pub(crate) fn explain_query(env: &mut dyn Env, q: &Query, params: &[Datum]) -> S
             };
             let mut node = match &access {
                 Access::Index { index, key } => Node {
-                    name: format!("Index Scan using {} on {}{alias_part}", index.name, def.name),
+                    name: format!(
+                        "Index Scan using {} on {}{alias_part}",
+                        index.name, def.name
+                    ),
                     rows: 1.0_f64.min(est.rows()),
                     details: vec![format!(
                         "Index Cond: ({})",
@@ -189,10 +198,15 @@ pub(crate) fn explain_query(env: &mut dyn Env, q: &Query, params: &[Datum]) -> S
                         )),
                         std::ops::Bound::Unbounded => None,
                     };
-                    let conds: Vec<String> =
-                        [bound(lo, true), bound(hi, false)].into_iter().flatten().collect();
+                    let conds: Vec<String> = [bound(lo, true), bound(hi, false)]
+                        .into_iter()
+                        .flatten()
+                        .collect();
                     Node {
-                        name: format!("Index Scan using {} on {}{alias_part}", index.name, def.name),
+                        name: format!(
+                            "Index Scan using {} on {}{alias_part}",
+                            index.name, def.name
+                        ),
                         rows: est.filtered_rows(filter),
                         details: vec![format!("Index Cond: ({})", conds.join(" AND "))],
                         input: None,
@@ -236,7 +250,11 @@ pub(crate) fn explain_query(env: &mut dyn Env, q: &Query, params: &[Datum]) -> S
             let mut n = Node::over("HashAggregate", rows, node);
             n.details.push(format!(
                 "Group Key: {}",
-                group.iter().map(|g| g.to_string()).collect::<Vec<_>>().join(", ")
+                group
+                    .iter()
+                    .map(|g| g.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ));
             n
         };
@@ -305,9 +323,7 @@ fn group_estimate(group: &[&Expr], stats: Option<&TableStatistics>, input: f64) 
     for g in group {
         let col: Option<&ColumnStatistics> = match g {
             Expr::Identifier(i) => stats.and_then(|s| s.column(&ident(i))),
-            Expr::CompoundIdentifier(ids) => {
-                stats.and_then(|s| s.column(&ident(ids.last()?)))
-            }
+            Expr::CompoundIdentifier(ids) => stats.and_then(|s| s.column(&ident(ids.last()?))),
             _ => None,
         };
         groups *= match (col, stats) {

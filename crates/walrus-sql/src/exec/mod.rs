@@ -5,8 +5,11 @@
 //! user tables and the virtual `pg_catalog` / `information_schema` tables; INSERT,
 //! UPDATE and DELETE (`dml.rs`); DDL (`ddl.rs`); COPY data in and out (`copy/`).
 //!
-//! Rows are materialised: OLTP statements touch few rows and the catalog tables are
-//! small. Every row pushed is charged to the statement's `statement_memory_limit`
+//! A SELECT over one user table streams: the scan hands each row passing WHERE to the
+//! streamed aggregation or to the projection and output collector (`select.rs`), which
+//! stops the scan once a LIMIT without ORDER BY has its rows. Other levels (joins,
+//! derived tables, set operations, window functions) materialise their rows: OLTP
+//! statements touch few rows and the catalog tables are small. Every row held is charged to the statement's `statement_memory_limit`
 //! budget ([`crate::memory`]), so a blow-up fails with 53200 instead of exhausting the
 //! server's memory. A lone user table with no joins goes through [`dml::matching_rows`], which
 //! reads through the access path [`crate::plan::choose_access`] picks (equality on a
@@ -410,7 +413,9 @@ impl<'s> Executor<'s> {
             let tables: Vec<_> = view.tables.values().cloned().collect();
             let statistics = tables
                 .iter()
-                .filter_map(|t| Some((t.name.clone(), crate::stats::TableStatistics::of(&view, t)?)))
+                .filter_map(|t| {
+                    Some((t.name.clone(), crate::stats::TableStatistics::of(&view, t)?))
+                })
                 .collect();
             let snap = catalog_views::Snapshot::take(catalog_views::Source {
                 tables,

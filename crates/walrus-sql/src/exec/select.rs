@@ -117,8 +117,7 @@ impl GroupTable {
                     + 48
                     + row_bytes(row)
                     + self.state_bytes;
-                if may_spill && !self.groups.is_empty() && self.table_bytes + bytes > p.work_mem
-                {
+                if may_spill && !self.groups.is_empty() && self.table_bytes + bytes > p.work_mem {
                     if self.partitions.is_empty() {
                         self.partitions.resize_with(GROUP_PARTITIONS, || None);
                     }
@@ -1116,7 +1115,10 @@ impl Executor<'_> {
                     catalog |= crate::catalog_views::is_catalog_function(&name);
                 }
                 Expr::Cast { data_type, .. } => {
-                    catalog |= data_type.to_string().to_ascii_lowercase().starts_with("reg");
+                    catalog |= data_type
+                        .to_string()
+                        .to_ascii_lowercase()
+                        .starts_with("reg");
                 }
                 _ => {}
             }
@@ -1138,12 +1140,7 @@ impl Executor<'_> {
     /// FROM: the cross product of its items, each a table with its joins; or, for a
     /// lone user table, its columns and how to read it (WHERE applied as it is read,
     /// through the access path `dml::choose_access` picks), not yet read.
-    fn scan_from(
-        &self,
-        sel: &Select,
-        q: &Query,
-        outer: Option<&Frame<'_>>,
-    ) -> SqlResult<FromRows> {
+    fn scan_from(&self, sel: &Select, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<FromRows> {
         if let ([twj], None) = (sel.from.as_slice(), outer) {
             if twj.joins.is_empty() && !sel.selection.as_ref().is_some_and(contains_subquery) {
                 if let TableFactor::Table {

@@ -95,7 +95,9 @@ impl Estimator<'_> {
                 expr,
             } => 1.0 - self.selectivity(expr),
             Expr::IsNull(x) => self.column(x).map_or(DEFAULT_EQ_SEL, |c| c.null_frac),
-            Expr::IsNotNull(x) => self.column(x).map_or(1.0 - DEFAULT_EQ_SEL, |c| 1.0 - c.null_frac),
+            Expr::IsNotNull(x) => self
+                .column(x)
+                .map_or(1.0 - DEFAULT_EQ_SEL, |c| 1.0 - c.null_frac),
             Expr::Between {
                 expr,
                 negated,

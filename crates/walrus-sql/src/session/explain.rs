@@ -81,7 +81,9 @@ impl Session {
                 let mut inner = statement.as_ref().clone();
                 crate::rewrite::rewrite(&mut inner)?;
                 let Statement::Query(q) = &inner else {
-                    return Err(SqlError::unsupported("EXPLAIN of this statement is not supported"));
+                    return Err(SqlError::unsupported(
+                        "EXPLAIN of this statement is not supported",
+                    ));
                 };
                 let lines = crate::exec::explain::explain_query(self, q, &[])?;
                 return Ok(QueryResult {

@@ -703,7 +703,11 @@ impl Session {
                 crate::exec::analyze::analyze(self, &tables)?;
                 Ok(Outcome::Done(QueryResult::tag("ANALYZE")))
             }
-            Utility::Vacuum { tables, freeze } => {
+            Utility::Vacuum {
+                tables,
+                freeze,
+                analyze,
+            } => {
                 if self.in_block {
                     return Err(SqlError::new(
                         "25001",
@@ -722,14 +726,17 @@ impl Session {
                         self.engine.vacuum_freeze(None, interrupt)?;
                     }
                     (false, _) => {
-                        for t in tables {
+                        for t in &tables {
                             if freeze {
-                                self.engine.vacuum_freeze(Some(&t), interrupt)?;
+                                self.engine.vacuum_freeze(Some(t), interrupt)?;
                             } else {
-                                self.engine.vacuum_with(Some(&t), interrupt)?;
+                                self.engine.vacuum_with(Some(t), interrupt)?;
                             }
                         }
                     }
+                }
+                if analyze {
+                    crate::exec::analyze::analyze(self, &tables)?;
                 }
                 Ok(Outcome::Done(QueryResult::tag("VACUUM")))
             }
