@@ -68,7 +68,7 @@ struct Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
-    fn next(&mut self) -> Option<&'a str> {
+    fn take(&mut self) -> Option<&'a str> {
         let colon = self.rest.find(':')?;
         let len: usize = self.rest[..colon].parse().ok()?;
         let start = colon + 1;
@@ -77,10 +77,10 @@ impl<'a> Fields<'a> {
         Some(v)
     }
     fn num<T: std::str::FromStr>(&mut self) -> Option<T> {
-        self.next()?.parse().ok()
+        self.take()?.parse().ok()
     }
     fn opt(&mut self) -> Option<Option<String>> {
-        let v = self.next()?;
+        let v = self.take()?;
         match v.strip_prefix('S') {
             Some(s) => Some(Some(s.to_string())),
             None if v == "N" => Some(None),
@@ -112,7 +112,7 @@ impl TableStatistics {
     /// format): the table then counts as never analyzed.
     pub(crate) fn decode(data: &str) -> Option<TableStatistics> {
         let mut f = Fields { rest: data };
-        if f.next()? != FORMAT_VERSION {
+        if f.take()? != FORMAT_VERSION {
             return None;
         }
         let reltuples = f.num()?;
@@ -121,7 +121,7 @@ impl TableStatistics {
         let mut columns = Vec::with_capacity(n.min(4096));
         for _ in 0..n {
             columns.push(ColumnStatistics {
-                name: f.next()?.to_string(),
+                name: f.take()?.to_string(),
                 null_frac: f.num()?,
                 n_distinct: f.num()?,
                 avg_width: f.num()?,

@@ -52,12 +52,12 @@ fn analyze_fills_pg_stats_and_pg_class() {
     assert_eq!(
         rows(&mut s, STATS),
         [
-            "flag|1|0|0|NULL",
+            "flag|1|0|1|NULL",
             "g|0|10|4|NULL",
             "id|0|-1|4|NULL",
             // 375 distinct values among 750 non-null of 1000 rows: above a tenth, so
             // a fraction of the rows.
-            "note|0.25|-0.375|3|NULL",
+            "note|0.25|-0.375|4|NULL",
         ]
     );
     assert_eq!(rows(&mut s, CLASS), ["1000|t"]);

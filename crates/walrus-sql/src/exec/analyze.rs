@@ -143,8 +143,10 @@ pub(crate) fn analyze_table(t: &mut Transaction, def: &TableDef) -> SqlResult<Ta
             name: col.name.clone(),
             null_frac,
             n_distinct,
+            // An all-NULL column: its type's size, 0 for a variable-length one
+            // (PostgreSQL's rule).
             avg_width: if non_null == 0 {
-                0
+                type_width(col.ty)
             } else {
                 (c.width / non_null) as i32
             },
@@ -159,6 +161,25 @@ pub(crate) fn analyze_table(t: &mut Transaction, def: &TableDef) -> SqlResult<Ta
     })
 }
 
+/// The size of a fixed-width type, 0 for a variable-length one.
+fn type_width(ty: walrus_engine::access::datum::TypeId) -> i32 {
+    use walrus_engine::access::datum::TypeId as T;
+    match ty {
+        T::Bool => 1,
+        T::Int2 => 2,
+        T::Int4 | T::Date => 4,
+        T::Int8 | T::Float8 | T::Timestamp | T::TimestampTz | T::Time => 8,
+        T::Uuid | T::Interval => 16,
+        _ => 0,
+    }
+}
+
+/// A variable-length value's bytes with PostgreSQL's length header (1 byte up to 126
+/// bytes of content, 4 beyond), as `avg_width` counts them.
+fn varlena(len: usize) -> u64 {
+    len as u64 + if len < 127 { 1 } else { 4 }
+}
+
 /// About the bytes a value takes (`pg_stats.avg_width`): its type's size, or its
 /// content's for variable-length ones.
 fn value_width(d: &Datum) -> u64 {
@@ -167,8 +188,8 @@ fn value_width(d: &Datum) -> u64 {
         Datum::Bool(_) => 1,
         Datum::Int2(_) => 2,
         Datum::Int4(_) | Datum::Date(_) => 4,
-        Datum::Text(s) | Datum::Numeric(s) | Datum::Json(s) | Datum::Jsonb(s) => s.len() as u64,
-        Datum::Bytea(b) => b.len() as u64,
+        Datum::Text(s) | Datum::Numeric(s) | Datum::Json(s) | Datum::Jsonb(s) => varlena(s.len()),
+        Datum::Bytea(b) => varlena(b.len()),
         Datum::Uuid(_) | Datum::Interval(_) => 16,
         Datum::Array(a) => 16 + a.items.iter().map(value_width).sum::<u64>(),
         _ => 8,
