@@ -145,11 +145,10 @@ pub(crate) fn analyze_table(t: &mut Transaction, def: &TableDef) -> SqlResult<Ta
             n_distinct,
             // An all-NULL column: its type's size, 0 for a variable-length one
             // (PostgreSQL's rule).
-            avg_width: if non_null == 0 {
-                type_width(col.ty)
-            } else {
-                (c.width / non_null) as i32
-            },
+            avg_width: c
+                .width
+                .checked_div(non_null)
+                .map_or_else(|| type_width(col.ty), |w| w as i32),
             min,
             max,
         });

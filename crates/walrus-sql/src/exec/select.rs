@@ -37,6 +37,9 @@ struct TableSource {
     wanted: Option<Vec<bool>>,
 }
 
+/// Takes one FROM-list row with its position; `false` stops the read.
+type RowSink<'a> = dyn FnMut(usize, &[Datum]) -> SqlResult<bool> + 'a;
+
 /// How many partition files a streamed aggregation past `work_mem` spreads rows over.
 const GROUP_PARTITIONS: usize = 8;
 
@@ -920,7 +923,7 @@ impl Executor<'_> {
     pub(super) fn stream_groups(
         &self,
         pass: &GroupPass<'_>,
-        feed: &mut dyn FnMut(&mut dyn FnMut(usize, &[Datum]) -> SqlResult<bool>) -> SqlResult<()>,
+        feed: &mut dyn FnMut(&mut RowSink<'_>) -> SqlResult<()>,
         output: &mut OutputRows,
     ) -> SqlResult<()> {
         let mut done = Vec::new();
