@@ -48,6 +48,7 @@ mod result;
 mod rewrite;
 mod session;
 mod settings;
+mod stats;
 mod timeout;
 pub mod utility;
 pub mod value;

@@ -78,6 +78,9 @@ pub(crate) fn datum_bytes(d: &Datum) -> u64 {
 #[derive(Debug)]
 pub(crate) struct MemoryBudget {
     used: AtomicU64,
+    /// The most `used` has been since the statement began: what the statement held at
+    /// once (streamed scans keep it at the group count, N or work_mem, not the table).
+    peak: AtomicU64,
     limit: u64,
 }
 
@@ -85,6 +88,7 @@ impl MemoryBudget {
     pub(crate) fn new(limit: u64) -> MemoryBudget {
         MemoryBudget {
             used: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
             limit,
         }
     }
@@ -92,6 +96,12 @@ impl MemoryBudget {
     /// At each statement's start.
     pub(crate) fn reset(&self) {
         self.used.store(0, Ordering::Relaxed);
+        self.peak.store(0, Ordering::Relaxed);
+    }
+
+    /// The most charged at once since the statement began.
+    pub(crate) fn peak(&self) -> u64 {
+        self.peak.load(Ordering::Relaxed)
     }
 
     pub(crate) fn limit(&self) -> u64 {
@@ -115,6 +125,9 @@ impl MemoryBudget {
     pub(crate) fn charge(&self, bytes: u64) -> SqlResult<()> {
         let used = self.used.load(Ordering::Relaxed).saturating_add(bytes);
         self.used.store(used, Ordering::Relaxed);
+        if used > self.peak.load(Ordering::Relaxed) {
+            self.peak.store(used, Ordering::Relaxed);
+        }
         if used > self.limit {
             return Err(self.exceeded());
         }

@@ -202,3 +202,89 @@ fn the_memory_limit_defaults_to_1gb_and_a_bad_value_fails_statements() {
     drop(s);
     e.shutdown().unwrap();
 }
+
+/// A lone table is read as its rows are consumed: a count, a filtered sum, a grouping
+/// with few groups, a LIMIT and a top-N over a table four times `statement_memory_limit`
+/// hold only their groups / N rows (the peak charged bytes say so), while a query
+/// that returns every row still needs them all.
+#[test]
+fn scans_of_a_table_larger_than_the_limit_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_with(dir.path(), "statement_memory_limit = \"1MB\"\n");
+    let mut s = Session::new(e.clone());
+    ok(
+        &mut s,
+        "create table big (id int primary key, g int, v text)",
+    );
+    for b in 0..10 {
+        ok(
+            &mut s,
+            &format!(
+                "insert into big select i, i % 10, repeat('v', 150) \
+                 from generate_series({} + 1, {} + 2000) i",
+                b * 2000,
+                b * 2000
+            ),
+        );
+    }
+    // Every row at once does not fit: the table is larger than the limit.
+    out_of_memory(&mut s, "select * from big");
+    out_of_memory(&mut s, "select v from big order by id");
+    let limit = s.statement_memory_limit();
+    let mut streamed = |sql: &str, want: &[&str], bound: u64| {
+        let rows = ok(&mut s, sql);
+        let got: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|d| walrus_sql::value::format_text(d).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .collect();
+        assert_eq!(got, want, "{sql}");
+        let peak = s.statement_memory_peak();
+        assert!(
+            peak <= bound && bound < limit,
+            "{sql}: peak {peak} > {bound}"
+        );
+    };
+    streamed("select count(*) from big", &["20000"], 4096);
+    streamed("select sum(id) from big where g = 3", &["19996000"], 4096);
+    streamed(
+        "select count(*), min(v) = repeat('v', 150) from big where id % 7 = 0",
+        &["2857|t"],
+        4096,
+    );
+    // Ten groups: ten entries (each with its first row).
+    streamed(
+        "select g, count(*), sum(id) from big group by g order by g limit 3",
+        &["0|2000|20010000", "1|2000|19992000", "2|2000|19994000"],
+        16 * 1024,
+    );
+    // LIMIT without ORDER BY stops the scan.
+    streamed(
+        "select id from big where g = 5 limit 3",
+        &["5", "15", "25"],
+        4096,
+    );
+    streamed("select id from big limit 2 offset 4", &["5", "6"], 4096);
+    // Top-N: a heap of five rows, wide ones included.
+    streamed(
+        "select id, length(v) from big order by g desc, id desc limit 5",
+        &[
+            "19999|150",
+            "19989|150",
+            "19979|150",
+            "19969|150",
+            "19959|150",
+        ],
+        8 * 1024,
+    );
+    // DISTINCT over few values.
+    streamed(
+        "select count(*) from (select distinct g from big) d",
+        &["10"],
+        64 * 1024,
+    );
+}

@@ -14,6 +14,12 @@ pub const CATALOG_RELFILE: RelFileId = RelFileId(1);
 
 const KIND_TABLE: i16 = 1;
 const KIND_INDEX: i16 = 2;
+/// A table's planner statistics (ANALYZE), PostgreSQL's `pg_statistic` and
+/// `pg_class.reltuples` in one row: `name` the table, `relfile` the table's relation file
+/// when it was analyzed (statistics of a file TRUNCATE replaced, or of a dropped table's
+/// namesake, are not the table's), the statistics themselves as text the SQL layer
+/// writes and reads.
+const KIND_STATS: i16 = 3;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ColumnDef {
@@ -106,6 +112,34 @@ impl TableDef {
 pub enum CatalogEntry {
     Table { tid: Tid, def: TableDef },
     Index { tid: Tid, def: IndexDef },
+    Stats { tid: Tid, stats: TableStatsEntry },
+}
+
+/// One table's stored statistics (see `KIND_STATS`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableStatsEntry {
+    pub table: String,
+    pub relfile: RelFileId,
+    /// Opaque to the engine: the SQL layer's encoding.
+    pub data: String,
+}
+
+pub fn encode_stats(s: &TableStatsEntry) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_row(
+        &[
+            Datum::Int2(KIND_STATS),
+            Datum::Text(s.table.clone()),
+            Datum::Int8(s.relfile.0 as i64),
+            Datum::Text(String::new()),
+            Datum::Text(s.data.clone()),
+            Datum::Bool(false),
+            Datum::Bool(false),
+            Datum::Int2(0),
+        ],
+        &mut out,
+    );
+    out
 }
 
 const CATALOG_TYPES: [TypeId; 8] = [
@@ -257,6 +291,14 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                 },
             })
         }
+        KIND_STATS => Ok(CatalogEntry::Stats {
+            tid,
+            stats: TableStatsEntry {
+                table: name,
+                relfile,
+                data: text(&v[4])?,
+            },
+        }),
         _ => Err(bad(format!("unknown catalog row kind {kind}"))),
     }
 }
@@ -266,6 +308,9 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
 pub struct CatalogView {
     pub tables: HashMap<String, Arc<TableDef>>,
     pub entries: Vec<CatalogEntry>,
+    /// Each table's statistics from its last ANALYZE, when they are of its current
+    /// relation file.
+    pub statistics: HashMap<String, Arc<TableStatsEntry>>,
 }
 
 impl CatalogView {
@@ -286,9 +331,18 @@ impl CatalogView {
         for t in tables.values_mut() {
             t.indexes.sort_by(|a, b| a.name.cmp(&b.name));
         }
+        let mut statistics = HashMap::new();
+        for e in &entries {
+            if let CatalogEntry::Stats { stats, .. } = e {
+                if tables.get(&stats.table).map(|t| t.relfile) == Some(stats.relfile) {
+                    statistics.insert(stats.table.clone(), Arc::new(stats.clone()));
+                }
+            }
+        }
         CatalogView {
             tables: tables.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
             entries,
+            statistics,
         }
     }
 
@@ -303,6 +357,17 @@ impl CatalogView {
         self.tables
             .values()
             .flat_map(|t| t.indexes.iter().map(|i| i.name.as_str()))
+    }
+
+    /// Where the statistics rows of `table` live (normally one; any relation file).
+    pub fn stats_tids(&self, table: &str) -> Vec<Tid> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e {
+                CatalogEntry::Stats { tid, stats } if stats.table == table => Some(*tid),
+                _ => None,
+            })
+            .collect()
     }
 
     pub fn entry_tid(&self, kind_table: bool, name: &str) -> Option<Tid> {

@@ -288,8 +288,38 @@ impl Transaction {
             .entry_tid(true, name)
             .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
         self.catalog_delete(tid)?;
+        for tid in view.stats_tids(name) {
+            self.catalog_delete(tid)?;
+        }
         self.dropped.push(def.relfile);
         Ok(())
+    }
+
+    /// ANALYZE's result for `table`: replaces its statistics row (see
+    /// `catalog::TableStatsEntry`), transactionally like any catalog change. Writers
+    /// are not held off (PostgreSQL's ANALYZE takes a lock that allows them): the
+    /// statistics are of the rows this transaction saw.
+    pub fn set_table_statistics(&mut self, table: &str, data: String) -> Result<()> {
+        self.before_write()?;
+        let inner = self.inner.clone();
+        let _ddl = inner.ddl_lock.lock();
+        let view = self.catalog()?;
+        let def = view.table(table)?;
+        for tid in view.stats_tids(table) {
+            self.catalog_delete(tid)?;
+        }
+        self.catalog_insert(&catalog::encode_stats(&catalog::TableStatsEntry {
+            table: table.to_string(),
+            relfile: def.relfile,
+            data,
+        }))?;
+        Ok(())
+    }
+
+    /// The number of pages of `def`'s heap (`pg_class.relpages`).
+    pub fn table_pages(&self, def: &TableDef) -> Result<u32> {
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        Heap::new(&self.inner.pool, &self.inner.txn, &rel).nblocks()
     }
 
     /// DROP INDEX: the catalog row goes now, the file when the transaction commits. The

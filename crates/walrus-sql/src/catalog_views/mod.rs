@@ -57,6 +57,9 @@ const TABLES: &[(&str, &str)] = &[
     ("pg_settings", "name:t setting:t unit:t category:t short_desc:t extra_desc:t context:t vartype:t source:t min_val:t max_val:t enumvals:t boot_val:t reset_val:t sourcefile:t sourceline:i pending_restart:b"),
     ("pg_tables", "schemaname:t tablename:t tableowner:t tablespace:t hasindexes:b hasrules:b hastriggers:b rowsecurity:b"),
     ("pg_indexes", "schemaname:t tablename:t indexname:t tablespace:t indexdef:t"),
+    // ANALYZE's statistics (`crate::stats`); what walrus does not gather (most common
+    // values, histograms, correlation) is NULL.
+    ("pg_stats", "schemaname:t tablename:t attname:t inherited:b null_frac:f avg_width:i n_distinct:f most_common_vals:t most_common_freqs:t histogram_bounds:t correlation:f most_common_elems:t most_common_elem_freqs:t elem_count_histogram:t"),
     ("pg_stat_wal", "wal_records:l wal_fpi:l wal_bytes:n wal_buffers_full:l wal_write:l wal_sync:l wal_write_time:f wal_sync_time:f stats_reset:z"),
     // walrus's own WAL counters beside PostgreSQL's pg_stat_wal: the WAL writer's flushes,
     // segments prepared ahead versus created by a session in the foreground, commits
@@ -289,6 +292,8 @@ pub(crate) type VirtualTable = (Vec<(&'static str, TypeId)>, Vec<Vec<Datum>>);
 pub(crate) struct Source<'a> {
     /// The user tables visible to the statement's snapshot, in any order.
     pub tables: Vec<Arc<TableDef>>,
+    /// The statistics of the analyzed ones, by table name.
+    pub statistics: std::collections::HashMap<String, crate::stats::TableStatistics>,
     /// For the statistics views' counters.
     pub engine: &'a Engine,
     /// `session_authorization` (`current_user`; "walrus" when unset or empty).
@@ -301,6 +306,7 @@ pub(crate) struct Source<'a> {
 /// engine counters, read once per statement.
 pub(crate) struct Snapshot {
     tables: Vec<Arc<TableDef>>,
+    statistics: std::collections::HashMap<String, crate::stats::TableStatistics>,
     /// Each table's counters, in `tables` order.
     activity: Vec<ActivitySnapshot>,
     user: String,
@@ -354,6 +360,7 @@ impl Snapshot {
     pub(crate) fn take(source: Source<'_>) -> Snapshot {
         let Source {
             mut tables,
+            statistics,
             engine,
             user,
             database,
@@ -364,6 +371,7 @@ impl Snapshot {
         let activity = tables.iter().map(|t| engine.table_activity(t)).collect();
         Snapshot {
             tables,
+            statistics,
             activity,
             user: user
                 .filter(|u| !u.is_empty())

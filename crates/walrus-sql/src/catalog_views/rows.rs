@@ -35,6 +35,12 @@ impl Snapshot {
                         !tbl.indexes.is_empty(),
                         tbl.fillfactor,
                     ));
+                    // ANALYZE's counts; never analyzed: 0 pages, -1 rows (PostgreSQL's).
+                    if let (Some(st), Some(row)) = (self.statistics.get(&tbl.name), rows.last_mut())
+                    {
+                        row[9] = Datum::Int4(st.relpages.min(i32::MAX as u32) as i32);
+                        row[10] = Datum::Float8(st.reltuples);
+                    }
                 }
                 for (_, idx) in self.indexes() {
                     rows.push(self.class_row(
@@ -297,6 +303,28 @@ impl Snapshot {
                     ]
                 })
                 .collect(),
+            "pg_stats" => {
+                let mut rows = Vec::new();
+                for tbl in &self.tables {
+                    let Some(st) = self.statistics.get(&tbl.name) else {
+                        continue;
+                    };
+                    for c in &st.columns {
+                        let mut row = vec![
+                            t("public"),
+                            t(&tbl.name),
+                            t(&c.name),
+                            b(false),
+                            Datum::Float8(c.null_frac),
+                            Datum::Int4(c.avg_width),
+                            Datum::Float8(c.n_distinct),
+                        ];
+                        row.resize(14, Datum::Null);
+                        rows.push(row);
+                    }
+                }
+                rows
+            }
             "pg_tables" => self
                 .tables
                 .iter()

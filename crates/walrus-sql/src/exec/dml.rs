@@ -17,6 +17,7 @@ use crate::expr::{assign, eval, Scope};
 use crate::names::{ident, object_name};
 use crate::plan::{choose_access, Access};
 use crate::result::{Column, QueryResult};
+use crate::stats::TableStatistics;
 
 /// Refuses the INSERT forms walrus does not implement. Every field of sqlparser's
 /// `Insert` is named, so a new one fails to compile here until it is decided.
@@ -509,65 +510,83 @@ pub(crate) fn matching_rows(
     params: &[Datum],
     wanted: Option<&[bool]>,
 ) -> SqlResult<Vec<(Tid, Vec<Datum>)>> {
-    let (now, settings, memory) = (env.now(), env.settings(), env.memory());
-    let get = move |n: &str| settings.get(n);
-    let access = choose_access(def, filter, params, now, &get);
-    let t = env.txn();
+    let memory = env.memory();
     let mut out = Vec::new();
-    match access {
+    for_each_matching_row(env, def, filter, params, wanted, &mut |tid, row| {
+        memory.charge_row(&row)?;
+        out.push((tid, row));
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Streams the rows of `def` that satisfy `filter` to `each`, read through the access
+/// path [`choose_access`] picks, without holding them: `each` returns `false` to stop
+/// the read (a LIMIT that has its rows). Nothing is charged to the statement's memory
+/// budget here; what `each` keeps, it charges.
+pub(crate) fn for_each_matching_row(
+    env: &mut dyn Env,
+    def: &TableDef,
+    filter: Option<&Expr>,
+    params: &[Datum],
+    wanted: Option<&[bool]>,
+    each: &mut dyn FnMut(Tid, Vec<Datum>) -> SqlResult<bool>,
+) -> SqlResult<()> {
+    let (now, settings) = (env.now(), env.settings());
+    let get = move |n: &str| settings.get(n);
+    let access = choose_access(def, filter, params, now, &get, &mut || {
+        table_statistics(env, def)
+    });
+    let t = env.txn();
+    fn b(x: &Bound<Datum>) -> Bound<&[Datum]> {
+        match x {
+            Bound::Included(d) => Bound::Included(std::slice::from_ref(d)),
+            Bound::Excluded(d) => Bound::Excluded(std::slice::from_ref(d)),
+            Bound::Unbounded => Bound::Unbounded,
+        }
+    }
+    let hits = match access {
         Access::Index { index, key } => {
-            for (tid, row) in
-                t.index_scan(def, index, Bound::Included(&key), Bound::Included(&key))?
-            {
-                if row_matches(filter, &def.columns, &row, params, now, &get)? {
-                    memory.charge_row(&row)?;
-                    out.push((tid, row));
-                }
-            }
+            t.index_scan(def, index, Bound::Included(&key), Bound::Included(&key))?
         }
-        Access::Range { index, lo, hi } => {
-            fn b(x: &Bound<Datum>) -> Bound<&[Datum]> {
-                match x {
-                    Bound::Included(d) => Bound::Included(std::slice::from_ref(d)),
-                    Bound::Excluded(d) => Bound::Excluded(std::slice::from_ref(d)),
-                    Bound::Unbounded => Bound::Unbounded,
-                }
-            }
-            for (tid, row) in t.index_scan(def, index, b(&lo), b(&hi))? {
-                if row_matches(filter, &def.columns, &row, params, now, &get)? {
-                    memory.charge_row(&row)?;
-                    out.push((tid, row));
-                }
-            }
-        }
-        // WHERE is applied as the scan goes, so only matching rows are kept (and
-        // charged to the statement's memory budget).
+        Access::Range { index, lo, hi } => t.index_scan(def, index, b(&lo), b(&hi))?,
+        // WHERE is applied as the scan goes.
         Access::Scan => {
             let mut failed = None;
-            let mut each = |tid, row: Vec<Datum>| {
-                let kept = row_matches(filter, &def.columns, &row, params, now, &get)
-                    .and_then(|m| m.then(|| memory.charge_row(&row)).transpose());
-                match kept {
-                    Ok(Some(())) => out.push((tid, row)),
-                    Ok(None) => {}
+            let mut scan_each = |tid, row: Vec<Datum>| {
+                let more = row_matches(filter, &def.columns, &row, params, now, &get)
+                    .and_then(|m| if m { each(tid, row) } else { Ok(true) });
+                match more {
+                    Ok(more) => Ok(more),
                     Err(e) => {
                         failed = Some(e);
-                        return Ok(false);
+                        Ok(false)
                     }
                 }
-                Ok(true)
             };
             match wanted {
-                Some(w) => t.scan_columns(def, w, &mut each)?,
-                None => t.scan(def, &mut each)?,
+                Some(w) => t.scan_columns(def, w, &mut scan_each)?,
+                None => t.scan(def, &mut scan_each)?,
             }
-            if let Some(e) = failed {
-                return Err(e);
-            }
+            return match failed {
+                Some(e) => Err(e),
+                None => Ok(()),
+            };
         }
-        Access::Nothing => {}
+        Access::Nothing => Vec::new(),
+    };
+    for (tid, row) in hits {
+        if row_matches(filter, &def.columns, &row, params, now, &get)? && !each(tid, row)? {
+            break;
+        }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// `def`'s statistics from its last ANALYZE (read only where a plan choice needs them).
+pub(crate) fn table_statistics(env: &mut dyn Env, def: &TableDef) -> Option<TableStatistics> {
+    let view = env.txn().catalog().ok()?;
+    TableStatistics::of(&view, def)
 }
 
 /// The one plain table an UPDATE or DELETE names, and its alias. Every field of

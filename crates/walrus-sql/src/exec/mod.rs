@@ -5,8 +5,11 @@
 //! user tables and the virtual `pg_catalog` / `information_schema` tables; INSERT,
 //! UPDATE and DELETE (`dml.rs`); DDL (`ddl.rs`); COPY data in and out (`copy/`).
 //!
-//! Rows are materialised: OLTP statements touch few rows and the catalog tables are
-//! small. Every row pushed is charged to the statement's `statement_memory_limit`
+//! A SELECT over one user table streams: the scan hands each row passing WHERE to the
+//! streamed aggregation or to the projection and output collector (`select.rs`), which
+//! stops the scan once a LIMIT without ORDER BY has its rows. Other levels (joins,
+//! derived tables, set operations, window functions) materialise their rows: OLTP
+//! statements touch few rows and the catalog tables are small. Every row held is charged to the statement's `statement_memory_limit`
 //! budget ([`crate::memory`]), so a blow-up fails with 53200 instead of exhausting the
 //! server's memory. A lone user table with no joins goes through [`dml::matching_rows`], which
 //! reads through the access path [`crate::plan::choose_access`] picks (equality on a
@@ -35,9 +38,11 @@
 //! engine, the statement time, the settings and the cancel flag.
 
 mod aggregate;
+pub(crate) mod analyze;
 pub mod copy;
 pub(crate) mod ddl;
 pub(crate) mod dml;
+pub(crate) mod explain;
 mod from;
 mod select;
 mod sort;
@@ -396,10 +401,25 @@ impl<'s> Executor<'s> {
 
     fn catalog_snapshot(&self) -> SqlResult<()> {
         if self.catalog.borrow().is_none() {
-            let mut env = self.env.borrow_mut();
-            let tables = env.txn().catalog()?.tables.values().cloned().collect();
+            // A streamed scan holds the transaction; it takes the snapshot beforehand
+            // (`select::prepare_streaming`), so this is a missed case, not a user error.
+            let Ok(mut env) = self.env.try_borrow_mut() else {
+                return Err(SqlError::new(
+                    "XX000",
+                    "catalog read while a table scan holds the transaction",
+                ));
+            };
+            let view = env.txn().catalog()?;
+            let tables: Vec<_> = view.tables.values().cloned().collect();
+            let statistics = tables
+                .iter()
+                .filter_map(|t| {
+                    Some((t.name.clone(), crate::stats::TableStatistics::of(&view, t)?))
+                })
+                .collect();
             let snap = catalog_views::Snapshot::take(catalog_views::Source {
                 tables,
+                statistics,
                 engine: env.engine(),
                 user: self.settings.get("session_authorization"),
                 database: self.settings.get(DATABASE_KEY),
@@ -825,15 +845,25 @@ pub(super) struct OutputRows {
 }
 
 impl OutputRows {
+    /// Whether the rows kept already give the whole result: a LIMIT without ORDER BY
+    /// that has its `offset + limit` rows (more rows would be dropped unread).
+    fn full(&self) -> bool {
+        self.dirs.is_none()
+            && self.top.is_none()
+            && self.take != usize::MAX
+            && self.all.len() >= self.skip.saturating_add(self.take)
+    }
+
     /// Adds one output row with its ORDER BY keys, charging what is kept.
     fn push(&mut self, exec: &Executor<'_>, keys: Vec<Datum>, row: Vec<Datum>) -> SqlResult<()> {
         if let Some(seen) = &mut self.seen {
             check_keyable(&row)?;
             let k = row_key(&row);
-            exec.charge_key(&k)?;
-            if !seen.insert(k) {
+            if seen.contains(&k) {
                 return Ok(());
             }
+            exec.charge_key(&k)?;
+            seen.insert(k);
         }
         let bytes = crate::memory::row_bytes(&row) + crate::memory::row_bytes(&keys);
         let entry = sort::SortEntry {

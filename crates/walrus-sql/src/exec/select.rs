@@ -10,7 +10,7 @@ use walrus_engine::access::datum::Datum;
 use walrus_engine::catalog::TableDef;
 
 use super::aggregate::{streamable_call, AggState, StreamCall};
-use super::dml::matching_rows;
+use super::dml::{for_each_matching_row, matching_rows};
 use super::spill::SpillFile;
 use super::{row_key, Executor, GroupHooks, KeyPart, OutputRows, StreamHooks};
 use crate::error::{SqlError, SqlResult};
@@ -22,11 +22,29 @@ use crate::plan::{
 };
 use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
 
+/// The FROM list of one query level as `scan_from` leaves it.
+enum FromRows {
+    /// Every row read (joins, derived tables, catalog views, several items).
+    Read(Rel),
+    /// A lone user table: its columns (no rows yet) and how to read it.
+    Table(Rel, TableSource),
+}
+
+/// A lone user table of the single-table path, read with WHERE applied as it goes.
+struct TableSource {
+    def: std::sync::Arc<TableDef>,
+    /// The columns the query level can use (`None`: all).
+    wanted: Option<Vec<bool>>,
+}
+
+/// Takes one FROM-list row with its position; `false` stops the read.
+type RowSink<'a> = dyn FnMut(usize, &[Datum]) -> SqlResult<bool> + 'a;
+
 /// How many partition files a streamed aggregation past `work_mem` spreads rows over.
 const GROUP_PARTITIONS: usize = 8;
 
 /// What one streamed-aggregation pass needs besides its rows.
-struct GroupPass<'a> {
+pub(super) struct GroupPass<'a> {
     cols: &'a [ColName],
     outer: Option<&'a Frame<'a>>,
     group_exprs: &'a [Expr],
@@ -38,11 +56,139 @@ struct GroupPass<'a> {
     work_mem: u64,
 }
 
-/// The rows of a pass: the FROM list's, or a partition file's (each row prefixed by its
-/// position in the FROM list's rows).
-enum GroupInput<'a> {
-    Rows(&'a [Vec<Datum>]),
-    File(SpillFile),
+/// The hash table of one streamed-aggregation pass: groups are added while it stays
+/// within `work_mem`; a row of a group not in the full table goes to one of
+/// [`GROUP_PARTITIONS`] files by its key's hash, and each file is a pass of its own
+/// afterwards (the table's memory given back first).
+struct GroupTable {
+    /// The budget's mark when the pass began (given back when it ends).
+    mark: u64,
+    depth: u32,
+    /// (position of the first row, that row, one running state per call) per group.
+    groups: Vec<(usize, Vec<Datum>, Vec<AggState>)>,
+    index: HashMap<Vec<KeyPart>, usize>,
+    state_bytes: u64,
+    table_bytes: u64,
+    partitions: Vec<Option<SpillFile>>,
+    rows_seen: usize,
+}
+
+impl GroupTable {
+    fn new(exec: &Executor<'_>, p: &GroupPass<'_>, depth: u32) -> GroupTable {
+        GroupTable {
+            mark: exec.memory.used(),
+            depth,
+            groups: Vec::new(),
+            index: HashMap::new(),
+            state_bytes: p.calls.iter().map(|c| c.start().bytes()).sum(),
+            table_bytes: 0,
+            partitions: Vec::new(),
+            rows_seen: 0,
+        }
+    }
+
+    /// Adds one row (at position `at` of the FROM list's rows) to its group's states.
+    fn add(
+        &mut self,
+        exec: &Executor<'_>,
+        p: &GroupPass<'_>,
+        at: usize,
+        row: &[Datum],
+    ) -> SqlResult<()> {
+        self.rows_seen += 1;
+        if self.rows_seen % 1024 == 1023 {
+            exec.check_interrupt()?;
+        }
+        let frame = Frame {
+            cols: p.cols,
+            row,
+            outer: p.outer,
+        };
+        let mut key = Vec::with_capacity(p.group_exprs.len());
+        for g in p.group_exprs {
+            let v = exec.eval_in(g, Some(&frame), exec)?;
+            super::check_keyable(std::slice::from_ref(&v))?;
+            key.push(KeyPart::of(&v));
+        }
+        // Past this depth the table grows without bound (each pass makes progress, but
+        // a pathological hash could keep a partition whole).
+        let may_spill = self.depth < 4;
+        let slot = match self.index.get(&key) {
+            Some(&slot) => slot,
+            None => {
+                let bytes = key.iter().map(KeyPart::bytes).sum::<u64>()
+                    + 48
+                    + row_bytes(row)
+                    + self.state_bytes;
+                if may_spill && !self.groups.is_empty() && self.table_bytes + bytes > p.work_mem {
+                    if self.partitions.is_empty() {
+                        self.partitions.resize_with(GROUP_PARTITIONS, || None);
+                    }
+                    let mut h = std::collections::hash_map::DefaultHasher::new();
+                    self.depth.hash(&mut h);
+                    key.hash(&mut h);
+                    let part =
+                        &mut self.partitions[(h.finish() % GROUP_PARTITIONS as u64) as usize];
+                    if part.is_none() {
+                        *part = Some(SpillFile::create()?);
+                    }
+                    let mut spilled = Vec::with_capacity(row.len() + 1);
+                    spilled.push(Datum::Int8(at as i64));
+                    spilled.extend_from_slice(row);
+                    if let Some(f) = part.as_mut() {
+                        f.write_row(&spilled)?;
+                    }
+                    return Ok(());
+                }
+                exec.memory.charge(bytes)?;
+                self.table_bytes += bytes;
+                self.groups.push((
+                    at,
+                    row.to_vec(),
+                    p.calls.iter().map(StreamCall::start).collect(),
+                ));
+                self.index.insert(key, self.groups.len() - 1);
+                self.groups.len() - 1
+            }
+        };
+        let states = &mut self.groups[slot].2;
+        for (c, st) in p.calls.iter().zip(states.iter_mut()) {
+            exec.stream_row(c, st, &frame)?;
+        }
+        Ok(())
+    }
+
+    /// Adds the finished groups to `done` with the position of their first row, gives
+    /// the table's memory back, then runs a pass over each partition file. Returns
+    /// whether anything was spilled.
+    fn finish(
+        self,
+        exec: &Executor<'_>,
+        p: &GroupPass<'_>,
+        done: &mut Vec<(usize, Vec<Datum>, Vec<Datum>)>,
+    ) -> SqlResult<bool> {
+        let GroupTable {
+            mark,
+            depth,
+            groups,
+            index,
+            partitions,
+            ..
+        } = self;
+        drop(index);
+        for (first, rep, states) in &groups {
+            if let Some((keys, out)) = exec.group_output(p, rep, states)? {
+                done.push((*first, keys, out));
+            }
+        }
+        drop(groups);
+        exec.memory.release_to(mark);
+        let spilled = !partitions.is_empty();
+        for f in partitions.into_iter().flatten() {
+            exec.group_file_pass(p, f, depth + 1, done)?;
+        }
+        Ok(spilled)
+    }
 }
 
 fn items_of(
@@ -364,7 +510,12 @@ impl Executor<'_> {
     ) -> SqlResult<Rel> {
         check_select(sel)?;
         check_from_names(sel)?;
-        let (mut from, filtered) = self.scan_from(sel, q, outer)?;
+        let (mut from, source) = match self.scan_from(sel, q, outer)? {
+            FromRows::Read(rel) => (rel, None),
+            FromRows::Table(rel, src) => (rel, Some(src)),
+        };
+        // The single-table path applies WHERE as it reads.
+        let filtered = source.is_some();
         // Output items.
         let mut items: Vec<(String, Expr)> = Vec::new();
         for it in &sel.projection {
@@ -508,8 +659,43 @@ impl Executor<'_> {
                 }
             }
         }
-        // WHERE
+        let cols = &from.cols;
+        let distinct = match &sel.distinct {
+            None | Some(ast::Distinct::All) => false,
+            Some(ast::Distinct::Distinct) => true,
+            Some(ast::Distinct::On(_)) => {
+                return Err(SqlError::unsupported("SELECT DISTINCT ON is not supported"))
+            }
+        };
+        let streamed = if grouped {
+            self.streamable_calls(&items, sel.having.as_ref(), q)
+        } else {
+            None
+        };
+        // A lone table is read as the rows are consumed (aggregated, or projected into
+        // the output collector) unless something needs every row at once (window
+        // functions, aggregates that keep their rows) or may read the database while
+        // the scan holds the transaction (a subquery).
         let mut rows = from.rows;
+        let stream_source = match source {
+            Some(src)
+                if windows.is_empty()
+                    && (!grouped || streamed.is_some())
+                    && self.prepare_streaming(sel, q)? =>
+            {
+                Some(src)
+            }
+            Some(src) => {
+                rows = self.read_table(&src, sel)?;
+                if !windows.is_empty() {
+                    let width = cols.len();
+                    rows.iter_mut().for_each(|r| r.resize(width, Datum::Null));
+                }
+                None
+            }
+            None => None,
+        };
+        // WHERE
         if !filtered {
             if let Some(w) = &sel.selection {
                 let mut kept = Vec::with_capacity(rows.len());
@@ -532,33 +718,44 @@ impl Executor<'_> {
         if !windows.is_empty() {
             super::window::fill(self, &windows, &from.cols, &mut rows, outer)?;
         }
-        let cols = &from.cols;
-        let distinct = match &sel.distinct {
-            None | Some(ast::Distinct::All) => false,
-            Some(ast::Distinct::Distinct) => true,
-            Some(ast::Distinct::On(_)) => {
-                return Err(SqlError::unsupported("SELECT DISTINCT ON is not supported"))
-            }
-        };
         let mut output = self.output_rows(q, distinct, outer)?;
-        let streamed = if grouped {
-            self.streamable_calls(&items, sel.having.as_ref(), q)
-        } else {
-            None
-        };
         if let Some(calls) = streamed {
-            self.stream_groups(
-                &rows,
+            let pass = GroupPass {
                 cols,
                 outer,
-                &group_exprs,
-                &calls,
-                sel.having.as_ref(),
-                &items,
+                group_exprs: &group_exprs,
+                calls: &calls,
+                having: sel.having.as_ref(),
+                items: &items,
                 q,
-                &names,
-                &mut output,
-            )?;
+                names: &names,
+                work_mem: self.work_mem(),
+            };
+            match &stream_source {
+                Some(src) => {
+                    let mut at = 0usize;
+                    self.stream_groups(
+                        &pass,
+                        &mut |sink| {
+                            self.read_table_with(src, sel, &mut |row| {
+                                at += 1;
+                                sink(at - 1, &row)
+                            })
+                        },
+                        &mut output,
+                    )?
+                }
+                None => self.stream_groups(
+                    &pass,
+                    &mut |sink| {
+                        for (i, row) in rows.iter().enumerate() {
+                            sink(i, row)?;
+                        }
+                        Ok(())
+                    },
+                    &mut output,
+                )?,
+            }
         } else if grouped {
             let mut groups: Vec<Vec<&Vec<Datum>>> = Vec::new();
             let mut index: HashMap<String, usize> = HashMap::new();
@@ -614,8 +811,10 @@ impl Executor<'_> {
                 output.push(self, keys, out)?;
             }
         } else {
-            for (i, row) in rows.iter().enumerate() {
-                if i % 1024 == 1023 {
+            let mut n = 0usize;
+            let mut project = |row: &[Datum], output: &mut OutputRows| -> SqlResult<()> {
+                n += 1;
+                if n % 1024 == 1023 {
                     self.check_interrupt()?;
                 }
                 let frame = Frame { cols, row, outer };
@@ -626,7 +825,23 @@ impl Executor<'_> {
                 let keys = self.sort_keys(q, &names, &out, &mut |e| {
                     self.eval_in(e, Some(&frame), self)
                 })?;
-                output.push(self, keys, out)?;
+                output.push(self, keys, out)
+            };
+            match &stream_source {
+                // LIMIT without ORDER BY stops the read once it has its rows.
+                Some(src) if !output.full() => self.read_table_with(src, sel, &mut |row| {
+                    project(&row, &mut output)?;
+                    Ok(!output.full())
+                })?,
+                Some(_) => {}
+                None => {
+                    for row in &rows {
+                        if output.full() {
+                            break;
+                        }
+                        project(row, &mut output)?;
+                    }
+                }
             }
         }
         let rows = output.finish(self)?;
@@ -703,39 +918,26 @@ impl Executor<'_> {
     /// first row (for grouped columns) and each call's running state; rows are not kept
     /// per group. Groups come out in order of first appearance, as on the row-list path,
     /// also when the table outgrew `work_mem` and rows of new groups went to partition
-    /// files (see [`Executor::group_pass`]).
-    #[allow(clippy::too_many_arguments)]
-    fn stream_groups(
+    /// files (see [`GroupTable`]). `feed` gives the FROM list's rows (held, or read
+    /// from the table as it is scanned) to the sink it is handed, with their positions.
+    pub(super) fn stream_groups(
         &self,
-        rows: &[Vec<Datum>],
-        cols: &[ColName],
-        outer: Option<&Frame<'_>>,
-        group_exprs: &[Expr],
-        calls: &[StreamCall],
-        having: Option<&Expr>,
-        items: &[(String, Expr)],
-        q: &Query,
-        names: &[String],
+        pass: &GroupPass<'_>,
+        feed: &mut dyn FnMut(&mut RowSink<'_>) -> SqlResult<()>,
         output: &mut OutputRows,
     ) -> SqlResult<()> {
-        let pass = GroupPass {
-            cols,
-            outer,
-            group_exprs,
-            calls,
-            having,
-            items,
-            q,
-            names,
-            work_mem: self.work_mem(),
-        };
         let mut done = Vec::new();
-        let spilled = self.group_pass(&pass, GroupInput::Rows(rows), 0, &mut done)?;
-        if done.is_empty() && group_exprs.is_empty() {
+        let mut table = GroupTable::new(self, pass, 0);
+        feed(&mut |at, row| {
+            table.add(self, pass, at, row)?;
+            Ok(true)
+        })?;
+        let spilled = table.finish(self, pass, &mut done)?;
+        if done.is_empty() && pass.group_exprs.is_empty() {
             // Aggregates over no rows still give one row.
-            let nulls = vec![Datum::Null; cols.len()];
-            let states: Vec<AggState> = calls.iter().map(StreamCall::start).collect();
-            if let Some((keys, out)) = self.group_output(&pass, &nulls, &states)? {
+            let nulls = vec![Datum::Null; pass.cols.len()];
+            let states: Vec<AggState> = pass.calls.iter().map(StreamCall::start).collect();
+            if let Some((keys, out)) = self.group_output(pass, &nulls, &states)? {
                 done.push((0, keys, out));
             }
         }
@@ -748,122 +950,28 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// One pass of the streamed aggregation over `input`: groups are added to the hash
-    /// table while it stays within `work_mem`; a row of a group not in the full table
-    /// goes to one of [`GROUP_PARTITIONS`] files by its key's hash, and each file is a
-    /// pass of its own afterwards (the table's memory given back first). Finished groups
-    /// are added to `done` with the position of their first row. Returns whether
-    /// anything was spilled.
-    fn group_pass(
+    /// One pass of the streamed aggregation over a partition file written by an earlier
+    /// pass (each row prefixed by its position in the FROM list's rows).
+    fn group_file_pass(
         &self,
         p: &GroupPass<'_>,
-        input: GroupInput<'_>,
+        mut file: SpillFile,
         depth: u32,
         done: &mut Vec<(usize, Vec<Datum>, Vec<Datum>)>,
-    ) -> SqlResult<bool> {
-        let mark = self.memory.used();
-        let mut groups: Vec<(usize, Vec<Datum>, Vec<AggState>)> = Vec::new();
-        let mut index: HashMap<Vec<KeyPart>, usize> = HashMap::new();
-        let state_bytes: u64 = p.calls.iter().map(|c| c.start().bytes()).sum();
-        let mut table_bytes = 0u64;
-        let mut partitions: Vec<Option<SpillFile>> = Vec::new();
-        let (rows, mut reader) = match input {
-            GroupInput::Rows(r) => (r, None),
-            GroupInput::File(mut f) => (&[][..], Some((f.reader()?, f))),
-        };
-        // Past this depth the table grows without bound (each pass makes progress, but
-        // a pathological hash could keep a partition whole).
-        let may_spill = depth < 4;
-        let mut n = 0usize;
-        loop {
-            let owned;
-            let (at, row): (usize, &[Datum]) = match &mut reader {
-                None => match rows.get(n) {
-                    Some(r) => (n, r),
-                    None => break,
-                },
-                Some((rd, _)) => match rd.next_row()? {
-                    None => break,
-                    Some(mut r) => {
-                        let Datum::Int8(at) = r.remove(0) else {
-                            return Err(SqlError::new("XX001", "bad partition row"));
-                        };
-                        owned = r;
-                        (at as usize, &owned)
-                    }
-                },
-            };
-            n += 1;
-            if n % 1024 == 1023 {
-                self.check_interrupt()?;
-            }
-            let frame = Frame {
-                cols: p.cols,
-                row,
-                outer: p.outer,
-            };
-            let mut key = Vec::with_capacity(p.group_exprs.len());
-            for g in p.group_exprs {
-                let v = self.eval_in(g, Some(&frame), self)?;
-                super::check_keyable(std::slice::from_ref(&v))?;
-                key.push(KeyPart::of(&v));
-            }
-            let slot = match index.get(&key) {
-                Some(&slot) => slot,
-                None => {
-                    let bytes = key.iter().map(KeyPart::bytes).sum::<u64>()
-                        + 48
-                        + row_bytes(row)
-                        + state_bytes;
-                    if may_spill && !groups.is_empty() && table_bytes + bytes > p.work_mem {
-                        if partitions.is_empty() {
-                            partitions.resize_with(GROUP_PARTITIONS, || None);
-                        }
-                        let mut h = std::collections::hash_map::DefaultHasher::new();
-                        depth.hash(&mut h);
-                        key.hash(&mut h);
-                        let part = &mut partitions[(h.finish() % GROUP_PARTITIONS as u64) as usize];
-                        if part.is_none() {
-                            *part = Some(SpillFile::create()?);
-                        }
-                        let mut spilled = Vec::with_capacity(row.len() + 1);
-                        spilled.push(Datum::Int8(at as i64));
-                        spilled.extend_from_slice(row);
-                        if let Some(f) = part.as_mut() {
-                            f.write_row(&spilled)?;
-                        }
-                        continue;
-                    }
-                    self.memory.charge(bytes)?;
-                    table_bytes += bytes;
-                    groups.push((
-                        at,
-                        row.to_vec(),
-                        p.calls.iter().map(StreamCall::start).collect(),
-                    ));
-                    index.insert(key, groups.len() - 1);
-                    groups.len() - 1
-                }
-            };
-            let states = &mut groups[slot].2;
-            for (c, st) in p.calls.iter().zip(states.iter_mut()) {
-                self.stream_row(c, st, &frame)?;
+    ) -> SqlResult<()> {
+        let mut table = GroupTable::new(self, p, depth);
+        {
+            let mut reader = file.reader()?;
+            while let Some(mut r) = reader.next_row()? {
+                let Datum::Int8(at) = r.remove(0) else {
+                    return Err(SqlError::new("XX001", "bad partition row"));
+                };
+                table.add(self, p, at as usize, &r)?;
             }
         }
-        drop(index);
-        drop(reader);
-        for (first, rep, states) in &groups {
-            if let Some((keys, out)) = self.group_output(p, rep, states)? {
-                done.push((*first, keys, out));
-            }
-        }
-        drop(groups);
-        self.memory.release_to(mark);
-        let spilled = !partitions.is_empty();
-        for f in partitions.into_iter().flatten() {
-            self.group_pass(p, GroupInput::File(f), depth + 1, done)?;
-        }
-        Ok(spilled)
+        drop(file);
+        table.finish(self, p, done)?;
+        Ok(())
     }
 
     /// A finished group's output row and ORDER BY keys, or `None` when HAVING drops it.
@@ -952,14 +1060,90 @@ impl Executor<'_> {
         Ok(out)
     }
 
-    /// FROM: the cross product of its items, each a table with its joins. Returns
-    /// whether WHERE was already applied (the single-table index path).
-    fn scan_from(
+    /// Every row of a lone table that satisfies WHERE, charged as held.
+    fn read_table(&self, src: &TableSource, sel: &Select) -> SqlResult<Vec<Vec<Datum>>> {
+        Ok(matching_rows(
+            &mut **self.env.borrow_mut(),
+            &src.def,
+            sel.selection.as_ref(),
+            self.params,
+            src.wanted.as_deref(),
+        )?
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect())
+    }
+
+    /// Streams the rows of a lone table that satisfy WHERE to `each` (which returns
+    /// `false` to stop), holding none of them. The transaction is borrowed meanwhile:
+    /// `each` must not read the database (see [`Executor::prepare_streaming`]).
+    fn read_table_with(
         &self,
+        src: &TableSource,
         sel: &Select,
-        q: &Query,
-        outer: Option<&Frame<'_>>,
-    ) -> SqlResult<(Rel, bool)> {
+        each: &mut dyn FnMut(Vec<Datum>) -> SqlResult<bool>,
+    ) -> SqlResult<()> {
+        for_each_matching_row(
+            &mut **self.env.borrow_mut(),
+            &src.def,
+            sel.selection.as_ref(),
+            self.params,
+            src.wanted.as_deref(),
+            &mut |_, row| each(row),
+        )
+    }
+
+    /// Whether a query level over a lone table may be evaluated while the table is
+    /// scanned: not when a subquery is anywhere in it (it would read the database
+    /// while the scan holds the transaction). A catalog function or `reg*` cast reads
+    /// the catalog snapshot, which is taken now, before the scan.
+    fn prepare_streaming(&self, sel: &Select, q: &Query) -> SqlResult<bool> {
+        let mut subquery = false;
+        let mut catalog = false;
+        let mut look = |e: &Expr| {
+            match e {
+                Expr::Subquery(_) | Expr::Exists { .. } | Expr::InSubquery { .. } => {
+                    subquery = true
+                }
+                Expr::Function(f) => {
+                    if matches!(f.args, ast::FunctionArguments::Subquery(_)) {
+                        subquery = true;
+                    }
+                    let name = f
+                        .name
+                        .0
+                        .last()
+                        .map(|p| p.to_string().to_ascii_lowercase())
+                        .unwrap_or_default();
+                    catalog |= crate::catalog_views::is_catalog_function(&name);
+                }
+                Expr::Cast { data_type, .. } => {
+                    catalog |= data_type
+                        .to_string()
+                        .to_ascii_lowercase()
+                        .starts_with("reg");
+                }
+                _ => {}
+            }
+            ControlFlow::<()>::Continue(())
+        };
+        let _ = visit_expressions(sel, &mut look);
+        let _ = visit_expressions(&q.order_by, &mut look);
+        let _ = visit_expressions(&q.limit_clause, &mut look);
+        let _ = visit_expressions(&q.fetch, &mut look);
+        if subquery {
+            return Ok(false);
+        }
+        if catalog {
+            self.catalog_snapshot()?;
+        }
+        Ok(true)
+    }
+
+    /// FROM: the cross product of its items, each a table with its joins; or, for a
+    /// lone user table, its columns and how to read it (WHERE applied as it is read,
+    /// through the access path `dml::choose_access` picks), not yet read.
+    fn scan_from(&self, sel: &Select, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<FromRows> {
         if let ([twj], None) = (sel.from.as_slice(), outer) {
             if twj.joins.is_empty() && !sel.selection.as_ref().is_some_and(contains_subquery) {
                 if let TableFactor::Table {
@@ -974,26 +1158,16 @@ impl Executor<'_> {
                     let renamed = alias.as_ref().is_some_and(|a| !a.columns.is_empty());
                     if let Some(def) = self.user_table(name)?.filter(|_| !renamed) {
                         let wanted = used_columns(sel, q, &def);
-                        let rows = matching_rows(
-                            &mut **self.env.borrow_mut(),
-                            &def,
-                            sel.selection.as_ref(),
-                            self.params,
-                            wanted.as_deref(),
-                        )?
-                        .into_iter()
-                        .map(|(_, r)| r)
-                        .collect();
                         let qual = alias
                             .as_ref()
                             .map(|a| ident(&a.name))
                             .unwrap_or_else(|| def.name.clone());
                         let mut rel = Rel {
                             cols: table_cols(&qual, &def),
-                            rows,
+                            rows: Vec::new(),
                         };
                         rename(&mut rel, alias.as_ref())?;
-                        return Ok((rel, true));
+                        return Ok(FromRows::Table(rel, TableSource { def, wanted }));
                     }
                 }
             }
@@ -1009,6 +1183,6 @@ impl Executor<'_> {
             .try_fold(acc, |acc, twj| self.joined(acc, twj, outer));
         *self.pruned_names.borrow_mut() = before;
         acc = joined?;
-        Ok((acc, false))
+        Ok(FromRows::Read(acc))
     }
 }

@@ -1,6 +1,8 @@
 //! Access path choice for a single table: a point lookup through a unique index when the
 //! WHERE clause pins all of that index's columns with equalities to constants, else a
-//! sequential scan. (No statistics: the choice is by shape only.)
+//! sequential scan; a closed integer range on a one-column index reads through the
+//! index unless ANALYZE's statistics put more than [`RANGE_SCAN_MAX_SHARE`] of the rows
+//! in it (then the sequential scan is cheaper).
 
 use std::ops::Bound;
 
@@ -10,6 +12,7 @@ use walrus_engine::catalog::{IndexDef, TableDef};
 
 use crate::expr::{coerce, eval, Scope};
 use crate::names::ident;
+use crate::stats::TableStatistics;
 
 /// How to read the rows of a table that may match a filter.
 pub(crate) enum Access<'d> {
@@ -41,6 +44,7 @@ pub(crate) fn choose_access<'d>(
     params: &[Datum],
     now: i64,
     get: &dyn Fn(&str) -> Option<String>,
+    stats: &mut dyn FnMut() -> Option<TableStatistics>,
 ) -> Access<'d> {
     let mut eqs: Vec<(usize, Datum)> = Vec::new();
     if let Some(f) = filter {
@@ -76,9 +80,13 @@ pub(crate) fn choose_access<'d>(
             }
             Access::Index { index: idx, key }
         }
-        None => range_access(def, filter, params, now, get),
+        None => range_access(def, filter, params, now, get, stats),
     }
 }
+
+/// Past this share of a table's rows, an index range scan (one heap fetch per entry,
+/// in index order) costs more than reading the whole heap in order.
+pub(crate) const RANGE_SCAN_MAX_SHARE: f64 = 0.2;
 
 /// A closed range on an integer column with a one-column index ([`Access::Range`]), from
 /// `col BETWEEN a AND b` or `<`, `<=`, `>`, `>=` conjuncts with integer constants (on
@@ -90,6 +98,7 @@ fn range_access<'d>(
     params: &[Datum],
     now: i64,
     get: &dyn Fn(&str) -> Option<String>,
+    stats: &mut dyn FnMut() -> Option<TableStatistics>,
 ) -> Access<'d> {
     let Some(f) = filter else {
         return Access::Scan;
@@ -125,7 +134,26 @@ fn range_access<'d>(
             })
         };
         match (typed(lo), typed(hi)) {
-            (Some(lo), Some(hi)) => return Access::Range { index: idx, lo, hi },
+            (Some(typed_lo), Some(typed_hi)) => {
+                // With statistics, a range holding a large share of the rows is read
+                // by the sequential scan instead.
+                let f = |b: Bound<i64>| match b {
+                    Bound::Included(v) => Bound::Included(v as f64),
+                    Bound::Excluded(v) => Bound::Excluded(v as f64),
+                    Bound::Unbounded => Bound::Unbounded,
+                };
+                let share = stats().and_then(|st| {
+                    super::estimate::range_fraction(st.column(&def.columns[c].name)?, f(lo), f(hi))
+                });
+                if share.is_some_and(|s| s > RANGE_SCAN_MAX_SHARE) {
+                    return Access::Scan;
+                }
+                return Access::Range {
+                    index: idx,
+                    lo: typed_lo,
+                    hi: typed_hi,
+                };
+            }
             // A bound past the column type's range: leave it to the scan.
             _ => continue,
         }

@@ -18,6 +18,7 @@
 mod access;
 mod bind;
 mod columns;
+pub(crate) mod estimate;
 mod params;
 mod types;
 

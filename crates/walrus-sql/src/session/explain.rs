@@ -1,3 +1,6 @@
+//! Plain `EXPLAIN <query>` is answered by `exec/explain.rs` (the plan walrus runs, for
+//! the shapes it can state exactly).
+//!
 //! `EXPLAIN (VERBOSE, FORMAT JSON) <statement>` and `... EXECUTE name(args)`, in the shape
 //! sqlx's `describe` reads: one JSON document with a `Plan` object. walrus has no plan
 //! tree, so the plan is a single node (`"Node Type": "Walrus"`) with no `Output` list,
@@ -55,8 +58,42 @@ impl Session {
                 _ => false,
             };
         if !form_ok {
+            // Plain EXPLAIN (text format) of a query: the plan walrus runs
+            // (`exec/explain.rs`).
+            let text_form = !*analyze
+                && !*verbose
+                && !*query_plan
+                && !*estimate
+                && match (options, format) {
+                    (None, None) => true,
+                    (Some(o), None) => o.iter().all(|o| {
+                        o.name.value.eq_ignore_ascii_case("format")
+                            && o.arg
+                                .as_ref()
+                                .is_some_and(|a| a.to_string().eq_ignore_ascii_case("text"))
+                    }),
+                    (None, Some(AnalyzeFormatKind::Keyword(f))) => {
+                        f.to_string().eq_ignore_ascii_case("text")
+                    }
+                    _ => false,
+                };
+            if let (true, Statement::Query(_)) = (text_form, statement.as_ref()) {
+                let mut inner = statement.as_ref().clone();
+                crate::rewrite::rewrite(&mut inner)?;
+                let Statement::Query(q) = &inner else {
+                    return Err(SqlError::unsupported(
+                        "EXPLAIN of this statement is not supported",
+                    ));
+                };
+                let lines = crate::exec::explain::explain_query(self, q, &[])?;
+                return Ok(QueryResult {
+                    tag: "EXPLAIN".into(),
+                    columns: vec![Column::new("QUERY PLAN", TypeId::Text)],
+                    rows: lines.into_iter().map(|l| vec![Datum::Text(l)]).collect(),
+                });
+            }
             return Err(SqlError::unsupported(
-                "EXPLAIN is supported only as EXPLAIN (VERBOSE, FORMAT JSON)",
+                "EXPLAIN is supported as EXPLAIN <query> (text format) and EXPLAIN (VERBOSE, FORMAT JSON)",
             ));
         }
         let text = match statement.as_ref() {

@@ -225,6 +225,11 @@ impl Session {
         self.memory.limit()
     }
 
+    /// The most the last statement had charged to `statement_memory_limit` at once.
+    pub fn statement_memory_peak(&self) -> u64 {
+        self.memory.peak()
+    }
+
     /// PostgreSQL's `idle_in_transaction_session_timeout`: how long the connection may
     /// wait for the client's next command while a transaction is open (`None`: no
     /// limit). The server ends the session when it passes (FATAL 25P03), which rolls the
@@ -695,13 +700,14 @@ impl Session {
                 Ok(Outcome::Done(QueryResult::tag("CHECKPOINT")))
             }
             Utility::Analyze { tables } => {
-                // walrus keeps no planner statistics: ANALYZE only checks its tables.
-                for t in &tables {
-                    self.txn().table(t)?;
-                }
+                crate::exec::analyze::analyze(self, &tables)?;
                 Ok(Outcome::Done(QueryResult::tag("ANALYZE")))
             }
-            Utility::Vacuum { tables, freeze } => {
+            Utility::Vacuum {
+                tables,
+                freeze,
+                analyze,
+            } => {
                 if self.in_block {
                     return Err(SqlError::new(
                         "25001",
@@ -720,14 +726,17 @@ impl Session {
                         self.engine.vacuum_freeze(None, interrupt)?;
                     }
                     (false, _) => {
-                        for t in tables {
+                        for t in &tables {
                             if freeze {
-                                self.engine.vacuum_freeze(Some(&t), interrupt)?;
+                                self.engine.vacuum_freeze(Some(t), interrupt)?;
                             } else {
-                                self.engine.vacuum_with(Some(&t), interrupt)?;
+                                self.engine.vacuum_with(Some(t), interrupt)?;
                             }
                         }
                     }
+                }
+                if analyze {
+                    crate::exec::analyze::analyze(self, &tables)?;
                 }
                 Ok(Outcome::Done(QueryResult::tag("VACUUM")))
             }

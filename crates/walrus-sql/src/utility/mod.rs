@@ -15,6 +15,8 @@ pub enum Utility {
     Vacuum {
         tables: Vec<String>,
         freeze: bool,
+        /// `VACUUM ANALYZE` / `(ANALYZE)`: the tables are analyzed afterwards.
+        analyze: bool,
     },
     /// The tables named (none: every table); each must exist.
     Analyze {
@@ -99,27 +101,37 @@ pub fn parse(sql: &str) -> SqlResult<Option<Utility>> {
             let mut i = 1;
             let mut tables = Vec::new();
             let mut freeze = false;
+            let mut analyze = false;
             while i < w.len() {
                 let lw = w[i].to_ascii_lowercase();
                 match lw.as_str() {
                     "(" => {
-                        // Option list: only FREEZE [boolean] matters here.
+                        // Option list: only FREEZE and ANALYZE [boolean] matter here.
                         while i < w.len() && w[i] != ")" {
+                            let arg = w.get(i + 1).map(|a| a.to_ascii_lowercase());
+                            let on = !matches!(arg.as_deref(), Some("false" | "off" | "0" | "no"));
                             if w[i].eq_ignore_ascii_case("freeze") {
-                                let arg = w.get(i + 1).map(|a| a.to_ascii_lowercase());
-                                freeze =
-                                    !matches!(arg.as_deref(), Some("false" | "off" | "0" | "no"));
+                                freeze = on;
+                            } else if w[i].eq_ignore_ascii_case("analyze")
+                                || w[i].eq_ignore_ascii_case("analyse")
+                            {
+                                analyze = on;
                             }
                             i += 1;
                         }
                     }
                     "freeze" => freeze = true,
-                    "analyze" | "analyse" | "full" | "verbose" | ")" | "," => {}
+                    "analyze" | "analyse" => analyze = true,
+                    "full" | "verbose" | ")" | "," => {}
                     _ => tables.push(ident(&w[i])),
                 }
                 i += 1;
             }
-            Ok(Some(Utility::Vacuum { tables, freeze }))
+            Ok(Some(Utility::Vacuum {
+                tables,
+                freeze,
+                analyze,
+            }))
         }
         "copy" => Ok(Some(Utility::Copy(copy::parse(sql)?))),
         _ => Ok(None),
@@ -136,28 +148,40 @@ mod tests {
             parse("vacuum analyze pgbench_branches").unwrap(),
             Some(Utility::Vacuum {
                 tables: vec!["pgbench_branches".into()],
-                freeze: false
+                freeze: false,
+                analyze: true
             })
         );
         assert_eq!(
             parse("VACUUM (FREEZE, VERBOSE) t").unwrap(),
             Some(Utility::Vacuum {
                 tables: vec!["t".into()],
-                freeze: true
+                freeze: true,
+                analyze: false
             })
         );
         assert_eq!(
             parse("vacuum freeze").unwrap(),
             Some(Utility::Vacuum {
                 tables: vec![],
-                freeze: true
+                freeze: true,
+                analyze: false
             })
         );
         assert_eq!(
             parse("VACUUM (VERBOSE, FREEZE off) a, b").unwrap(),
             Some(Utility::Vacuum {
                 tables: vec!["a".into(), "b".into()],
-                freeze: false
+                freeze: false,
+                analyze: false
+            })
+        );
+        assert_eq!(
+            parse("VACUUM (ANALYZE, VERBOSE) a").unwrap(),
+            Some(Utility::Vacuum {
+                tables: vec!["a".into()],
+                freeze: false,
+                analyze: true
             })
         );
         assert_eq!(parse("CHECKPOINT").unwrap(), Some(Utility::Checkpoint));

@@ -1,0 +1,349 @@
+//! `EXPLAIN <query>` in text form, with PostgreSQL's node names, for the query shapes
+//! whose plan walrus can state exactly: a SELECT over one user table (no joins,
+//! subqueries or window functions) or over no table. The nodes come from the decisions
+//! the executor makes, taken by the same functions: the access path from
+//! [`crate::plan::choose_access`] with the table's statistics (Index Scan for a
+//! unique-index point lookup or an integer range, Seq Scan otherwise; the WHERE clause
+//! is a Filter re-checked on every row read, index reads included), aggregation as in
+//! `select.rs` (Aggregate without GROUP BY, HashAggregate with it: groups are kept in
+//! a hash table), DISTINCT as a HashAggregate over the output columns (the output
+//! collector's hash set), ORDER BY as a Sort (a top-N heap under a LIMIT), LIMIT /
+//! OFFSET as a Limit. `rows=` are estimates from ANALYZE's statistics
+//! ([`crate::plan::estimate`]); for a table never analyzed, from PostgreSQL's default
+//! selectivities over an assumed [`UNANALYZED_ROWS`] rows. Other shapes are refused
+//! (0A000) rather than described approximately.
+
+use sqlparser::ast::{self, Expr, Query, SelectItem, SetExpr, TableFactor};
+use walrus_engine::access::datum::Datum;
+
+use super::{dml, Env, Executor};
+use crate::error::{SqlError, SqlResult};
+use crate::names::ident;
+use crate::plan::estimate::Estimator;
+use crate::plan::{choose_access, contains_aggregate, contains_subquery, Access};
+use crate::stats::{ColumnStatistics, TableStatistics};
+
+/// The row count assumed for a table ANALYZE has not seen.
+pub(crate) const UNANALYZED_ROWS: f64 = 1000.0;
+/// Groups assumed when a grouping column has no statistics (PostgreSQL's 200).
+const DEFAULT_GROUPS: f64 = 200.0;
+
+/// One plan node: its name, estimated rows, detail lines and input.
+struct Node {
+    name: String,
+    rows: f64,
+    details: Vec<String>,
+    input: Option<Box<Node>>,
+}
+
+impl Node {
+    fn over(name: impl Into<String>, rows: f64, input: Node) -> Node {
+        Node {
+            name: name.into(),
+            rows,
+            details: Vec::new(),
+            input: Some(Box::new(input)),
+        }
+    }
+
+    /// PostgreSQL's text layout: an input is `->  ` indented under its parent, detail
+    /// lines two places past the node's name.
+    fn lines(&self, depth: usize, out: &mut Vec<String>) {
+        let head = if depth == 0 {
+            String::new()
+        } else {
+            format!("{}->  ", " ".repeat(6 * (depth - 1) + 2))
+        };
+        out.push(format!(
+            "{head}{}  (rows={})",
+            self.name,
+            self.rows.round() as i64
+        ));
+        for d in &self.details {
+            out.push(format!("{}{d}", " ".repeat(6 * depth + 2)));
+        }
+        if let Some(i) = &self.input {
+            i.lines(depth + 1, out);
+        }
+    }
+}
+
+fn refuse(what: &str) -> SqlError {
+    SqlError::unsupported(format!("EXPLAIN of {what} is not supported"))
+}
+
+/// The plan lines of `q` (see the module comment).
+pub(crate) fn explain_query(
+    env: &mut dyn Env,
+    q: &Query,
+    params: &[Datum],
+) -> SqlResult<Vec<String>> {
+    super::select::check_query(q)?;
+    let SetExpr::Select(sel) = q.body.as_ref() else {
+        return Err(refuse("a set operation or VALUES"));
+    };
+    super::select::check_select(sel)?;
+    let mut exprs: Vec<&Expr> = Vec::new();
+    for it in &sel.projection {
+        match it {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => exprs.push(e),
+            _ => {}
+        }
+    }
+    exprs.extend(sel.selection.as_ref());
+    exprs.extend(sel.having.as_ref());
+    let group: Vec<&Expr> = match &sel.group_by {
+        ast::GroupByExpr::Expressions(g, _) => g.iter().collect(),
+        ast::GroupByExpr::All(_) => return Err(refuse("GROUP BY ALL")),
+    };
+    exprs.extend(group.iter().copied());
+    let order: Vec<&ast::OrderByExpr> = match q.order_by.as_ref().map(|o| &o.kind) {
+        Some(ast::OrderByKind::Expressions(v)) => v.iter().collect(),
+        Some(ast::OrderByKind::All(_)) => return Err(refuse("ORDER BY ALL")),
+        None => Vec::new(),
+    };
+    exprs.extend(order.iter().map(|o| &o.expr));
+    if exprs.iter().any(|e| contains_subquery(e)) {
+        return Err(refuse("a query with subqueries"));
+    }
+    if exprs.iter().any(|e| has_window(e)) {
+        return Err(refuse("a query with window functions"));
+    }
+    let exec = Executor::new(env, params);
+    // The input: one user table, or none.
+    let (input, table_stats) = match sel.from.as_slice() {
+        [] => (
+            Node {
+                name: "Result".into(),
+                rows: 1.0,
+                details: Vec::new(),
+                input: None,
+            },
+            None,
+        ),
+        [twj] if twj.joins.is_empty() => {
+            let TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            } = &twj.relation
+            else {
+                return Err(refuse("a FROM item other than a table"));
+            };
+            if alias.as_ref().is_some_and(|a| !a.columns.is_empty()) {
+                return Err(refuse("a table alias with column names"));
+            }
+            let Some(def) = exec.user_table(name)? else {
+                return Err(refuse("a catalog view"));
+            };
+            let mut env = exec.env.borrow_mut();
+            let env: &mut dyn Env = &mut **env;
+            let (now, settings) = (env.now(), env.settings());
+            let get = move |n: &str| settings.get(n);
+            let stats = dml::table_statistics(env, &def);
+            let filter = sel.selection.as_ref();
+            let access = choose_access(&def, filter, params, now, &get, &mut || stats.clone());
+            let assumed = TableStatistics {
+                reltuples: UNANALYZED_ROWS,
+                relpages: 0,
+                columns: Vec::new(),
+            };
+            let est = Estimator {
+                def: &def,
+                stats: stats.as_ref().unwrap_or(&assumed),
+                params,
+                now,
+                get: &get,
+            };
+            let alias_part = match alias {
+                Some(a) => format!(" {}", ident(&a.name)),
+                None => String::new(),
+            };
+            let mut node = match &access {
+                Access::Index { index, key } => Node {
+                    name: format!(
+                        "Index Scan using {} on {}{alias_part}",
+                        index.name, def.name
+                    ),
+                    rows: 1.0_f64.min(est.rows()),
+                    details: vec![format!(
+                        "Index Cond: ({})",
+                        index
+                            .columns
+                            .iter()
+                            .zip(key)
+                            .map(|(c, k)| format!(
+                                "{} = {}",
+                                def.columns[*c].name,
+                                crate::value::format_text(k).unwrap_or_else(|| "NULL".into())
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(" AND ")
+                    )],
+                    input: None,
+                },
+                Access::Range { index, lo, hi } => {
+                    let col = &def.columns[index.columns[0]].name;
+                    let bound = |b: &std::ops::Bound<Datum>, lower: bool| match b {
+                        std::ops::Bound::Included(d) => Some(format!(
+                            "{col} {} {}",
+                            if lower { ">=" } else { "<=" },
+                            crate::value::format_text(d).unwrap_or_default()
+                        )),
+                        std::ops::Bound::Excluded(d) => Some(format!(
+                            "{col} {} {}",
+                            if lower { ">" } else { "<" },
+                            crate::value::format_text(d).unwrap_or_default()
+                        )),
+                        std::ops::Bound::Unbounded => None,
+                    };
+                    let conds: Vec<String> = [bound(lo, true), bound(hi, false)]
+                        .into_iter()
+                        .flatten()
+                        .collect();
+                    Node {
+                        name: format!(
+                            "Index Scan using {} on {}{alias_part}",
+                            index.name, def.name
+                        ),
+                        rows: est.filtered_rows(filter),
+                        details: vec![format!("Index Cond: ({})", conds.join(" AND "))],
+                        input: None,
+                    }
+                }
+                Access::Scan => Node {
+                    name: format!("Seq Scan on {}{alias_part}", def.name),
+                    rows: est.filtered_rows(filter),
+                    details: Vec::new(),
+                    input: None,
+                },
+                Access::Nothing => Node {
+                    name: "Result".into(),
+                    rows: 0.0,
+                    details: vec!["One-Time Filter: false".into()],
+                    input: None,
+                },
+            };
+            if let (Some(f), false) = (filter, matches!(access, Access::Nothing)) {
+                node.details.push(format!("Filter: ({f})"));
+            }
+            let group_rows = group_estimate(&group, stats.as_ref(), node.rows);
+            (node, Some(group_rows))
+        }
+        _ => return Err(refuse("a join or several FROM items")),
+    };
+    let mut node = input;
+    let grouped = !group.is_empty()
+        || sel.having.is_some()
+        || sel.projection.iter().any(|it| match it {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                contains_aggregate(e)
+            }
+            _ => false,
+        });
+    if grouped {
+        node = if group.is_empty() {
+            Node::over("Aggregate", 1.0, node)
+        } else {
+            let rows = table_stats.unwrap_or(1.0);
+            let mut n = Node::over("HashAggregate", rows, node);
+            n.details.push(format!(
+                "Group Key: {}",
+                group
+                    .iter()
+                    .map(|g| g.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+            n
+        };
+        if let Some(h) = &sel.having {
+            node.details.push(format!("Filter: ({h})"));
+        }
+    }
+    match &sel.distinct {
+        None | Some(ast::Distinct::All) => {}
+        Some(ast::Distinct::Distinct) => {
+            let rows = node.rows;
+            let keys = sel
+                .projection
+                .iter()
+                .map(|it| it.to_string())
+                .collect::<Vec<_>>()
+                .join(", ");
+            node = Node::over("HashAggregate", rows, node);
+            node.details.push(format!("Group Key: {keys}"));
+        }
+        Some(ast::Distinct::On(_)) => return Err(refuse("SELECT DISTINCT ON")),
+    }
+    if !order.is_empty() {
+        let rows = node.rows;
+        node = Node::over("Sort", rows, node);
+        node.details.push(format!(
+            "Sort Key: {}",
+            order
+                .iter()
+                .map(|o| {
+                    let mut k = o.expr.to_string();
+                    if matches!(o.options.sort, Some(ast::OrderBySort::Desc)) {
+                        k.push_str(" DESC");
+                    }
+                    match o.options.nulls_first {
+                        Some(true) => k.push_str(" NULLS FIRST"),
+                        Some(false) => k.push_str(" NULLS LAST"),
+                        None => {}
+                    }
+                    k
+                })
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if q.limit_clause.is_some() || q.fetch.is_some() {
+        let (skip, take) = exec.limits(q, None)?;
+        if !order.is_empty() && take != usize::MAX {
+            node.details.push(format!(
+                "Sort Method: top-N heapsort of {} rows",
+                skip.saturating_add(take)
+            ));
+        }
+        let rows = (node.rows - skip as f64).max(0.0).min(take as f64);
+        node = Node::over("Limit", rows, node);
+    }
+    let mut out = Vec::new();
+    node.lines(0, &mut out);
+    Ok(out)
+}
+
+/// The estimated number of groups: the product of the grouping columns' distinct
+/// counts, at most the input rows.
+fn group_estimate(group: &[&Expr], stats: Option<&TableStatistics>, input: f64) -> f64 {
+    let mut groups = 1.0;
+    for g in group {
+        let col: Option<&ColumnStatistics> = match g {
+            Expr::Identifier(i) => stats.and_then(|s| s.column(&ident(i))),
+            Expr::CompoundIdentifier(ids) => stats.and_then(|s| s.column(&ident(ids.last()?))),
+            _ => None,
+        };
+        groups *= match (col, stats) {
+            (Some(c), Some(s)) => {
+                c.distinct_values(s.reltuples) + if c.null_frac > 0.0 { 1.0 } else { 0.0 }
+            }
+            _ => DEFAULT_GROUPS,
+        };
+    }
+    groups.min(input.max(1.0)).round()
+}
+
+/// Whether `e` calls a window function (`... OVER (...)`).
+fn has_window(e: &Expr) -> bool {
+    let mut found = false;
+    let _ = ast::visit_expressions(e, |x: &Expr| {
+        if let Expr::Function(f) = x {
+            found |= f.over.is_some();
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    found
+}
