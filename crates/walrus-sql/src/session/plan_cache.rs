@@ -412,8 +412,9 @@ impl LookupShape {
 }
 
 impl PointLookup {
-    /// Runs the lookup with `params`. `None`: a parameter is of a type this path does
-    /// not compare (the general executor then runs the statement).
+    /// Runs the lookup with `params`. `None`: a parameter this path does not compare
+    /// (of another type, or text that is not an integer's canonical spelling): the
+    /// general executor then runs the statement.
     pub(crate) fn run(
         &self,
         txn: &mut Transaction,
@@ -432,6 +433,21 @@ impl PointLookup {
                         // Out of the column's range: equal to no value of it (as the
                         // executor's access path decides too).
                         Err(_) => matches_nothing = true,
+                    }
+                }
+                // A parameter the client left untyped arrives as text (pgbench's
+                // `-M prepared`). Only an integer's canonical spelling is taken as its
+                // value, which no reading of the comparison can take differently;
+                // anything else is left to the executor.
+                Datum::Text(t) => {
+                    let canonical = t
+                        .parse::<i64>()
+                        .ok()
+                        .filter(|n| n.to_string() == *t)
+                        .map(Datum::Int8)?;
+                    match crate::expr::coerce(canonical, self.table.columns[col].ty) {
+                        Ok(k) => key.push(k),
+                        Err(_) => return None,
                     }
                 }
                 _ => return None,
