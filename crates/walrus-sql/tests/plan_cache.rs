@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{engine, ok};
+use common::{engine, err, ok};
 use walrus_engine::access::datum::Datum;
 use walrus_sql::value::format_text;
 use walrus_sql::{Outcome, Session};
@@ -159,6 +159,12 @@ fn ddl_of_another_session_re_plans_and_nothing_else_does() {
     // The table is dropped and made again with its columns in another order: the old
     // plan's column positions would read the wrong ones.
     ok(&mut other, "drop table t");
+    // Gone: the cached lookup is not used, the statement fails as the executor says.
+    assert_eq!(err(&mut s, "select v, w from t where id = 1"), "42P01");
+    match s.execute_cached(LOOKUP, &[Datum::Int4(1)]).pop() {
+        Some(Err(e)) => assert_eq!(e.sqlstate, "42P01"),
+        other => panic!("a lookup in a dropped table: {other:?}"),
+    }
     ok(
         &mut other,
         "create table t (w text, id int primary key, v int)",

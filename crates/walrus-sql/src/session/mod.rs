@@ -3,9 +3,10 @@
 //! A [`Session`] owns the connection's transaction (implicit per statement, or an
 //! explicit block), the aborted-block state (every statement fails with 25P02 until
 //! ROLLBACK, as in PostgreSQL), session settings (`settings.rs`), SQL-level prepared
-//! statements and the extended protocol's parse cache. It parses (`parse.rs`), arms the
-//! statement timeout, and hands each statement to the executor (`crate::exec`) through
-//! the [`Env`] it implements; it never evaluates rows itself.
+//! statements and the extended protocol's plan cache (`plan_cache.rs`). It parses
+//! (`parse.rs`), arms the statement timeout, and hands each statement to the executor
+//! (`crate::exec`) through the [`Env`] it implements; it never evaluates rows itself,
+//! except a cached point lookup's one index probe (`plan_cache.rs`).
 
 mod explain;
 mod parse;
