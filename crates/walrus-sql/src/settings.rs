@@ -3,6 +3,7 @@
 //! (`session/settings.rs`); evaluation and the executor only read them through a view.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use walrus_engine::Engine;
@@ -22,11 +23,47 @@ pub(crate) const DATABASE_KEY: &str = "walrus.database";
 pub(crate) struct SettingsView {
     map: Arc<BTreeMap<String, String>>,
     engine: Engine,
+    /// The session's plan-cache counters (`walrus_stat_plan_cache()`).
+    plan_stats: Option<Arc<PlanCacheStats>>,
 }
+
+/// A session's extended-protocol plan cache counters (`session/plan_cache.rs`), shared
+/// with the statements it runs so `walrus_stat_plan_cache()` can report them.
+#[derive(Default, Debug)]
+pub(crate) struct PlanCacheStats {
+    /// Statements planned: each new SQL text, and every re-plan after an invalidation.
+    pub(crate) plans: AtomicU64,
+    /// Executions that reused a plan still valid.
+    pub(crate) hits: AtomicU64,
+    /// Plans found stale (DDL since they were made) and re-planned.
+    pub(crate) invalidations: AtomicU64,
+    /// Executions answered by a cached point lookup.
+    pub(crate) point_lookups: AtomicU64,
+}
+
+/// Keys under which [`SettingsView::all`] reports the plan-cache counters, in
+/// `walrus_stat_plan_cache`'s column order (hidden from `pg_settings`, as every
+/// `walrus.` key is).
+pub(crate) const PLAN_CACHE_KEYS: [&str; 4] = [
+    "walrus.plan_cache.plans",
+    "walrus.plan_cache.hits",
+    "walrus.plan_cache.invalidations",
+    "walrus.plan_cache.point_lookups",
+];
 
 impl SettingsView {
     pub(crate) fn new(map: Arc<BTreeMap<String, String>>, engine: Engine) -> SettingsView {
-        SettingsView { map, engine }
+        SettingsView {
+            map,
+            engine,
+            plan_stats: None,
+        }
+    }
+
+    /// The view with the session's plan-cache counters.
+    pub(crate) fn with_plan_stats(mut self, stats: Arc<PlanCacheStats>) -> SettingsView {
+        self.plan_stats = Some(stats);
+        self
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<String> {
@@ -49,6 +86,12 @@ impl SettingsView {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         all.extend(self.map.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if let Some(p) = &self.plan_stats {
+            let counters = [&p.plans, &p.hits, &p.invalidations, &p.point_lookups];
+            for (k, c) in PLAN_CACHE_KEYS.iter().zip(counters) {
+                all.insert(k.to_string(), c.load(Ordering::Relaxed).to_string());
+            }
+        }
         all
     }
 }

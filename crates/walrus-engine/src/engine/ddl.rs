@@ -20,6 +20,12 @@ use crate::error::{Error, Result};
 use crate::xlog;
 
 impl Engine {
+    /// A number that changes whenever DDL commits (a cache of anything derived from the
+    /// committed catalog, such as a session's prepared plans, is stale once it moved).
+    pub fn catalog_version(&self) -> u64 {
+        self.inner.catalog_version.load(Ordering::Acquire)
+    }
+
     /// The committed catalog (cached until the next DDL commits).
     pub fn catalog_view(&self) -> Result<Arc<CatalogView>> {
         let mut t = self.begin(Isolation::ReadCommitted);
@@ -48,6 +54,12 @@ impl Engine {
 }
 
 impl Transaction {
+    /// Whether this transaction has changed the catalog (run DDL): rolling it back
+    /// then undoes catalog changes its session may have cached plans over.
+    pub fn changed_catalog(&self) -> bool {
+        self.catalog_changed
+    }
+
     /// The catalog as this transaction sees it: the shared committed view, or, once it
     /// has run DDL, its own view — both cached, so no statement reads the catalog
     /// relation unless DDL committed or this transaction changed the catalog since.

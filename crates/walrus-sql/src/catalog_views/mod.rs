@@ -73,6 +73,10 @@ const TABLES: &[(&str, &str)] = &[
     ("walrus_stat_dwb", "batches:l pages:l bytes:l avg_batch_pages:f slot_waits:l"),
     // The commit-status log's group update (seed 004): statuses set lock-free on a
     // resident page, waits for the exclusive lock, leader rounds and their sizes.
+    // This session's extended-protocol plan cache (session/plan_cache.rs): statements
+    // planned (new texts and re-plans), executions reusing a plan, plans invalidated
+    // by DDL, executions answered by a cached point lookup.
+    ("walrus_stat_plan_cache", "plans:l hits:l invalidations:l point_lookups:l"),
     ("walrus_stat_clog", "fast_path_sets:l lock_waits:l group_updates:l group_members:l avg_group_size:f max_group_size:l"),
     // Page writers and checkpoints (seed 003), one row per page-writer thread and a
     // total row (thread = 'total'): also `SELECT * FROM walrus_flush_detail()`.
@@ -151,7 +155,10 @@ pub fn is_virtual(schema: Option<&str>, table: &str) -> bool {
 /// Whether [`Snapshot::function`] answers `name` (so other calls never take a snapshot).
 /// Set-returning functions answered from a statistics view of the same name.
 pub(crate) fn is_row_function(name: &str) -> bool {
-    matches!(name, "walrus_flush_detail" | "pg_control_checkpoint")
+    matches!(
+        name,
+        "walrus_flush_detail" | "pg_control_checkpoint" | "walrus_stat_plan_cache"
+    )
 }
 
 pub(crate) fn is_catalog_function(name: &str) -> bool {

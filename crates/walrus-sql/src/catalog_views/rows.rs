@@ -353,6 +353,15 @@ impl Snapshot {
                     ]
                 })
                 .collect(),
+            "walrus_stat_plan_cache" => vec![crate::settings::PLAN_CACHE_KEYS
+                .iter()
+                .map(|k| {
+                    settings
+                        .get(*k)
+                        .and_then(|v| v.parse::<i64>().ok())
+                        .map_or(Datum::Null, Datum::Int8)
+                })
+                .collect()],
             "walrus_stat_dwb" => {
                 let (batches, pages, bytes, waits) = self.dwb;
                 vec![vec![

@@ -3,12 +3,14 @@
 //! A [`Session`] owns the connection's transaction (implicit per statement, or an
 //! explicit block), the aborted-block state (every statement fails with 25P02 until
 //! ROLLBACK, as in PostgreSQL), session settings (`settings.rs`), SQL-level prepared
-//! statements and the extended protocol's parse cache. It parses (`parse.rs`), arms the
-//! statement timeout, and hands each statement to the executor (`crate::exec`) through
-//! the [`Env`] it implements; it never evaluates rows itself.
+//! statements and the extended protocol's plan cache (`plan_cache.rs`). It parses
+//! (`parse.rs`), arms the statement timeout, and hands each statement to the executor
+//! (`crate::exec`) through the [`Env`] it implements; it never evaluates rows itself,
+//! except a cached point lookup's one index probe (`plan_cache.rs`).
 
 mod explain;
 mod parse;
+mod plan_cache;
 mod recursive;
 mod settings;
 
@@ -26,6 +28,7 @@ use walrus_engine::settings::format_size;
 use walrus_engine::Engine;
 
 use self::parse::{parse, Parsed};
+use self::plan_cache::{lookup_shape, LookupState, PlanCache, PlanKey, PointLookup};
 use self::settings::{default_settings, SettingUndo};
 use crate::error::{SqlError, SqlResult};
 use crate::exec::{self, copy, ddl, dml, Env};
@@ -65,8 +68,12 @@ pub struct Session {
     /// Statements prepared through the extended protocol, by name: their SQL, for
     /// `EXPLAIN ... EXECUTE name` (explain.rs).
     protocol_statements: std::collections::HashMap<String, String>,
-    /// Parsed extended-protocol statements by SQL text ([`Session::execute_cached`]).
-    parse_cache: std::collections::HashMap<String, Arc<Vec<Parsed>>>,
+    /// Plans of extended-protocol statements by SQL text ([`Session::execute_cached`]).
+    plan_cache: PlanCache,
+    /// Counts this session's DDL statements and its rollbacks of transactions that
+    /// ran DDL: with the engine's committed catalog version, what a cached plan is
+    /// valid for ([`PlanKey`]).
+    own_ddl: u64,
     /// The running statement's budget for materialised rows (`statement_memory_limit`),
     /// reset at each statement's start.
     memory: Arc<MemoryBudget>,
@@ -95,9 +102,6 @@ fn aborted() -> SqlError {
         "current transaction is aborted, commands ignored until end of transaction block",
     )
 }
-
-/// Distinct SQL texts whose parse a session keeps (cleared when full).
-const PARSE_CACHE_ENTRIES: usize = 256;
 
 fn now_micros() -> i64 {
     system_time_to_pg(std::time::SystemTime::now())
@@ -214,7 +218,8 @@ impl Session {
             block_undo: Vec::new(),
             prepared: BTreeMap::new(),
             protocol_statements: Default::default(),
-            parse_cache: std::collections::HashMap::new(),
+            plan_cache: PlanCache::default(),
+            own_ddl: 0,
             memory: Arc::new(MemoryBudget::new(memory_limit)),
             memory_setting_error,
         }
@@ -270,32 +275,58 @@ impl Session {
         self.run_all(&stmts, params)
     }
 
-    /// Executes a statement of the extended protocol: like [`Session::execute`], but the
-    /// parse of each distinct SQL text is kept (bounded), so a prepared statement is
-    /// parsed once, not at every Execute. Binding still happens at each execution, so
-    /// DDL between executions is seen.
+    /// Executes a statement of the extended protocol: like [`Session::execute`], but
+    /// through the session's plan cache (`plan_cache.rs`): each distinct SQL text is
+    /// planned once and its plan reused until DDL (committed by anyone, or this
+    /// session's own) invalidates it.
     pub fn execute_cached(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
-        let stmts = match self.parsed(sql) {
+        let key = self.plan_key();
+        let (stmts, lookup) = match self.plan_cache.plan(sql, key, parse) {
             Ok(p) => p,
             Err(e) => {
                 self.fail_statement();
                 return vec![Err(e)];
             }
         };
-        self.run_all(&stmts, params)
+        match lookup {
+            LookupState::Ready(l) => match stmts.first() {
+                Some(st) => vec![self.run_planned(st, params, Some(&l))],
+                None => Vec::new(),
+            },
+            LookupState::No => self.run_all(&stmts, params),
+            LookupState::Untried => {
+                let Some(shape) = lookup_shape(&stmts) else {
+                    self.plan_cache.set_lookup(sql, key, LookupState::No);
+                    return self.run_all(&stmts, params);
+                };
+                // The descriptor the run uses, read before it, in its transaction.
+                let table = self.txn().table(&shape.table).ok();
+                let results = self.run_all(&stmts, params);
+                let lookup = match (table, results.as_slice()) {
+                    (Some(t), [Ok(Outcome::Done(q))]) => {
+                        match shape.resolve(t, q.columns.clone()) {
+                            Some(l) => LookupState::Ready(Arc::new(l)),
+                            None => LookupState::No,
+                        }
+                    }
+                    // Failed (or no such table): tried again at the next execution.
+                    _ => LookupState::Untried,
+                };
+                self.plan_cache.set_lookup(sql, key, lookup);
+                results
+            }
+        }
     }
 
-    /// The parse of `sql`, from the cache or parsed now (and kept).
+    /// What a plan made now is valid for.
+    fn plan_key(&self) -> PlanKey {
+        (self.engine.catalog_version(), self.own_ddl)
+    }
+
+    /// The parse of `sql`, from the plan cache or parsed now (and kept).
     fn parsed(&mut self, sql: &str) -> SqlResult<Arc<Vec<Parsed>>> {
-        if let Some(p) = self.parse_cache.get(sql) {
-            return Ok(p.clone());
-        }
-        let p = Arc::new(parse(sql)?);
-        if self.parse_cache.len() >= PARSE_CACHE_ENTRIES {
-            self.parse_cache.clear();
-        }
-        self.parse_cache.insert(sql.to_string(), p.clone());
-        Ok(p)
+        let key = self.plan_key();
+        self.plan_cache.parsed(sql, key, parse)
     }
 
     fn run_all(&mut self, stmts: &[Parsed], params: &[Datum]) -> Vec<SqlResult<Outcome>> {
@@ -516,11 +547,30 @@ impl Session {
         if self.in_block {
             self.failed = true;
         } else if let Some(t) = self.txn.take() {
+            self.note_rollback(&t);
             let _ = t.rollback();
         }
     }
 
+    /// A transaction that ran DDL is being rolled back: plans made over its catalog
+    /// changes are stale.
+    fn note_rollback(&mut self, t: &Transaction) {
+        if t.changed_catalog() {
+            self.own_ddl += 1;
+        }
+    }
+
     fn run(&mut self, st: &Parsed, params: &[Datum]) -> SqlResult<Outcome> {
+        self.run_planned(st, params, None)
+    }
+
+    /// Runs one statement; a SELECT with a cached `lookup` plan runs through it.
+    fn run_planned(
+        &mut self,
+        st: &Parsed,
+        params: &[Datum],
+        lookup: Option<&PointLookup>,
+    ) -> SqlResult<Outcome> {
         if self.failed
             && !matches!(
                 st,
@@ -614,7 +664,10 @@ impl Session {
                 // applied, and the next autocommit statement committed it.
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match st {
                     Parsed::Utility(u) => self.utility(u.clone()),
-                    Parsed::Sql(s) => self.statement(s, params),
+                    Parsed::Sql(s) => match lookup {
+                        Some(l) => self.point_lookup(l, s, params),
+                        None => self.statement(s, params),
+                    },
                     _ => unreachable!("handled above"),
                 }))
                 .unwrap_or_else(|_| Err(internal_error())),
@@ -666,8 +719,33 @@ impl Session {
         self.block_read_only = false;
         match self.txn.take() {
             Some(t) if commit => t.commit().map_err(SqlError::from),
-            Some(t) => t.rollback().map_err(SqlError::from),
+            Some(t) => {
+                self.note_rollback(&t);
+                t.rollback().map_err(SqlError::from)
+            }
             None => Ok(()),
+        }
+    }
+
+    /// A SELECT through its cached point lookup; the general executor runs it when a
+    /// parameter's type is not one the lookup compares.
+    fn point_lookup(
+        &mut self,
+        lookup: &PointLookup,
+        st: &Statement,
+        params: &[Datum],
+    ) -> SqlResult<Outcome> {
+        self.txn().next_statement();
+        let memory = self.memory.clone();
+        match lookup.run(self.txn(), params, &memory) {
+            Some(r) => {
+                self.plan_cache
+                    .stats
+                    .point_lookups
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                r.map(Outcome::Done)
+            }
+            None => self.statement(st, params),
         }
     }
 
@@ -914,6 +992,17 @@ impl Session {
                 ));
             }
         }
+        if matches!(
+            st,
+            Statement::CreateTable(_)
+                | Statement::CreateIndex(_)
+                | Statement::Drop { .. }
+                | Statement::Truncate(_)
+                | Statement::AlterTable(_)
+        ) {
+            // Plans made before this statement are stale once it changes the catalog.
+            self.own_ddl += 1;
+        }
         self.txn().next_statement();
         let r = match st {
             Statement::Prepare {
@@ -1033,6 +1122,7 @@ impl Session {
     /// The settings as expressions read them (shares the map; no copy).
     pub(crate) fn settings_view(&self) -> SettingsView {
         SettingsView::new(self.settings.clone(), self.engine.clone())
+            .with_plan_stats(self.plan_cache.stats.clone())
     }
 
     /// Records who connected to what (`current_user`, `current_database()`).
