@@ -78,6 +78,8 @@ enum Msg {
     Complete(String),
     Error(String),
     Ready(char),
+    /// ParameterStatus (name, value).
+    Status(String, String),
     Other(char),
 }
 
@@ -255,6 +257,12 @@ impl Client {
                 Msg::Error(code)
             }
             b'Z' => Msg::Ready(b[0] as char),
+            b'S' => {
+                let mut f = b
+                    .split(|&c| c == 0)
+                    .map(|f| String::from_utf8_lossy(f).into_owned());
+                Msg::Status(f.next().unwrap_or_default(), f.next().unwrap_or_default())
+            }
             other => Msg::Other(other as char),
         })
     }
@@ -590,5 +598,75 @@ fn run_time_errors_come_at_execute_not_describe() {
     assert_eq!(
         got[1],
         Msg::Data(vec![Some("2024-01-01 04:41:12.123457+00".into())])
+    );
+}
+
+/// The session TimeZone: a SET, RESET or rollback that changes it is reported with a
+/// ParameterStatus before ReadyForQuery (PostgreSQL 15 reports at ReadyForQuery the
+/// values changed since last reported), and timestamptz text follows it.
+#[test]
+fn time_zone_changes_are_reported_and_applied() {
+    let live = start();
+    let mut c = Client::connect(live.addr);
+    let status = |v: &str| Msg::Status("TimeZone".into(), v.into());
+    assert_eq!(
+        c.simple("set timezone = 'europe/berlin'"),
+        vec![
+            Msg::Complete("SET".into()),
+            status("Europe/Berlin"),
+            Msg::Ready('I')
+        ]
+    );
+    // Unchanged: nothing reported.
+    assert_eq!(
+        c.simple("set timezone = 'Europe/Berlin'"),
+        vec![Msg::Complete("SET".into()), Msg::Ready('I')]
+    );
+    // Extended protocol: text results in the zone, binary stays UTC microseconds.
+    c.send(&[
+        parse("", "select $1::timestamptz", &[0]),
+        bind("", &[Some("2024-07-01 10:00")]),
+        execute(),
+        sync(),
+    ]);
+    assert_eq!(
+        c.until_ready(),
+        vec![
+            Msg::ParseComplete,
+            Msg::BindComplete,
+            Msg::Data(vec![Some("2024-07-01 10:00:00+02".into())]),
+            Msg::Complete("SELECT 1".into()),
+            Msg::Ready('I')
+        ]
+    );
+    // A rollback restores the zone, and that is reported too.
+    c.simple("begin");
+    assert_eq!(
+        c.simple("set time zone 5.5"),
+        vec![
+            Msg::Complete("SET".into()),
+            status("<+05:30>-05:30"),
+            Msg::Ready('T')
+        ]
+    );
+    assert_eq!(
+        c.simple("rollback"),
+        vec![
+            Msg::Complete("ROLLBACK".into()),
+            status("Europe/Berlin"),
+            Msg::Ready('I')
+        ]
+    );
+    assert_eq!(
+        c.simple("set timezone = 'Nowhere/Land'"),
+        vec![Msg::Error("22023".into()), Msg::Ready('I')]
+    );
+    assert_eq!(
+        c.simple("reset timezone"),
+        vec![
+            Msg::Complete("RESET".into()),
+            status("Etc/UTC"),
+            Msg::Ready('I')
+        ]
     );
 }

@@ -49,6 +49,7 @@ mod rewrite;
 mod session;
 mod settings;
 mod timeout;
+pub mod timezone;
 pub mod utility;
 pub mod value;
 

@@ -74,6 +74,9 @@ pub struct Session {
     /// statement fails with it (the server refuses to start with one; this is for
     /// sessions opened on an engine directly).
     memory_setting_error: Option<SqlError>,
+    /// The `TimeZone` setting, parsed; installed for value I/O (crate::timezone) when it
+    /// changes and when the session starts work.
+    time_zone: crate::timezone::SessionZone,
 }
 
 /// What a describe computes: result columns by running the query with NULL parameters,
@@ -105,6 +108,7 @@ fn now_micros() -> i64 {
 
 impl Session {
     pub fn new(engine: Engine) -> Session {
+        crate::timezone::install(&Default::default());
         let mut settings = default_settings();
         let s = engine.settings();
         settings.insert(
@@ -217,6 +221,7 @@ impl Session {
             parse_cache: std::collections::HashMap::new(),
             memory: Arc::new(MemoryBudget::new(memory_limit)),
             memory_setting_error,
+            time_zone: Default::default(),
         }
     }
 
@@ -294,6 +299,7 @@ impl Session {
     }
 
     fn run_all(&mut self, stmts: &[Parsed], params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        crate::timezone::install(&self.time_zone);
         let mut out = Vec::with_capacity(stmts.len());
         for st in stmts {
             let r = self.run(st, params);
@@ -809,6 +815,7 @@ impl Session {
     /// loaded now, an incomplete one is held (up to `statement_memory_limit`). An
     /// error is kept for [`Session::copy_done`], which reports it.
     pub fn copy_data(&mut self, copy: &mut CopyIn, data: &[u8]) {
+        crate::timezone::install(&self.time_zone);
         self.feed_copy(copy, data, false);
         if copy.pending_bytes() > 0 {
             if let Err(e) = self.memory.check(copy.pending_bytes() as u64) {
@@ -852,6 +859,7 @@ impl Session {
 
     /// A whole COPY FROM STDIN's data in one call (tests, embedders).
     pub fn copy_in(&mut self, mut copy: CopyIn, data: &[u8]) -> SqlResult<QueryResult> {
+        crate::timezone::install(&self.time_zone);
         self.copy_data(&mut copy, data);
         self.copy_done(copy)
     }

@@ -287,6 +287,43 @@ public class PgjdbcCheck {
                 }
                 st.execute("drop table jdbc_check");
             }
+            // Cancel: Statement.cancel from another thread sends a cancel request; the
+            // statement fails with 57014 and the connection works after it.
+            try (Statement st = c.createStatement()) {
+                Thread canceller = new Thread(() -> {
+                    try {
+                        Thread.sleep(500);
+                        st.cancel();
+                    } catch (Exception e) {
+                        throw new RuntimeException(e);
+                    }
+                });
+                canceller.start();
+                try {
+                    st.executeQuery("select pg_sleep(10)");
+                    throw new AssertionError("pg_sleep was not cancelled");
+                } catch (SQLException e) {
+                    same("57014", e.getSQLState(), "cancelled state");
+                }
+                canceller.join();
+                try (ResultSet rs = st.executeQuery("select 1")) {
+                    check(rs.next(), "after cancel");
+                    same(1, rs.getInt(1), "statement after cancel");
+                }
+            }
+        }
+        // pgjdbc sends the JVM's time zone in the startup packet: the session reads and
+        // prints timestamptz in it.
+        java.util.TimeZone.setDefault(java.util.TimeZone.getTimeZone("Europe/Berlin"));
+        try (Connection c = DriverManager.getConnection(url, props);
+                Statement st = c.createStatement();
+                ResultSet rs = st.executeQuery("select current_setting('TimeZone'), "
+                        + "'2024-01-01 10:00+00'::timestamptz::text, '2024-07-01 10:00'::timestamptz")) {
+            check(rs.next(), "time zone row");
+            same("Europe/Berlin", rs.getString(1), "startup TimeZone");
+            same("2024-01-01 11:00:00+01", rs.getString(2), "Berlin text");
+            same(Instant.parse("2024-07-01T08:00:00Z"),
+                    rs.getObject(3, OffsetDateTime.class).toInstant(), "Berlin local input");
         }
         System.out.println("OK");
     }
