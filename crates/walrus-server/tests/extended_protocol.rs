@@ -670,3 +670,50 @@ fn time_zone_changes_are_reported_and_applied() {
         ]
     );
 }
+
+/// A table that does not exist is 42P01 in reply to Parse itself (before any Describe,
+/// Sync or Flush asks), as PostgreSQL's parse analysis reports it; catalog views and
+/// tables created earlier in the same block parse.
+#[test]
+fn missing_tables_are_reported_at_parse() {
+    let live = start();
+    let mut c = Client::connect(live.addr);
+    c.simple(TABLE);
+    let wait = Duration::from_secs(5);
+    for sql in [
+        "select * from nosuch",
+        "select id from t join nosuch on true",
+        "select id from t where id in (select a from nosuch)",
+        "insert into nosuch values ($1)",
+        "update nosuch set a = 1",
+        "delete from nosuch",
+        "select * from myschema.t",
+    ] {
+        c.send(&[parse("", sql, &[])]);
+        assert_eq!(c.next(wait), Some(Msg::Error("42P01".into())), "{sql}");
+        c.send(&[sync()]);
+        assert_eq!(c.until_ready(), vec![Msg::Ready('I')], "{sql}");
+    }
+    for sql in [
+        "select id from t",
+        "select count(*) from pg_catalog.pg_class",
+        "select typname from pg_type",
+        "select * from generate_series(1, 2)",
+    ] {
+        c.send(&[parse("", sql, &[]), flush()]);
+        assert_eq!(c.next(wait), Some(Msg::ParseComplete), "{sql}");
+        c.send(&[sync()]);
+        assert_eq!(c.until_ready(), vec![Msg::Ready('I')], "{sql}");
+    }
+    c.simple("begin");
+    c.simple("create table fresh (a int)");
+    c.send(&[parse("", "insert into fresh values (1)", &[]), sync()]);
+    assert_eq!(c.until_ready(), vec![Msg::ParseComplete, Msg::Ready('T')]);
+    // The error aborts the block, as any error does.
+    c.send(&[parse("", "select * from nosuch", &[]), sync()]);
+    assert_eq!(
+        c.until_ready(),
+        vec![Msg::Error("42P01".into()), Msg::Ready('E')]
+    );
+    c.simple("rollback");
+}

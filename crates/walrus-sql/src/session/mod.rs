@@ -9,6 +9,7 @@
 
 mod explain;
 mod parse;
+mod parse_check;
 mod recursive;
 mod settings;
 
@@ -314,7 +315,8 @@ impl Session {
 
     /// The extended protocol's Parse: the checks PostgreSQL makes before answering
     /// ParseComplete, so their errors reach the client at Parse (a syntax error, more
-    /// than one statement, a statement other than COMMIT/ROLLBACK in an aborted block).
+    /// than one statement, a statement other than COMMIT/ROLLBACK in an aborted block, a
+    /// table that does not exist: `parse_check.rs`).
     /// The caller reports an error with [`Session::protocol_error`].
     pub fn check_parse(&mut self, sql: &str) -> SqlResult<()> {
         let parsed = self.parsed(sql)?;
@@ -324,7 +326,11 @@ impl Session {
                 "cannot insert multiple commands into a prepared statement",
             ));
         }
-        self.check_not_aborted(&parsed)
+        self.check_not_aborted(&parsed)?;
+        match parsed.as_slice() {
+            [Parsed::Sql(st)] => self.check_tables_exist(st),
+            _ => Ok(()),
+        }
     }
 
     /// Whether `sql` is a COPY: the extended protocol's Describe of its portal answers
