@@ -143,7 +143,10 @@ pub fn named_zone(name: &str) -> Option<(TimeZone, String)> {
 /// - a POSIX-style offset `[+-]HH[:MM[:SS]]` (`+05:30`): hours *west* of UTC (POSIX's
 ///   sign), shown as written.
 ///
-/// Other POSIX time zone specifications (`UTC+3`, `FOO3`, with DST rules) are valid in
+/// - a POSIX specification without DST (`UTC+3`, `GMT-03:00`): west of UTC, shown
+///   upper-cased.
+///
+/// Other POSIX time zone specifications (with DST rules or seconds) are valid in
 /// PostgreSQL but not built here: 0A000. Anything else: 22023, as PostgreSQL.
 pub fn parse_setting(value: &str) -> SqlResult<(SessionZone, String)> {
     let v = value.trim();
@@ -171,6 +174,10 @@ pub fn parse_setting(value: &str) -> SqlResult<(SessionZone, String)> {
     }
     if let Some(west) = posix_offset(v) {
         return Ok((SessionZone::Fixed(-west), v.to_string()));
+    }
+    if let Some(west) = posix_std_offset(v) {
+        // PostgreSQL shows a POSIX specification upper-cased.
+        return Ok((SessionZone::Fixed(-west), v.to_ascii_uppercase()));
     }
     if v.bytes().any(|b| b.is_ascii_digit()) {
         return Err(SqlError::unsupported(format!(
@@ -206,6 +213,33 @@ fn numeric_zone_name(v: &str) -> Option<i32> {
     };
     let east = signed(name)?;
     (signed(west)? == -east && format_offset(east) == name).then_some(east)
+}
+
+/// A POSIX specification without daylight saving: a name of three or more letters and
+/// an offset west of UTC, `[+-]H[H][:MM]` (`UTC+3`, `GMT-03:00`: pgjdbc sends a JVM's
+/// fixed-offset zone this way). Seconds, offsets past 15:59 and DST rules are left to
+/// the caller's refusal.
+fn posix_std_offset(v: &str) -> Option<i32> {
+    let at = v.find(|c: char| !c.is_ascii_alphabetic())?;
+    if at < 3 {
+        return None;
+    }
+    let rest = &v[at..];
+    let (sign, digits) = match rest.as_bytes()[0] {
+        b'+' => (1, &rest[1..]),
+        b'-' => (-1, &rest[1..]),
+        _ => (1, rest),
+    };
+    let (h, m) = digits.split_once(':').unwrap_or((digits, "00"));
+    let ok = |t: &str, len: std::ops::RangeInclusive<usize>| {
+        len.contains(&t.len()) && t.bytes().all(|b| b.is_ascii_digit())
+    };
+    if !ok(h, 1..=2) || !ok(m, 2..=2) {
+        return None;
+    }
+    let (h, m): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
+    let secs = h * 3600 + m * 60;
+    (m < 60 && secs <= MAX_OFFSET_SECS).then_some(sign * secs as i32)
 }
 
 /// `[+-]HH[:MM[:SS]]` with at least one colon (a bare number is read as hours east by
@@ -258,7 +292,15 @@ mod tests {
         assert_eq!(show("-3.5"), "<-03:30>+03:30");
         assert_eq!(show("+05:30"), "+05:30");
         // What SHOW printed reads back as the same zone (the session stores it).
-        for v in ["5", "-3.5", "0.25", "+05:30", "America/New_York"] {
+        for v in [
+            "5",
+            "-3.5",
+            "0.25",
+            "+05:30",
+            "America/New_York",
+            "utc+3",
+            "GMT-03:00",
+        ] {
             let (zone, shown) = parse_setting(v).unwrap();
             let (again, shown_again) = parse_setting(&shown).unwrap();
             assert_eq!(shown, shown_again, "{v}");
@@ -279,7 +321,13 @@ mod tests {
         assert_eq!(code("Nowhere/Land"), "22023");
         assert_eq!(code("PST"), "22023");
         assert_eq!(code(""), "22023");
-        assert_eq!(code("UTC+3"), "0A000");
+        assert_eq!(show("gmt-03:00"), "GMT-03:00");
+        assert_eq!(off("GMT-03:00"), 3 * 3600);
+        assert_eq!(off("UTC+3"), -3 * 3600);
+        assert_eq!(off("FOO3:30"), -(3 * 3600 + 1800));
+        assert_eq!(code("UTC+3:00:30"), "0A000");
+        assert_eq!(code("EST5EDT4,M3.2.0,M11.1.0"), "0A000");
+        assert_eq!(code("ab3"), "0A000");
     }
 
     #[test]
