@@ -34,6 +34,7 @@ pub mod binary;
 mod catalog_views;
 pub mod error;
 mod exec;
+mod expandarray;
 pub use exec::temp_file_stats;
 pub mod expr;
 mod guc;

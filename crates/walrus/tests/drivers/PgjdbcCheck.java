@@ -214,6 +214,27 @@ public class PgjdbcCheck {
                 same(20, rs.getInt("COLUMN_SIZE"), "varchar(20) COLUMN_SIZE");
                 same("YES", rs.getString("IS_NULLABLE"), "name IS_NULLABLE");
             }
+            // DatabaseMetaData.getPrimaryKeys (its query calls the set-returning
+            // information_schema._pg_expandarray in a select list): a two-column key in
+            // key order, not column order.
+            try (Statement st = c.createStatement()) {
+                st.execute("drop table if exists jdbc_pk");
+                st.execute("create table jdbc_pk (a int, b int, c int, primary key (c, a))");
+            }
+            try (ResultSet rs = c.getMetaData().getPrimaryKeys(null, "public", "jdbc_pk")) {
+                String[] keyColumns = {"c", "a"};
+                for (int i = 0; i < keyColumns.length; i++) {
+                    check(rs.next(), "getPrimaryKeys row " + (i + 1));
+                    same("jdbc_pk", rs.getString("TABLE_NAME"), "getPrimaryKeys table");
+                    same(keyColumns[i], rs.getString("COLUMN_NAME"), "getPrimaryKeys column " + (i + 1));
+                    same(i + 1, rs.getInt("KEY_SEQ"), "getPrimaryKeys KEY_SEQ " + (i + 1));
+                    same("jdbc_pk_pkey", rs.getString("PK_NAME"), "getPrimaryKeys PK_NAME");
+                }
+                check(!rs.next(), "getPrimaryKeys rows");
+            }
+            try (Statement st = c.createStatement()) {
+                st.execute("drop table jdbc_pk");
+            }
             // Rollback undoes.
             c.setAutoCommit(false);
             try (PreparedStatement ps = c.prepareStatement(
