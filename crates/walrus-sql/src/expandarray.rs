@@ -202,6 +202,22 @@ fn rewrite_query(st: &mut Statement) -> Option<()> {
         }
     }
     let arg = arg?;
+    // Grouping, aggregates and window functions run before a select-list SRF expands,
+    // but after a LATERAL join: such a query is left alone.
+    let grouped = match &inner.group_by {
+        sqlparser::ast::GroupByExpr::Expressions(e, m) => !e.is_empty() || !m.is_empty(),
+        _ => true,
+    };
+    let aggregate_or_window = inner.projection.iter().any(|i| match i {
+        SelectItem::ExprWithAlias { expr, .. } | SelectItem::UnnamedExpr(expr) => {
+            crate::plan::contains_aggregate(expr)
+                || expr.to_string().to_ascii_uppercase().contains(" OVER ")
+        }
+        _ => false,
+    });
+    if grouped || aggregate_or_window || inner.having.is_some() {
+        return None;
+    }
     if inner.from.is_empty()
         || [&inner.selection, &inner.having]
             .into_iter()
