@@ -230,6 +230,16 @@ pub fn serve(
         d => d,
     };
     session.set_identity(&user, &database);
+    // A TimeZone in the startup packet (pgjdbc sends the JVM's zone) is the session's
+    // zone from the start, as in PostgreSQL; one it does not know ends the connection.
+    let startup_zone = get("TimeZone");
+    if !startup_zone.is_empty() {
+        let set = format!("set timezone = '{}'", startup_zone.replace('\'', "''"));
+        if let Some(Err(e)) = session.execute(&set, &[]).pop() {
+            return send_fatal(&mut stream, &mut out, e.sqlstate, &e.message);
+        }
+    }
+    let mut reported_zone = session.setting("timezone").unwrap_or_default();
     cancel.register((pid, secret), session.interrupt_flag());
     let result = (|| {
         out.auth_ok();
@@ -246,7 +256,7 @@ pub fn serve(
             ("server_version", walrus_sql::SERVER_VERSION),
             ("session_authorization", user.as_str()),
             ("standard_conforming_strings", "on"),
-            ("TimeZone", "Etc/UTC"),
+            ("TimeZone", reported_zone.as_str()),
         ] {
             out.parameter_status(k, v);
         }
@@ -255,7 +265,7 @@ pub fn serve(
         stream.write_all(&out.buf)?;
         out.buf.clear();
         let mut client = ClientStream::new(stream);
-        run(&mut client, &mut session, &mut out)
+        run(&mut client, &mut session, &mut out, &mut reported_zone)
     })();
     cancel.remove((pid, secret));
     result
@@ -267,7 +277,23 @@ fn send_fatal(stream: &mut impl Write, out: &mut Out, code: &str, message: &str)
     stream.write_all(&out.buf)
 }
 
-fn run(stream: &mut ClientStream, s: &mut Session, out: &mut Out) -> io::Result<()> {
+/// ReadyForQuery, preceded (as PostgreSQL does since 14) by a ParameterStatus for
+/// TimeZone if a SET, RESET or rollback changed it since it was last reported.
+fn ready(s: &Session, out: &mut Out, reported_zone: &mut String) {
+    let zone = s.setting("timezone").unwrap_or_default();
+    if zone != *reported_zone {
+        out.parameter_status("TimeZone", &zone);
+        *reported_zone = zone;
+    }
+    out.ready(s.transaction_status());
+}
+
+fn run(
+    stream: &mut ClientStream,
+    s: &mut Session,
+    out: &mut Out,
+    reported_zone: &mut String,
+) -> io::Result<()> {
     let mut prepared: HashMap<String, Prepared> = HashMap::new();
     let mut portals: HashMap<String, Portal> = HashMap::new();
     let mut skip_until_sync = false;
@@ -294,7 +320,7 @@ fn run(stream: &mut ClientStream, s: &mut Session, out: &mut Out) -> io::Result<
             b'Q' => {
                 let sql = Reader::new(&msg.body).cstr()?;
                 simple_query(stream, s, out, &sql)?;
-                out.ready(s.transaction_status());
+                ready(s, out, reported_zone);
                 stream.write_all(&out.buf)?;
                 out.buf.clear();
             }
@@ -424,7 +450,7 @@ fn run(stream: &mut ClientStream, s: &mut Session, out: &mut Out) -> io::Result<
             b'S' => {
                 skip_until_sync = false;
                 portals.retain(|k, _| !k.is_empty());
-                out.ready(s.transaction_status());
+                ready(s, out, reported_zone);
                 stream.write_all(&out.buf)?;
                 out.buf.clear();
             }

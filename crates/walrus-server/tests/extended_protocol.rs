@@ -78,6 +78,8 @@ enum Msg {
     Complete(String),
     Error(String),
     Ready(char),
+    /// ParameterStatus (name, value).
+    Status(String, String),
     Other(char),
 }
 
@@ -255,6 +257,12 @@ impl Client {
                 Msg::Error(code)
             }
             b'Z' => Msg::Ready(b[0] as char),
+            b'S' => {
+                let mut f = b
+                    .split(|&c| c == 0)
+                    .map(|f| String::from_utf8_lossy(f).into_owned());
+                Msg::Status(f.next().unwrap_or_default(), f.next().unwrap_or_default())
+            }
             other => Msg::Other(other as char),
         })
     }
@@ -591,4 +599,121 @@ fn run_time_errors_come_at_execute_not_describe() {
         got[1],
         Msg::Data(vec![Some("2024-01-01 04:41:12.123457+00".into())])
     );
+}
+
+/// The session TimeZone: a SET, RESET or rollback that changes it is reported with a
+/// ParameterStatus before ReadyForQuery (PostgreSQL 15 reports at ReadyForQuery the
+/// values changed since last reported), and timestamptz text follows it.
+#[test]
+fn time_zone_changes_are_reported_and_applied() {
+    let live = start();
+    let mut c = Client::connect(live.addr);
+    let status = |v: &str| Msg::Status("TimeZone".into(), v.into());
+    assert_eq!(
+        c.simple("set timezone = 'europe/berlin'"),
+        vec![
+            Msg::Complete("SET".into()),
+            status("Europe/Berlin"),
+            Msg::Ready('I')
+        ]
+    );
+    // Unchanged: nothing reported.
+    assert_eq!(
+        c.simple("set timezone = 'Europe/Berlin'"),
+        vec![Msg::Complete("SET".into()), Msg::Ready('I')]
+    );
+    // Extended protocol: text results in the zone, binary stays UTC microseconds.
+    c.send(&[
+        parse("", "select $1::timestamptz", &[0]),
+        bind("", &[Some("2024-07-01 10:00")]),
+        execute(),
+        sync(),
+    ]);
+    assert_eq!(
+        c.until_ready(),
+        vec![
+            Msg::ParseComplete,
+            Msg::BindComplete,
+            Msg::Data(vec![Some("2024-07-01 10:00:00+02".into())]),
+            Msg::Complete("SELECT 1".into()),
+            Msg::Ready('I')
+        ]
+    );
+    // A rollback restores the zone, and that is reported too.
+    c.simple("begin");
+    assert_eq!(
+        c.simple("set time zone 5.5"),
+        vec![
+            Msg::Complete("SET".into()),
+            status("<+05:30>-05:30"),
+            Msg::Ready('T')
+        ]
+    );
+    assert_eq!(
+        c.simple("rollback"),
+        vec![
+            Msg::Complete("ROLLBACK".into()),
+            status("Europe/Berlin"),
+            Msg::Ready('I')
+        ]
+    );
+    assert_eq!(
+        c.simple("set timezone = 'Nowhere/Land'"),
+        vec![Msg::Error("22023".into()), Msg::Ready('I')]
+    );
+    assert_eq!(
+        c.simple("reset timezone"),
+        vec![
+            Msg::Complete("RESET".into()),
+            status("Etc/UTC"),
+            Msg::Ready('I')
+        ]
+    );
+}
+
+/// A table that does not exist is 42P01 in reply to Parse itself (before any Describe,
+/// Sync or Flush asks), as PostgreSQL's parse analysis reports it; catalog views and
+/// tables created earlier in the same block parse.
+#[test]
+fn missing_tables_are_reported_at_parse() {
+    let live = start();
+    let mut c = Client::connect(live.addr);
+    c.simple(TABLE);
+    let wait = Duration::from_secs(5);
+    for sql in [
+        "select * from nosuch",
+        "select id from t join nosuch on true",
+        "select id from t where id in (select a from nosuch)",
+        "insert into nosuch values ($1)",
+        "update nosuch set a = 1",
+        "delete from nosuch",
+        "select * from myschema.t",
+    ] {
+        c.send(&[parse("", sql, &[])]);
+        assert_eq!(c.next(wait), Some(Msg::Error("42P01".into())), "{sql}");
+        c.send(&[sync()]);
+        assert_eq!(c.until_ready(), vec![Msg::Ready('I')], "{sql}");
+    }
+    for sql in [
+        "select id from t",
+        "select count(*) from pg_catalog.pg_class",
+        "select typname from pg_type",
+        "select * from generate_series(1, 2)",
+    ] {
+        c.send(&[parse("", sql, &[]), flush()]);
+        assert_eq!(c.next(wait), Some(Msg::ParseComplete), "{sql}");
+        c.send(&[sync()]);
+        assert_eq!(c.until_ready(), vec![Msg::Ready('I')], "{sql}");
+    }
+    c.simple("begin");
+    c.simple("create table fresh (a int)");
+    c.send(&[parse("", "insert into fresh values (1)", &[]), sync()]);
+    assert_eq!(c.until_ready(), vec![Msg::ParseComplete, Msg::Ready('T')]);
+    // The error aborts the block, as any error does.
+    c.send(&[parse("", "select * from nosuch", &[]), sync()]);
+    assert_eq!(
+        c.until_ready(),
+        vec![Msg::Error("42P01".into()), Msg::Ready('E')]
+    );
+    c.simple("rollback");
 }

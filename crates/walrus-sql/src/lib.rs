@@ -34,6 +34,7 @@ pub mod binary;
 mod catalog_views;
 pub mod error;
 mod exec;
+mod expandarray;
 pub use exec::temp_file_stats;
 pub mod expr;
 mod guc;
@@ -50,6 +51,7 @@ mod session;
 mod settings;
 mod stats;
 mod timeout;
+pub mod timezone;
 pub mod utility;
 pub mod value;
 

@@ -20,6 +20,7 @@ use crate::names::ident;
 
 /// Applies every rewrite to `st`.
 pub(crate) fn rewrite(st: &mut Statement) -> SqlResult<()> {
+    crate::expandarray::rewrite(st);
     let mut v = Rewriter;
     // A top-level WITH RECURSIVE is evaluated by the session (session/recursive.rs):
     // kept, its CTEs and the rest rewritten apart.

@@ -5,6 +5,7 @@
 use walrus_engine::access::datum::{ArrayValue, Datum, TypeId};
 
 use crate::error::SqlError;
+use crate::timezone::SessionZone;
 
 const USECS_PER_DAY: i64 = 86_400_000_000;
 
@@ -64,9 +65,12 @@ fn parse_date_part(s: &str) -> Option<i64> {
 enum TimestampInput {
     /// Not a timestamp PostgreSQL would accept either (22P02).
     Bad,
-    /// A zone walrus cannot resolve (a name such as `America/New_York` or `PST`, which
-    /// needs the time zone database): refused rather than guessed (0A000).
+    /// A zone abbreviation such as `PST` or `CET` (PostgreSQL reads those with its
+    /// `timezone_abbreviations` table, which walrus does not have): refused rather than
+    /// guessed (0A000).
     ZoneName,
+    /// A full zone name (with a `/`) that the time zone database does not have (22023).
+    UnknownZone(String),
     /// An offset beyond PostgreSQL's ±15:59:59 (22009).
     OffsetRange,
     /// An hour, minute or second out of range (22008).
@@ -77,9 +81,10 @@ enum TimestampInput {
 const ZONE_OFFSET_MAX_SECS: i64 = 15 * 3600 + 59 * 60 + 59;
 
 /// Splits the zone off the end of a time of day: `10:11:12.5+05:30` gives
-/// (`10:11:12.5`, Some(19800)), seconds east of UTC. The forms PostgreSQL reads: `Z`,
-/// `UTC`/`GMT`, and `+`/`-` followed by `HH`, `HHMM`, `HH:MM` or `HH:MM:SS`.
-fn split_zone(time: &str) -> Result<(&str, Option<i64>), TimestampInput> {
+/// (`10:11:12.5`, a fixed zone 19800 seconds east of UTC). The forms PostgreSQL reads:
+/// `Z`, `UTC`/`GMT`, `+`/`-` followed by `HH`, `HHMM`, `HH:MM` or `HH:MM:SS`, and IANA
+/// zone names (`Europe/Berlin`, any case).
+fn split_zone(time: &str) -> Result<(&str, Option<SessionZone>), TimestampInput> {
     let Some(at) = time.find(|c: char| c == '+' || c == '-' || c.is_ascii_alphabetic()) else {
         return Ok((time.trim_end(), None));
     };
@@ -89,9 +94,14 @@ fn split_zone(time: &str) -> Result<(&str, Option<i64>), TimestampInput> {
         b'-' => (-1, &zone[1..]),
         _ => {
             return match zone.to_ascii_lowercase().as_str() {
-                "z" | "utc" | "gmt" | "zulu" | "ut" => Ok((clock, Some(0))),
+                "z" | "utc" | "gmt" | "zulu" | "ut" => Ok((clock, Some(SessionZone::Fixed(0)))),
+                // Abbreviations never contain a `/`; IANA names outside `Etc` do.
+                name if name.contains('/') => match crate::timezone::named_zone(zone) {
+                    Some((tz, _)) => Ok((clock, Some(SessionZone::Named(tz)))),
+                    None => Err(TimestampInput::UnknownZone(name.to_string())),
+                },
                 _ => Err(TimestampInput::ZoneName),
-            }
+            };
         }
     };
     let number = |t: &str| -> Result<i64, TimestampInput> {
@@ -129,13 +139,12 @@ fn split_zone(time: &str) -> Result<(&str, Option<i64>), TimestampInput> {
     if secs > ZONE_OFFSET_MAX_SECS {
         return Err(TimestampInput::OffsetRange);
     }
-    Ok((clock, Some(sign * secs)))
+    Ok((clock, Some(SessionZone::Fixed((sign * secs) as i32))))
 }
 
-/// A timestamp's text as (local microseconds since 2000-01-01, zone offset in seconds
-/// east of UTC if one was written). Fractions beyond microseconds round half up, as in
-/// PostgreSQL.
-fn parse_timestamp(s: &str) -> Result<(i64, Option<i64>), TimestampInput> {
+/// A timestamp's text as (local microseconds since 2000-01-01, the zone if one was
+/// written). Fractions beyond microseconds round half up, as in PostgreSQL.
+fn parse_timestamp(s: &str) -> Result<(i64, Option<SessionZone>), TimestampInput> {
     let s = s.trim();
     let (date, time) = match s.split_once([' ', 'T']) {
         Some((d, t)) => (d, t.trim_start()),
@@ -195,6 +204,10 @@ fn timestamp_error(ty: TypeId, s: &str, why: TimestampInput) -> SqlError {
         TimestampInput::FieldRange => SqlError::new(
             "22008",
             format!("date/time field value out of range: \"{s}\""),
+        ),
+        TimestampInput::UnknownZone(name) => SqlError::new(
+            "22023",
+            format!("time zone \"{name}\" not recognized"),
         ),
         TimestampInput::OffsetRange => SqlError::new(
             "22009",
@@ -294,10 +307,14 @@ pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
                 .map_err(|why| timestamp_error(ty, s, why))?
                 .0,
         ),
-        // With time zone: the offset given, else the session's zone (walrus: UTC).
+        // With time zone: the zone given, else the session's zone.
         TypeId::TimestampTz => {
-            let (local, offset) = parse_timestamp(t).map_err(|why| timestamp_error(ty, s, why))?;
-            Datum::TimestampTz(local - offset.unwrap_or(0) * 1_000_000)
+            let (local, zone) = parse_timestamp(t).map_err(|why| timestamp_error(ty, s, why))?;
+            let offset = match zone {
+                Some(zone) => zone.offset_for_local(local),
+                None => crate::timezone::offset_for_local(local),
+            };
+            Datum::TimestampTz(local - offset as i64 * 1_000_000)
         }
         TypeId::Date => Datum::Date(parse_date_part(t).ok_or_else(|| bad(ty, s))? as i32),
         // bytea reads its text as given (leading spaces are data).
@@ -644,7 +661,15 @@ pub fn format_text(d: &Datum) -> Option<String> {
         }
         Datum::Numeric(s) | Datum::Text(s) => s.clone(),
         Datum::Timestamp(us) => format_timestamp(*us),
-        Datum::TimestampTz(us) => format!("{}+00", format_timestamp(*us)),
+        // In the session's zone, with its offset at that instant.
+        Datum::TimestampTz(us) => {
+            let offset = crate::timezone::offset_at(*us);
+            format!(
+                "{}{}",
+                format_timestamp(us.saturating_add(offset as i64 * 1_000_000)),
+                crate::timezone::format_offset(offset)
+            )
+        }
         Datum::Date(d) => {
             let (y, m, dd) = civil_from_days(*d as i64 + PG_EPOCH_DAYS);
             format!("{y:04}-{m:02}-{dd:02}")
@@ -769,7 +794,16 @@ mod tests {
             "2024-01-01 10:11:12"
         );
         let code = |s: &str| parse_text(TypeId::TimestampTz, s).unwrap_err().sqlstate;
-        assert_eq!(code("2024-01-01 10:00:00 America/New_York"), "0A000");
+        assert_eq!(code("2024-01-01 10:00:00 PST"), "0A000");
+        assert_eq!(code("2024-01-01 10:00:00 Nowhere/Land"), "22023");
+        assert_eq!(
+            tz("2024-01-01 10:00 america/new_york"),
+            "2024-01-01 15:00:00+00"
+        );
+        assert_eq!(
+            tz("2024-07-01 10:00 Europe/Berlin"),
+            "2024-07-01 08:00:00+00"
+        );
         assert_eq!(code("2024-01-01 10:00:00+16"), "22009");
         assert_eq!(code("2024-01-01 10:00:00+5:3x"), "22P02");
         assert_eq!(code("2024-01-01 25:00:00"), "22008");

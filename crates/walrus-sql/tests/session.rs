@@ -310,22 +310,33 @@ fn bad_statements_get_postgres_sqlstates() {
         Datum::Text("acme".into())
     );
     assert_eq!(scalar(&mut s, "show timezone"), Datum::Text("UTC".into()));
-    // walrus reads and prints timestamptz in UTC only: another zone would silently
-    // change what `'2024-01-01 10:00'::timestamptz` means, so it is refused.
-    for sql in [
-        "set timezone = 'Etc/UTC'",
-        "set time zone 'GMT'",
-        "set timezone to '+00:00'",
+    // Other zones are the session's zone for timestamptz I/O; SHOW spells them as
+    // PostgreSQL 15 does. Unknown names are 22023, POSIX specifications 0A000.
+    for (sql, shown) in [
+        ("set timezone = 'Etc/UTC'", "Etc/UTC"),
+        ("set time zone 'GMT'", "GMT"),
+        ("set time zone 'america/new_york'", "America/New_York"),
+        ("set timezone = '+05:30'", "+05:30"),
+        ("set time zone 5", "<+05>-05"),
+        ("set timezone to 'Asia/Kolkata'", "Asia/Kolkata"),
     ] {
         ok(&mut s, sql);
+        assert_eq!(scalar(&mut s, "show timezone"), Datum::Text(shown.into()));
     }
-    for sql in [
-        "set time zone 'America/New_York'",
-        "set timezone = '+05:30'",
-        "set timezone to 'Asia/Kolkata'",
-    ] {
-        assert_eq!(err(&mut s, sql), "0A000", "{sql}");
-    }
+    assert_eq!(
+        scalar(&mut s, "select '2024-01-01 10:00+00'::timestamptz::text"),
+        Datum::Text("2024-01-01 15:30:00+05:30".into())
+    );
+    assert_eq!(err(&mut s, "set timezone = 'Nowhere/Land'"), "22023");
+    assert_eq!(
+        err(&mut s, "set timezone = 'EST5EDT4,M3.2.0,M11.1.0'"),
+        "0A000"
+    );
+    ok(&mut s, "set time zone default");
+    assert_eq!(
+        scalar(&mut s, "show timezone"),
+        Datum::Text("Etc/UTC".into())
+    );
     // Parameters walrus keeps no value of its own for show PostgreSQL's default.
     assert_eq!(scalar(&mut s, "show work_mem"), Datum::Text("4MB".into()));
     ok(&mut s, "set work_mem = '64MB'");

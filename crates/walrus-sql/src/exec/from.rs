@@ -629,6 +629,17 @@ impl Executor<'_> {
                 other => Err(SqlError::unsupported(format!("argument {other}"))),
             })
             .collect::<SqlResult<Vec<_>>>()?;
+        let qualified = |schema: &str| {
+            name.0.len() == 2 && name.0[0].as_ident().is_some_and(|i| ident(i) == schema)
+        };
+        if fname == "_pg_expandarray" && qualified("information_schema") {
+            let qual = alias
+                .map(|a| ident(&a.name))
+                .unwrap_or_else(|| fname.clone());
+            let mut rel = crate::expandarray::rows(&vals, qual, &self.memory)?;
+            rename(&mut rel, alias)?;
+            return Ok(rel);
+        }
         let rows: Vec<Vec<Datum>> = match fname.as_str() {
             "generate_series" => generate_series(&vals, &self.memory)?,
             "unnest" => match vals.first() {

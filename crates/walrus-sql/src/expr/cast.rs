@@ -496,6 +496,8 @@ pub(crate) fn as_f64(d: &Datum) -> Option<f64> {
     }
 }
 
+const USECS_PER_DAY: i64 = 86_400_000_000;
+
 /// Converts a value to `ty` (assignment and explicit casts).
 pub fn coerce(d: Datum, ty: TypeId) -> SqlResult<Datum> {
     if d.is_null() || d.type_id() == Some(ty) {
@@ -533,11 +535,25 @@ pub fn coerce(d: Datum, ty: TypeId) -> SqlResult<Datum> {
         // boolean → text spells the word (`true`), unlike boolean output (`t`).
         (TypeId::Text, Datum::Bool(b)) => Datum::Text(if *b { "true" } else { "false" }.into()),
         (TypeId::Text, _) => Datum::Text(format_text(&d).unwrap_or_default()),
-        (TypeId::TimestampTz, Datum::Timestamp(v)) => Datum::TimestampTz(*v),
-        (TypeId::Timestamp, Datum::TimestampTz(v)) => Datum::Timestamp(*v),
-        // The time of day of a timestamp (timestamptz: in the session zone, UTC).
-        (TypeId::Time, Datum::Timestamp(v) | Datum::TimestampTz(v)) => {
-            Datum::Time(v.rem_euclid(86_400_000_000))
+        // Between wall-clock and instant: in the session's time zone, as PostgreSQL.
+        (TypeId::TimestampTz, Datum::Timestamp(v)) => {
+            Datum::TimestampTz(crate::timezone::local_to_utc(*v))
+        }
+        (TypeId::Timestamp, Datum::TimestampTz(v)) => {
+            Datum::Timestamp(crate::timezone::utc_to_local(*v))
+        }
+        (TypeId::TimestampTz, Datum::Date(d)) => {
+            Datum::TimestampTz(crate::timezone::local_to_utc(*d as i64 * USECS_PER_DAY))
+        }
+        (TypeId::Timestamp, Datum::Date(d)) => Datum::Timestamp(*d as i64 * USECS_PER_DAY),
+        (TypeId::Date, Datum::Timestamp(v)) => Datum::Date(v.div_euclid(USECS_PER_DAY) as i32),
+        (TypeId::Date, Datum::TimestampTz(v)) => {
+            Datum::Date(crate::timezone::utc_to_local(*v).div_euclid(USECS_PER_DAY) as i32)
+        }
+        // The time of day of a timestamp (timestamptz: in the session zone).
+        (TypeId::Time, Datum::Timestamp(v)) => Datum::Time(v.rem_euclid(USECS_PER_DAY)),
+        (TypeId::Time, Datum::TimestampTz(v)) => {
+            Datum::Time(crate::timezone::utc_to_local(*v).rem_euclid(USECS_PER_DAY))
         }
         (TypeId::Interval, Datum::Time(v)) => {
             Datum::Interval(walrus_engine::access::datum::Interval {

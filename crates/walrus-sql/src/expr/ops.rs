@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use sqlparser::ast::BinaryOperator;
 use walrus_engine::access::datum::{compare_datums, Datum, TypeId};
 
-use super::cast::{as_f64, as_i64};
+use super::cast::{as_f64, as_i64, coerce};
 use crate::error::{SqlError, SqlResult};
 use crate::numeric;
 use crate::value::{format_text, parse_text};
@@ -162,6 +162,20 @@ pub fn compare_values(l: &Datum, r: &Datum) -> SqlResult<Ordering> {
         (other, Datum::Text(t)) if !matches!(other, Datum::Text(_)) => {
             let ty = other.type_id().unwrap_or(TypeId::Text);
             compare_values(other, &parse_text(ty, t)?)
+        }
+        // date, timestamp and timestamptz compare as the wider type (timestamptz if
+        // either is one, read in the session's zone), as PostgreSQL's cross-type
+        // operators do.
+        (
+            Datum::Date(_) | Datum::Timestamp(_) | Datum::TimestampTz(_),
+            Datum::Date(_) | Datum::Timestamp(_) | Datum::TimestampTz(_),
+        ) if l.type_id() != r.type_id() => {
+            let ty = if matches!(l, Datum::TimestampTz(_)) || matches!(r, Datum::TimestampTz(_)) {
+                TypeId::TimestampTz
+            } else {
+                TypeId::Timestamp
+            };
+            compare_values(&coerce(l.clone(), ty)?, &coerce(r.clone(), ty)?)
         }
         // Exact when no float is involved (numeric with numeric or an integer).
         (Datum::Numeric(_), _) | (_, Datum::Numeric(_))

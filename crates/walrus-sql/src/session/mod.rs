@@ -10,6 +10,7 @@
 
 mod explain;
 mod parse;
+mod parse_check;
 mod plan_cache;
 mod recursive;
 mod settings;
@@ -81,6 +82,9 @@ pub struct Session {
     /// statement fails with it (the server refuses to start with one; this is for
     /// sessions opened on an engine directly).
     memory_setting_error: Option<SqlError>,
+    /// The `TimeZone` setting, parsed; installed for value I/O (crate::timezone) when it
+    /// changes and when the session starts work.
+    time_zone: crate::timezone::SessionZone,
 }
 
 /// What a describe computes: result columns by running the query with NULL parameters,
@@ -109,6 +113,7 @@ fn now_micros() -> i64 {
 
 impl Session {
     pub fn new(engine: Engine) -> Session {
+        crate::timezone::install(&Default::default());
         let mut settings = default_settings();
         let s = engine.settings();
         settings.insert(
@@ -222,6 +227,7 @@ impl Session {
             own_ddl: 0,
             memory: Arc::new(MemoryBudget::new(memory_limit)),
             memory_setting_error,
+            time_zone: Default::default(),
         }
     }
 
@@ -330,6 +336,7 @@ impl Session {
     }
 
     fn run_all(&mut self, stmts: &[Parsed], params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        crate::timezone::install(&self.time_zone);
         let mut out = Vec::with_capacity(stmts.len());
         for st in stmts {
             let r = self.run(st, params);
@@ -344,7 +351,8 @@ impl Session {
 
     /// The extended protocol's Parse: the checks PostgreSQL makes before answering
     /// ParseComplete, so their errors reach the client at Parse (a syntax error, more
-    /// than one statement, a statement other than COMMIT/ROLLBACK in an aborted block).
+    /// than one statement, a statement other than COMMIT/ROLLBACK in an aborted block, a
+    /// table that does not exist: `parse_check.rs`).
     /// The caller reports an error with [`Session::protocol_error`].
     pub fn check_parse(&mut self, sql: &str) -> SqlResult<()> {
         let parsed = self.parsed(sql)?;
@@ -354,7 +362,11 @@ impl Session {
                 "cannot insert multiple commands into a prepared statement",
             ));
         }
-        self.check_not_aborted(&parsed)
+        self.check_not_aborted(&parsed)?;
+        match parsed.as_slice() {
+            [Parsed::Sql(st)] => self.check_tables_exist(st),
+            _ => Ok(()),
+        }
     }
 
     /// Whether `sql` is a COPY: the extended protocol's Describe of its portal answers
@@ -902,6 +914,7 @@ impl Session {
     /// loaded now, an incomplete one is held (up to `statement_memory_limit`). An
     /// error is kept for [`Session::copy_done`], which reports it.
     pub fn copy_data(&mut self, copy: &mut CopyIn, data: &[u8]) {
+        crate::timezone::install(&self.time_zone);
         self.feed_copy(copy, data, false);
         if copy.pending_bytes() > 0 {
             if let Err(e) = self.memory.check(copy.pending_bytes() as u64) {
@@ -945,6 +958,7 @@ impl Session {
 
     /// A whole COPY FROM STDIN's data in one call (tests, embedders).
     pub fn copy_in(&mut self, mut copy: CopyIn, data: &[u8]) -> SqlResult<QueryResult> {
+        crate::timezone::install(&self.time_zone);
         self.copy_data(&mut copy, data);
         self.copy_done(copy)
     }

@@ -203,7 +203,16 @@ impl Session {
                     value = synchronous_commit_value(&value)?.to_string();
                 }
                 if name == "timezone" {
-                    check_utc(&value)?;
+                    match value.to_ascii_lowercase().as_str() {
+                        // SET TIME ZONE LOCAL / DEFAULT: back to the default zone.
+                        "local" | "default" => value = default_settings()["timezone"].clone(),
+                        v if v.starts_with("interval") => {
+                            return Err(SqlError::unsupported(
+                                "SET TIME ZONE INTERVAL is not supported: give the offset as a number of hours or an IANA zone name",
+                            ))
+                        }
+                        _ => value = crate::timezone::parse_setting(&value)?.1,
+                    }
                 }
                 if name == "work_mem" {
                     value = crate::memory::show_kb(crate::memory::parse_work_mem_kb(&value)?);
@@ -248,6 +257,15 @@ impl Session {
     /// Sets a setting (`None`: removes it), keeping the parsed value of a time setting
     /// in step with its text. The text was validated when it was first set.
     pub(super) fn put_setting(&mut self, name: &str, value: Option<String>) {
+        if name == "timezone" {
+            // Validated when set; the default (and an unset value) is UTC.
+            self.time_zone = value
+                .as_deref()
+                .and_then(|v| crate::timezone::parse_setting(v).ok())
+                .map(|(zone, _)| zone)
+                .unwrap_or_default();
+            crate::timezone::install(&self.time_zone);
+        }
         if let Some(slot) = self.time_setting(name) {
             *slot = value
                 .as_deref()
@@ -312,48 +330,4 @@ fn synchronous_commit_value(v: &str) -> SqlResult<&'static str> {
             )
         }),
     }
-}
-
-/// walrus computes every timestamptz in UTC: input without an offset is read as UTC and
-/// output is printed in UTC. A session TimeZone other than UTC would make those silent
-/// wrong answers (PostgreSQL reads and prints in the session's zone), so SET accepts
-/// only UTC's spellings and refuses the rest with 0A000.
-fn check_utc(value: &str) -> SqlResult<()> {
-    let v = value.trim().to_ascii_lowercase();
-    let utc = matches!(
-        v.as_str(),
-        "utc"
-            | "etc/utc"
-            | "gmt"
-            | "etc/gmt"
-            | "uct"
-            | "etc/uct"
-            | "universal"
-            | "etc/universal"
-            | "zulu"
-            | "etc/zulu"
-            | "z"
-            | "0"
-            | "+0"
-            | "-0"
-            | "00:00"
-            | "+00"
-            | "+00:00"
-            | "-00"
-            | "-00:00"
-            | "gmt0"
-            | "etc/gmt0"
-            | "etc/gmt+0"
-            | "etc/gmt-0"
-            | "greenwich"
-            | "etc/greenwich"
-            | "default"
-            | "local"
-    );
-    if utc {
-        return Ok(());
-    }
-    Err(SqlError::unsupported(format!(
-        "time zone \"{value}\" is not supported: walrus reads and prints timestamptz in UTC only"
-    )))
 }

@@ -214,6 +214,27 @@ public class PgjdbcCheck {
                 same(20, rs.getInt("COLUMN_SIZE"), "varchar(20) COLUMN_SIZE");
                 same("YES", rs.getString("IS_NULLABLE"), "name IS_NULLABLE");
             }
+            // DatabaseMetaData.getPrimaryKeys (its query calls the set-returning
+            // information_schema._pg_expandarray in a select list): a two-column key in
+            // key order, not column order.
+            try (Statement st = c.createStatement()) {
+                st.execute("drop table if exists jdbc_pk");
+                st.execute("create table jdbc_pk (a int, b int, c int, primary key (c, a))");
+            }
+            try (ResultSet rs = c.getMetaData().getPrimaryKeys(null, "public", "jdbc_pk")) {
+                String[] keyColumns = {"c", "a"};
+                for (int i = 0; i < keyColumns.length; i++) {
+                    check(rs.next(), "getPrimaryKeys row " + (i + 1));
+                    same("jdbc_pk", rs.getString("TABLE_NAME"), "getPrimaryKeys table");
+                    same(keyColumns[i], rs.getString("COLUMN_NAME"), "getPrimaryKeys column " + (i + 1));
+                    same(i + 1, rs.getInt("KEY_SEQ"), "getPrimaryKeys KEY_SEQ " + (i + 1));
+                    same("jdbc_pk_pkey", rs.getString("PK_NAME"), "getPrimaryKeys PK_NAME");
+                }
+                check(!rs.next(), "getPrimaryKeys rows");
+            }
+            try (Statement st = c.createStatement()) {
+                st.execute("drop table jdbc_pk");
+            }
             // Rollback undoes.
             c.setAutoCommit(false);
             try (PreparedStatement ps = c.prepareStatement(
@@ -287,6 +308,43 @@ public class PgjdbcCheck {
                 }
                 st.execute("drop table jdbc_check");
             }
+            // Cancel: Statement.cancel from another thread sends a cancel request; the
+            // statement fails with 57014 and the connection works after it.
+            try (Statement st = c.createStatement()) {
+                Thread canceller = new Thread(() -> {
+                    try {
+                        Thread.sleep(500);
+                        st.cancel();
+                    } catch (Exception e) {
+                        throw new RuntimeException(e);
+                    }
+                });
+                canceller.start();
+                try {
+                    st.executeQuery("select pg_sleep(10)");
+                    throw new AssertionError("pg_sleep was not cancelled");
+                } catch (SQLException e) {
+                    same("57014", e.getSQLState(), "cancelled state");
+                }
+                canceller.join();
+                try (ResultSet rs = st.executeQuery("select 1")) {
+                    check(rs.next(), "after cancel");
+                    same(1, rs.getInt(1), "statement after cancel");
+                }
+            }
+        }
+        // pgjdbc sends the JVM's time zone in the startup packet: the session reads and
+        // prints timestamptz in it.
+        java.util.TimeZone.setDefault(java.util.TimeZone.getTimeZone("Europe/Berlin"));
+        try (Connection c = DriverManager.getConnection(url, props);
+                Statement st = c.createStatement();
+                ResultSet rs = st.executeQuery("select current_setting('TimeZone'), "
+                        + "'2024-01-01 10:00+00'::timestamptz::text, '2024-07-01 10:00'::timestamptz")) {
+            check(rs.next(), "time zone row");
+            same("Europe/Berlin", rs.getString(1), "startup TimeZone");
+            same("2024-01-01 11:00:00+01", rs.getString(2), "Berlin text");
+            same(Instant.parse("2024-07-01T08:00:00Z"),
+                    rs.getObject(3, OffsetDateTime.class).toInstant(), "Berlin local input");
         }
         System.out.println("OK");
     }

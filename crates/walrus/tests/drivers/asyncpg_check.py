@@ -124,6 +124,32 @@ async def main():
     )
     same("1234.50", str(await conn.fetchval("select 1234.5::numeric(10,2)")), "numeric cast")
 
+    # The session TimeZone: binary timestamptz stays UTC microseconds, the text form and
+    # input without an offset follow the zone.
+    await conn.execute("set timezone = 'Europe/Berlin'")
+    same(
+        "2024-01-01 11:00:00+01",
+        await conn.fetchval("select '2024-01-01 10:00+00'::timestamptz::text"),
+        "Berlin text",
+    )
+    same(
+        datetime.datetime(2024, 7, 1, 8, tzinfo=datetime.timezone.utc),
+        await conn.fetchval("select '2024-07-01 10:00'::timestamptz"),
+        "local input, binary result",
+    )
+    await conn.execute("set timezone = 'UTC'")
+
+    # Cancel: asyncpg cancels a query whose task is cancelled (here by a timeout) with a
+    # cancel request, then waits for the server's answer; the connection works after.
+    started = asyncio.get_running_loop().time()
+    try:
+        await asyncio.wait_for(conn.fetchval("select pg_sleep(10)"), 0.5)
+        raise AssertionError("pg_sleep was not cancelled")
+    except asyncio.TimeoutError:
+        pass
+    same(1, await asyncio.wait_for(conn.fetchval("select 1"), 5), "statement after cancel")
+    assert asyncio.get_running_loop().time() - started < 5, "cancel did not stop pg_sleep"
+
     await conn.execute("drop table apg_check")
     await conn.close()
     print("OK")

@@ -10,7 +10,7 @@
 // set to UTC) so microseconds are compared exactly.
 
 const assert = require("assert");
-const { Client, types } = require("pg");
+const { Client, Query, types } = require("pg");
 
 types.setTypeParser(1184, (v) => v); // timestamptz as its text
 types.setTypeParser(1700, (v) => v); // numeric as its text (the default too)
@@ -127,6 +127,33 @@ async function main() {
   );
   assert.strictEqual(lit.rows[0].t, "2024-01-01 04:41:12.123457+00", "offset literal");
   assert.strictEqual(lit.rows[0].n, "1234.50", "numeric cast");
+
+  // The session TimeZone: timestamptz text in the zone, with its offset.
+  await c.query("set timezone = 'America/St_Johns'");
+  const tz = await c.query(
+    "select '2024-01-01 10:00+00'::timestamptz as w, '2024-07-01 10:00'::timestamptz::text as s"
+  );
+  assert.strictEqual(tz.rows[0].w, "2024-01-01 06:30:00-03:30", "St. John's winter");
+  assert.strictEqual(tz.rows[0].s, "2024-07-01 10:00:00-02:30", "St. John's summer input");
+  await c.query("set timezone = 'UTC'");
+
+  // Cancel: a cancel request (sent by another Client on its own connection) stops a
+  // long statement with 57014; the connection works after it.
+  const sleep = c.query(new Query("select pg_sleep(10)"));
+  const outcome = new Promise((resolve) => {
+    sleep.on("error", resolve);
+    sleep.on("end", () => resolve(null));
+  });
+  const timer = setTimeout(
+    () => new Client({ host: "127.0.0.1", port: Number(port), user: "bench", database }).cancel(c, sleep),
+    500
+  );
+  const cancelled = await outcome;
+  clearTimeout(timer);
+  assert.ok(cancelled, "pg_sleep was not cancelled");
+  assert.strictEqual(cancelled.code, "57014", `cancel: ${cancelled.message}`);
+  const after = await c.query("select 1 as one");
+  assert.strictEqual(after.rows[0].one, 1, "statement after cancel");
 
   await c.query("drop table node_check");
   await c.end();

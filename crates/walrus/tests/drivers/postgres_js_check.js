@@ -164,6 +164,23 @@ async function main() {
   assert.strictEqual(lit.t, "2024-01-01 04:41:12.123457+00", "offset literal");
   assert.strictEqual(lit.n, "1234.50", "numeric cast");
 
+  // The session TimeZone (one pooled connection, max: 1): text in the zone, with its
+  // offset; the TimeZone of the startup packet was honoured (UTC above).
+  await sql`set timezone = 'Asia/Kolkata'`;
+  const [tz] = await sql`select '2024-01-01 10:00+00'::timestamptz as w, '2024-01-01 10:00'::timestamptz as l`;
+  assert.strictEqual(tz.w, "2024-01-01 15:30:00+05:30", "Kolkata output");
+  assert.strictEqual(tz.l, "2024-01-01 10:00:00+05:30", "Kolkata input");
+  await sql`set timezone = 'UTC'`;
+
+  // Cancel: query.cancel() sends a cancel request; the query fails with 57014 and the
+  // connection works after it.
+  const sleep = sql`select pg_sleep(10)`.execute();
+  const timer = setTimeout(() => sleep.cancel(), 500);
+  await expectError(sleep, "57014", "cancelled pg_sleep");
+  clearTimeout(timer);
+  const [after] = await sql`select 1 as one`;
+  assert.strictEqual(after.one, 1, "statement after cancel");
+
   await sql`drop table pjs_types`;
   await sql`drop table pjs_check`;
   await sql.end();

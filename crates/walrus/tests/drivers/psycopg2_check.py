@@ -127,6 +127,43 @@ same(("copied", Decimal("7.50"),
       datetime.datetime(2024, 1, 1, 4, 30, tzinfo=datetime.timezone.utc)), cur.fetchone(), "copied row")
 conn.rollback()
 
+# The session TimeZone: timestamptz values read in it, with its offset (half hours too).
+cur.execute("set timezone = 'Europe/Berlin'")
+cur.execute("select '2024-01-01 10:00+00'::timestamptz, '2024-07-01 10:00'::timestamptz")
+winter, summer = cur.fetchone()
+same(datetime.timedelta(hours=1), winter.utcoffset(), "Berlin winter offset")
+same(datetime.datetime(2024, 1, 1, 10, tzinfo=datetime.timezone.utc), winter, "Berlin instant")
+same(datetime.datetime(2024, 7, 1, 8, tzinfo=datetime.timezone.utc), summer, "local input")
+# COPY reads a timestamptz without an offset in the zone and writes it in the zone.
+cur.copy_expert("copy pg2_check (id, at) from stdin",
+                __import__("io").StringIO("301\t2024-07-01 10:00\n"))
+cur.execute("select at from pg2_check where id = 301")
+same(datetime.datetime(2024, 7, 1, 8, tzinfo=datetime.timezone.utc), cur.fetchone()[0], "COPY in Berlin")
+copied_out = __import__("io").StringIO()
+cur.copy_expert("copy (select at from pg2_check where id = 301) to stdout", copied_out)
+same("2024-07-01 10:00:00+02\n", copied_out.getvalue(), "COPY TO in Berlin")
+conn.rollback()
+cur.execute("set timezone = 'Asia/Kolkata'")
+cur.execute("select '2024-01-01 10:00+00'::timestamptz")
+same(datetime.timedelta(hours=5, minutes=30), cur.fetchone()[0].utcoffset(), "Kolkata offset")
+cur.execute("set timezone = 'UTC'")
+conn.commit()
+
+# Cancel: a long statement cancelled from another thread fails with 57014, and the
+# connection works after it.
+timer = __import__("threading").Timer(0.5, conn.cancel)
+timer.start()
+try:
+    cur.execute("select pg_sleep(10)")
+    raise AssertionError("pg_sleep was not cancelled")
+except psycopg2.errors.QueryCanceled as e:
+    same("57014", e.pgcode, "cancelled state")
+finally:
+    timer.cancel()
+conn.rollback()
+cur.execute("select 1")
+same(1, cur.fetchone()[0], "statement after cancel")
+
 cur.execute("drop table pg2_check")
 conn.commit()
 conn.close()

@@ -104,4 +104,24 @@ with psycopg.connect(host="127.0.0.1", port=port, user="bench", dbname="bench", 
     other.execute("update drv_lock set v = 3 where id = 1")
     assert other.execute("select v from drv_lock").fetchone() == (3,)
 holder.close()
+
+# Cancel: conn.cancel() from another thread stops a long statement with 57014; the
+# connection works after it. And the session TimeZone applies to timestamptz text.
+import threading
+
+with psycopg.connect(host="127.0.0.1", port=port, user="bench", dbname="bench", autocommit=True) as conn:
+    timer = threading.Timer(0.5, conn.cancel)
+    timer.start()
+    try:
+        conn.execute("select pg_sleep(10)")
+        raise AssertionError("pg_sleep was not cancelled")
+    except psycopg.errors.QueryCanceled as e:
+        assert e.sqlstate == "57014", e.sqlstate
+    finally:
+        timer.cancel()
+    assert conn.execute("select 1").fetchone() == (1,)
+    conn.execute("set timezone = 'Europe/Berlin'")
+    assert conn.info.parameter_status("TimeZone") == "Europe/Berlin", conn.info.parameter_status("TimeZone")
+    got = conn.execute("select '2024-01-01 10:00+00'::timestamptz::text").fetchone()[0]
+    assert got == "2024-01-01 11:00:00+01", got
 print("OK")

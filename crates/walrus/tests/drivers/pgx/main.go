@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -96,7 +97,14 @@ func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	url := fmt.Sprintf("postgres://bench@127.0.0.1:%s/%s?sslmode=disable", os.Args[1], os.Args[2])
-	conn, err := pgx.Connect(ctx, url)
+	config, err := pgx.ParseConfig(url)
+	must(err, "config")
+	// A cancelled context sends a cancel request and keeps the connection (pgx's default
+	// closes it instead).
+	config.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: c, DeadlineDelay: 5 * time.Second}
+	}
+	conn, err := pgx.ConnectConfig(ctx, config)
 	must(err, "connect")
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "drop table if exists pgx_check")
@@ -216,6 +224,28 @@ func main() {
 	if count != 0 {
 		fail("a failed COPY kept %d rows", count)
 	}
+	// The session TimeZone: binary timestamptz stays UTC microseconds; text follows the zone.
+	_, err = conn.Exec(ctx, "set timezone = 'Europe/Berlin'")
+	must(err, "set timezone")
+	var berlin string
+	var local time.Time
+	must(conn.QueryRow(ctx, "select '2024-01-01 10:00+00'::timestamptz::text, '2024-07-01 10:00'::timestamptz").
+		Scan(&berlin, &local), "Berlin values")
+	if berlin != "2024-01-01 11:00:00+01" || !local.Equal(time.Date(2024, 7, 1, 8, 0, 0, 0, time.UTC)) {
+		fail("Berlin values: %q %v", berlin, local)
+	}
+	_, err = conn.Exec(ctx, "set timezone = 'UTC'")
+	must(err, "reset timezone")
+	// Cancel: a context cancelled during a long statement sends a cancel request; the
+	// statement fails with 57014 and the connection works after it.
+	sleepCtx, stop := context.WithTimeout(ctx, 500*time.Millisecond)
+	_, err = conn.Exec(sleepCtx, "select pg_sleep(10)")
+	stop()
+	if sqlState(err) != "57014" {
+		fail("cancelled pg_sleep: %v", err)
+	}
+	var one int32
+	must(conn.QueryRow(ctx, "select 1").Scan(&one), "statement after cancel")
 	_, err = conn.Exec(ctx, "drop table pgx_check")
 	must(err, "drop")
 	fmt.Println("OK")
