@@ -181,6 +181,16 @@ fn sorts_and_groupings_past_work_mem_spill_and_agree() {
             .collect::<Vec<_>>()
     );
     assert_eq!(walrus_sql::temp_file_stats().0, files3);
+    // The spills are visible the PostgreSQL way, in pg_stat_database; counters walrus
+    // does not keep are NULL there, not 0.
+    let stat = rows(
+        &mut s,
+        "select temp_files, temp_bytes, blks_hit > 0, xact_commit is null from pg_stat_database where datname = current_database()",
+    );
+    let cols: Vec<&str> = stat[0].split('|').collect();
+    assert!(cols[0].parse::<u64>().unwrap() >= files5, "{stat:?}");
+    assert!(cols[1].parse::<u64>().unwrap() >= bytes4, "{stat:?}");
+    assert_eq!(&cols[2..], ["t", "t"], "{stat:?}");
 }
 
 #[test]

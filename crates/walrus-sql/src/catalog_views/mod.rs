@@ -84,6 +84,9 @@ const TABLES: &[(&str, &str)] = &[
     ("walrus_flush_detail", "thread:t pages_flushed:l batches:l pages_per_sec:l dirty_pages:l queue_length:l oldest_rec_lsn:t redo_lsn:t insert_lsn:t checkpoint_mode:t estimated_recovery_s:f recovery_time_target_s:f replay_rate_mb_s:f replay_rate_source:t lag_target_bytes:l last_checkpoint_ms:l checkpoint_target_time_ms:l backend_clean_waits:l"),
     // PostgreSQL 15's pg_control_checkpoint() columns, from walrus's control file.
     ("pg_control_checkpoint", "checkpoint_lsn:t redo_lsn:t redo_wal_file:t timeline_id:i prev_timeline_id:i full_page_writes:b next_xid:t next_oid:o next_multixact_id:t next_multi_offset:t oldest_xid:t oldest_xid_dbid:o oldest_active_xid:t oldest_multi_xid:t oldest_multi_dbid:o oldest_commit_ts_xid:t newest_commit_ts_xid:t checkpoint_time:z"),
+    // PostgreSQL 15's columns. walrus fills the buffer hits and reads, and the
+    // executor's temporary files; counters it does not keep are NULL, never a made-up 0.
+    ("pg_stat_database", "datid:o datname:t numbackends:i xact_commit:l xact_rollback:l blks_read:l blks_hit:l tup_returned:l tup_fetched:l tup_inserted:l tup_updated:l tup_deleted:l conflicts:l temp_files:l temp_bytes:l deadlocks:l checksum_failures:l checksum_last_failure:z blk_read_time:f blk_write_time:f session_time:f active_time:f idle_in_transaction_time:f sessions:l sessions_abandoned:l sessions_fatal:l sessions_killed:l stats_reset:z"),
     ("pg_stat_bgwriter", "checkpoints_timed:l checkpoints_req:l checkpoint_write_time:f checkpoint_sync_time:f buffers_checkpoint:l buffers_clean:l maxwritten_clean:l buffers_backend:l buffers_backend_fsync:l buffers_alloc:l stats_reset:z"),
     ("pg_stat_user_tables", STAT_TABLES_COLUMNS),
     ("pg_stat_all_tables", STAT_TABLES_COLUMNS),
@@ -341,6 +344,10 @@ pub(crate) struct Snapshot {
     /// Times a backend found no clean victim and waited for the page writers.
     backend_clean_waits: u64,
     buffers_alloc: u64,
+    /// Buffer pool lookups that found the page resident.
+    buffer_hits: u64,
+    /// (files, bytes) the executor spilled to temporary files (`exec/spill.rs`).
+    temp_files: (u64, u64),
     clog: walrus_engine::txn::clog::ClogStats,
     flush: walrus_engine::engine::FlushDetail,
     control: walrus_engine::storage::control::ControlData,
@@ -431,6 +438,8 @@ impl Snapshot {
                 .image_policy()
                 .logs_images(),
             buffers_alloc: pool.stats.misses.load(Ordering::Relaxed),
+            buffer_hits: pool.stats.hits.load(Ordering::Relaxed),
+            temp_files: crate::exec::temp_file_stats(),
             frozen_xid: engine
                 .txn_manager()
                 .clog

@@ -436,6 +436,23 @@ impl Snapshot {
                     })
                     .collect()
             }
+            "pg_stat_database" => {
+                let l = |v: u64| Datum::Int8(v as i64);
+                let mut row = vec![
+                    o(5),
+                    t(&self.database),
+                    Datum::Null,
+                    Datum::Null,
+                    Datum::Null,
+                    // A read is a miss that loaded the page (PostgreSQL's blks_read
+                    // also counts reads the OS cache served).
+                    l(self.buffers_alloc),
+                    l(self.buffer_hits),
+                ];
+                row.extend(std::iter::repeat_n(Datum::Null, 6));
+                row.extend([l(self.temp_files.0), l(self.temp_files.1)]);
+                vec![row]
+            }
             "pg_stat_bgwriter" => {
                 let c = &self.checkpoints;
                 let (checkpoint, clean, maxwritten, backend) = self.bgwriter;
