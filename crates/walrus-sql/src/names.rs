@@ -17,3 +17,34 @@ pub(crate) fn object_name(n: &ast::ObjectName) -> String {
         .map(ident)
         .unwrap_or_default()
 }
+
+/// Whether a `FROM` item that names a table carries anything beyond its name and alias
+/// (arguments, hints, time travel, WITH ORDINALITY, partitions, a JSON path,
+/// TABLESAMPLE, index hints), none of which walrus implements. Every field is named so a
+/// new one in sqlparser must be looked at here. False for other kinds of item.
+pub(crate) fn table_has_extras(f: &ast::TableFactor) -> bool {
+    match f {
+        ast::TableFactor::Table {
+            name: _,
+            alias: _,
+            args,
+            with_hints,
+            version,
+            with_ordinality,
+            partitions,
+            json_path,
+            sample,
+            index_hints,
+        } => {
+            args.is_some()
+                || !with_hints.is_empty()
+                || version.is_some()
+                || *with_ordinality
+                || !partitions.is_empty()
+                || json_path.is_some()
+                || sample.is_some()
+                || !index_hints.is_empty()
+        }
+        _ => false,
+    }
+}

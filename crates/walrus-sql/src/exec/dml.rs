@@ -589,8 +589,8 @@ pub(crate) fn table_statistics(env: &mut dyn Env, def: &TableDef) -> Option<Tabl
     TableStatistics::of(&view, def)
 }
 
-/// The one plain table an UPDATE or DELETE names, and its alias. Every field of
-/// `TableFactor::Table` is named: what walrus does not implement is refused.
+/// The one plain table an UPDATE or DELETE names, and its alias; a table item with
+/// anything walrus does not implement (`names::table_has_extras`) is refused.
 fn single_table(
     env: &mut dyn Env,
     from: &[ast::TableWithJoins],
@@ -598,27 +598,8 @@ fn single_table(
     match from {
         [] => Ok(None),
         [t] if t.joins.is_empty() => match &t.relation {
-            TableFactor::Table {
-                name,
-                alias,
-                args,
-                with_hints,
-                version,
-                with_ordinality,
-                partitions,
-                json_path,
-                sample,
-                index_hints,
-            } => {
-                if args.is_some()
-                    || !with_hints.is_empty()
-                    || version.is_some()
-                    || *with_ordinality
-                    || !partitions.is_empty()
-                    || json_path.is_some()
-                    || sample.is_some()
-                    || !index_hints.is_empty()
-                {
+            TableFactor::Table { name, alias, .. } => {
+                if crate::names::table_has_extras(&t.relation) {
                     return Err(SqlError::unsupported(format!(
                         "{} is not supported as a target table",
                         t.relation

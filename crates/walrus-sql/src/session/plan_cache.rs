@@ -99,20 +99,19 @@ impl PlanCache {
         key: PlanKey,
         parse: impl FnOnce(&str) -> SqlResult<Vec<Parsed>>,
     ) -> SqlResult<(Arc<Vec<Parsed>>, LookupState)> {
-        let new = !self.entries.contains_key(sql);
-        let parsed = self.parsed(sql, key, parse)?;
-        let entry = self.entries.get_mut(sql).expect("just cached");
-        if new {
-            // Planned just now by `parsed`.
-        } else if entry.made_under == key {
-            self.stats.hits.fetch_add(1, Ordering::Relaxed);
-        } else {
-            self.stats.invalidations.fetch_add(1, Ordering::Relaxed);
-            self.stats.plans.fetch_add(1, Ordering::Relaxed);
-            entry.made_under = key;
-            entry.lookup = LookupState::Untried;
+        if let Some(entry) = self.entries.get_mut(sql) {
+            if entry.made_under == key {
+                self.stats.hits.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.stats.invalidations.fetch_add(1, Ordering::Relaxed);
+                self.stats.plans.fetch_add(1, Ordering::Relaxed);
+                entry.made_under = key;
+                entry.lookup = LookupState::Untried;
+            }
+            return Ok((entry.parsed.clone(), entry.lookup.clone()));
         }
-        Ok((parsed, entry.lookup.clone()))
+        // New text: planned (and counted) by `parsed`.
+        Ok((self.parsed(sql, key, parse)?, LookupState::Untried))
     }
 
     /// Records what the point-lookup attempt for `sql`'s plan made under `key` gave.
@@ -291,29 +290,10 @@ pub(crate) fn lookup_shape(parsed: &[Parsed]) -> Option<LookupShape> {
     if !twj.joins.is_empty() {
         return None;
     }
-    let TableFactor::Table {
-        name,
-        alias,
-        args,
-        with_hints,
-        version,
-        with_ordinality,
-        partitions,
-        json_path,
-        sample,
-        index_hints,
-    } = &twj.relation
-    else {
+    let TableFactor::Table { name, alias, .. } = &twj.relation else {
         return None;
     };
-    if args.is_some()
-        || !with_hints.is_empty()
-        || version.is_some()
-        || *with_ordinality
-        || !partitions.is_empty()
-        || json_path.is_some()
-        || sample.is_some()
-        || !index_hints.is_empty()
+    if crate::names::table_has_extras(&twj.relation)
         || alias.as_ref().is_some_and(|a| !a.columns.is_empty())
     {
         return None;
@@ -399,8 +379,8 @@ impl LookupShape {
         let key = table.indexes[index]
             .columns
             .iter()
-            .map(|c| *pinned.iter().find(|(pc, _)| pc == c).expect("checked"))
-            .collect();
+            .map(|c| pinned.iter().find(|(pc, _)| pc == c).copied())
+            .collect::<Option<_>>()?;
         Some(PointLookup {
             table,
             index,
