@@ -51,7 +51,9 @@ mod table_stats;
 mod transaction;
 mod vacuum;
 pub use calibrate::{Calibration, CALIBRATION_WAL_BYTES};
-pub use checkpoint::{CheckpointReason, CheckpointStats, FlushDetail, RateSource, ReplayRate};
+pub use checkpoint::{
+    CheckpointReason, CheckpointStats, FlushDetail, RateSource, ReplayRate, RestartCost,
+};
 pub use dml::{datum_text, BatchFailure, RowChange};
 pub use open::RecoveryReport;
 use table_locks::TableLocks;

@@ -44,6 +44,8 @@ pub struct Calibration {
     /// and replay).
     pub took: Duration,
     pub bytes_per_sec: u64,
+    /// The restart's part that does not grow with the WAL.
+    pub fixed_ms: u64,
 }
 
 impl Engine {
@@ -75,6 +77,7 @@ impl Engine {
         let mut control = ControlFile::open(dir)?;
         let mut d = control.data().clone();
         d.replay_rate_bps = cal.bytes_per_sec;
+        d.replay_fixed_ms = u32::try_from(cal.fixed_ms).unwrap_or(u32::MAX);
         d.replay_rate_calibrated = true;
         control.update(d)?;
         Ok(cal)
@@ -185,5 +188,6 @@ fn crash_and_replay(scratch: &Path) -> Result<Calibration> {
         replayed_bytes: replayed,
         took,
         bytes_per_sec: rate.bytes_per_sec,
+        fixed_ms: rate.fixed_ms,
     })
 }

@@ -68,6 +68,10 @@ pub struct ControlData {
     /// replayed in a scratch directory), not from a recovery of this directory. False
     /// in control files written before calibration existed, which is their truth.
     pub replay_rate_calibrated: bool,
+    /// The part of a restart that does not grow with the WAL (opening the directory, the
+    /// first reads of pages into a cold pool), in milliseconds, measured with
+    /// `replay_rate_bps`; 0 in control files written before it existed.
+    pub replay_fixed_ms: u32,
 }
 
 impl ControlData {
@@ -94,6 +98,7 @@ impl ControlData {
         put(&self.page_protection.to_le_bytes());
         put(&self.checkpoint_time.to_le_bytes());
         put(&u32::from(self.replay_rate_calibrated).to_le_bytes());
+        put(&self.replay_fixed_ms.to_le_bytes());
         let crc = crc32c::crc32c(&b[..COPY_SIZE - 4]);
         b[COPY_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -134,6 +139,7 @@ impl ControlData {
             page_protection: u32at(88),
             checkpoint_time: u64at(92),
             replay_rate_calibrated: u32at(100) == 1,
+            replay_fixed_ms: u32at(104),
         })
     }
 }
@@ -273,6 +279,7 @@ mod tests {
             page_protection: 2,
             checkpoint_time: 1_790_000_000,
             replay_rate_calibrated: true,
+            replay_fixed_ms: 140,
         }
     }
 
@@ -283,7 +290,7 @@ mod tests {
         assert_eq!(ControlData::decode(&b), Some(d.clone()));
         // A copy written before the fields existed has zeros there.
         let mut old = b;
-        old[80..104].fill(0);
+        old[80..108].fill(0);
         let crc = crc32c::crc32c(&old[..COPY_SIZE - 4]);
         old[COPY_SIZE - 4..].copy_from_slice(&crc.to_le_bytes());
         let o = ControlData::decode(&old).unwrap();
@@ -292,6 +299,7 @@ mod tests {
             (0, 0, 0)
         );
         assert!(!o.replay_rate_calibrated);
+        assert_eq!(o.replay_fixed_ms, 0);
         assert_eq!(o.clog_oldest, d.clog_oldest);
     }
 

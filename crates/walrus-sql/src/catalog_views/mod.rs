@@ -81,7 +81,7 @@ const TABLES: &[(&str, &str)] = &[
     // Page writers and checkpoints (seed 003), one row per page-writer thread and a
     // total row (thread = 'total'): also `SELECT * FROM walrus_flush_detail()`.
     // backend_clean_waits: backends that found no clean victim and waited (pool-wide).
-    ("walrus_flush_detail", "thread:t pages_flushed:l batches:l pages_per_sec:l dirty_pages:l queue_length:l oldest_rec_lsn:t redo_lsn:t insert_lsn:t checkpoint_mode:t estimated_recovery_s:f recovery_time_target_s:f replay_rate_mb_s:f replay_rate_source:t lag_target_bytes:l last_checkpoint_ms:l checkpoint_target_time_ms:l backend_clean_waits:l"),
+    ("walrus_flush_detail", "thread:t pages_flushed:l batches:l pages_per_sec:l dirty_pages:l queue_length:l oldest_rec_lsn:t redo_lsn:t insert_lsn:t checkpoint_mode:t estimated_recovery_s:f recovery_time_target_s:f replay_rate_mb_s:f replay_fixed_ms:l replay_rate_source:t lag_target_bytes:l last_checkpoint_ms:l checkpoint_target_time_ms:l backend_clean_waits:l"),
     // PostgreSQL 15's pg_control_checkpoint() columns, from walrus's control file.
     ("pg_control_checkpoint", "checkpoint_lsn:t redo_lsn:t redo_wal_file:t timeline_id:i prev_timeline_id:i full_page_writes:b next_xid:t next_oid:o next_multixact_id:t next_multi_offset:t oldest_xid:t oldest_xid_dbid:o oldest_active_xid:t oldest_multi_xid:t oldest_multi_dbid:o oldest_commit_ts_xid:t newest_commit_ts_xid:t checkpoint_time:z"),
     // PostgreSQL 15's columns. walrus fills the buffer hits and reads, and the

@@ -633,6 +633,7 @@ impl Snapshot {
                 Datum::Float8(f.estimated_recovery_secs),
                 Datum::Float8(f.recovery_time_target.as_secs_f64()),
                 Datum::Float8(f.replay_rate.bytes_per_sec as f64 / 1e6),
+                l(f.replay_rate.fixed_ms),
                 t(f.replay_rate.source.name()),
                 if f.lag_target == u64::MAX {
                     Datum::Null
