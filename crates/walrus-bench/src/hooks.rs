@@ -96,11 +96,14 @@ impl IoHooks for TestHooks {
             }
         }
         if self.tear_at > 0 {
+            // An atomic write (`page_protection = atomic`) cannot tear: the device writes
+            // all of it or none.
             if let IoOp::Write {
                 kind: FileKind::Data,
                 file,
                 offset,
                 buf,
+                atomic: false,
             } = op
             {
                 if buf.len() == PAGE_SIZE && self.should_tear(file, buf, *offset) {
@@ -206,6 +209,8 @@ impl FailRule {
 // The power-loss journal.
 
 const TAG_WRITE: u8 = b'W';
+/// A write issued with `RWF_ATOMIC`: a power cut keeps all of it or none.
+const TAG_WRITE_ATOMIC: u8 = b'A';
 const TAG_SYNC: u8 = b'S';
 const TAG_CREATE: u8 = b'C';
 const TAG_RENAME: u8 = b'R';
@@ -252,7 +257,11 @@ fn journaled(
 ) -> std::io::Result<()> {
     match *op {
         IoOp::Write {
-            file, offset, buf, ..
+            file,
+            offset,
+            buf,
+            atomic,
+            ..
         } => {
             if is_dsync(file) {
                 return run();
@@ -265,7 +274,7 @@ fn journaled(
             if !saved.is_empty() {
                 file.read_exact_at(&mut saved, offset)?;
             }
-            let mut e = vec![TAG_WRITE];
+            let mut e = vec![if atomic { TAG_WRITE_ATOMIC } else { TAG_WRITE }];
             e.extend_from_slice(&meta.ino().to_le_bytes());
             e.extend_from_slice(&offset.to_le_bytes());
             e.extend_from_slice(&(buf.len() as u64).to_le_bytes());
@@ -377,6 +386,8 @@ enum Entry {
         len: u64,
         old_len: u64,
         saved: Vec<u8>,
+        /// Kept or undone as a whole (an `RWF_ATOMIC` write), not per 4 KiB block.
+        atomic: bool,
     },
     Sync {
         ino: u64,
@@ -437,12 +448,13 @@ fn read_journal(bytes: &[u8]) -> anyhow::Result<Vec<Entry>> {
         let tag = bytes[at + 4];
         at += 4 + n;
         out.push(match tag {
-            TAG_WRITE => Entry::Write {
+            TAG_WRITE | TAG_WRITE_ATOMIC => Entry::Write {
                 ino: f.u64()?,
                 offset: f.u64()?,
                 len: f.u64()?,
                 old_len: f.u64()?,
                 saved: f.rest(),
+                atomic: tag == TAG_WRITE_ATOMIC,
             },
             TAG_SYNC => Entry::Sync {
                 ino: f.u64()?,
@@ -543,6 +555,7 @@ pub fn powercut(a: PowercutArgs) -> anyhow::Result<()> {
                 len,
                 old_len,
                 saved,
+                atomic,
             } => {
                 if dead.contains(ino) {
                     continue;
@@ -557,14 +570,16 @@ pub fn powercut(a: PowercutArgs) -> anyhow::Result<()> {
                 let f = OpenOptions::new().write(true).open(path)?;
                 let cur_len = f.metadata()?.len();
                 // Restore the replaced bytes block by block; a kept block keeps the new
-                // bytes (the disk wrote it before the power went).
+                // bytes (the disk wrote it before the power went). An atomic write is
+                // kept or restored as a whole: one decision for all its blocks.
+                let whole = atomic.then(|| keep(a.keep_fraction));
                 let block = 4096u64;
                 let mut b = offset - offset % block;
                 while b < offset + len {
                     let lo = b.max(*offset);
                     let hi = (b + block).min(offset + len).min(*old_len);
                     if lo < hi {
-                        if keep(a.keep_fraction) {
+                        if whole.unwrap_or_else(|| keep(a.keep_fraction)) {
                             u.blocks_kept += 1;
                         } else {
                             let s = saved
@@ -575,7 +590,7 @@ pub fn powercut(a: PowercutArgs) -> anyhow::Result<()> {
                     }
                     b += block;
                 }
-                if cur_len > *old_len && !keep(a.keep_fraction) {
+                if cur_len > *old_len && !whole.unwrap_or_else(|| keep(a.keep_fraction)) {
                     f.set_len(*old_len)?;
                 }
                 u.writes += 1;

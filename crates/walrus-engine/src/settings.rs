@@ -169,7 +169,9 @@ wal_directory = ""
 # The libpmem wal_sync_method = pmem loads (Debian: package libpmem1).
 wal_pmem_library = "libpmem.so.1"
 # Torn-page protection: fpw (full-page images in WAL) | dwb (batched double-write
-# buffer: no images) | none (detect only)
+# buffer: no images) | atomic (RWF_ATOMIC page writes, where the device makes 8 KiB
+# writes atomic; refused elsewhere) | auto (atomic if possible, else dwb) | none (detect
+# only)
 page_protection = "fpw"
 # dwb: pages per double-write batch (1..1024); the file "dwb" holds 8 such slots.
 dwb_batch_pages = 64
@@ -185,7 +187,7 @@ wal_writer_flush_after = "1MB"
 # Page-writer threads and their sleep between rounds.
 pagewriter_threads = 1
 bgwriter_delay = "10ms"
-# Checkpoints: with page_protection dwb or none they are incremental (the redo point is
+# Checkpoints: with page_protection dwb, atomic or none they are incremental (the redo point is
 # the oldest change not yet written, advanced by the page writers; no I/O burst);
 # incremental_checkpoint = off keeps classic checkpoints. fpw is always classic.
 # incremental_checkpoint = "on"
@@ -342,15 +344,15 @@ impl Settings {
                 self.page_protection = match PageProtection::from_name(value) {
                     Some(mode) => mode,
                     // Decided against the data directory's device when it is opened
-                    // (`protect::atomic`): `atomic` refused with the device's figures,
-                    // `auto` resolved to dwb.
+                    // (`protect::atomic`): `atomic` taken where the device writes 8 KiB
+                    // atomically, refused with its figures elsewhere; `auto` either way.
                     None if value == "atomic" || value == "auto" => {
                         self.page_protection_requested = Some(value.to_string());
                         PageProtection::Dwb
                     }
                     None if PLANNED_MODES.contains(&value) => {
                         return Err(Error::FeatureNotSupported(format!(
-                            "page_protection = {value} is not built yet; use fpw, dwb or none"
+                            "page_protection = {value} is not built yet; use fpw, dwb, atomic or none"
                         )))
                     }
                     None => return Err(bad("expected fpw, dwb, none, atomic or auto")),
@@ -549,7 +551,7 @@ impl Settings {
             && !self.page_protection.allows_incremental_checkpoint()
         {
             return Err(Error::InvalidInput(format!(
-                "incremental_checkpoint = on needs page_protection dwb or none: with {} the \
+                "incremental_checkpoint = on needs page_protection dwb, atomic or none: with {} the \
                  redo point must stay put between checkpoints, or every change would log a \
                  full-page image",
                 self.page_protection.name()
@@ -559,19 +561,30 @@ impl Settings {
     }
 
     /// Resolves `page_protection = atomic | auto` for data directory `dir`: `atomic` is
-    /// refused with what the device reports (`protect::atomic`); `auto` becomes `dwb`,
-    /// logged with the probe's answer.
+    /// taken where the device writes an 8 KiB page atomically and refused with what it
+    /// reports elsewhere (`protect::atomic`); `auto` becomes `atomic` or `dwb`, logged
+    /// with the probe's answer.
     pub fn resolve_page_protection(&mut self, dir: &Path) -> Result<()> {
         match self.page_protection_requested.as_deref() {
-            Some("atomic") => Err(Error::FeatureNotSupported(
-                crate::protect::atomic::refuse_atomic(dir),
-            )),
+            Some("atomic") => {
+                crate::protect::atomic::require_atomic(dir).map_err(Error::FeatureNotSupported)?;
+                self.page_protection = PageProtection::Atomic;
+                Ok(())
+            }
             Some("auto") => {
-                let found = crate::protect::atomic::probe(&dir.join("base"))
-                    .map(|s| s.describe())
-                    .unwrap_or_else(|e| format!("probe failed: {e}"));
-                tracing::info!("page_protection = auto: using dwb ({found})");
-                self.page_protection = PageProtection::Dwb;
+                match crate::protect::atomic::probe(&dir.join("base")) {
+                    Ok(s) if s.covers_page() => {
+                        tracing::info!("page_protection = auto: using atomic ({})", s.describe());
+                        self.page_protection = PageProtection::Atomic;
+                    }
+                    found => {
+                        let found = found
+                            .map(|s| s.describe())
+                            .unwrap_or_else(|e| format!("probe failed: {e}"));
+                        tracing::info!("page_protection = auto: using dwb ({found})");
+                        self.page_protection = PageProtection::Dwb;
+                    }
+                }
                 Ok(())
             }
             _ => Ok(()),

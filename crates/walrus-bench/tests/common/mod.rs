@@ -53,7 +53,25 @@ impl Cluster {
         env: &[(&str, &str)],
         wal_tmp: Option<tempfile::TempDir>,
     ) -> Cluster {
-        let tmp = tempfile::tempdir().expect("tempdir");
+        Cluster::new_in(
+            std::env::temp_dir().as_path(),
+            sets,
+            init_args,
+            env,
+            wal_tmp,
+        )
+    }
+
+    /// [`Cluster::new_with`] with the data directory under `base` (a file system that
+    /// writes pages atomically, for `page_protection = atomic`).
+    pub fn new_in(
+        base: &Path,
+        sets: &[&str],
+        init_args: &[&str],
+        env: &[(&str, &str)],
+        wal_tmp: Option<tempfile::TempDir>,
+    ) -> Cluster {
+        let tmp = tempfile::tempdir_in(base).expect("tempdir");
         let data = tmp.path().join("data");
         let env: Vec<(String, String)> = env
             .iter()
@@ -237,5 +255,110 @@ pub fn libpmem_or_skip() -> bool {
             false
         }
         Err(e) => panic!("CI is set and libpmem is missing: {e}"),
+    }
+}
+
+/// Where the image of the loop-mounted XFS for atomic-write tests lives, and its mount
+/// point.
+const ATOMIC_IMAGE: &str = "/tmp/walrus-atomic-xfs.img";
+const ATOMIC_MOUNT: &str = "/tmp/walrus-atomic-xfs";
+
+/// A directory whose file system writes an 8 KiB page atomically (statx reports it), for
+/// `page_protection = atomic`: `WALRUS_ATOMIC_DIR` when set; otherwise an XFS file system
+/// with reflink (Linux 6.16+ makes writes up to its unit max atomic in software) on a
+/// loop device, made and mounted once per machine at /tmp/walrus-atomic-xfs (root,
+/// `mkfs.xfs` from xfsprogs). Outside CI a machine that cannot provide one skips with a
+/// message (`None`); in CI (`CI` set, where `.ci/run` installs xfsprogs) that fails the
+/// test: the atomic path must be exercised there.
+pub fn atomic_capable_dir() -> Option<PathBuf> {
+    let found = find_atomic_dir();
+    match found {
+        Ok(dir) => Some(dir),
+        Err(why) if std::env::var_os("CI").is_some() => {
+            panic!("no file system with atomic 8 KiB writes for the atomic tests: {why}")
+        }
+        Err(why) => {
+            eprintln!("skipping: no file system with atomic 8 KiB writes here ({why})");
+            None
+        }
+    }
+}
+
+fn find_atomic_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = std::env::var_os("WALRUS_ATOMIC_DIR") {
+        let dir = PathBuf::from(dir);
+        return covers(&dir).map(|()| dir);
+    }
+    // One test process at a time sets the file system up.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open("/tmp/walrus-atomic-xfs.lock")
+        .map_err(|e| format!("lock file: {e}"))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function owns; released when `lock` drops.
+    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return Err(format!("flock: {}", std::io::Error::last_os_error()));
+    }
+    let mount = PathBuf::from(ATOMIC_MOUNT);
+    let mounted = std::fs::read_to_string("/proc/mounts")
+        .map_err(|e| format!("/proc/mounts: {e}"))?
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(ATOMIC_MOUNT));
+    if !mounted {
+        let run = |cmd: &mut Command| -> Result<(), String> {
+            let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{cmd:?} failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        std::fs::create_dir_all(&mount).map_err(|e| format!("{ATOMIC_MOUNT}: {e}"))?;
+        let image =
+            std::fs::File::create(ATOMIC_IMAGE).map_err(|e| format!("{ATOMIC_IMAGE}: {e}"))?;
+        image
+            .set_len(4 << 30)
+            .map_err(|e| format!("{ATOMIC_IMAGE}: {e}"))?;
+        drop(image);
+        run(Command::new("mkfs.xfs").args(["-q", "-f", "-m", "reflink=1", ATOMIC_IMAGE]))?;
+        run(Command::new("mount").args(["-o", "loop", ATOMIC_IMAGE, ATOMIC_MOUNT]))?;
+    }
+    covers(&mount).map(|()| mount)
+}
+
+/// Whether files in `dir` take 8 KiB atomic writes, by whether walrus opens a directory
+/// there with `page_protection = atomic` (it refuses with the device's figures if not).
+fn covers(dir: &Path) -> Result<(), String> {
+    let probe = tempfile::tempdir_in(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let data = probe.path().join("data");
+    let out = walrus()
+        .arg("init")
+        .arg(&data)
+        .output()
+        .map_err(|e| format!("walrus init: {e}"))?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    let cfg = data.join("walrus.toml");
+    let text = std::fs::read_to_string(&cfg).map_err(|e| e.to_string())?;
+    std::fs::write(
+        &cfg,
+        text.replace("page_protection = \"fpw\"", "page_protection = \"atomic\""),
+    )
+    .map_err(|e| e.to_string())?;
+    let out = walrus()
+        .arg("recover")
+        .arg(&data)
+        .output()
+        .map_err(|e| format!("walrus recover: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
     }
 }

@@ -201,6 +201,11 @@ impl Engine {
             policy,
         ));
         let relfiles = Arc::new(crate::storage::relfile::RelFiles::open(dir)?);
+        if settings.page_protection == crate::protect::PageProtection::Atomic {
+            // Recovery's own page writes (page writers, end-of-recovery checkpoint) are
+            // atomic too: no page written from here on can tear.
+            relfiles.use_atomic_writes();
+        }
         let pool = Arc::new(BufferPool::new(
             settings.shared_buffers_pages,
             relfiles,

@@ -3,11 +3,16 @@
 //! (`STATX_WRITE_ATOMIC`: `stx_atomic_write_unit_min/max`, Linux 6.11+).
 //!
 //! Where the device reports it, torn pages cannot happen for writes issued with
-//! `RWF_ATOMIC` through `O_DIRECT`, and neither page images nor double writes are needed.
-//! walrus detects the support; the atomic write path itself is not built yet (no device
-//! on the machines walrus is tested on reports atomic writes, so it could not be proven),
-//! so `atomic` is refused everywhere with what the device reports, and `auto` resolves to
-//! `dwb` with the probe's result in the log.
+//! `RWF_ATOMIC` through `O_DIRECT`, and neither page images nor double writes are needed:
+//! `page_protection = atomic` is accepted there (and `auto` picks it), and every data
+//! page write goes through `io::write_page_atomic` (`storage/relfile.rs`, rule 5).
+//! Elsewhere `atomic` is refused with what the device reports and `auto` resolves to
+//! `dwb`, both with the probe's figures.
+//!
+//! Which devices answer: NVMe and SCSI drives that advertise atomic write units, and,
+//! without such hardware, XFS on Linux 6.16+ with reflink (it makes larger writes atomic
+//! in software, by writing out of place); ext4 on a device without atomic units and
+//! tmpfs do not.
 
 use std::path::Path;
 
@@ -99,25 +104,20 @@ fn statx_atomic(path: &Path) -> std::io::Result<AtomicWriteSupport> {
     })
 }
 
-/// Resolves a requested `atomic` or `auto` mode for data directory `dir`: `auto` becomes
-/// `dwb` (logged with the probe's result); `atomic` is refused with what the device
-/// reports. Returns the message for `atomic`.
-pub fn refuse_atomic(dir: &Path) -> String {
+/// Accepts `page_protection = atomic` for data directory `dir` when its device writes an
+/// 8 KiB page atomically; otherwise the refusal, with what the device reports.
+pub fn require_atomic(dir: &Path) -> Result<AtomicWriteSupport, String> {
     match probe(&dir.join("base")) {
-        Ok(s) if s.covers_page() => format!(
-            "page_protection = atomic: this device supports atomic page writes ({}), but \
-             walrus's atomic write path (O_DIRECT + RWF_ATOMIC) is not built yet; use dwb",
-            s.describe()
-        ),
-        Ok(s) => format!(
+        Ok(s) if s.covers_page() => Ok(s),
+        Ok(s) => Err(format!(
             "page_protection = atomic is not possible here: {} (data directory {}); use dwb",
             s.describe(),
             dir.display()
-        ),
-        Err(e) => format!(
+        )),
+        Err(e) => Err(format!(
             "page_protection = atomic: could not ask the file system about atomic writes in {}: {e}; use dwb",
             dir.display()
-        ),
+        )),
     }
 }
 
@@ -132,12 +132,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = probe(dir.path()).unwrap();
         assert!(!dir.path().join("atomic_write_probe.tmp").exists());
-        let msg = refuse_atomic(dir.path());
-        assert!(msg.starts_with("page_protection = atomic"), "{msg}");
-        if s.reported {
-            assert!(msg.contains(&format!("min {} bytes", s.unit_min)), "{msg}");
-        } else {
-            assert!(msg.contains("reports no atomic write support"), "{msg}");
+        match require_atomic(dir.path()) {
+            Ok(found) => assert!(found.covers_page() && s.covers_page()),
+            Err(msg) => {
+                assert!(!s.covers_page());
+                assert!(msg.starts_with("page_protection = atomic"), "{msg}");
+                if s.reported {
+                    assert!(msg.contains(&format!("min {} bytes", s.unit_min)), "{msg}");
+                } else {
+                    assert!(msg.contains("reports no atomic write support"), "{msg}");
+                }
+            }
         }
         // The figures decide coverage exactly.
         let dev = |min, max| AtomicWriteSupport {

@@ -14,11 +14,15 @@ pub enum PageProtection {
     /// The batched double-write buffer (`dwb.rs`).
     Dwb,
     None,
+    /// The device writes an 8 KiB page atomically (`RWF_ATOMIC` through `O_DIRECT`,
+    /// `atomic.rs`): no page can tear, so neither images nor double writes are needed.
+    /// Only chosen after the data directory's device said so (`atomic`, `auto`).
+    Atomic,
 }
 
 /// The modes DESIGN §4 names that are not built yet: `page_protection` refuses them as
-/// not supported, not as unknown values (`atomic` with the device's figures, `auto`
-/// resolves to `dwb`: `atomic.rs`).
+/// not supported, not as unknown values (`atomic` and `auto` are decided against the
+/// data directory's device when it is opened: `atomic.rs`).
 pub const PLANNED_MODES: [&str; 1] = ["standby"];
 
 impl PageProtection {
@@ -27,6 +31,7 @@ impl PageProtection {
             PageProtection::Fpw => "fpw",
             PageProtection::Dwb => "dwb",
             PageProtection::None => "none",
+            PageProtection::Atomic => "atomic",
         }
     }
 
@@ -36,6 +41,7 @@ impl PageProtection {
             PageProtection::Fpw => 1,
             PageProtection::Dwb => 2,
             PageProtection::None => 3,
+            PageProtection::Atomic => 4,
         }
     }
 
@@ -45,6 +51,7 @@ impl PageProtection {
             1 => Some(PageProtection::Fpw),
             2 => Some(PageProtection::Dwb),
             3 => Some(PageProtection::None),
+            4 => Some(PageProtection::Atomic),
             _ => None,
         }
     }
@@ -56,7 +63,9 @@ impl PageProtection {
         !matches!(self, PageProtection::Fpw)
     }
 
-    /// The built mode called `name` (the inverse of [`PageProtection::name`]).
+    /// The mode called `name` that needs no look at the device (the inverse of
+    /// [`PageProtection::name`] but for `atomic`, which [`crate::settings::Settings`]
+    /// resolves against the data directory).
     pub fn from_name(name: &str) -> Option<PageProtection> {
         match name {
             "fpw" => Some(PageProtection::Fpw),
@@ -70,7 +79,9 @@ impl PageProtection {
     pub fn image_policy(self) -> ImagePolicy {
         match self {
             PageProtection::Fpw => ImagePolicy::FirstChangeAfterRedo,
-            PageProtection::Dwb | PageProtection::None => ImagePolicy::Never,
+            PageProtection::Dwb | PageProtection::None | PageProtection::Atomic => {
+                ImagePolicy::Never
+            }
         }
     }
 }

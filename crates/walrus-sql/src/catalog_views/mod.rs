@@ -71,6 +71,9 @@ const TABLES: &[(&str, &str)] = &[
     // The double-write buffer (page_protection = dwb): batches written, pages and bytes
     // they carried, their average size, and waits for a free slot.
     ("walrus_stat_dwb", "batches:l pages:l bytes:l avg_batch_pages:f slot_waits:l"),
+    // The page protection in force, and the data pages written with RWF_ATOMIC
+    // (page_protection = atomic: the device writes each whole or not at all).
+    ("walrus_stat_page_protection", "page_protection:t atomic_page_writes:l"),
     // The commit-status log's group update (seed 004): statuses set lock-free on a
     // resident page, waits for the exclusive lock, leader rounds and their sizes.
     // This session's extended-protocol plan cache (session/plan_cache.rs): statements
@@ -337,6 +340,8 @@ pub(crate) struct Snapshot {
     wal_pmem: (u64, u64, u64),
     /// (batches, pages, bytes, slot waits) of the double-write buffer; zeros when off.
     dwb: (u64, u64, u64, u64),
+    page_protection: &'static str,
+    atomic_page_writes: u64,
     checkpoints: CheckpointStats,
     /// (buffers_checkpoint, buffers_clean, maxwritten_clean, buffers_backend), counted
     /// by the writing thread's role.
@@ -421,6 +426,8 @@ impl Snapshot {
                     d.stats.slot_waits.load(Ordering::Relaxed),
                 )
             }),
+            page_protection: engine.settings().page_protection.name(),
+            atomic_page_writes: pool.relfiles.atomic_page_writes.load(Ordering::Relaxed),
             checkpoints: engine.checkpoint_stats(),
             bgwriter: (
                 pool.stats.writes_by_checkpoint.load(Ordering::Relaxed),

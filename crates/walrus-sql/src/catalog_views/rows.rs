@@ -376,6 +376,10 @@ impl Snapshot {
                     Datum::Int8(waits as i64),
                 ]]
             }
+            "walrus_stat_page_protection" => vec![vec![
+                Datum::Text(self.page_protection.into()),
+                Datum::Int8(self.atomic_page_writes as i64),
+            ]],
             "walrus_stat_wal" => vec![vec![
                 Datum::Int8(self.wal_writer_flushes as i64),
                 Datum::Int8(self.wal_segments_prepared_ahead as i64),
