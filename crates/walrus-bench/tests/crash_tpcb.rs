@@ -207,21 +207,7 @@ fn crash_tpcb_pmem_wal_directory_on_tmpfs() {
 /// checkpoints; kill -9 at random moments loses no acknowledged commit.
 #[test]
 fn crash_tpcb_atomic_incremental() {
-    let Some(base) = common::atomic_capable_dir() else {
-        return;
-    };
-    let mut c = Cluster::new_in(
-        &base,
-        &[
-            "page_protection=atomic",
-            "wal_sync_method=fdatasync",
-            "max_wal_size=4MB",
-            "autovacuum_naptime=50ms",
-        ],
-        &[],
-        &[],
-        None,
-    );
-    c.run_args = vec!["--checkpoint-ms".into(), "1000000".into()];
-    let _ = run_cycles(c);
+    if let Some(c) = common::atomic_cluster() {
+        let _ = run_cycles(c);
+    }
 }

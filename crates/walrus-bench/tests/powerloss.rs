@@ -257,20 +257,9 @@ fn powerloss_tpcb_fpw_synchronous_commit_off() {
 /// the check would find pages it cannot repair, as it would for `none`.
 #[test]
 fn powerloss_tpcb_atomic_torn_blocks() {
-    let Some(base) = common::atomic_capable_dir() else {
-        return;
-    };
-    let c = Cluster::new_in(
-        &base,
-        &[
-            "page_protection=atomic",
-            "wal_sync_method=fdatasync",
-            "max_wal_size=4MB",
-            "autovacuum_naptime=50ms",
-        ],
-        &[],
-        &[],
-        None,
-    );
-    powerloss_cycles_on(c, 0.5, false, &["--checkpoint-ms", "1000000"]);
+    if let Some(c) = common::atomic_cluster() {
+        let run_args = c.run_args.clone();
+        let run_args: Vec<&str> = run_args.iter().map(String::as_str).collect();
+        powerloss_cycles_on(c, 0.5, false, &run_args);
+    }
 }

@@ -370,3 +370,25 @@ fn covers(dir: &Path) -> Result<(), String> {
         Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
     }
 }
+
+/// A cluster with `page_protection = atomic` on [`atomic_capable_dir`] (None: skipped, see
+/// there): fdatasync WAL, 4 MB of WAL between timed checkpoints so incremental ones
+/// advance the redo point, autovacuum every 50 ms, and no explicit checkpoints from the
+/// TPC-B child.
+pub fn atomic_cluster() -> Option<Cluster> {
+    let base = atomic_capable_dir()?;
+    let mut c = Cluster::new_in(
+        &base,
+        &[
+            "page_protection=atomic",
+            "wal_sync_method=fdatasync",
+            "max_wal_size=4MB",
+            "autovacuum_naptime=50ms",
+        ],
+        &[],
+        &[],
+        None,
+    );
+    c.run_args = vec!["--checkpoint-ms".into(), "1000000".into()];
+    Some(c)
+}
