@@ -260,7 +260,8 @@ fn replayed_after_crash(sets: &[(&str, &str)], mb: u64) -> (u64, f64) {
     // Let the page writers and the checkpointer catch up with the last rows, as they
     // would under a steady load.
     std::thread::sleep(Duration::from_millis(1500));
-    let estimate = e.flush_detail().estimated_recovery_secs;
+    let d = e.flush_detail();
+    let estimate = d.estimated_recovery_secs;
     e.shutdown_immediate();
     drop(e);
     let (e, report) = Engine::open(dir.path()).unwrap();
@@ -275,7 +276,7 @@ fn replayed_after_crash(sets: &[(&str, &str)], mb: u64) -> (u64, f64) {
 
 /// `recovery_time_target` bounds what a crash replays: with a 1 s target and the default
 /// replay rate (20 MB/s, none measured yet) the budget is 20 MB, so after 48 MB of WAL a
-/// crash replays at most that (the page writers keep the redo lag at 85% of it, the
+/// crash replays at most that (the page writers keep the redo lag at 90% of it, the
 /// checkpointer records the point every twentieth); with the target off it replays nearly
 /// everything since the start.
 #[test]
@@ -483,7 +484,9 @@ fn init_calibrates_the_replay_rate_and_a_real_recovery_replaces_it() {
     assert!(report.is_none(), "the real directory needed no recovery");
     let rate = e.flush_detail().replay_rate;
     assert_eq!(rate.source, RateSource::Calibrated);
-    assert_eq!(rate.bytes_per_sec, cal.bytes_per_sec);
+    // Planned at a margin below what the synthetic crash replayed at.
+    assert_eq!(rate.bytes_per_sec, cal.planned_bytes_per_sec);
+    assert!(cal.planned_bytes_per_sec < cal.bytes_per_sec);
     // A clean shutdown's checkpoint keeps the calibrated rate (and says so).
     e.shutdown().unwrap();
     let (e, _) = Engine::open(dir.path()).unwrap();
@@ -504,173 +507,4 @@ fn init_calibrates_the_replay_rate_and_a_real_recovery_replaces_it() {
     assert!(replayed >= 6 << 20, "replayed {replayed}");
     assert_eq!(e.flush_detail().replay_rate.source, RateSource::Measured);
     e.shutdown().unwrap();
-}
-
-/// Runs pgbench-like load on `accounts` (random single-row updates through the primary
-/// key, two threads, 10 per transaction) until `wal_bytes` of WAL were written, then
-/// crashes the engine (no shutdown checkpoint, no page written after the load stops) and
-/// reopens it. Returns the engine, the restart's wall time, the engine's own estimate of
-/// the replay just before the crash, and the bytes replayed.
-fn load_crash_restart(
-    dir: &std::path::Path,
-    e: Engine,
-    rows: i32,
-    wal_bytes: u64,
-) -> (Engine, f64, f64, u64) {
-    let def = e.catalog_view().unwrap().table("accounts").unwrap();
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let workers: Vec<_> = (0..2u64)
-        .map(|seed| {
-            let (e, def, stop) = (e.clone(), def.clone(), stop.clone());
-            std::thread::spawn(move || {
-                let mut rng = 0x2545_f491_4f6c_dd1d_u64 ^ (seed + 1).wrapping_mul(0x9e37_79b9);
-                while !stop.load(Ordering::Relaxed) {
-                    let mut t = e.begin(Isolation::ReadCommitted);
-                    for _ in 0..10 {
-                        rng ^= rng << 13;
-                        rng ^= rng >> 7;
-                        rng ^= rng << 17;
-                        let aid = (rng % rows as u64) as i32;
-                        let (tid, mut values) = t
-                            .index_lookup(&def, &def.indexes[0], &[Datum::Int4(aid)])
-                            .unwrap()
-                            .pop()
-                            .unwrap();
-                        if let Datum::Int4(b) = values[1] {
-                            values[1] = Datum::Int4(b.wrapping_add(1));
-                        }
-                        t.update(&def, tid, &values).unwrap();
-                    }
-                    t.commit().unwrap();
-                }
-            })
-        })
-        .collect();
-    let start = e.wal().insert_lsn();
-    let loading = Instant::now();
-    while e.wal().insert_lsn().distance_from(start) < wal_bytes {
-        assert!(
-            loading.elapsed() < Duration::from_secs(300),
-            "the load wrote {} of {wal_bytes} bytes in 300 s",
-            e.wal().insert_lsn().distance_from(start)
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    // The workers finish their current transaction (microseconds), then the crash.
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        w.join().unwrap();
-    }
-    let estimate = e.flush_detail().estimated_recovery_secs;
-    e.shutdown_immediate();
-    drop(e);
-    let restarting = Instant::now();
-    let (e, report) = Engine::open(dir).unwrap();
-    let restart = restarting.elapsed().as_secs_f64();
-    let replayed = report
-        .expect("the directory needed recovery")
-        .replayed_bytes;
-    (e, restart, estimate, replayed)
-}
-
-/// Kill under load with `recovery_time_target` set, the way an operator meets it: `walrus
-/// init` calibrated the replay rate; a first crash under this load teaches the engine
-/// its real rate (the calibration replays WAL whose pages were all still dirty; in the
-/// steady state of incremental checkpoints many were already written, and their records
-/// are skipped); after that, a crash in the steady state restarts in about the target,
-/// because the page writers hold the redo lag at 85% of what the target allows.
-/// Each load writes 1.3× the recovery budget, so the lag is in its steady state when the
-/// crash comes. Returns (restart seconds, engine's estimate just before the crash).
-fn restart_under_load_with_target(target_secs: u64) -> (f64, f64) {
-    let dir = tempfile::tempdir().unwrap();
-    let target = format!("\"{target_secs}s\"");
-    let config = walrus_engine::settings::default_config_with(
-        16 << 20,
-        &[
-            ("page_protection", "\"dwb\""),
-            ("wal_sync_method", "\"none\""),
-            ("checkpoint_timeout", "\"1h\""),
-            ("max_wal_size", "\"16GB\""),
-            ("shared_buffers", "\"128MB\""),
-            ("autovacuum", "\"off\""),
-            ("recovery_time_target", &target),
-        ],
-    );
-    Engine::init(dir.path(), Some(&config)).unwrap();
-    Engine::calibrate_replay_rate(dir.path(), None).unwrap();
-    let (e, _) = Engine::open(dir.path()).unwrap();
-    let col = |name: &str, ty| ColumnDef {
-        name: name.into(),
-        ty,
-        not_null: true,
-        typmod: -1,
-        declared: Default::default(),
-    };
-    const ROWS: i32 = 100_000;
-    let mut t = e.begin(Isolation::ReadCommitted);
-    t.create_table(
-        "accounts",
-        vec![
-            col("aid", TypeId::Int4),
-            col("abalance", TypeId::Int4),
-            col("filler", TypeId::Text),
-        ],
-        100,
-    )
-    .unwrap();
-    t.create_index("accounts", "accounts_pkey", &[0], true, true)
-        .unwrap();
-    t.commit().unwrap();
-    let def = e.catalog_view().unwrap().table("accounts").unwrap();
-    let filler = " ".repeat(84);
-    for first in (0..ROWS).step_by(1000) {
-        let rows: Vec<Vec<Datum>> = (first..first + 1000)
-            .map(|id| vec![Datum::Int4(id), Datum::Int4(0), Datum::Text(filler.clone())])
-            .collect();
-        let mut t = e.begin(Isolation::ReadCommitted);
-        t.insert_many(&def, &rows).unwrap();
-        t.commit().unwrap();
-    }
-    let budget = |e: &Engine| {
-        e.flush_detail()
-            .replay_rate
-            .bytes_within(Duration::from_secs(target_secs))
-    };
-    let calibrated = e.flush_detail().replay_rate;
-    let wal = budget(&e) / 10 * 13;
-    let (e, learn_restart, learn_estimate, learn_replayed) =
-        load_crash_restart(dir.path(), e, ROWS, wal);
-    let learned = e.flush_detail().replay_rate;
-    assert_eq!(learned.source, walrus_engine::engine::RateSource::Measured);
-    let wal = budget(&e) / 10 * 13;
-    let (e, restart, estimate, replayed) = load_crash_restart(dir.path(), e, ROWS, wal);
-    eprintln!(
-        "recovery_time_target {target_secs} s: calibrated {:.1} MB/s + {} ms: first crash \
-         estimated {learn_estimate:.2} s, restarted in {learn_restart:.2} s replaying {:.0} MB; \
-         learned {:.1} MB/s + {} ms: second crash estimated {estimate:.2} s, restarted in \
-         {restart:.2} s replaying {:.0} MB",
-        calibrated.bytes_per_sec as f64 / 1e6,
-        calibrated.fixed_ms,
-        learn_replayed as f64 / 1e6,
-        learned.bytes_per_sec as f64 / 1e6,
-        learned.fixed_ms,
-        replayed as f64 / 1e6,
-    );
-    e.shutdown().unwrap();
-    (restart, estimate)
-}
-
-/// Issue 20's promise, with generous margins (the precise figure is the benchmark's):
-/// a restart after a crash under load takes the target ±30%, for targets of 2 s and 10 s.
-#[test]
-fn restart_after_a_crash_under_load_takes_about_recovery_time_target() {
-    for target in [2u64, 10] {
-        let (restart, estimate) = restart_under_load_with_target(target);
-        let ratio = restart / target as f64;
-        assert!(
-            (0.7..=1.3).contains(&ratio),
-            "recovery_time_target {target} s: restart took {restart:.2} s ({ratio:.2}× the \
-             target; the engine estimated {estimate:.2} s before the crash)"
-        );
-    }
 }

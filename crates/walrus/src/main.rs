@@ -135,9 +135,10 @@ fn init(
 fn calibrate_replay_rate(dir: &std::path::Path, overrides: Option<&str>) {
     match walrus_engine::Engine::calibrate_replay_rate(dir, overrides) {
         Ok(c) => tracing::info!(
-            "replay rate calibrated: {:.1} MB/s ({} MB of WAL replayed after a synthetic crash)",
+            "replay rate calibrated: {:.1} MB/s ({} MB of WAL replayed after a synthetic crash); recovery_time_target plans with {:.1} MB/s until a crash measures the real load's rate",
             c.bytes_per_sec as f64 / 1e6,
-            c.replayed_bytes >> 20
+            c.replayed_bytes >> 20,
+            c.planned_bytes_per_sec as f64 / 1e6
         ),
         Err(e) => tracing::warn!(
             "replay-rate calibration failed, recovery_time_target uses the default rate until a recovery measures one: {e}"

@@ -1366,7 +1366,7 @@ fn scenario_recovery(ctx: &mut Ctx) -> anyhow::Result<String> {
         sleep_until(running.started + Duration::from_secs(seconds))?;
         // With a target, the kill comes in the steady state: once walrus's own estimate
         // of the replay is at 80% of the target or more (the page writers hold it at
-        // 85–90%), however long the load needs to build that much WAL.
+        // up to 90–95%), however long the load needs to build that much WAL.
         let mut estimate = None;
         if let Some(t) = targets[i] {
             // (highest estimate so far, when it was reached)

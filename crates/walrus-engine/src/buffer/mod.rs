@@ -154,6 +154,9 @@ pub struct BufferPool {
     frames: Box<[Frame]>,
     table: Vec<Mutex<PageTable>>,
     clock: AtomicUsize,
+    /// The clock hand at the last clean-ahead round: cleaning is for victims the sweep
+    /// will need, so a hand that has not moved (no allocation since) asks for none.
+    clean_ahead_clock: AtomicUsize,
     dirty_queue: Mutex<DirtyQueue>,
     dirty_count: AtomicUsize,
     pub relfiles: Arc<RelFiles>,
@@ -225,6 +228,7 @@ impl BufferPool {
                 .map(|_| Mutex::new(PageTable::default()))
                 .collect(),
             clock: AtomicUsize::new(0),
+            clean_ahead_clock: AtomicUsize::new(0),
             dirty_queue: Mutex::new(DirtyQueue::default()),
             dirty_count: AtomicUsize::new(0),
             relfiles,
@@ -740,6 +744,13 @@ impl BufferPool {
         let max_pages = self.io_batch_cap(max_pages);
         let n = self.frames.len();
         let start = self.clock.load(Ordering::Relaxed);
+        // Demand-driven, as PostgreSQL's bgwriter: with no allocation since the last
+        // round the sweep needs no new victims, and writing the same hot pages near a
+        // still hand every round would only repeat I/O (and move the oldest rec_lsn on
+        // early, cutting short the redo lag recovery_time_target allows).
+        if self.clean_ahead_clock.swap(start, Ordering::Relaxed) == start {
+            return Ok(0);
+        }
         let mut written = 0;
         // Dirty, unpinned, unpopular frames the sweep reaches next.
         let mut candidates = (0..scan.min(n)).filter_map(|k| {

@@ -43,10 +43,24 @@ pub struct Calibration {
     /// The reopen that recovered it, wall time (the rate counts only its end-of-WAL scan
     /// and replay).
     pub took: Duration,
+    /// The rate the synthetic recovery replayed at.
     pub bytes_per_sec: u64,
     /// The restart's part that does not grow with the WAL.
     pub fixed_ms: u64,
+    /// The rate recorded for planning: [`Calibration::bytes_per_sec`] divided by
+    /// [`CALIBRATION_MARGIN`].
+    pub planned_bytes_per_sec: u64,
 }
+
+/// The calibrated rate is planned with at a half. Replay speed depends on the WAL's
+/// pages as much as on the machine: the synthetic load's small table replays from a warm
+/// pool, a crash of pgbench at scale 10 reads most pages back from the OS, and the
+/// machine may be busier at the crash than at `init`. Measured: calibrated 59.7 MB/s, the
+/// first real crash then replayed at ~30 MB/s and overshot a 2 s target by 46% (the
+/// engine test's load, closer to the synthetic one, replayed faster than calibrated).
+/// `recovery_time_target` is a ceiling, so until a crash under the real load measures
+/// the real rate, the plan errs toward restarting early.
+pub const CALIBRATION_MARGIN: u64 = 2;
 
 impl Engine {
     /// Measures this machine's WAL replay rate for the data directory `dir` (created by
@@ -76,7 +90,7 @@ impl Engine {
         removed?;
         let mut control = ControlFile::open(dir)?;
         let mut d = control.data().clone();
-        d.replay_rate_bps = cal.bytes_per_sec;
+        d.replay_rate_bps = cal.planned_bytes_per_sec;
         d.replay_fixed_ms = u32::try_from(cal.fixed_ms).unwrap_or(u32::MAX);
         d.replay_rate_calibrated = true;
         control.update(d)?;
@@ -189,5 +203,6 @@ fn crash_and_replay(scratch: &Path) -> Result<Calibration> {
         took,
         bytes_per_sec: rate.bytes_per_sec,
         fixed_ms: rate.fixed_ms,
+        planned_bytes_per_sec: (rate.bytes_per_sec / CALIBRATION_MARGIN).max(1),
     })
 }

@@ -169,9 +169,11 @@ fn recovery_budget(inner: &Inner) -> u64 {
 
 /// The share of the recovery budget the page writers keep as redo lag, in percent; the
 /// rest is left to the WAL written between two incremental checkpoints (one every
-/// [`REDO_STEP_PERCENT`]) and to the restart's fixed costs. A crash then replays 85–90%
-/// of the budget: close to the target, the target still a ceiling.
-const LAG_PERCENT: u64 = 85;
+/// [`REDO_STEP_PERCENT`]). A crash then replays up to 90–95% of the budget: close to
+/// the target, the target still a ceiling. In practice somewhat less: the clean-ahead
+/// sweep also writes hot pages whose usage count dropped, which moves the oldest
+/// `rec_lsn` on early (measured: restarts at 0.74–0.89× the target with 85% here).
+const LAG_PERCENT: u64 = 90;
 /// An incremental checkpoint records the redo point once it moved this share of the
 /// recovery budget on (and [`REDO_STEP_MIN_INTERVAL`] passed).
 const REDO_STEP_PERCENT: u64 = 5;
