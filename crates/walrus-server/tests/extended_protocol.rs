@@ -732,7 +732,7 @@ fn missing_columns_are_reported_at_parse() {
         ("select id, t.nosuch from t", "42703"),
         ("select id from t where nosuch = $1", "42703"),
         ("select x.id from t as x where x.nosuch is null", "42703"),
-        ("select id + nosuch as s from t, t as u", "42703"),
+        ("select t.id + nosuch as s from t, t as u", "42703"),
         ("select u.id from t", "42P01"),
     ] {
         c.send(&[parse("", sql, &[])]);

@@ -22,6 +22,13 @@ fn today() -> i64 {
     crate::timezone::utc_to_local(now).div_euclid(USECS_PER_DAY)
 }
 
+/// PostgreSQL's error for timetz text it cannot read: 22007 (invalid datetime format),
+/// where `time` and `timestamp` inputs say 22P02.
+fn bad_input(s: &str) -> SqlError {
+    let e = timestamp_error(TypeId::TimeTz, s, TimestampInput::Bad);
+    SqlError::new("22007", e.message)
+}
+
 /// Reads PostgreSQL's timetz input: an optional date (used only to choose a named
 /// zone's offset), a time of day, and a zone: a numeric offset, `Z`/`UTC`, a fixed
 /// abbreviation, an IANA name, or none (the session's zone). Without a date, a named or
@@ -33,17 +40,19 @@ pub fn parse_timetz(s: &str) -> SqlResult<Datum> {
         _ => (None, t),
     };
     let days = match date {
-        Some(d) => parse_date_part(d)
-            .ok_or_else(|| timestamp_error(TypeId::TimeTz, s, TimestampInput::Bad))?,
+        Some(d) => parse_date_part(d).ok_or_else(|| bad_input(s))?,
         None => today(),
     };
     if !rest.starts_with(|c: char| c.is_ascii_digit()) {
-        return Err(timestamp_error(TypeId::TimeTz, s, TimestampInput::Bad));
+        return Err(bad_input(s));
     }
-    let (clock, zone) = split_zone(rest).map_err(|why| timestamp_error(TypeId::TimeTz, s, why))?;
+    let (clock, zone) = split_zone(rest).map_err(|why| match why {
+        TimestampInput::Bad => bad_input(s),
+        other => timestamp_error(TypeId::TimeTz, s, other),
+    })?;
     let micros = crate::interval::parse_time(clock).map_err(|e| {
         if e.sqlstate == "22P02" {
-            timestamp_error(TypeId::TimeTz, s, TimestampInput::Bad)
+            bad_input(s)
         } else {
             e
         }
@@ -139,7 +148,7 @@ mod tests {
         }
         assert_eq!(parse_timetz("25:00+01").unwrap_err().sqlstate, "22008");
         assert_eq!(parse_timetz("10:00+16").unwrap_err().sqlstate, "22009");
-        assert_eq!(parse_timetz("nonsense").unwrap_err().sqlstate, "22P02");
+        assert_eq!(parse_timetz("nonsense").unwrap_err().sqlstate, "22007");
     }
 
     #[test]
