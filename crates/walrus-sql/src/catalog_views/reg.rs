@@ -424,13 +424,13 @@ impl Snapshot {
             if let Some((_, oid)) = CATALOG_TABLE_OIDS.iter().find(|(n, _)| *n == name) {
                 return Ok(reg(TypeId::RegClass, *oid, quote_ident(name)));
             }
-            if super::is_virtual(Some("pg_catalog"), name) {
+            if super::spec_of(Some("pg_catalog"), name).is_some() {
                 return Err(SqlError::unsupported(format!(
                     "regclass of the catalog view {name} is not supported (walrus gives catalog views no OID)"
                 )));
             }
         }
-        if schema == Some("information_schema") && super::is_virtual(schema, name) {
+        if schema == Some("information_schema") && super::spec_of(schema, name).is_some() {
             return Err(SqlError::unsupported(format!(
                 "regclass of information_schema.{name} is not supported (walrus gives catalog views no OID)"
             )));
