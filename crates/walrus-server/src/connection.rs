@@ -63,6 +63,21 @@ fn encode(d: &Datum, binary: bool, type_oid: u32) -> Result<Option<Vec<u8>>, Sql
 }
 
 fn decode_param(bytes: &[u8], binary: bool, oid: u32) -> Result<Datum, SqlError> {
+    use walrus_engine::access::datum::TypeId;
+    // A reg* parameter is a name (text) or an OID (binary): kept as text or an `oid`
+    // value, which the statement's cast to the reg* type (`$1::regclass`) looks up.
+    if matches!(
+        type_from_oid(oid),
+        Some(TypeId::RegProc | TypeId::RegClass | TypeId::RegType | TypeId::RegNamespace)
+    ) {
+        return if binary {
+            walrus_sql::binary::decode(bytes, walrus_sql::binary::OID_OID)
+        } else {
+            std::str::from_utf8(bytes)
+                .map(|s| Datum::Text(s.to_string()))
+                .map_err(|_| SqlError::new("22021", "invalid UTF-8 in parameter"))
+        };
+    }
     if !binary {
         let s = std::str::from_utf8(bytes)
             .map_err(|_| SqlError::new("22021", "invalid UTF-8 in parameter"))?;

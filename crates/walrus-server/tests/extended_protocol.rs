@@ -368,8 +368,8 @@ fn parameter_description_echoes_declared_types_and_infers_the_rest() {
         ]
     );
     // A declared type walrus does not have is refused, not read as text.
-    // (1266 is timetz.)
-    c.send(&[parse("", "select $1", &[1266]), describe(b'S', ""), sync()]);
+    // (142 is xml.)
+    c.send(&[parse("", "select $1", &[142]), describe(b'S', ""), sync()]);
     assert_eq!(
         c.until_ready(),
         vec![Msg::Error("0A000".into()), Msg::Ready('I')]
@@ -716,4 +716,79 @@ fn missing_tables_are_reported_at_parse() {
         vec![Msg::Error("42P01".into()), Msg::Ready('E')]
     );
     c.simple("rollback");
+}
+
+/// A column a SELECT over plain tables names that its tables do not have is 42703 in
+/// reply to Parse (before Describe, Sync or Flush), as PostgreSQL's parse analysis
+/// reports it; output aliases, outer references and valid columns still parse.
+#[test]
+fn missing_columns_are_reported_at_parse() {
+    let live = start();
+    let mut c = Client::connect(live.addr);
+    c.simple(TABLE);
+    let wait = Duration::from_secs(5);
+    for (sql, code) in [
+        ("select nosuch from t", "42703"),
+        ("select id, t.nosuch from t", "42703"),
+        ("select id from t where nosuch = $1", "42703"),
+        ("select x.id from t as x where x.nosuch is null", "42703"),
+        ("select t.id + nosuch as s from t, t as u", "42703"),
+        ("select u.id from t", "42P01"),
+    ] {
+        c.send(&[parse("", sql, &[])]);
+        assert_eq!(c.next(wait), Some(Msg::Error(code.into())), "{sql}");
+        c.send(&[sync()]);
+        assert_eq!(c.until_ready(), vec![Msg::Ready('I')], "{sql}");
+    }
+    for sql in [
+        "select id, name as n from t where amount > $1",
+        "select x.id from t as x",
+        "select id from t where id in (select id from t as u where u.id = t.id)",
+        "select count(*) from t",
+        "select current_schema, current_catalog from t",
+    ] {
+        c.send(&[parse("", sql, &[]), flush()]);
+        assert_eq!(c.next(wait), Some(Msg::ParseComplete), "{sql}");
+        c.send(&[sync()]);
+        assert_eq!(c.until_ready(), vec![Msg::Ready('I')], "{sql}");
+    }
+}
+
+/// reg* and timetz results are described with PostgreSQL's type OIDs (2205 regclass,
+/// 2206 regtype, 4089 regnamespace, 1266 timetz) and print as PostgreSQL does.
+#[test]
+fn reg_and_timetz_columns_are_described_with_their_types() {
+    let live = start();
+    let mut c = Client::connect(live.addr);
+    c.simple(TABLE);
+    let sql = "select 't'::regclass as c, 'int4'::regtype as ty, 'public'::regnamespace as n, \
+               '10:11:12+05:30'::timetz as tz, to_regtype('text') as tr";
+    c.send(&[
+        parse("", sql, &[]),
+        describe(b'S', ""),
+        bind("", &[]),
+        execute(),
+        sync(),
+    ]);
+    let msgs = c.until_ready();
+    assert_eq!(
+        msgs[2],
+        Msg::Rows(vec![
+            col("c", 0, 2205, 4, -1),
+            col("ty", 0, 2206, 4, -1),
+            col("n", 0, 4089, 4, -1),
+            col("tz", 0, 1266, 12, -1),
+            col("tr", 0, 2206, 4, -1),
+        ])
+    );
+    assert_eq!(
+        msgs[4],
+        Msg::Data(vec![
+            Some("t".into()),
+            Some("integer".into()),
+            Some("public".into()),
+            Some("10:11:12+05:30".into()),
+            Some("text".into()),
+        ])
+    );
 }

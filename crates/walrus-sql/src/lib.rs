@@ -51,6 +51,7 @@ mod session;
 mod settings;
 mod stats;
 mod timeout;
+pub mod timetz;
 pub mod timezone;
 pub mod utility;
 pub mod value;

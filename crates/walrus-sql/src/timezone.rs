@@ -14,10 +14,12 @@
 use std::cell::RefCell;
 
 use jiff::tz::{AmbiguousOffset, TimeZone};
+use walrus_engine::access::datum::{Datum, TypeId};
 
 use crate::error::{SqlError, SqlResult};
 
 const USECS_PER_SEC: i64 = 1_000_000;
+const USECS_PER_DAY: i64 = 86_400_000_000;
 /// Seconds from 1970-01-01 to 2000-01-01 (PostgreSQL's epoch).
 const PG_EPOCH_UNIX_SECS: i64 = 946_684_800;
 /// The largest offset PostgreSQL accepts for a zone (15:59:59), in seconds.
@@ -240,6 +242,247 @@ fn posix_std_offset(v: &str) -> Option<i32> {
     let (h, m): (i64, i64) = (h.parse().ok()?, m.parse().ok()?);
     let secs = h * 3600 + m * 60;
     (m < 60 && secs <= MAX_OFFSET_SECS).then_some(sign * secs as i32)
+}
+
+/// The fixed-offset abbreviations of PostgreSQL 15's default `timezone_abbreviations`
+/// set (`timezonesets/Default`) that walrus reads, lower-case, with their offset in
+/// seconds east of UTC (a daylight-saving one, `PDT`, carries its whole offset).
+/// Abbreviations PostgreSQL resolves through a zone's rules (`MSK`, `SGT`) and any
+/// others are not here: refused by the callers, never guessed.
+const ABBREVIATIONS: &[(&str, i32)] = &[
+    ("acst", 34200),
+    ("aedt", 39600),
+    ("aest", 36000),
+    ("akdt", -28800),
+    ("akst", -32400),
+    ("adt", -10800),
+    ("ast", -14400),
+    ("awst", 28800),
+    ("bst", 3600),
+    ("cdt", -18000),
+    ("cest", 7200),
+    ("cet", 3600),
+    ("cst", -21600),
+    ("edt", -14400),
+    ("eest", 10800),
+    ("eet", 7200),
+    ("est", -18000),
+    ("gmt", 0),
+    ("hkt", 28800),
+    ("hst", -36000),
+    ("ist", 7200),
+    ("jst", 32400),
+    ("kst", 32400),
+    ("mdt", -21600),
+    ("mest", 7200),
+    ("mesz", 7200),
+    ("met", 3600),
+    ("mez", 3600),
+    ("mst", -25200),
+    ("ndt", -9000),
+    ("nst", -12600),
+    ("nzdt", 46800),
+    ("nzst", 43200),
+    ("pdt", -25200),
+    ("pst", -28800),
+    ("ut", 0),
+    ("utc", 0),
+    ("wet", 0),
+    ("z", 0),
+    ("zulu", 0),
+];
+
+/// The offset (seconds east of UTC) of a fixed abbreviation of PostgreSQL's default
+/// set, any case (`EST` is -18000).
+pub fn abbreviation_offset(name: &str) -> Option<i32> {
+    let lower = name.to_ascii_lowercase();
+    ABBREVIATIONS
+        .iter()
+        .find(|(a, _)| *a == lower)
+        .map(|(_, east)| *east)
+}
+
+/// The zone `AT TIME ZONE` and `timezone(zone, ts)` read from text, as PostgreSQL 15's
+/// `timestamptz_zone`: an abbreviation first (`EST` is always -05), then an IANA name
+/// or a POSIX offset (`+05:30` is 5½ hours *west*, POSIX's sign). Unknown: 22023.
+pub fn parse_at_zone(name: &str) -> SqlResult<SessionZone> {
+    if let Some(east) = abbreviation_offset(name.trim()) {
+        return Ok(SessionZone::Fixed(east));
+    }
+    if let Some((tz, _)) = named_zone(name) {
+        return Ok(if tz == TimeZone::UTC {
+            SessionZone::Fixed(0)
+        } else {
+            SessionZone::Named(tz)
+        });
+    }
+    if let Some(west) = posix_offset(name).or_else(|| posix_std_offset(name)) {
+        return Ok(SessionZone::Fixed(-west));
+    }
+    if name.bytes().any(|b| b.is_ascii_digit()) || name.bytes().all(|b| b.is_ascii_alphabetic()) {
+        // A POSIX specification with rules, a bare number, or an abbreviation
+        // PostgreSQL may resolve through a zone: not built.
+        return Err(SqlError::unsupported(format!(
+            "time zone \"{name}\" is not supported by walrus: use an IANA zone name, a \
+             fixed abbreviation such as EST, or an offset such as +05:30"
+        )));
+    }
+    Err(SqlError::new(
+        "22023",
+        format!("time zone \"{name}\" not recognized"),
+    ))
+}
+
+/// `AT TIME ZONE INTERVAL '...'` (PostgreSQL's `timestamptz_izone`): the interval is
+/// the offset east of UTC; months or days are 22023.
+pub fn interval_zone(iv: walrus_engine::access::datum::Interval) -> SqlResult<SessionZone> {
+    if iv.months != 0 || iv.days != 0 {
+        return Err(SqlError::new(
+            "22023",
+            format!(
+                "interval time zone \"{}\" must not include months or days",
+                crate::interval::format_interval(iv)
+            ),
+        ));
+    }
+    Ok(SessionZone::Fixed((iv.micros / USECS_PER_SEC) as i32))
+}
+
+/// `SET TIME ZONE INTERVAL '+05:30' HOUR TO MINUTE` (the words after `TIME ZONE`): the
+/// interval is the offset *east* of UTC, shown as PostgreSQL shows a numeric zone
+/// (`<+05:30>-05:30`). The qualifier may be absent, `HOUR` or `HOUR TO MINUTE` (fields
+/// below it are dropped, as the interval type modifier does); other qualifiers are a
+/// syntax error in PostgreSQL (42601), months or days 22023.
+pub fn parse_interval_setting(value: &str) -> SqlResult<(SessionZone, String)> {
+    let syntax = || SqlError::syntax(format!("syntax error at or near \"{value}\""));
+    let rest = value
+        .get(..8)
+        .filter(|w| w.eq_ignore_ascii_case("interval"))
+        .map(|_| value[8..].trim_start())
+        .ok_or_else(syntax)?;
+    let body = rest.strip_prefix('\'').ok_or_else(syntax)?;
+    // The caller may have trimmed the closing quote of `INTERVAL '+05:30'`.
+    let end = body.find('\'').unwrap_or(body.len());
+    let (literal, qualifier) = (&body[..end], body.get(end + 1..).unwrap_or("").trim());
+    let words: Vec<String> = qualifier
+        .split_whitespace()
+        .map(|w| w.to_ascii_lowercase())
+        .collect();
+    let unit_micros = match words
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        [] => 1,
+        ["hour"] => 3600 * USECS_PER_SEC,
+        ["hour", "to", "minute"] => 60 * USECS_PER_SEC,
+        _ => {
+            return Err(SqlError::syntax(
+                "time zone interval must be HOUR or HOUR TO MINUTE",
+            ))
+        }
+    };
+    let bare_number = literal
+        .trim()
+        .trim_start_matches(['+', '-'])
+        .bytes()
+        .all(|b| b.is_ascii_digit());
+    if bare_number && unit_micros != 3600 * USECS_PER_SEC {
+        // A bare number counts the qualifier's last field: not built.
+        return Err(SqlError::unsupported(format!(
+            "SET TIME ZONE INTERVAL '{literal}' {qualifier} is not supported: write the offset as '+HH:MM'"
+        )));
+    }
+    let iv = if bare_number {
+        let hours: i64 = literal.trim().parse().map_err(|_| syntax())?;
+        walrus_engine::access::datum::Interval {
+            months: 0,
+            days: 0,
+            micros: hours * 3600 * USECS_PER_SEC,
+        }
+    } else {
+        crate::interval::parse_interval(literal)?
+    };
+    if iv.months != 0 || iv.days != 0 {
+        return Err(invalid(value).with_detail(if iv.months != 0 {
+            "Cannot specify months in time zone interval."
+        } else {
+            "Cannot specify days in time zone interval."
+        }));
+    }
+    let micros = iv.micros - iv.micros % unit_micros;
+    let east = micros / USECS_PER_SEC;
+    if east.abs() > MAX_OFFSET_SECS {
+        return Err(invalid(value));
+    }
+    let east = east as i32;
+    let shown = format!("<{}>{}", format_offset(east), format_offset(-east));
+    Ok((SessionZone::Fixed(east), shown))
+}
+
+/// `ts AT TIME ZONE zone` and `timezone(zone, ts)`, as PostgreSQL 15: a timestamptz
+/// gives the wall-clock timestamp in `zone`; a timestamp is read as wall-clock time in
+/// `zone` and gives the instant; a timetz is moved to `zone` (a named zone's offset
+/// now). `zone` is text ([`parse_at_zone`]) or an interval ([`interval_zone`]). An
+/// untyped literal is read as timestamptz, PostgreSQL's preferred type; `date` and
+/// `time` (implicitly cast there) are not built (0A000).
+pub fn at_time_zone(value: Datum, zone: Datum) -> SqlResult<Datum> {
+    let zone = match zone {
+        Datum::Null => return Ok(Datum::Null),
+        Datum::Text(name) => parse_at_zone(&name)?,
+        Datum::Interval(iv) => interval_zone(iv)?,
+        other => {
+            return Err(SqlError::new(
+                "42883",
+                format!(
+                    "function timezone({}, {}) does not exist",
+                    other.type_id().map(|t| t.name()).unwrap_or("unknown"),
+                    value.type_id().map(|t| t.name()).unwrap_or("unknown")
+                ),
+            ))
+        }
+    };
+    shift_to_zone(value, &zone)
+}
+
+fn shift_to_zone(value: Datum, zone: &SessionZone) -> SqlResult<Datum> {
+    Ok(match value {
+        Datum::Null => Datum::Null,
+        Datum::TimestampTz(utc) => {
+            Datum::Timestamp(utc.saturating_add(zone.offset_at(utc) as i64 * USECS_PER_SEC))
+        }
+        Datum::Timestamp(local) => Datum::TimestampTz(
+            local.saturating_sub(zone.offset_for_local(local) as i64 * USECS_PER_SEC),
+        ),
+        Datum::Text(t) => {
+            return shift_to_zone(crate::value::parse_text(TypeId::TimestampTz, &t)?, zone)
+        }
+        Datum::TimeTz(micros, zone_west) => {
+            let utc_time = micros + zone_west as i64 * USECS_PER_SEC;
+            let now = crate::value::system_time_to_pg(std::time::SystemTime::now());
+            let east = zone.offset_at(now);
+            Datum::TimeTz(
+                (utc_time + east as i64 * USECS_PER_SEC).rem_euclid(USECS_PER_DAY),
+                -east,
+            )
+        }
+        other @ (Datum::Date(_) | Datum::Time(_)) => {
+            return Err(SqlError::unsupported(format!(
+                "{} AT TIME ZONE is not supported",
+                other.type_id().map(|t| t.name()).unwrap_or("unknown")
+            )))
+        }
+        other => {
+            return Err(SqlError::new(
+                "42883",
+                format!(
+                    "function timezone(text, {}) does not exist",
+                    other.type_id().map(|t| t.name()).unwrap_or("unknown")
+                ),
+            ))
+        }
+    })
 }
 
 /// `[+-]HH[:MM[:SS]]` with at least one colon (a bare number is read as hours east by

@@ -48,7 +48,7 @@ pub fn system_time_to_pg(t: std::time::SystemTime) -> i64 {
     unix_micros_to_pg(us)
 }
 
-fn parse_date_part(s: &str) -> Option<i64> {
+pub(crate) fn parse_date_part(s: &str) -> Option<i64> {
     let mut it = s.splitn(3, '-');
     let (y, m, d) = (
         it.next()?.parse().ok()?,
@@ -62,12 +62,12 @@ fn parse_date_part(s: &str) -> Option<i64> {
 }
 
 /// Why a timestamp's text did not parse.
-enum TimestampInput {
+pub(crate) enum TimestampInput {
     /// Not a timestamp PostgreSQL would accept either (22P02).
     Bad,
-    /// A zone abbreviation such as `PST` or `CET` (PostgreSQL reads those with its
-    /// `timezone_abbreviations` table, which walrus does not have): refused rather than
-    /// guessed (0A000).
+    /// A zone word that is neither a fixed-offset abbreviation of PostgreSQL's default
+    /// `timezone_abbreviations` set (`timezone::abbreviation_offset`) nor an IANA name
+    /// with a `/`: refused rather than guessed (0A000).
     ZoneName,
     /// A full zone name (with a `/`) that the time zone database does not have (22023).
     UnknownZone(String),
@@ -82,9 +82,9 @@ const ZONE_OFFSET_MAX_SECS: i64 = 15 * 3600 + 59 * 60 + 59;
 
 /// Splits the zone off the end of a time of day: `10:11:12.5+05:30` gives
 /// (`10:11:12.5`, a fixed zone 19800 seconds east of UTC). The forms PostgreSQL reads:
-/// `Z`, `UTC`/`GMT`, `+`/`-` followed by `HH`, `HHMM`, `HH:MM` or `HH:MM:SS`, and IANA
-/// zone names (`Europe/Berlin`, any case).
-fn split_zone(time: &str) -> Result<(&str, Option<SessionZone>), TimestampInput> {
+/// `Z`, `UTC`/`GMT`, `+`/`-` followed by `HH`, `HHMM`, `HH:MM` or `HH:MM:SS`, IANA
+/// zone names (`Europe/Berlin`, any case) and the fixed abbreviations (`EST`, `CET`).
+pub(crate) fn split_zone(time: &str) -> Result<(&str, Option<SessionZone>), TimestampInput> {
     let Some(at) = time.find(|c: char| c == '+' || c == '-' || c.is_ascii_alphabetic()) else {
         return Ok((time.trim_end(), None));
     };
@@ -95,6 +95,11 @@ fn split_zone(time: &str) -> Result<(&str, Option<SessionZone>), TimestampInput>
         _ => {
             return match zone.to_ascii_lowercase().as_str() {
                 "z" | "utc" | "gmt" | "zulu" | "ut" => Ok((clock, Some(SessionZone::Fixed(0)))),
+                // PostgreSQL's default abbreviations with a fixed offset (`EST`, `CET`).
+                abbrev if crate::timezone::abbreviation_offset(abbrev).is_some() => Ok((
+                    clock,
+                    crate::timezone::abbreviation_offset(abbrev).map(SessionZone::Fixed),
+                )),
                 // Abbreviations never contain a `/`; IANA names outside `Etc` do.
                 name if name.contains('/') => match crate::timezone::named_zone(zone) {
                     Some((tz, _)) => Ok((clock, Some(SessionZone::Named(tz)))),
@@ -194,7 +199,7 @@ fn parse_timestamp(s: &str) -> Result<(i64, Option<SessionZone>), TimestampInput
     ))
 }
 
-fn timestamp_error(ty: TypeId, s: &str, why: TimestampInput) -> SqlError {
+pub(crate) fn timestamp_error(ty: TypeId, s: &str, why: TimestampInput) -> SqlError {
     match why {
         TimestampInput::Bad => bad(ty, s),
         TimestampInput::ZoneName => SqlError::unsupported(format!(
@@ -259,6 +264,11 @@ pub fn type_from_oid(oid: u32) -> Option<TypeId> {
         1186 => TypeId::Interval,
         114 => TypeId::Json,
         3802 => TypeId::Jsonb,
+        1266 => TypeId::TimeTz,
+        24 => TypeId::RegProc,
+        2205 => TypeId::RegClass,
+        2206 => TypeId::RegType,
+        4089 => TypeId::RegNamespace,
         // varchar[], bpchar[] are text arrays; float4[] holds float8 values as float4
         // does.
         1015 | 1014 => TypeId::Array(&TypeId::Text),
@@ -324,6 +334,16 @@ pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
         TypeId::Interval => Datum::Interval(crate::interval::parse_interval(s)?),
         TypeId::Json => Datum::Json(crate::json::json_in(s)?),
         TypeId::Jsonb => Datum::Jsonb(crate::json::jsonb_in(s)?),
+        TypeId::TimeTz => crate::timetz::parse_timetz(s)?,
+        // Their input looks names up in the catalog, which value I/O cannot reach: a
+        // cast (`'t'::regclass`) does it (`catalog_views`).
+        TypeId::RegProc | TypeId::RegClass | TypeId::RegType | TypeId::RegNamespace => {
+            return Err(SqlError::unsupported(format!(
+                "{} input outside a cast is not supported (\"{s}\"): write '{s}'::{}",
+                ty.name(),
+                ty.name()
+            )))
+        }
         TypeId::Array(elem) => parse_array(*elem, s)?,
     })
 }
@@ -688,6 +708,8 @@ pub fn format_text(d: &Datum) -> Option<String> {
         Datum::Interval(iv) => crate::interval::format_interval(*iv),
         Datum::Json(s) | Datum::Jsonb(s) => s.clone(),
         Datum::Array(a) => format_array(&a.items),
+        Datum::TimeTz(us, zone) => crate::timetz::format_timetz(*us, *zone),
+        Datum::Reg(r) => r.name.clone(),
     })
 }
 

@@ -928,6 +928,25 @@ fn type_round_trips_match_postgresql_byte_for_byte() {
         ("time[]", 1183, &[r#"{"04:05:06"}"#]),
         ("interval[]", 1187, &[r#"{"1 day","-00:00:01"}"#]),
         ("jsonb[]", 3807, &[r#"{"{\"a\": 1}",NULL}"#]),
+        (
+            "timetz",
+            1266,
+            &[
+                "10:11:12.123+05:30",
+                "00:00:00+00",
+                "24:00:00-15:59",
+                "23:59:59.999999-08",
+                "04:05:06 PST",
+            ],
+        ),
+        ("timetz[]", 1270, &[r#"{"10:00:00+01",NULL}"#]),
+        // reg* results from an `oid` parameter: the name in text, the OID in binary.
+        ("regtype", 26, &["23", "1043", "1007", "0", "99999"]),
+        ("regclass", 26, &["1259", "2610", "0"]),
+        ("regnamespace", 26, &["11", "2200"]),
+        // reg* parameters: a name in text, the OID in binary.
+        ("regclass", 2205, &["pg_class", "pg_catalog.pg_index"]),
+        ("regtype", 2206, &["integer", "character varying[]"]),
     ];
     let run = |port: u16, db: &str| {
         let mut c = Raw::connect(port, db);

@@ -9,6 +9,8 @@
 //! uuid 16, time 8 (microseconds since midnight), interval 16 (months i32, days i32,
 //! microseconds i64)
 //! array: u32 length + (u32 element count | null bitmap | element values as above)
+//! timetz 12 (microseconds i64, zone i32 seconds west of UTC)
+//! regproc / regclass / regtype / regnamespace: u32 length + (oid u32 | UTF-8 name)
 //! ```
 //! Key layout, per column: tag `0x01` (value) or `0x02` (NULL, so NULLs sort last), then
 //! an order-preserving body: integers big-endian with the sign bit flipped, float8 with
@@ -47,11 +49,19 @@ pub enum TypeId {
     Jsonb,
     /// A one-dimensional array of a scalar type (never of an array).
     Array(&'static TypeId),
+    /// `timetz`: a time of day and its zone offset.
+    TimeTz,
+    /// PostgreSQL's object-identifier types: an OID printed as the object's name. Values
+    /// carry the name resolved when they were made (`Datum::Reg`).
+    RegProc,
+    RegClass,
+    RegType,
+    RegNamespace,
 }
 
 /// Every scalar type in storage-number order (`TypeId::to_u8`); array types point into
 /// it, so `TypeId` stays `Copy`.
-static SCALAR_TYPES: [TypeId; 16] = [
+static SCALAR_TYPES: [TypeId; 21] = [
     TypeId::Bool,
     TypeId::Int2,
     TypeId::Int4,
@@ -68,6 +78,11 @@ static SCALAR_TYPES: [TypeId; 16] = [
     TypeId::Interval,
     TypeId::Json,
     TypeId::Jsonb,
+    TypeId::TimeTz,
+    TypeId::RegProc,
+    TypeId::RegClass,
+    TypeId::RegType,
+    TypeId::RegNamespace,
 ];
 
 /// The array flag in a stored type number.
@@ -92,6 +107,11 @@ impl TypeId {
             TypeId::Interval => 1186,
             TypeId::Json => 114,
             TypeId::Jsonb => 3802,
+            TypeId::TimeTz => 1266,
+            TypeId::RegProc => 24,
+            TypeId::RegClass => 2205,
+            TypeId::RegType => 2206,
+            TypeId::RegNamespace => 4089,
             TypeId::Array(e) => e.array_oid(),
         }
     }
@@ -114,6 +134,11 @@ impl TypeId {
             TypeId::Interval => 1187,
             TypeId::Json => 199,
             TypeId::Jsonb => 3807,
+            TypeId::TimeTz => 1270,
+            TypeId::RegProc => 1008,
+            TypeId::RegClass => 2210,
+            TypeId::RegType => 2211,
+            TypeId::RegNamespace => 4090,
             TypeId::Array(_) => 0,
         }
     }
@@ -154,6 +179,11 @@ impl TypeId {
             TypeId::Interval => "interval",
             TypeId::Json => "json",
             TypeId::Jsonb => "jsonb",
+            TypeId::TimeTz => "time with time zone",
+            TypeId::RegProc => "regproc",
+            TypeId::RegClass => "regclass",
+            TypeId::RegType => "regtype",
+            TypeId::RegNamespace => "regnamespace",
             TypeId::Array(e) => match e {
                 TypeId::Bool => "boolean[]",
                 TypeId::Int2 => "smallint[]",
@@ -171,6 +201,11 @@ impl TypeId {
                 TypeId::Interval => "interval[]",
                 TypeId::Json => "json[]",
                 TypeId::Jsonb => "jsonb[]",
+                TypeId::TimeTz => "time with time zone[]",
+                TypeId::RegProc => "regproc[]",
+                TypeId::RegClass => "regclass[]",
+                TypeId::RegType => "regtype[]",
+                TypeId::RegNamespace => "regnamespace[]",
                 TypeId::Array(_) => "anyarray",
             },
         }
@@ -200,12 +235,17 @@ impl TypeId {
             | TypeId::TimestampTz
             | TypeId::Time => Some(8),
             TypeId::Uuid | TypeId::Interval => Some(16),
+            TypeId::TimeTz => Some(12),
             TypeId::Numeric
             | TypeId::Text
             | TypeId::Bytea
             | TypeId::Json
             | TypeId::Jsonb
-            | TypeId::Array(_) => None,
+            | TypeId::Array(_)
+            | TypeId::RegProc
+            | TypeId::RegClass
+            | TypeId::RegType
+            | TypeId::RegNamespace => None,
         }
     }
 }
@@ -238,6 +278,30 @@ pub enum Datum {
     Jsonb(String),
     /// A one-dimensional array (boxed to keep `Datum` small).
     Array(Box<ArrayValue>),
+    /// `timetz`: microseconds since midnight and the zone in seconds *west* of UTC
+    /// (PostgreSQL's `TimeTzADT`: `10:00+05:30` has zone -19800).
+    TimeTz(i64, i32),
+    /// A `regproc`/`regclass`/`regtype`/`regnamespace` value (boxed to keep `Datum`
+    /// small).
+    Reg(Box<RegValue>),
+}
+
+/// An object-identifier value: the OID (what it compares and casts to `oid` by) and the
+/// name it prints as, resolved from the catalog when the value was made (PostgreSQL
+/// looks the name up at output; walrus's value I/O has no catalog at hand).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegValue {
+    /// `RegProc`, `RegClass`, `RegType` or `RegNamespace`.
+    pub ty: TypeId,
+    pub oid: u32,
+    pub name: String,
+}
+
+impl Datum {
+    /// The instant a timetz stands for on its day, for ordering: its time in UTC.
+    fn timetz_utc(micros: i64, zone_west: i32) -> i64 {
+        micros + zone_west as i64 * 1_000_000
+    }
 }
 
 /// PostgreSQL's interval: the three fields are kept apart (`1 mon` is not `30 days`),
@@ -284,6 +348,8 @@ impl Datum {
             Datum::Json(_) => TypeId::Json,
             Datum::Jsonb(_) => TypeId::Jsonb,
             Datum::Array(a) => a.elem.array_of()?,
+            Datum::TimeTz(..) => TypeId::TimeTz,
+            Datum::Reg(r) => r.ty,
         })
     }
     pub fn is_null(&self) -> bool {
@@ -347,6 +413,15 @@ fn encode_values(values: &[Datum], out: &mut Vec<u8>) {
                 out.extend_from_slice(b);
             }
             Datum::Uuid(u) => out.extend_from_slice(u),
+            Datum::TimeTz(us, zone) => {
+                out.extend_from_slice(&us.to_le_bytes());
+                out.extend_from_slice(&zone.to_le_bytes());
+            }
+            Datum::Reg(r) => {
+                out.extend_from_slice(&(4 + r.name.len() as u32).to_le_bytes());
+                out.extend_from_slice(&r.oid.to_le_bytes());
+                out.extend_from_slice(r.name.as_bytes());
+            }
         }
     }
 }
@@ -381,6 +456,22 @@ fn decode_value(b: &[u8], at: &mut usize, ty: TypeId) -> Result<Datum, DatumErro
             Datum::Bytea(take(b, at, len)?.to_vec())
         }
         TypeId::Time => Datum::Time(i64::from_le_bytes(take_array::<8>(b, at)?)),
+        TypeId::TimeTz => Datum::TimeTz(
+            i64::from_le_bytes(take_array::<8>(b, at)?),
+            i32::from_le_bytes(take_array::<4>(b, at)?),
+        ),
+        TypeId::RegProc | TypeId::RegClass | TypeId::RegType | TypeId::RegNamespace => {
+            let len = u32::from_le_bytes(take_array::<4>(b, at)?) as usize;
+            let body = take(b, at, len)?;
+            let (oid, name) = body.split_at_checked(4).ok_or(DatumError::Truncated)?;
+            Datum::Reg(Box::new(RegValue {
+                ty,
+                oid: u32::from_le_bytes(oid.try_into().map_err(|_| DatumError::Truncated)?),
+                name: std::str::from_utf8(name)
+                    .map_err(|_| DatumError::BadUtf8)?
+                    .to_string(),
+            }))
+        }
         TypeId::Interval => Datum::Interval(Interval {
             months: i32::from_le_bytes(take_array::<4>(b, at)?),
             days: i32::from_le_bytes(take_array::<4>(b, at)?),
@@ -647,6 +738,13 @@ pub fn encode_key(values: &[Datum], out: &mut Vec<u8>) {
             Datum::Bytea(b) => escaped_key_bytes(b, out),
             Datum::Uuid(u) => out.extend_from_slice(u),
             Datum::Numeric(s) => encode_numeric(s, out),
+            // The UTC time, then the zone: PostgreSQL's timetz order.
+            Datum::TimeTz(us, zone) => {
+                let utc = Datum::timetz_utc(*us, *zone);
+                out.extend_from_slice(&((utc as u64) ^ (1 << 63)).to_be_bytes());
+                out.extend_from_slice(&((*zone as u32) ^ 0x8000_0000).to_be_bytes());
+            }
+            Datum::Reg(r) => out.extend_from_slice(&r.oid.to_be_bytes()),
         }
     }
 }
@@ -672,10 +770,12 @@ pub fn split_tid_suffix(key: &[u8]) -> Option<(&[u8], Tid)> {
 /// value; numeric by value).
 pub fn compare_datums(a: &Datum, b: &Datum) -> Ordering {
     use Datum::*;
+    // Object-identifier values compare as their OID, also with `oid` values (int8).
     let as_i64 = |d: &Datum| match d {
         Int2(x) => Some(*x as i64),
         Int4(x) => Some(*x as i64),
         Int8(x) => Some(*x),
+        Reg(r) => Some(r.oid as i64),
         _ => None,
     };
     match (a, b) {
@@ -691,6 +791,9 @@ pub fn compare_datums(a: &Datum, b: &Datum) -> Ordering {
         (Bytea(x), Bytea(y)) => x.cmp(y),
         (Uuid(x), Uuid(y)) => x.cmp(y),
         (Time(x), Time(y)) => x.cmp(y),
+        (TimeTz(x, zx), TimeTz(y, zy)) => {
+            (Datum::timetz_utc(*x, *zx), zx).cmp(&(Datum::timetz_utc(*y, *zy), zy))
+        }
         (Interval(x), Interval(y)) => x.span().cmp(&y.span()),
         (Json(x), Json(y)) | (Jsonb(x), Jsonb(y)) => x.as_bytes().cmp(y.as_bytes()),
         (Array(x), Array(y)) => {
@@ -770,6 +873,14 @@ mod tests {
                 .boxed(),
             TypeId::Json => "[a\\[\\]{}é]{0,6}".prop_map(Datum::Json).boxed(),
             TypeId::Jsonb => "[a\\[\\]{}é]{0,6}".prop_map(Datum::Jsonb).boxed(),
+            TypeId::TimeTz => (0i64..=86_400_000_000, -57_599i32..=57_599)
+                .prop_map(|(us, zone)| Datum::TimeTz(us, zone))
+                .boxed(),
+            TypeId::RegProc | TypeId::RegClass | TypeId::RegType | TypeId::RegNamespace => {
+                (any::<u32>(), "[a-z_é]{0,6}")
+                    .prop_map(move |(oid, name)| Datum::Reg(Box::new(RegValue { ty, oid, name })))
+                    .boxed()
+            }
             TypeId::Array(e) => proptest::collection::vec(arb_datum(*e), 0..4)
                 .prop_map(move |items| Datum::Array(Box::new(ArrayValue { elem: *e, items })))
                 .boxed(),
@@ -779,8 +890,8 @@ mod tests {
 
     fn arb_type() -> impl Strategy<Value = TypeId> {
         prop_oneof![
-            (0u8..16).prop_map(|v| TypeId::from_u8(v).expect("valid")),
-            (0u8..16).prop_map(|v| TypeId::from_u8(0x80 | v).expect("valid")),
+            (0..SCALAR_TYPES.len() as u8).prop_map(|v| TypeId::from_u8(v).expect("valid")),
+            (0..SCALAR_TYPES.len() as u8).prop_map(|v| TypeId::from_u8(0x80 | v).expect("valid")),
         ]
     }
 
@@ -852,6 +963,38 @@ mod tests {
                 let _ = decode_column(&bytes, &types, types.len() - 1);
             }
         }
+    }
+
+    #[test]
+    fn timetz_and_reg_values_round_trip_and_order_as_postgresql() {
+        // 10:00+01 is 09:00 UTC: before 09:30+00; equal UTC times order by zone west.
+        let ten_plus_one = Datum::TimeTz(10 * 3_600_000_000, -3600);
+        let half_past_nine_utc = Datum::TimeTz(9 * 3_600_000_000 + 1_800_000_000, 0);
+        let nine_utc = Datum::TimeTz(9 * 3_600_000_000, 0);
+        assert_eq!(
+            compare_datums(&ten_plus_one, &half_past_nine_utc),
+            Ordering::Less
+        );
+        assert_eq!(compare_datums(&nine_utc, &ten_plus_one), Ordering::Greater);
+        let reg = Datum::Reg(Box::new(RegValue {
+            ty: TypeId::RegClass,
+            oid: 1259,
+            name: "pg_class".into(),
+        }));
+        assert_eq!(compare_datums(&reg, &Datum::Int8(1259)), Ordering::Equal);
+        let types = [TypeId::TimeTz, TypeId::RegClass, TypeId::Int4];
+        let row = vec![ten_plus_one.clone(), reg.clone(), Datum::Int4(7)];
+        let mut buf = Vec::new();
+        encode_row(&row, &mut buf);
+        assert_eq!(decode_row(&buf, &types).unwrap(), row);
+        assert_eq!(decode_column(&buf, &types, 2).unwrap(), Datum::Int4(7));
+        let key = |d: &Datum| {
+            let mut k = Vec::new();
+            encode_key(std::slice::from_ref(d), &mut k);
+            k
+        };
+        assert!(key(&ten_plus_one) < key(&half_past_nine_utc));
+        assert!(key(&ten_plus_one) < key(&nine_utc));
     }
 
     #[test]

@@ -688,6 +688,8 @@ pub fn datum_text(d: &Datum) -> String {
         }
         Datum::Uuid(u) => crate::access::datum::uuid_text(u),
         Datum::Time(v) => v.to_string(),
+        Datum::TimeTz(v, zone) => format!("{v} us zone {zone}"),
+        Datum::Reg(r) => r.oid.to_string(),
         Datum::Interval(iv) => format!("{} mons {} days {} us", iv.months, iv.days, iv.micros),
         Datum::Json(s) | Datum::Jsonb(s) => s.clone(),
         Datum::Array(a) => {

@@ -5,7 +5,8 @@
 //! Forms (big-endian throughout): `bool` one byte; `int2/4/8` and `float4/8` their
 //! bytes; `text`/`varchar`/`bpchar` and `bytea` the bytes themselves; `timestamp[tz]`
 //! int8 microseconds and `date` int4 days since 2000-01-01; `uuid` 16 bytes; `numeric`
-//! the base-10000 form of [`numeric`].
+//! the base-10000 form of [`numeric`]; `timetz` int8 microseconds and int4 zone
+//! seconds west of UTC; `regclass`/`regtype`/`regproc`/`regnamespace` the 4-byte OID.
 
 pub mod numeric;
 
@@ -31,6 +32,9 @@ pub fn encode(d: &Datum) -> SqlResult<Option<Vec<u8>>> {
 pub fn encode_as(d: &Datum, type_oid: u32) -> SqlResult<Option<Vec<u8>>> {
     Ok(Some(match d {
         Datum::Time(v) => v.to_be_bytes().to_vec(),
+        Datum::TimeTz(us, zone) => crate::timetz::send(*us, *zone),
+        // An object identifier is sent as its OID (4 bytes), as `oid` is.
+        Datum::Reg(r) => r.oid.to_be_bytes().to_vec(),
         Datum::Interval(iv) => {
             let mut b = iv.micros.to_be_bytes().to_vec();
             b.extend_from_slice(&iv.days.to_be_bytes());
@@ -241,6 +245,14 @@ pub fn decode_type(bytes: &[u8], ty: TypeId) -> SqlResult<Datum> {
             Some((1, text)) => parse_text(TypeId::Jsonb, utf8(text)?)?,
             _ => return Err(SqlError::new("22P03", "unsupported jsonb version number")),
         },
+        TypeId::TimeTz => crate::timetz::recv(bytes)?,
+        // An OID alone has no name to print; a cast (`$1::oid::regclass`) finds it.
+        TypeId::RegProc | TypeId::RegClass | TypeId::RegType | TypeId::RegNamespace => {
+            return Err(SqlError::unsupported(format!(
+                "binary {} parameters are not supported: send an oid and cast it",
+                ty.name()
+            )))
+        }
         TypeId::Array(elem) => decode_array(bytes, *elem, ty.pg_oid())?,
     })
 }
@@ -264,6 +276,7 @@ mod tests {
             Datum::Bytea(vec![0, 255]),
             Datum::Uuid([7; 16]),
             Datum::Numeric("-12.340".into()),
+            Datum::TimeTz(36_000_000_000, -19_800),
         ] {
             let ty = d.type_id().unwrap();
             let wire = encode(&d).unwrap().unwrap();

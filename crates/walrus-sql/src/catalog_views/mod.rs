@@ -25,6 +25,7 @@ use walrus_engine::Engine;
 
 use crate::error::{SqlError, SqlResult};
 
+mod reg;
 mod rows;
 
 const NS_CATALOG: i64 = 11;
@@ -158,6 +159,18 @@ pub fn is_virtual(schema: Option<&str>, table: &str) -> bool {
     }
 }
 
+/// A cast to a reg* type from a value that is neither a name nor an OID (PostgreSQL:
+/// no such cast, 42846).
+fn reg_cast_error(from: &Datum, to: &str) -> SqlError {
+    SqlError::new(
+        "42846",
+        format!(
+            "cannot cast type {} to {to}",
+            from.type_id().map(|t| t.name()).unwrap_or("unknown")
+        ),
+    )
+}
+
 /// Whether [`Snapshot::function`] answers `name` (so other calls never take a snapshot).
 /// Set-returning functions answered from a statistics view of the same name.
 pub(crate) fn is_row_function(name: &str) -> bool {
@@ -221,6 +234,18 @@ const TYPES: &[(i64, &str, &str, i16, i64, &str)] = &[
     (1700, "numeric", "numeric", -1, 1231, "numeric_"),
     (2950, "uuid", "uuid", 16, 2951, "uuid_"),
     (3802, "jsonb", "jsonb", -1, 3807, "jsonb_"),
+    (1266, "timetz", "time with time zone", 12, 1270, "timetz_"),
+    (24, "regproc", "regproc", 4, 1008, "regproc"),
+    (2205, "regclass", "regclass", 4, 2210, "regclass"),
+    (2206, "regtype", "regtype", 4, 2211, "regtype"),
+    (
+        4089,
+        "regnamespace",
+        "regnamespace",
+        4,
+        4090,
+        "regnamespace",
+    ),
 ];
 
 /// A type walrus shows: its scalar row, or the array type of one (`typelem` set).
@@ -292,6 +317,7 @@ pub(crate) fn type_by_name(name: &str) -> Option<TypeRow> {
         "timestamp without time zone" => "timestamp",
         "timestamp with time zone" => "timestamptz",
         "time without time zone" => "time",
+        "time with time zone" => "timetz",
         other => other,
     };
     type_rows().find(|r| r.name() == alias)
@@ -474,19 +500,6 @@ impl Snapshot {
             })
     }
 
-    fn relation_oid(&self, name: &str) -> Option<i64> {
-        let name = name.strip_prefix("public.").unwrap_or(name);
-        self.tables
-            .iter()
-            .find(|t| t.name == name)
-            .map(|t| relfile_oid(t.relfile))
-            .or_else(|| {
-                self.indexes()
-                    .find(|(_, i)| i.name == name)
-                    .map(|(_, i)| relfile_oid(i.relfile))
-            })
-    }
-
     fn index_columns(table: &TableDef, index: &IndexDef) -> String {
         index
             .columns
@@ -515,7 +528,21 @@ impl Snapshot {
             Datum::Int4(v) => Some(v as i64),
             Datum::Int8(v) => Some(v),
             Datum::Text(s) => s.trim().parse().ok(),
+            Datum::Reg(r) => Some(r.oid as i64),
             _ => None,
+        };
+        // An OID as the reg* casts read one: a number, a string of digits (as
+        // PostgreSQL's regclassin reads `'1259'`), or another reg* value's OID.
+        let reg_oid = |i: usize| -> Option<u32> {
+            match arg(i) {
+                Datum::Text(s) => {
+                    let s = s.trim();
+                    (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+                        .then(|| s.parse().ok())
+                        .flatten()
+                }
+                _ => oid_arg(i).and_then(|v| u32::try_from(v).ok()),
+            }
         };
         if !is_catalog_function(name) {
             return None;
@@ -567,63 +594,42 @@ impl Snapshot {
                     None => Datum::Null,
                 }
             }
-            "::regclass" => match &args[0] {
-                Datum::Text(name) => match self.relation_oid(name) {
-                    Some(oid) => o(oid),
-                    None => {
-                        return Some(Err(SqlError::new(
-                            "42P01",
-                            format!("relation \"{name}\" does not exist"),
-                        )))
+            // reg* casts: a name is looked up (reg.rs), an OID named.
+            "::regclass" | "to_regclass" => match (&args[0], reg_oid(0)) {
+                (_, Some(oid)) if name == "::regclass" => self.regclass_from_oid(oid),
+                (Datum::Text(text), _) => {
+                    match self.regclass_from_name(text, name == "to_regclass") {
+                        Ok(d) => d,
+                        Err(e) => return Some(Err(e)),
                     }
+                }
+                _ => return Some(Err(reg_cast_error(&args[0], "regclass"))),
+            },
+            "::regtype" | "to_regtype" => match (&args[0], reg_oid(0)) {
+                (_, Some(oid)) if name == "::regtype" => reg::regtype_from_oid(oid),
+                (Datum::Text(text), _) => {
+                    match reg::regtype_from_name(text, name == "to_regtype") {
+                        Ok(d) => d,
+                        Err(e) => return Some(Err(e)),
+                    }
+                }
+                _ => return Some(Err(reg_cast_error(&args[0], "regtype"))),
+            },
+            "::regproc" => match (&args[0], reg_oid(0)) {
+                (_, Some(oid)) => reg::regproc_from_oid(oid),
+                (Datum::Text(text), _) => match reg::regproc_from_name(text) {
+                    Ok(d) => d,
+                    Err(e) => return Some(Err(e)),
                 },
-                _ => {
-                    let oid = oid_arg(0)?;
-                    self.relation_name(oid)
-                        .map(Datum::Text)
-                        .unwrap_or_else(|| t(&oid.to_string()))
-                }
+                _ => return Some(Err(reg_cast_error(&args[0], "regproc"))),
             },
-            // A type name gives its OID (so `'int4'::regtype::oid` and comparisons
-            // with pg_type.oid work); an OID gives the name PostgreSQL prints.
-            "::regtype" | "to_regtype" => match &args[0] {
-                Datum::Text(type_name) if type_name.trim().parse::<i64>().is_err() => {
-                    match type_by_name(type_name) {
-                        Some(row) => o(row.oid),
-                        None if name == "to_regtype" => Datum::Null,
-                        None => {
-                            return Some(Err(SqlError::new(
-                                "42704",
-                                format!("type \"{type_name}\" does not exist"),
-                            )))
-                        }
-                    }
-                }
-                _ => {
-                    let oid = oid_arg(0)?;
-                    match type_by_oid(oid) {
-                        Some(row) => t(&row.display()),
-                        // InvalidOid prints as `-`, as PostgreSQL's regtypeout.
-                        None if oid == 0 => t("-"),
-                        None => t(&oid.to_string()),
-                    }
-                }
-            },
-            "to_regclass" => match &args[0] {
-                Datum::Text(name) => self.relation_oid(name).map(o).unwrap_or(Datum::Null),
-                _ => Datum::Null,
-            },
-            // Functions are named by text in these views (typinput, typreceive): a
-            // name stays a name.
-            "::regproc" => match &args[0] {
-                Datum::Text(name) => t(name),
-                other => t(&crate::value::format_text(other).unwrap_or_default()),
-            },
-            "::regnamespace" => match oid_arg(0)? {
-                NS_CATALOG => t("pg_catalog"),
-                NS_PUBLIC => t("public"),
-                NS_INFORMATION_SCHEMA => t("information_schema"),
-                other => t(&other.to_string()),
+            "::regnamespace" => match (&args[0], reg_oid(0)) {
+                (_, Some(oid)) => reg::regnamespace_from_oid(oid),
+                (Datum::Text(text), _) => match reg::regnamespace_from_name(text) {
+                    Ok(d) => d,
+                    Err(e) => return Some(Err(e)),
+                },
+                _ => return Some(Err(reg_cast_error(&args[0], "regnamespace"))),
             },
             _ => return None,
         }))

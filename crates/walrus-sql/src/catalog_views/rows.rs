@@ -102,8 +102,8 @@ impl Snapshot {
                     let category = match oid {
                         _ if array => "A",
                         16 => "B",
-                        20 | 21 | 23 | 26 | 701 | 1700 => "N",
-                        1082 | 1083 | 1114 | 1184 => "D",
+                        20 | 21 | 23 | 26 | 701 | 1700 | 24 | 2205 | 2206 | 4089 => "N",
+                        1082 | 1083 | 1114 | 1184 | 1266 => "D",
                         1186 => "T",
                         17 | 2950 | 114 | 3802 => "U",
                         _ => "S",
@@ -117,7 +117,7 @@ impl Snapshot {
                     };
                     let len = if array { -1 } else { len };
                     let align = match (array, oid) {
-                        (_, 20 | 701 | 1083 | 1114 | 1184 | 1186) => "d",
+                        (_, 20 | 701 | 1083 | 1114 | 1184 | 1186 | 1266) => "d",
                         (false, 16 | 17 | 19 | 2950) => "c",
                         (false, 21) => "s",
                         _ => "i",
@@ -152,6 +152,7 @@ impl Snapshot {
                             1043 => "varchartypmodin",
                             1700 => "numerictypmodin",
                             1083 => "timetypmodin",
+                            1266 => "timetztypmodin",
                             1114 => "timestamptypmodin",
                             1184 => "timestamptztypmodin",
                             1186 => "intervaltypmodin",
@@ -162,6 +163,7 @@ impl Snapshot {
                             1043 => "varchartypmodout",
                             1700 => "numerictypmodout",
                             1083 => "timetypmodout",
+                            1266 => "timetztypmodout",
                             1114 => "timestamptypmodout",
                             1184 => "timestamptztypmodout",
                             1186 => "intervaltypmodout",

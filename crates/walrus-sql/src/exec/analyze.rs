@@ -190,6 +190,8 @@ fn value_width(d: &Datum) -> u64 {
         Datum::Text(s) | Datum::Numeric(s) | Datum::Json(s) | Datum::Jsonb(s) => varlena(s.len()),
         Datum::Bytea(b) => varlena(b.len()),
         Datum::Uuid(_) | Datum::Interval(_) => 16,
+        Datum::TimeTz(..) => 12,
+        Datum::Reg(_) => 4,
         Datum::Array(a) => 16 + a.items.iter().map(value_width).sum::<u64>(),
         _ => 8,
     }

@@ -803,6 +803,7 @@ fn exact_equality(t: TypeId) -> bool {
             | TypeId::Float8
             | TypeId::Date
             | TypeId::Time
+            | TypeId::TimeTz
             | TypeId::Timestamp
             | TypeId::TimestampTz
             | TypeId::Bytea

@@ -171,6 +171,8 @@ fn key_datum(d: &Datum) -> Datum {
         },
         Datum::Float8(f) if *f == 0.0 => Datum::Float8(0.0),
         Datum::Float8(f) if f.is_nan() => Datum::Float8(f64::NAN.abs()),
+        // reg* values are equal to each other and to `oid` values by OID.
+        Datum::Reg(r) => Datum::Int8(r.oid as i64),
         // `1 mon` = `30 days`: intervals are equal by their span.
         Datum::Interval(iv) => Datum::Text(format!("interval {}", iv.span())),
         Datum::Array(a) => Datum::Array(Box::new(walrus_engine::access::datum::ArrayValue {
@@ -225,6 +227,8 @@ fn type_category(t: TypeId) -> u8 {
         TypeId::Json => 8,
         TypeId::Jsonb => 9,
         TypeId::Array(_) => 10,
+        TypeId::TimeTz => 11,
+        TypeId::RegProc | TypeId::RegClass | TypeId::RegType | TypeId::RegNamespace => 12,
     }
 }
 

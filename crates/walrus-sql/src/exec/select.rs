@@ -471,36 +471,6 @@ pub(crate) fn check_query(q: &Query) -> SqlResult<()> {
     Ok(())
 }
 
-/// A `regclass`/`regtype`/`regproc`/`regnamespace` value is kept as its OID, which
-/// compares and casts to `oid` like PostgreSQL's; PostgreSQL prints it as a name, so a
-/// result column holding such an OID is refused (one made from an OID is already the
-/// name). Cast it to `text` or `oid` instead.
-fn is_reg_output(e: &Expr) -> bool {
-    let reg = |name: &str| {
-        matches!(
-            name,
-            "regclass" | "regtype" | "regproc" | "regnamespace" | "to_regtype" | "to_regclass"
-        )
-    };
-    match e {
-        Expr::Nested(inner) => is_reg_output(inner),
-        Expr::Cast { data_type, .. } => match data_type {
-            ast::DataType::Regclass => true,
-            ast::DataType::Custom(name, _) => name
-                .0
-                .last()
-                .is_some_and(|p| reg(&p.to_string().to_ascii_lowercase())),
-            _ => false,
-        },
-        Expr::Function(f) => f
-            .name
-            .0
-            .last()
-            .is_some_and(|p| reg(&p.to_string().to_ascii_lowercase())),
-        _ => false,
-    }
-}
-
 impl Executor<'_> {
     pub(super) fn select(
         &self,
@@ -573,9 +543,6 @@ impl Executor<'_> {
                 .iter_mut()
                 .for_each(|r| r.resize(width, Datum::Null));
         }
-        let reg_output: Vec<usize> = (0..items.len())
-            .filter(|&i| is_reg_output(&items[i].1))
-            .collect();
         let names: Vec<String> = items.iter().map(|(n, _)| n.clone()).collect();
         // Bind every clause before reading a row.
         for (_, e) in &items {
@@ -845,17 +812,6 @@ impl Executor<'_> {
             }
         }
         let rows = output.finish(self)?;
-        for &i in &reg_output {
-            if rows
-                .iter()
-                .any(|r| matches!(r.get(i), Some(Datum::Int8(_))))
-            {
-                return Err(SqlError::unsupported(format!(
-                    "{} as a result column is not supported (walrus keeps a reg* value made from a name as its OID; cast it to text or oid)",
-                    items[i].1
-                )));
-            }
-        }
         let defs = crate::plan::typed_columns(cols);
         let out_cols = items
             .iter()

@@ -47,6 +47,11 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
             None,
             sqlparser::ast::TimezoneInfo::None | sqlparser::ast::TimezoneInfo::WithoutTimeZone,
         ) => TypeId::Time,
+        D::Time(
+            None,
+            sqlparser::ast::TimezoneInfo::WithTimeZone | sqlparser::ast::TimezoneInfo::Tz,
+        ) => TypeId::TimeTz,
+        D::Regclass => TypeId::RegClass,
         D::Interval {
             fields: None,
             precision: None,
@@ -82,6 +87,11 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
                 "bytea" => TypeId::Bytea,
                 "uuid" => TypeId::Uuid,
                 "time" => TypeId::Time,
+                "timetz" => TypeId::TimeTz,
+                "regclass" => TypeId::RegClass,
+                "regproc" => TypeId::RegProc,
+                "regtype" => TypeId::RegType,
+                "regnamespace" => TypeId::RegNamespace,
                 "interval" => TypeId::Interval,
                 "json" => TypeId::Json,
                 "jsonb" => TypeId::Jsonb,
@@ -124,7 +134,6 @@ pub fn type_from_sql(dt: &DataType) -> SqlResult<TypeId> {
 /// Built-in PostgreSQL type names walrus does not have: 0A000 (not built), not 42704
 /// (no such type).
 const POSTGRES_TYPES_NOT_BUILT: &[&str] = &[
-    "timetz",
     "xml",
     "money",
     "inet",
@@ -142,12 +151,8 @@ const POSTGRES_TYPES_NOT_BUILT: &[&str] = &[
     "circle",
     "tsvector",
     "tsquery",
-    "regtype",
-    "regclass",
-    "regproc",
     "regprocedure",
     "regoper",
-    "regnamespace",
     "regrole",
     "int4range",
     "int8range",
@@ -259,7 +264,17 @@ pub fn column_type(dt: &DataType) -> SqlResult<(TypeId, i32, DeclaredType)> {
             })?;
             (ty, typmod, declared)
         }
-        other => (type_from_sql(other)?, -1, DeclaredType::Plain),
+        other => match type_from_sql(other)? {
+            // Their values carry a name resolved when made, which a stored row would
+            // keep after a rename: not built as column types.
+            ty @ (TypeId::RegProc | TypeId::RegClass | TypeId::RegType | TypeId::RegNamespace) => {
+                return Err(SqlError::unsupported(format!(
+                    "columns of type {} are not supported",
+                    ty.name()
+                )))
+            }
+            ty => (ty, -1, DeclaredType::Plain),
+        },
     })
 }
 
@@ -554,6 +569,22 @@ pub fn coerce(d: Datum, ty: TypeId) -> SqlResult<Datum> {
         (TypeId::Time, Datum::Timestamp(v)) => Datum::Time(v.rem_euclid(USECS_PER_DAY)),
         (TypeId::Time, Datum::TimestampTz(v)) => {
             Datum::Time(crate::timezone::utc_to_local(*v).rem_euclid(USECS_PER_DAY))
+        }
+        // timetz ↔ time and from timestamptz, in the session's zone (timetz.rs).
+        (TypeId::TimeTz, Datum::Time(v)) => crate::timetz::from_time(*v),
+        (TypeId::TimeTz, Datum::TimestampTz(v)) => crate::timetz::from_timestamptz(*v),
+        (TypeId::Time, Datum::TimeTz(v, _)) => Datum::Time(*v),
+        // An object identifier is its OID as `oid` (int8 here) and int4 (which wraps
+        // past 2^31, as PostgreSQL's oid → int4).
+        (TypeId::Int8, Datum::Reg(r)) => Datum::Int8(r.oid as i64),
+        (TypeId::Int4, Datum::Reg(r)) => Datum::Int4(r.oid as i32),
+        // To a reg* type needs the catalog: the cast expression does that lookup.
+        (TypeId::RegProc | TypeId::RegClass | TypeId::RegType | TypeId::RegNamespace, _) => {
+            return Err(SqlError::unsupported(format!(
+                "conversion of {} to {} outside a cast is not supported",
+                d.type_id().map(|t| t.name()).unwrap_or("unknown"),
+                ty.name()
+            )))
         }
         (TypeId::Interval, Datum::Time(v)) => {
             Datum::Interval(walrus_engine::access::datum::Interval {

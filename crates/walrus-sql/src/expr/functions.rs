@@ -165,6 +165,8 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
                 | Datum::Jsonb(_)
                 | Datum::Array(_)
                 | Datum::Time(_)
+                | Datum::TimeTz(..)
+                | Datum::Reg(_)
                 | Datum::Interval(_)
         )
     }) && !matches!(
@@ -177,6 +179,7 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             | "array_upper"
             | "array_lower"
             | "cardinality"
+            | "timezone"
     ) {
         let types: Vec<&str> = args
             .iter()
@@ -194,6 +197,8 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
         "now" | "current_timestamp" | "transaction_timestamp" | "statement_timestamp" => {
             Datum::TimestampTz(s.now)
         }
+        // timezone(zone, ts) is `ts AT TIME ZONE zone`.
+        "timezone" if args.len() == 2 => crate::timezone::at_time_zone(arg(1), arg(0))?,
         "repeat" => {
             let (Some(t), Some(n)) = (format_text(&arg(0)), as_i64(&arg(1))) else {
                 return Ok(Datum::Null);

@@ -253,6 +253,8 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                         | Datum::Jsonb(_)
                         | Datum::Array(_)
                         | Datum::Time(_)
+                        | Datum::TimeTz(..)
+                        | Datum::Reg(_)
                         | Datum::Interval(_)
                 )
             };
@@ -524,19 +526,6 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             ..
         } => {
             let mut v = eval(expr, s)?;
-            // `'int4'::regtype::text`: the inner cast of a name gave the OID (what
-            // comparisons need); its text form is the name again, as PostgreSQL prints.
-            if let (Datum::Int8(_), Some(reg)) = (&v, reg_cast_name(expr)) {
-                let textual = matches!(
-                    data_type,
-                    DataType::Text | DataType::Varchar(_) | DataType::CharacterVarying(_)
-                ) || matches!(data_type, DataType::Custom(n, _) if n.to_string().eq_ignore_ascii_case("name"));
-                if textual {
-                    if let Some(named) = hooks(s)?.function(reg, &[v.clone()]) {
-                        return named;
-                    }
-                }
-            }
             if is_char_column(expr, s)
                 && !matches!(data_type, DataType::Char(_) | DataType::Character(_))
                 && !matches!(data_type, DataType::Custom(n, _) if n.to_string().eq_ignore_ascii_case("bpchar"))
@@ -598,6 +587,10 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             Datum::Text(t) => Ok(Datum::Interval(crate::interval::parse_interval(&t)?)),
             other => coerce(other, TypeId::Interval),
         },
+        Expr::AtTimeZone {
+            timestamp,
+            time_zone,
+        } => crate::timezone::at_time_zone(eval(timestamp, s)?, eval(time_zone, s)?),
         Expr::Function(f) => function(f, s),
         Expr::IsUnknown(x) | Expr::IsNotUnknown(x) => {
             let unknown = match eval(x, s)? {
@@ -937,27 +930,4 @@ fn in_values(v: &Datum, items: &[Datum], negated: bool) -> SqlResult<Datum> {
     } else {
         Datum::Bool(negated)
     })
-}
-
-/// The catalog function that names a `regtype`/`regclass` value, when `e` is a cast to
-/// one of them or `to_regtype`/`to_regclass`.
-fn reg_cast_name(e: &Expr) -> Option<&'static str> {
-    let name = match e {
-        Expr::Nested(inner) => return reg_cast_name(inner),
-        Expr::Cast {
-            data_type: DataType::Regclass,
-            ..
-        } => "regclass".to_string(),
-        Expr::Cast {
-            data_type: DataType::Custom(n, _),
-            ..
-        } => n.0.last()?.to_string().to_ascii_lowercase(),
-        Expr::Function(f) => f.name.0.last()?.to_string().to_ascii_lowercase(),
-        _ => return None,
-    };
-    match name.as_str() {
-        "regtype" | "to_regtype" => Some("::regtype"),
-        "regclass" | "to_regclass" => Some("::regclass"),
-        _ => None,
-    }
 }

@@ -42,7 +42,13 @@ pub(crate) fn logic(
 fn io_only(d: &Datum) -> bool {
     matches!(
         d,
-        Datum::Json(_) | Datum::Jsonb(_) | Datum::Array(_) | Datum::Time(_) | Datum::Interval(_)
+        Datum::Json(_)
+            | Datum::Jsonb(_)
+            | Datum::Array(_)
+            | Datum::Time(_)
+            | Datum::TimeTz(..)
+            | Datum::Interval(_)
+            | Datum::Reg(_)
     )
 }
 
@@ -55,6 +61,31 @@ fn check_io_only(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<()> {
         return Ok(());
     }
     let comparison = matches!(op, B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq);
+    // Object identifiers compare with each other and with `oid` values (int8 here) by
+    // OID, as PostgreSQL's implicit casts to oid make them.
+    let oid_like = |d: &Datum| {
+        matches!(
+            d,
+            Datum::Reg(_) | Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) | Datum::Null
+        )
+    };
+    if (matches!(l, Datum::Reg(_)) || matches!(r, Datum::Reg(_)))
+        && comparison
+        && oid_like(l)
+        && oid_like(r)
+    {
+        return Ok(());
+    }
+    // time and timetz compare in PostgreSQL through a cast to timetz in the session's
+    // zone: not built.
+    if matches!(
+        (l, r),
+        (Datum::Time(_), Datum::TimeTz(..)) | (Datum::TimeTz(..), Datum::Time(_))
+    ) {
+        return Err(SqlError::unsupported(
+            "comparison of time with time with time zone is not supported",
+        ));
+    }
     if comparison && (matches!(l, Datum::Json(_)) || matches!(r, Datum::Json(_))) {
         return Err(SqlError::new(
             "42883",
@@ -66,7 +97,12 @@ fn check_io_only(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<()> {
         ));
     }
     let equality = matches!(op, B::Eq | B::NotEq);
-    let ordered = |d: &Datum| matches!(d, Datum::Time(_) | Datum::Interval(_) | Datum::Array(_));
+    let ordered = |d: &Datum| {
+        matches!(
+            d,
+            Datum::Time(_) | Datum::TimeTz(..) | Datum::Interval(_) | Datum::Array(_)
+        )
+    };
     let same_type = l.type_id() == r.type_id()
         || matches!(l, Datum::Text(_) | Datum::Null)
         || matches!(r, Datum::Text(_) | Datum::Null);

@@ -40,6 +40,13 @@ fn walk_pruned(
             go(a)?;
             go(b)
         }
+        Expr::AtTimeZone {
+            timestamp,
+            time_zone,
+        } => {
+            go(timestamp)?;
+            go(time_zone)
+        }
         Expr::UnaryOp { expr, .. }
         | Expr::Nested(expr)
         | Expr::Cast { expr, .. }

@@ -162,6 +162,8 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
                     other => other,
                 }),
             "current_setting" | "version" | "repeat" | "lower" | "upper" => Some(TypeId::Text),
+            "to_regtype" => Some(TypeId::RegType),
+            "to_regclass" => Some(TypeId::RegClass),
             _ => None,
         },
         Expr::Value(v) => match &v.value {

@@ -207,9 +207,7 @@ impl Session {
                         // SET TIME ZONE LOCAL / DEFAULT: back to the default zone.
                         "local" | "default" => value = default_settings()["timezone"].clone(),
                         v if v.starts_with("interval") => {
-                            return Err(SqlError::unsupported(
-                                "SET TIME ZONE INTERVAL is not supported: give the offset as a number of hours or an IANA zone name",
-                            ))
+                            value = crate::timezone::parse_interval_setting(&value)?.1
                         }
                         _ => value = crate::timezone::parse_setting(&value)?.1,
                     }

@@ -149,6 +149,30 @@ same(datetime.timedelta(hours=5, minutes=30), cur.fetchone()[0].utcoffset(), "Ko
 cur.execute("set timezone = 'UTC'")
 conn.commit()
 
+# timetz round trip (psycopg2 sends an aware time as '...'::timetz and reads the text
+# form back into one); reg* values read as names; AT TIME ZONE.
+cur.execute("create table pg2_tz (id int primary key, t timetz)")
+t_in = datetime.time(10, 11, 12, 123000, tzinfo=IST)
+cur.execute("insert into pg2_tz values (%s, %s)", (1, t_in))
+cur.execute("select t, t::text, t::time from pg2_tz where id = 1")
+t_out, t_text, t_plain = cur.fetchone()
+same(t_in, t_out, "timetz round trip")
+same(datetime.timedelta(hours=5, minutes=30), t_out.utcoffset(), "timetz offset")
+same("10:11:12.123+05:30", t_text, "timetz text")
+same(datetime.time(10, 11, 12, 123000), t_plain, "timetz to time")
+cur.execute("select 'pg2_tz'::regclass, 'int4'::regtype, "
+            "'pg2_tz'::regclass = (select oid from pg_class where relname = 'pg2_tz')")
+same(("pg2_tz", "integer", True), cur.fetchone(), "reg* values")
+cur.execute("select %s at time zone 'America/New_York', "
+            "%s at time zone 'Europe/Berlin'",
+            (datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.timezone.utc),
+             datetime.datetime(2024, 7, 1, 12)))
+same((datetime.datetime(2024, 1, 1, 7),
+      datetime.datetime(2024, 7, 1, 10, tzinfo=datetime.timezone.utc)),
+     cur.fetchone(), "at time zone")
+cur.execute("drop table pg2_tz")
+conn.commit()
+
 # Cancel: a long statement cancelled from another thread fails with 57014, and the
 # connection works after it.
 timer = __import__("threading").Timer(0.5, conn.cancel)
