@@ -38,7 +38,7 @@ struct TableSource {
     def: std::sync::Arc<TableDef>,
     /// The columns the query level can use (`None`: all).
     wanted: Option<Vec<bool>>,
-    probe: Option<ProbeJoin>,
+    probe: Option<Box<ProbeJoin>>,
 }
 
 /// Takes one FROM-list row with its position; `false` stops the read.
@@ -1245,7 +1245,7 @@ impl Executor<'_> {
         Ok(Some(TableSource {
             wanted: used_columns(sel, q, &def),
             def,
-            probe: Some(probe),
+            probe: Some(Box::new(probe)),
         }))
     }
 
