@@ -37,6 +37,9 @@ struct Portal {
     /// walrus learns by running the statement), sent by the following Execute. A
     /// run-time error of that run is kept here too: PostgreSQL reports it at Execute.
     done: Option<Result<QueryResult, SqlError>>,
+    /// After an Execute stopped at its row limit (PortalSuspended): how many of the
+    /// result's rows (kept in `done`) have been sent; the next Execute goes on there.
+    sent: Option<usize>,
 }
 
 /// Parse's declared parameter types: each must be unspecified (0), `unknown` (705) or
@@ -143,8 +146,27 @@ fn fail(
     Ok(())
 }
 
+/// A command tag for the rows one Execute of a suspended portal sent: PostgreSQL counts
+/// that Execute's rows only (`SELECT 2` after two suspended batches of 5).
+fn tag_with_count(tag: &str, rows: usize) -> String {
+    match tag.rsplit_once(' ') {
+        Some((head, n)) if n.parse::<u64>().is_ok() => format!("{head} {rows}"),
+        _ => tag.to_string(),
+    }
+}
+
 fn send_rows(out: &mut Out, q: &QueryResult, formats: &[i16]) -> Result<(), SqlError> {
-    for r in &q.rows {
+    send_row_range(out, q, 0..q.rows.len(), formats)
+}
+
+/// DataRows for `q.rows[range]`.
+fn send_row_range(
+    out: &mut Out,
+    q: &QueryResult,
+    range: std::ops::Range<usize>,
+    formats: &[i16],
+) -> Result<(), SqlError> {
+    for r in &q.rows[range] {
         let mut vals = Vec::with_capacity(r.len());
         for (i, d) in r.iter().enumerate() {
             let binary = match formats {
@@ -408,6 +430,11 @@ fn run(
                         out.simple(b'n');
                         continue;
                     }
+                    // A suspended portal is described from its result, not run again.
+                    if let (Some(_), Some(Ok(q))) = (p.sent, &p.done) {
+                        row_description(out, &q.columns, &p.result_formats);
+                        continue;
+                    }
                     let res = run_portal(stream, s, out, &p.sql, &p.params)?;
                     match res {
                         Ok(q) => {
@@ -440,19 +467,40 @@ fn run(
             b'E' => {
                 let mut r = Reader::new(&msg.body);
                 let name = r.cstr()?;
+                // The row limit: 0 (or less) for all rows.
+                let max_rows = r
+                    .i32()
+                    .ok()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .unwrap_or(0);
                 let Some(p) = portals.get_mut(&name) else {
                     let e = SqlError::new("34000", format!("portal \"{name}\" does not exist"));
                     fail(stream, out, s, &e, &mut skip_until_sync)?;
                     continue;
                 };
+                let start = p.sent.take().unwrap_or(0);
                 let res = match p.done.take() {
                     Some(r) => r,
                     None => run_portal(stream, s, out, &p.sql, &p.params)?,
                 };
                 let sent = res.and_then(|q| {
-                    send_rows(out, &q, &p.result_formats)?;
-                    if q.tag.is_empty() {
+                    let total = q.rows.len();
+                    let start = start.min(total);
+                    let end = match max_rows {
+                        0 => total,
+                        n => total.min(start.saturating_add(n)),
+                    };
+                    send_row_range(out, &q, start..end, &p.result_formats)?;
+                    if max_rows > 0 && end - start == max_rows {
+                        // PostgreSQL suspends whenever the limit was reached, even with
+                        // no row left (the next Execute then completes with 0 rows).
+                        out.simple(b's');
+                        p.sent = Some(end);
+                        p.done = Some(Ok(q));
+                    } else if q.tag.is_empty() {
                         out.simple(b'I');
+                    } else if start > 0 {
+                        out.command_complete(&tag_with_count(&q.tag, end - start));
                     } else {
                         out.command_complete(&q.tag);
                     }
@@ -559,6 +607,7 @@ fn bind(
             params,
             result_formats,
             done: None,
+            sent: None,
         },
     ))
 }

@@ -78,6 +78,8 @@ enum Msg {
     Complete(String),
     Error(String),
     Ready(char),
+    /// PortalSuspended: an Execute's row limit was reached.
+    Suspended,
     /// ParameterStatus (name, value).
     Status(String, String),
     Other(char),
@@ -140,6 +142,14 @@ fn execute() -> Vec<u8> {
     let mut b = Vec::new();
     cstr(&mut b, "");
     b.extend_from_slice(&0i32.to_be_bytes());
+    frame(b'E', &b)
+}
+
+/// Execute of the unnamed portal returning at most `max_rows` rows.
+fn execute_limit(max_rows: i32) -> Vec<u8> {
+    let mut b = Vec::new();
+    cstr(&mut b, "");
+    b.extend_from_slice(&max_rows.to_be_bytes());
     frame(b'E', &b)
 }
 
@@ -257,6 +267,7 @@ impl Client {
                 Msg::Error(code)
             }
             b'Z' => Msg::Ready(b[0] as char),
+            b's' => Msg::Suspended,
             b'S' => {
                 let mut f = b
                     .split(|&c| c == 0)
@@ -790,5 +801,84 @@ fn reg_and_timetz_columns_are_described_with_their_types() {
             Some("10:11:12+05:30".into()),
             Some("text".into()),
         ])
+    );
+}
+
+/// Execute's row limit: the portal is suspended after that many rows and the next
+/// Execute goes on where it stopped; the last one's CommandComplete counts only its own
+/// rows, and a limit reached exactly still suspends (the next Execute completes with
+/// `SELECT 0`). PostgreSQL 15 sent exactly these messages for the same bytes.
+#[test]
+fn execute_row_limit_suspends_the_portal() {
+    let live = start();
+    let mut c = Client::connect(live.addr);
+    let data = |v: &str| Msg::Data(vec![Some(v.to_string())]);
+    c.send(&[
+        parse("", "select g from generate_series(1, 5) g", &[]),
+        bind("", &[]),
+        execute_limit(2),
+        execute_limit(2),
+        describe(b'P', ""),
+        execute_limit(2),
+        sync(),
+    ]);
+    assert_eq!(
+        c.until_ready(),
+        vec![
+            Msg::ParseComplete,
+            Msg::BindComplete,
+            data("1"),
+            data("2"),
+            Msg::Suspended,
+            data("3"),
+            data("4"),
+            Msg::Suspended,
+            Msg::Rows(vec![col("g", 0, 23, 4, -1)]),
+            data("5"),
+            Msg::Complete("SELECT 1".into()),
+            Msg::Ready('I')
+        ]
+    );
+    c.send(&[
+        parse("", "select g from generate_series(1, 4) g", &[]),
+        bind("", &[]),
+        execute_limit(2),
+        execute_limit(2),
+        execute_limit(2),
+        sync(),
+    ]);
+    assert_eq!(
+        c.until_ready(),
+        vec![
+            Msg::ParseComplete,
+            Msg::BindComplete,
+            data("1"),
+            data("2"),
+            Msg::Suspended,
+            data("3"),
+            data("4"),
+            Msg::Suspended,
+            Msg::Complete("SELECT 0".into()),
+            Msg::Ready('I')
+        ]
+    );
+    // No limit (0) and a limit larger than the result: every row, the full tag.
+    c.send(&[
+        parse("", "select g from generate_series(1, 3) g", &[]),
+        bind("", &[]),
+        execute_limit(10),
+        sync(),
+    ]);
+    assert_eq!(
+        c.until_ready(),
+        vec![
+            Msg::ParseComplete,
+            Msg::BindComplete,
+            data("1"),
+            data("2"),
+            data("3"),
+            Msg::Complete("SELECT 3".into()),
+            Msg::Ready('I')
+        ]
     );
 }

@@ -11,6 +11,16 @@ pub(crate) fn ident(i: &ast::Ident) -> String {
     }
 }
 
+/// [`ident`] without a copy when the name is already in its folded form (quoted, or
+/// without upper-case letters): column references are resolved once per row.
+pub(crate) fn ident_ref(i: &ast::Ident) -> std::borrow::Cow<'_, str> {
+    if i.quote_style.is_some() || !i.value.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Borrowed(i.value.as_str())
+    } else {
+        std::borrow::Cow::Owned(i.value.to_ascii_lowercase())
+    }
+}
+
 pub(crate) fn object_name(n: &ast::ObjectName) -> String {
     n.0.last()
         .and_then(|p| p.as_ident())

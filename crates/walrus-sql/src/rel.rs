@@ -3,12 +3,14 @@
 //! ([`Rel`]) and one row as expressions see it ([`Frame`]), with column lookup by
 //! (qualifier, name).
 
+use std::borrow::Cow;
+
 use sqlparser::ast::Expr;
 use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::{ColumnDef, DeclaredType};
 
 use crate::error::{SqlError, SqlResult};
-use crate::names::ident;
+use crate::names::{ident, ident_ref};
 use crate::result::Column;
 
 /// A column of an intermediate result: the range-variable name that qualifies it (table
@@ -105,6 +107,19 @@ pub fn col_ref(e: &Expr) -> Option<(Option<String>, String)> {
             Some((Some(ident(&ids[ids.len() - 2])), ident(&ids[ids.len() - 1])))
         }
         Expr::CompoundIdentifier(ids) => ids.last().map(|i| (None, ident(i))),
+        _ => None,
+    }
+}
+
+/// [`col_ref`] borrowing the names when they need no folding (the per-row path).
+pub(crate) fn col_ref_str(e: &Expr) -> Option<(Option<Cow<'_, str>>, Cow<'_, str>)> {
+    match e {
+        Expr::Identifier(i) => Some((None, ident_ref(i))),
+        Expr::CompoundIdentifier(ids) if ids.len() >= 2 => Some((
+            Some(ident_ref(&ids[ids.len() - 2])),
+            ident_ref(&ids[ids.len() - 1]),
+        )),
+        Expr::CompoundIdentifier(ids) => ids.last().map(|i| (None, ident_ref(i))),
         _ => None,
     }
 }

@@ -89,6 +89,40 @@ const PAIRS: &[(&str, &str)] = &[
         "select t.id, u.label from t right join u on t.g = u.g or false \
          where t.id is null or t.id > 5950",
     ),
+    // a streamed join (the left table scanned, each row probing the hashed right
+    // side) vs the nested loop: grouping, plain order, LIMIT stopping the scan, WHERE
+    // on both sides, text keys of a derived right side, a self-join whose hash table
+    // outgrows 64kB (then the materialised hash join takes over)
+    (
+        "select u.label, count(*), sum(t.id), min(t.s) from t join u on t.g = u.g \
+         group by u.label order by u.label",
+        "select u.label, count(*), sum(t.id), min(t.s) from t join u on t.g = u.g or false \
+         group by u.label order by u.label",
+    ),
+    (
+        "select t.id, u.label, t.s from t join u on u.g = t.g and t.id % 7 = 1",
+        "select t.id, u.label, t.s from t join u on (u.g = t.g or false) and t.id % 7 = 1",
+    ),
+    (
+        "select t.id, u.label from t join u on t.g = u.g limit 17 offset 3",
+        "select t.id, u.label from t join u on t.g = u.g or false limit 17 offset 3",
+    ),
+    (
+        "select t.id, u.label from t join u on t.g = u.g \
+         where u.label like 'L1%' and t.id > 5000",
+        "select t.id, u.label from t join u on t.g = u.g or false \
+         where u.label like 'L1%' and t.id > 5000",
+    ),
+    (
+        "select t.id, x.s from t join (select distinct s from t where id < 50) x \
+         on t.s = x.s where t.id > 5000",
+        "select t.id, x.s from t join (select distinct s from t where id < 50) x \
+         on t.s = x.s or false where t.id > 5000",
+    ),
+    (
+        "select count(*), sum(b.g), max(a.s) from t a join t b on a.id = b.id",
+        "select count(*), sum(b.g), max(a.s) from t a join t b on a.id = b.id or false",
+    ),
     (
         "select e.id, x.label from t e join (select g, 'L' || id as label from t \
          where id <= 1000) as x using (g) where e.id % 50 = 0",

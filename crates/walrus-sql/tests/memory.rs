@@ -287,4 +287,49 @@ fn scans_of_a_table_larger_than_the_limit_stream() {
         &["10"],
         64 * 1024,
     );
+    // A join with a small table: the big one is scanned and each row probes the
+    // small one's hash table; the joined rows are not held (the old path held all
+    // 20,000 of them and failed).
+    ok(&mut s, "create table grp (g int, name text)");
+    ok(
+        &mut s,
+        "insert into grp select i, 'group ' || i from generate_series(0, 9) i",
+    );
+    let mut streamed_join = |sql: &str, want: &[&str], bound: u64| {
+        let rows = ok(&mut s, sql);
+        let got: Vec<String> = rows
+            .iter()
+            .map(|r| {
+                r.iter()
+                    .map(|d| walrus_sql::value::format_text(d).unwrap_or_default())
+                    .collect::<Vec<_>>()
+                    .join("|")
+            })
+            .collect();
+        assert_eq!(got, want, "{sql}");
+        let peak = s.statement_memory_peak();
+        assert!(peak <= bound, "{sql}: peak {peak} > {bound}");
+    };
+    streamed_join(
+        "select count(*) from big join grp on big.g = grp.g",
+        &["20000"],
+        16 * 1024,
+    );
+    streamed_join(
+        "select grp.name, count(*), sum(big.id) from big join grp on big.g = grp.g \
+         group by grp.name order by grp.name limit 2",
+        &["group 0|2000|20010000", "group 1|2000|19992000"],
+        32 * 1024,
+    );
+    streamed_join(
+        "select big.id, grp.name from big join grp on grp.g = big.g \
+         where big.id % 1000 = 998 and grp.name <> 'group 9' order by big.id desc limit 2",
+        &["19998|group 8", "18998|group 8"],
+        16 * 1024,
+    );
+    // Every joined row at once still does not fit.
+    out_of_memory(
+        &mut s,
+        "select big.v, grp.name from big join grp on big.g = grp.g",
+    );
 }

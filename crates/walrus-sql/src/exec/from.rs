@@ -453,6 +453,118 @@ impl Executor<'_> {
         Ok(Some(pairs))
     }
 
+    /// The hashed right side of `left JOIN right ON ...` for a left table that is
+    /// scanned, not held (`select.rs`'s single-table path): an inner join whose ON has
+    /// `l = r` conjuncts over columns that hash ([`hash_kind`]), its right side read once
+    /// and hashed within `work_mem`. `None` leaves the join to [`Executor::join`]
+    /// (outer or lateral joins, no equality, keys that do not hash, a right side too
+    /// large for `work_mem`).
+    pub(super) fn probe_join(
+        &self,
+        left_cols: &[ColName],
+        right: &TableFactor,
+        op: &JoinOperator,
+    ) -> SqlResult<Option<ProbeJoin>> {
+        let on = match op {
+            JoinOperator::Join(JoinConstraint::On(e))
+            | JoinOperator::Inner(JoinConstraint::On(e)) => e,
+            _ => return Ok(None),
+        };
+        if is_lateral(right) {
+            return Ok(None);
+        }
+        let right = self.factor(right, None)?;
+        let nleft = left_cols.len();
+        let cols: Vec<ColName> = left_cols.iter().chain(&right.cols).cloned().collect();
+        bind(on, &cols, None, &[])?;
+        let (keys, rest) = equi_keys(on, &cols, nleft);
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        let mut kinds = Vec::with_capacity(keys.len());
+        for &(li, ri) in &keys {
+            match hash_kind(&left_cols[li], &right.cols[ri]) {
+                Some(k) => kinds.push(k),
+                None => return Ok(None),
+            }
+        }
+        let work_mem = self.work_mem();
+        let mut table: HashMap<Vec<KeyPart>, Vec<usize>> = HashMap::new();
+        let mut table_bytes = 0u64;
+        for (i, row) in right.rows.iter().enumerate() {
+            match side_key(&keys, &kinds, row, false) {
+                None => return Ok(None),
+                Some(None) => {}
+                Some(Some(k)) => {
+                    let bytes = k.iter().map(KeyPart::bytes).sum::<u64>() + 64;
+                    table_bytes += bytes;
+                    if table_bytes > work_mem {
+                        return Ok(None);
+                    }
+                    self.memory.charge(bytes)?;
+                    table.entry(k).or_default().push(i);
+                }
+            }
+        }
+        Ok(Some(ProbeJoin {
+            cols,
+            right: right.rows,
+            table,
+            keys,
+            kinds,
+            on: on.clone(),
+            rest,
+        }))
+    }
+
+    /// Joins one left row with the hashed right side, handing each joined row to `each`
+    /// (which returns `false` to stop) in the nested loop's order: matches in right-row
+    /// order; a NULL key matches nothing. Returns whether to go on.
+    pub(super) fn probe_row(
+        &self,
+        pj: &ProbeJoin,
+        lrow: &[Datum],
+        each: &mut dyn FnMut(Vec<Datum>) -> SqlResult<bool>,
+    ) -> SqlResult<bool> {
+        let all: Vec<usize>;
+        let (hits, check_on): (&[usize], bool) = match side_key(&pj.keys, &pj.kinds, lrow, true) {
+            Some(None) => return Ok(true),
+            Some(Some(k)) => match pj.table.get(&k) {
+                Some(h) => (h.as_slice(), pj.rest),
+                None => return Ok(true),
+            },
+            // A value not of its column's kind: every right row, the whole ON decides.
+            None => {
+                all = (0..pj.right.len()).collect();
+                (all.as_slice(), true)
+            }
+        };
+        for &ri in hits {
+            let rrow = &pj.right[ri];
+            let mut row = Vec::with_capacity(lrow.len() + rrow.len());
+            row.extend_from_slice(lrow);
+            row.extend_from_slice(rrow);
+            if check_on {
+                let frame = Frame {
+                    cols: &pj.cols,
+                    row: &row,
+                    outer: None,
+                };
+                if !crate::expr::holds(
+                    "JOIN/ON",
+                    &pj.on,
+                    self.eval_in(&pj.on, Some(&frame), self)?,
+                )? {
+                    continue;
+                }
+            }
+            if !each(row)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     pub(super) fn user_table(&self, name: &ast::ObjectName) -> SqlResult<Option<Arc<TableDef>>> {
         let parts: Vec<String> = name
             .0
@@ -461,6 +573,7 @@ impl Executor<'_> {
             .map(ident)
             .collect();
         let (schema, table) = match parts.as_slice() {
+            [t] if self.ctes.contains_key(t) => return Ok(None),
             [t] => (None, t.as_str()),
             [s, t] => (Some(s.as_str()), t.as_str()),
             [_, s, t] => (Some(s.as_str()), t.as_str()),
@@ -514,6 +627,12 @@ impl Executor<'_> {
                             .filter_map(|p| p.as_ident())
                             .map(ident)
                             .collect();
+                        if let ([n], Some(bound)) = (
+                            parts.as_slice(),
+                            parts.first().and_then(|n| self.ctes.get(n)),
+                        ) {
+                            return self.cte_rel(n, bound, alias.as_ref());
+                        }
                         let table = parts.last().cloned().unwrap_or_default();
                         let schema = parts.len().checked_sub(2).map(|i| parts[i].as_str());
                         self.virtual_table(schema, &table, alias.as_ref())?
@@ -564,6 +683,28 @@ impl Executor<'_> {
                 "FROM {other} is not supported"
             ))),
         }
+    }
+
+    /// A FROM reference to a CTE bound by name: a copy of its rows (charged), its
+    /// columns qualified by the alias or the CTE's name and renamed by the alias.
+    fn cte_rel(&self, name: &str, bound: &Rel, alias: Option<&ast::TableAlias>) -> SqlResult<Rel> {
+        self.memory.charge_rows(&bound.rows)?;
+        let qual = alias
+            .map(|a| ident(&a.name))
+            .unwrap_or_else(|| name.to_string());
+        let mut rel = Rel {
+            cols: bound
+                .cols
+                .iter()
+                .map(|c| ColName {
+                    qual: Some(qual.clone()),
+                    ..c.clone()
+                })
+                .collect(),
+            rows: bound.rows.clone(),
+        };
+        rename(&mut rel, alias)?;
+        Ok(rel)
     }
 
     /// A `pg_catalog` or `information_schema` table computed from the catalog snapshot.
@@ -767,6 +908,44 @@ fn generate_series(vals: &[Datum], memory: &MemoryBudget) -> SqlResult<Vec<Vec<D
             }]
         })
         .collect())
+}
+
+/// The hashed right side of a join whose left table is streamed (see
+/// [`Executor::probe_join`]).
+pub(super) struct ProbeJoin {
+    /// The joined row's columns: the left table's, then the right side's.
+    pub(super) cols: Vec<ColName>,
+    right: Vec<Vec<Datum>>,
+    /// Right rows (positions, ascending) by key.
+    table: HashMap<Vec<KeyPart>, Vec<usize>>,
+    keys: Vec<(usize, usize)>,
+    kinds: Vec<HashKind>,
+    on: Expr,
+    /// Whether ON has conjuncts besides the key equalities (then it is evaluated on
+    /// each key-matched pair).
+    rest: bool,
+}
+
+/// One side's key for the (left, right) column pairs `keys`: `None` when a value is not
+/// of its column's kind, `Some(None)` when a key value is NULL.
+fn side_key(
+    keys: &[(usize, usize)],
+    kinds: &[HashKind],
+    row: &[Datum],
+    left_side: bool,
+) -> Option<Option<Vec<KeyPart>>> {
+    let mut key = Vec::with_capacity(keys.len());
+    for (&(li, ri), k) in keys.iter().zip(kinds) {
+        let d = &row[if left_side { li } else { ri }];
+        if d.is_null() {
+            return Some(None);
+        }
+        if !k.admits(d) {
+            return None;
+        }
+        key.push(KeyPart::of(d));
+    }
+    Some(Some(key))
 }
 
 /// Which values a hash join key column takes: the integer and NUMERIC types compare

@@ -7,8 +7,10 @@
 //!
 //! A SELECT over one user table streams: the scan hands each row passing WHERE to the
 //! streamed aggregation or to the projection and output collector (`select.rs`), which
-//! stops the scan once a LIMIT without ORDER BY has its rows. Other levels (joins,
-//! derived tables, set operations, window functions) materialise their rows: OLTP
+//! stops the scan once a LIMIT without ORDER BY has its rows. `t JOIN x ON t.a = x.b`
+//! (inner, `t` a plain table, `x` hashed within `work_mem`) streams too: each scanned
+//! row of `t` probes `x`'s hash table (`from.rs` `probe_join`). Other levels (other
+//! joins, derived tables, set operations, window functions) materialise their rows: OLTP
 //! statements touch few rows and the catalog tables are small. Every row held is charged to the statement's `statement_memory_limit`
 //! budget ([`crate::memory`]), so a blow-up fails with 53200 instead of exhausting the
 //! server's memory. A lone user table with no joins goes through [`dml::matching_rows`], which
@@ -89,7 +91,24 @@ pub(crate) trait Env {
 /// Runs a SELECT (or VALUES, or set operation) and returns its rows with a `SELECT n`
 /// tag; columns whose type is not known are reported as text.
 pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResult<QueryResult> {
-    let rel = Executor::new(env, params).run_query(q, None)?;
+    select_with(env, q, params, &CteRels::new())
+}
+
+/// The rows of a WITH query's CTEs, bound by name for the statement: a FROM item that
+/// names one (unqualified) reads these rows instead of a table (`session/recursive.rs`
+/// fills them; the working table of a recursive CTE is one).
+pub(crate) type CteRels = HashMap<String, Rel>;
+
+/// [`select`] with `ctes` visible to every FROM list of the query, subqueries included.
+pub(crate) fn select_with(
+    env: &mut dyn Env,
+    q: &Query,
+    params: &[Datum],
+    ctes: &CteRels,
+) -> SqlResult<QueryResult> {
+    let mut exec = Executor::new(env, params);
+    exec.ctes = ctes;
+    let rel = exec.run_query(q, None)?;
     Ok(QueryResult {
         tag: format!("SELECT {}", rel.rows.len()),
         columns: rel.cols.into_iter().map(|c| c.to_column()).collect(),
@@ -300,6 +319,9 @@ pub(crate) fn compare_keys(a: &[Datum], b: &[Datum], dirs: &[(bool, bool)]) -> O
     Ordering::Equal
 }
 
+/// The empty binding of statements without CTE rows.
+static NO_CTES: std::sync::LazyLock<CteRels> = std::sync::LazyLock::new(CteRels::new);
+
 /// Runs SELECTs for one statement of a session.
 pub(crate) struct Executor<'s> {
     env: RefCell<&'s mut dyn Env>,
@@ -313,6 +335,8 @@ pub(crate) struct Executor<'s> {
     /// While a FROM list of plain tables is read: the only column names the query level
     /// can use (see `select::used_names`); user-table scans decode just those.
     pruned_names: RefCell<Option<HashSet<String>>>,
+    /// CTE rows bound by name (see [`CteRels`]); empty outside WITH RECURSIVE.
+    ctes: &'s CteRels,
 }
 
 /// The hooks in force while evaluating over one group of rows.
@@ -400,6 +424,7 @@ impl<'s> Executor<'s> {
             memory,
             catalog: RefCell::new(None),
             pruned_names: RefCell::new(None),
+            ctes: &NO_CTES,
         }
     }
 

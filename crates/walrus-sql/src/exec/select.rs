@@ -11,6 +11,7 @@ use walrus_engine::catalog::TableDef;
 
 use super::aggregate::{streamable_call, AggState, StreamCall};
 use super::dml::{for_each_matching_row, matching_rows};
+use super::from::ProbeJoin;
 use super::spill::SpillFile;
 use super::{row_key, Executor, GroupHooks, KeyPart, OutputRows, StreamHooks};
 use crate::error::{SqlError, SqlResult};
@@ -30,11 +31,14 @@ enum FromRows {
     Table(Rel, TableSource),
 }
 
-/// A lone user table of the single-table path, read with WHERE applied as it goes.
+/// A lone user table of the single-table path, read with WHERE applied as it goes;
+/// or the left table of an inner equi-join, scanned and joined row by row with its
+/// hashed right side (`probe`), WHERE applied to each joined row.
 struct TableSource {
     def: std::sync::Arc<TableDef>,
     /// The columns the query level can use (`None`: all).
     wanted: Option<Vec<bool>>,
+    probe: Option<Box<ProbeJoin>>,
 }
 
 /// Takes one FROM-list row with its position; `false` stops the read.
@@ -104,6 +108,14 @@ impl GroupTable {
             row,
             outer: p.outer,
         };
+        // Aggregates without GROUP BY: one group, no key to hash per row.
+        if p.group_exprs.is_empty() && !self.groups.is_empty() {
+            let states = &mut self.groups[0].2;
+            for (c, st) in p.calls.iter().zip(states.iter_mut()) {
+                exec.stream_row(c, st, &frame)?;
+            }
+            return Ok(());
+        }
         let mut key = Vec::with_capacity(p.group_exprs.len());
         for g in p.group_exprs {
             let v = exec.eval_in(g, Some(&frame), exec)?;
@@ -1016,8 +1028,17 @@ impl Executor<'_> {
         Ok(out)
     }
 
-    /// Every row of a lone table that satisfies WHERE, charged as held.
+    /// Every row of a lone table (or of its join) that satisfies WHERE, charged as held.
     fn read_table(&self, src: &TableSource, sel: &Select) -> SqlResult<Vec<Vec<Datum>>> {
+        if src.probe.is_some() {
+            let mut rows = Vec::new();
+            self.read_table_with(src, sel, &mut |row| {
+                self.memory.charge_row(&row)?;
+                rows.push(row);
+                Ok(true)
+            })?;
+            return Ok(rows);
+        }
         Ok(matching_rows(
             &mut **self.env.borrow_mut(),
             &src.def,
@@ -1039,6 +1060,43 @@ impl Executor<'_> {
         sel: &Select,
         each: &mut dyn FnMut(Vec<Datum>) -> SqlResult<bool>,
     ) -> SqlResult<()> {
+        if let Some(pj) = &src.probe {
+            // The left table is scanned whole (WHERE may name either side) and each
+            // row joined as it comes; no catalog or table read happens meanwhile
+            // (`prepare_streaming` chose this path).
+            let mut n = 0usize;
+            let mut env = self.env.borrow_mut();
+            return for_each_matching_row(
+                &mut **env,
+                &src.def,
+                None,
+                self.params,
+                src.wanted.as_deref(),
+                &mut |_, lrow| {
+                    n += 1;
+                    if n % 1024 == 1023 {
+                        self.check_interrupt()?;
+                    }
+                    self.probe_row(pj, &lrow, &mut |row| {
+                        if let Some(w) = &sel.selection {
+                            let frame = Frame {
+                                cols: &pj.cols,
+                                row: &row,
+                                outer: None,
+                            };
+                            if !crate::expr::holds(
+                                "WHERE",
+                                w,
+                                self.eval_in(w, Some(&frame), self)?,
+                            )? {
+                                return Ok(true);
+                            }
+                        }
+                        each(row)
+                    })
+                },
+            );
+        }
         for_each_matching_row(
             &mut **self.env.borrow_mut(),
             &src.def,
@@ -1096,6 +1154,57 @@ impl Executor<'_> {
         Ok(true)
     }
 
+    /// `t JOIN x ON ...` with `t` a plain user table and one inner equi-join whose
+    /// right side hashes ([`Executor::probe_join`]): `t` is then scanned row by row and
+    /// never held, like a lone table. Not when a subquery is anywhere in the query
+    /// level (it would read the database during the scan).
+    fn streamed_join(
+        &self,
+        sel: &Select,
+        q: &Query,
+        twj: &ast::TableWithJoins,
+    ) -> SqlResult<Option<TableSource>> {
+        let (
+            [join],
+            TableFactor::Table {
+                name,
+                alias,
+                args: None,
+                ..
+            },
+        ) = (twj.joins.as_slice(), &twj.relation)
+        else {
+            return Ok(None);
+        };
+        if alias.as_ref().is_some_and(|a| !a.columns.is_empty())
+            || crate::names::table_has_extras(&twj.relation)
+        {
+            return Ok(None);
+        }
+        let Some(def) = self.user_table(name)? else {
+            return Ok(None);
+        };
+        if !self.prepare_streaming(sel, q)? {
+            return Ok(None);
+        }
+        let qual = alias
+            .as_ref()
+            .map(|a| ident(&a.name))
+            .unwrap_or_else(|| def.name.clone());
+        let left_cols = table_cols(&qual, &def);
+        let before = self.pruned_names.replace(used_names(sel, q));
+        let probe = self.probe_join(&left_cols, &join.relation, &join.join_operator);
+        *self.pruned_names.borrow_mut() = before;
+        let Some(probe) = probe? else {
+            return Ok(None);
+        };
+        Ok(Some(TableSource {
+            wanted: used_columns(sel, q, &def),
+            def,
+            probe: Some(Box::new(probe)),
+        }))
+    }
+
     /// FROM: the cross product of its items, each a table with its joins; or, for a
     /// lone user table, its columns and how to read it (WHERE applied as it is read,
     /// through the access path `dml::choose_access` picks), not yet read.
@@ -1123,9 +1232,27 @@ impl Executor<'_> {
                             rows: Vec::new(),
                         };
                         rename(&mut rel, alias.as_ref())?;
-                        return Ok(FromRows::Table(rel, TableSource { def, wanted }));
+                        return Ok(FromRows::Table(
+                            rel,
+                            TableSource {
+                                def,
+                                wanted,
+                                probe: None,
+                            },
+                        ));
                     }
                 }
+            }
+            if let Some(src) = self.streamed_join(sel, q, twj)? {
+                let rel = Rel {
+                    cols: src
+                        .probe
+                        .as_ref()
+                        .map(|p| p.cols.clone())
+                        .unwrap_or_default(),
+                    rows: Vec::new(),
+                };
+                return Ok(FromRows::Table(rel, src));
             }
         }
         let mut acc = Rel {

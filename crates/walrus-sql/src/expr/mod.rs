@@ -130,7 +130,7 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             other => literal(other),
         },
         Expr::Identifier(_) | Expr::CompoundIdentifier(_) if s.frame.is_some() => {
-            let (qual, name) = crate::rel::col_ref(e).unwrap_or_default();
+            let (qual, name) = crate::rel::col_ref_str(e).unwrap_or_default();
             match s
                 .frame
                 .map(|f| f.lookup(qual.as_deref(), &name))
@@ -869,11 +869,17 @@ fn is_table_char_column(e: &Expr, s: &Scope<'_>) -> bool {
 }
 
 fn column(s: &Scope<'_>, name: &str) -> SqlResult<Datum> {
-    let lname = name.to_ascii_lowercase();
+    // `c.name == name.to_ascii_lowercase()` without the copy (once per row and reference).
+    let folded_eq = |c: &str| {
+        c.len() == name.len()
+            && c.bytes()
+                .zip(name.bytes())
+                .all(|(a, b)| a == b.to_ascii_lowercase())
+    };
     let i = s
         .columns
         .iter()
-        .position(|c| c.name == lname)
+        .position(|c| folded_eq(&c.name))
         .ok_or_else(|| SqlError::new("42703", format!("column \"{name}\" does not exist")))?;
     let row = s
         .row

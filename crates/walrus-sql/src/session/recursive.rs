@@ -1,29 +1,26 @@
 //! `WITH RECURSIVE` at the top of a SELECT, evaluated as PostgreSQL does: each CTE of
 //! the form `non-recursive UNION [ALL] recursive` runs its non-recursive term, then its
 //! recursive term over the rows the last round added (the working table) until a round
-//! adds none; `UNION` drops rows already produced. The rows are then given to the rest
-//! of the statement as a VALUES list of typed literals in place of each reference (the
-//! executor runs the query unchanged). CTEs of the list that do not refer to themselves
-//! are inlined as derived tables, as without RECURSIVE. A recursive reference anywhere
+//! adds none (semi-naive: each round reads only the previous round's new rows); `UNION`
+//! drops rows already produced. The working table and each finished CTE's rows are
+//! bound by name in the executor (`exec::CteRels`): a FROM reference reads them
+//! directly, with no SQL text in between. CTEs of the list that do not refer to
+//! themselves are run once and bound the same way. A recursive reference anywhere
 //! but the recursive term's FROM list, mutual recursion, and recursive WITH below the
 //! top level are 0A000.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
 
-use sqlparser::ast::{
-    Query, SetExpr, SetOperator, SetQuantifier, TableFactor, Visit, VisitMut, Visitor, VisitorMut,
-};
-use sqlparser::dialect::PostgreSqlDialect;
-use sqlparser::parser::Parser;
+use sqlparser::ast::{Query, SetExpr, SetOperator, SetQuantifier, TableFactor, Visit, Visitor};
 use walrus_engine::access::datum::{Datum, TypeId};
 
 use super::Session;
 use crate::error::{SqlError, SqlResult};
 use crate::exec;
 use crate::names::ident;
+use crate::rel::{ColName, Rel};
 use crate::result::QueryResult;
-use crate::value::format_text;
 
 /// Whether `q` names table `name` (unqualified) anywhere.
 fn refers_to(q: &Query, name: &str) -> bool {
@@ -148,98 +145,24 @@ fn check_recursive_term(step: &Query, name: &str) -> SqlResult<()> {
     Ok(())
 }
 
-/// A SQL literal that reads back as exactly `d` (typed by `ty`, the column's type).
-fn literal(d: &Datum, ty: TypeId) -> String {
-    let cast = ty.name();
-    match format_text(d) {
-        None => format!("NULL::{cast}"),
-        Some(t) => format!("'{}'::{cast}", t.replace('\'', "''")),
-    }
-}
-
-/// The rows as a query: `VALUES (...), ...` or, with none, a SELECT of typed NULLs that
-/// returns nothing.
-fn rows_query(rows: &[Vec<Datum>], types: &[TypeId]) -> SqlResult<Query> {
-    let sql = if rows.is_empty() {
-        let cols: Vec<String> = types
+/// A CTE's rows as the executor binds them (`exec::CteRels`): columns named `cols`,
+/// typed `types`.
+fn bound_rel(cols: &[String], types: &[TypeId], rows: Vec<Vec<Datum>>) -> Rel {
+    Rel {
+        cols: cols
             .iter()
-            .map(|t| format!("NULL::{}", t.name()))
-            .collect();
-        format!("SELECT {} WHERE false", cols.join(", "))
-    } else {
-        let mut s = String::from("VALUES ");
-        for (i, r) in rows.iter().enumerate() {
-            if i > 0 {
-                s.push_str(", ");
-            }
-            let items: Vec<String> = r.iter().zip(types).map(|(d, t)| literal(d, *t)).collect();
-            s.push('(');
-            s.push_str(&items.join(", "));
-            s.push(')');
-        }
-        s
-    };
-    let st = Parser::parse_sql(&PostgreSqlDialect {}, &sql)
-        .map_err(|e| SqlError::new("XX000", format!("recursive CTE rows: {e}")))?;
-    match st.into_iter().next() {
-        Some(sqlparser::ast::Statement::Query(q)) => Ok(*q),
-        _ => Err(SqlError::new(
-            "XX000",
-            "recursive CTE rows did not parse as a query",
-        )),
-    }
-}
-
-/// Replaces every FROM reference to `name` in `q` by `rows` as a derived table named
-/// `name` with `columns`.
-fn substitute(q: &mut Query, name: &str, rows: &Query, columns: &[String]) {
-    struct Sub<'a> {
-        name: &'a str,
-        rows: &'a Query,
-        columns: &'a [String],
-    }
-    impl VisitorMut for Sub<'_> {
-        type Break = ();
-        fn post_visit_table_factor(&mut self, t: &mut TableFactor) -> ControlFlow<()> {
-            let TableFactor::Table {
-                name,
-                alias,
-                args: None,
-                ..
-            } = t
-            else {
-                return ControlFlow::Continue(());
-            };
-            if name.0.len() != 1 || name.0[0].as_ident().is_none_or(|i| ident(i) != self.name) {
-                return ControlFlow::Continue(());
-            }
-            let mut alias = alias.take().unwrap_or(sqlparser::ast::TableAlias {
-                explicit: false,
-                name: sqlparser::ast::Ident::new(self.name),
-                columns: Vec::new(),
-                at: None,
-            });
-            if alias.columns.is_empty() {
-                alias.columns = self
-                    .columns
-                    .iter()
-                    .map(|c| sqlparser::ast::TableAliasColumnDef::from_name(c.clone()))
-                    .collect();
-            }
-            *t = TableFactor::Derived {
-                lateral: false,
-                subquery: Box::new(self.rows.clone()),
-                alias: Some(alias),
-                sample: None,
-            };
-            ControlFlow::Continue(())
-        }
-    }
-    let _ = q.visit(&mut Sub {
-        name,
+            .zip(types)
+            .map(|(n, t)| ColName {
+                qual: None,
+                name: n.clone(),
+                ty: Some(*t),
+                bpchar: false,
+                hidden: false,
+                origin: None,
+            })
+            .collect(),
         rows,
-        columns,
-    });
+    }
 }
 
 impl Session {
@@ -253,25 +176,22 @@ impl Session {
         let Some(with) = q.with.take() else {
             return exec::select(self, &q, params);
         };
-        // Earlier CTEs, materialized or inlined, are substituted into later ones.
-        let mut done: Vec<(String, Query, Vec<String>)> = Vec::new();
+        // Each CTE's rows, bound by name for the later CTEs and the statement.
+        let mut done = exec::CteRels::new();
         for cte in with.cte_tables {
             let name = ident(&cte.alias.name);
-            let mut body = *cte.query;
-            for (n, rows, cols) in &done {
-                substitute(&mut body, n, rows, cols);
-            }
+            let body = *cte.query;
             let alias_cols: Vec<String> =
                 cte.alias.columns.iter().map(|c| ident(&c.name)).collect();
             if !refers_to(&body, &name) {
-                let r = exec::select(self, &body, params)?;
+                let r = exec::select_with(self, &body, params, &done)?;
                 let cols = if alias_cols.is_empty() {
                     r.columns.iter().map(|c| c.name.clone()).collect()
                 } else {
                     alias_cols
                 };
                 let types: Vec<TypeId> = r.columns.iter().map(|c| c.ty).collect();
-                done.push((name, rows_query(&r.rows, &types)?, cols));
+                done.insert(name, bound_rel(&cols, &types, r.rows));
                 continue;
             }
             let SetExpr::SetOperation {
@@ -310,7 +230,7 @@ impl Session {
                 )));
             }
             check_recursive_term(&step, &name)?;
-            let first = exec::select(self, &base, params)?;
+            let first = exec::select_with(self, &base, params, &done)?;
             let cols: Vec<String> = if alias_cols.is_empty() {
                 first.columns.iter().map(|c| c.name.clone()).collect()
             } else {
@@ -338,6 +258,8 @@ impl Session {
                     result.push(r);
                 }
             }
+            // The working table: bound under the CTE's name while the recursive term
+            // runs over it, replaced by the rows that round added.
             while !working.is_empty() {
                 if self.interrupt.load(std::sync::atomic::Ordering::Acquire) {
                     return Err(SqlError::new(
@@ -345,10 +267,15 @@ impl Session {
                         "canceling statement due to user request",
                     ));
                 }
-                let mut step_q = step.clone();
-                substitute(&mut step_q, &name, &rows_query(&working, &types)?, &cols);
-                let r = exec::select(self, &step_q, params)?;
-                working.clear();
+                done.insert(
+                    name.clone(),
+                    bound_rel(&cols, &types, std::mem::take(&mut working)),
+                );
+                // What the round's evaluation held is given back; the rows kept are
+                // charged below.
+                let mark = self.memory.used();
+                let r = exec::select_with(self, &step, params, &done)?;
+                self.memory.release_to(mark);
                 for row in r.rows {
                     // The recursive term's values take the non-recursive term's types.
                     let row = row
@@ -363,11 +290,8 @@ impl Session {
                     }
                 }
             }
-            done.push((name, rows_query(&result, &types)?, cols));
+            done.insert(name, bound_rel(&cols, &types, result));
         }
-        for (n, rows, cols) in &done {
-            substitute(&mut q, n, rows, cols);
-        }
-        exec::select(self, &q, params)
+        exec::select_with(self, &q, params, &done)
     }
 }
