@@ -308,9 +308,12 @@ fn direct_encoding_loads_what_the_input_functions_load() {
             match (direct, via) {
                 (Ok(a), Ok(b)) => assert_eq!(a, b, "{ty} {input:?}"),
                 (Err(a), Err(b)) => {
+                    // The relation's name differs; everything else must not.
+                    let a_message = a.message.replace("\"direct\"", "\"t\"");
+                    let b_message = b.message.replace("\"via\"", "\"t\"");
                     assert_eq!(
-                        (a.sqlstate, &a.message, &a.detail),
-                        (b.sqlstate, &b.message, &b.detail),
+                        (a.sqlstate, &a_message, &a.detail),
+                        (b.sqlstate, &b_message, &b.detail),
                         "{ty} {input:?}"
                     );
                     assert_eq!(
