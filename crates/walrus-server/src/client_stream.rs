@@ -54,6 +54,27 @@ impl ClientStream {
     }
 }
 
+impl ClientStream {
+    /// If the next message is a CopyData message already wholly received, appends its
+    /// body to `out`, consumes it and returns true; otherwise (another message, one
+    /// not all here yet, or a malformed length, which the next read reports) leaves
+    /// everything as it is. Lets COPY hand many small CopyData messages (one per row,
+    /// as pgbench and psql send them) to the session as one piece of data.
+    pub fn take_buffered_copy_data(&mut self, out: &mut Vec<u8>) -> bool {
+        let b = &self.buf[self.start..self.end];
+        if b.len() < 5 || b[0] != b'd' {
+            return false;
+        }
+        let len = i32::from_be_bytes([b[1], b[2], b[3], b[4]]);
+        if len < 4 || 1 + len as usize > b.len() {
+            return false;
+        }
+        out.extend_from_slice(&b[5..1 + len as usize]);
+        self.start += 1 + len as usize;
+        true
+    }
+}
+
 impl Read for ClientStream {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.start == self.end {
@@ -116,5 +137,63 @@ mod tests {
         client.read_to_end(&mut rest).unwrap();
         got.extend_from_slice(&rest);
         assert_eq!(got, sent);
+    }
+
+    /// CopyData messages already received are taken whole and in order; a message of
+    /// another kind, or one whose body has not all arrived, is left for the next read.
+    #[test]
+    fn takes_only_whole_buffered_copy_data_messages() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let message = |kind: u8, body: &[u8]| {
+            let mut m = vec![kind];
+            m.extend_from_slice(&(body.len() as i32 + 4).to_be_bytes());
+            m.extend_from_slice(body);
+            m
+        };
+        let mut first = message(b'd', b"1\t2\n");
+        first.extend(message(b'd', b"3\t4\n"));
+        first.extend(message(b'c', b""));
+        // A CopyData header whose body comes later.
+        let partial = message(b'd', b"5\t6\n");
+        first.extend_from_slice(&partial[..7]);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let writer = std::thread::spawn(move || {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.write_all(&first).unwrap();
+            rx.recv().unwrap();
+            c.write_all(&partial[7..]).unwrap();
+        });
+        let (s, _) = listener.accept().unwrap();
+        let mut client = ClientStream::new(s);
+        let mut header = [0u8; 1];
+        client.read_exact(&mut header).unwrap();
+        assert_eq!(header, [b'd']);
+        // Everything up to here arrived in one write; wait until it is buffered.
+        let mut len = [0u8; 4];
+        client.read_exact(&mut len).unwrap();
+        let mut body = vec![0u8; i32::from_be_bytes(len) as usize - 4];
+        client.read_exact(&mut body).unwrap();
+        let mut chunk = body;
+        while client.end - client.start < 9 + 5 + 7 {
+            std::thread::sleep(Duration::from_millis(1));
+            let n = client.stream.read(&mut client.buf[client.end..]).unwrap();
+            client.end += n;
+        }
+        assert!(client.take_buffered_copy_data(&mut chunk));
+        assert_eq!(chunk, b"1\t2\n3\t4\n");
+        // CopyDone is not CopyData: left for the next read.
+        assert!(!client.take_buffered_copy_data(&mut chunk));
+        let mut done = [0u8; 5];
+        client.read_exact(&mut done).unwrap();
+        assert_eq!(done[0], b'c');
+        // Only part of the next message is here: nothing is taken.
+        assert!(!client.take_buffered_copy_data(&mut chunk));
+        assert_eq!(chunk, b"1\t2\n3\t4\n");
+        tx.send(()).unwrap();
+        writer.join().unwrap();
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, message(b'd', b"5\t6\n"));
     }
 }

@@ -688,6 +688,10 @@ fn simple_query(
     Ok(())
 }
 
+/// How much text/CSV COPY data is gathered from received CopyData messages before it
+/// goes to the session.
+const COPY_IN_CHUNK_BYTES: usize = 64 << 10;
+
 /// COPY FROM STDIN's sub-protocol: CopyInResponse, then CopyData until CopyDone or
 /// CopyFail. The session loads complete records as each message arrives (a CSV record
 /// may span messages), so memory stays bounded; an error is reported after CopyDone or
@@ -701,9 +705,22 @@ fn copy_in(
     out.copy_response(b'G', copy.binary(), copy.column_count());
     stream.write_all(&out.buf)?;
     out.buf.clear();
+    let mut chunk = Vec::new();
     loop {
         let m = read_message(stream)?;
         match m.kind {
+            // Text and CSV data is a stream whose message boundaries mean nothing:
+            // the CopyData messages already received go to the session as one piece.
+            // (Binary keeps them apart: data in a message after the trailer's is an
+            // error there.)
+            b'd' if !copy.binary() => {
+                chunk.clear();
+                chunk.extend_from_slice(&m.body);
+                while chunk.len() < COPY_IN_CHUNK_BYTES
+                    && stream.take_buffered_copy_data(&mut chunk)
+                {}
+                s.copy_data(&mut copy, &chunk)
+            }
             b'd' => s.copy_data(&mut copy, &m.body),
             b'c' => return Ok(s.copy_done(copy)),
             b'f' => {

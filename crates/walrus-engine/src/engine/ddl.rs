@@ -11,7 +11,7 @@ use std::sync::Arc;
 use walrus_base::{RelFileId, Tid};
 
 use super::{Engine, Isolation, Transaction};
-use crate::access::btree::BTree;
+use crate::access::btree::{BTree, BuildEntries};
 use crate::access::datum::{self, encode_key, Datum};
 use crate::access::heap::tuple::Viewer;
 use crate::access::heap::{Heap, Modify};
@@ -228,8 +228,9 @@ impl Transaction {
             primary,
         };
         // Every row version that may still be live (not dead to all) is indexed, like
-        // PostgreSQL's CREATE INDEX; primary key columns must not be NULL.
-        let mut entries: Vec<(Vec<u8>, Tid)> = Vec::new();
+        // PostgreSQL's CREATE INDEX; primary key columns must not be NULL. Each row is
+        // read where it lies on its page and only its key columns are decoded; the
+        // entries go into one buffer (no allocation per row).
         let rel = inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&inner.pool, &inner.txn, &rel);
         let snap = self.snapshot();
@@ -239,27 +240,33 @@ impl Transaction {
             cid: self.cid,
         };
         let types = def.types();
-        for b in 0..heap.nblocks()? {
-            let mut rows = Vec::new();
-            heap.scan_block_roots(b, &viewer, &mut rows)?;
-            for (tid, row) in rows {
-                let values = datum::decode_row(&row, &types)
-                    .map_err(|e| Error::InvalidInput(e.to_string()))?;
-                let keyvals: Vec<Datum> = columns.iter().map(|&c| values[c].clone()).collect();
+        let nblocks = heap.nblocks()?;
+        // Committed rows counted so far: a hint for the buffers' size only.
+        let rows_hint = (rel.activity.live() as usize).min(1 << 24);
+        let mut entries = BuildEntries::with_capacity(rows_hint, 8 * columns.len());
+        let mut keyvals: Vec<Datum> = Vec::with_capacity(columns.len());
+        for b in 0..nblocks {
+            heap.for_each_root_row(b, &viewer, |tid, row| {
+                keyvals.clear();
+                for &c in columns {
+                    keyvals.push(
+                        datum::decode_column(row, &types, c)
+                            .map_err(|e| Error::InvalidInput(e.to_string()))?,
+                    );
+                }
                 if primary && keyvals.iter().any(|d| d.is_null()) {
                     return Err(Error::InvalidInput(format!(
                         "column \"{}\" of relation \"{table}\" contains null values",
                         def.columns[columns[0]].name
                     )));
                 }
-                let mut k = Vec::new();
-                encode_key(&keyvals, &mut k);
-                entries.push((k, tid));
-            }
+                entries.push_with(tid, |out| encode_key(&keyvals, out));
+                Ok(())
+            })?;
         }
         entries.sort();
         let tree = BTree::open(&inner.pool, relfile, unique, name);
-        tree.bulk_build(&entries, xid)?;
+        tree.bulk_build_entries(&entries, xid)?;
         self.catalog_insert(&catalog::encode_index(&idx))?;
         inner.pool.set_relation_name(relfile, name);
         if primary {

@@ -15,7 +15,7 @@ use walrus_base::{Tid, Xid};
 
 use super::{Isolation, Transaction};
 use crate::access::btree::{BTree, UniqueCheck};
-use crate::access::datum::{self, encode_key, encode_row, Datum};
+use crate::access::datum::{self, encode_key, encode_row, Datum, EncodedRows};
 use crate::access::heap::tuple::{self, TupleHeader, Viewer};
 use crate::access::heap::{Fetched, Heap, Modify};
 use crate::catalog::{IndexDef, TableDef};
@@ -142,6 +142,77 @@ impl Transaction {
             });
         }
         self.insert_batch_with(def, rows, true)
+    }
+
+    /// Inserts rows already in the stored encoding (COPY's text path): as
+    /// [`Transaction::insert_batch`] (one WAL record per heap page, index entries row
+    /// by row), without a `Datum` per value. `rows` must have been written for this
+    /// table's column types and NOT NULL columns (its [`EncodedRows`] checked every
+    /// value); a table whose columns changed since is refused. `frozen`: COPY FREEZE,
+    /// only for a table this transaction created or truncated. Returns the rows written.
+    pub fn insert_encoded(
+        &mut self,
+        def: &TableDef,
+        rows: &EncodedRows,
+        frozen: bool,
+    ) -> std::result::Result<u64, BatchFailure> {
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        let at = |row: usize| move |error: Error| BatchFailure { row, error };
+        if frozen && !self.created_in_this_transaction(def) {
+            return Err(at(0)(Error::InvalidInput(format!(
+                "rows of \"{}\" can be written frozen only in the transaction that created or truncated it",
+                def.name
+            ))));
+        }
+        self.before_write().map_err(at(0))?;
+        self.check_interrupt().map_err(at(0))?;
+        let fresh = self.lock_for_write(def).map_err(at(0))?;
+        let def = fresh.as_deref().unwrap_or(def);
+        let same_shape = rows.types().len() == def.columns.len()
+            && def
+                .columns
+                .iter()
+                .zip(rows.types().iter().zip(rows.not_null()))
+                .all(|(c, (&ty, &not_null))| c.ty == ty && (not_null || !c.not_null));
+        if !same_shape {
+            return Err(at(0)(Error::InvalidInput(format!(
+                "rows were encoded for another definition of table \"{}\"",
+                def.name
+            ))));
+        }
+        let slices: Vec<&[u8]> = rows.rows().collect();
+        // Rows before a too-big one are inserted and indexed (their unique checks may
+        // fail first), as a row-by-row insert would.
+        let too_big = slices
+            .iter()
+            .position(|r| tuple::TUPLE_HEADER_SIZE + r.len() > HEAP_TUPLE_BYTES_MAX);
+        let good = &slices[..too_big.unwrap_or(slices.len())];
+        let xid = self.mark_write();
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let tids = Heap::new(&self.inner.pool, &self.inner.txn, &rel)
+            .insert_many(xid, self.cid, good, frozen)
+            .map_err(at(0))?;
+        self.activity_of(&rel).inserted += tids.len() as u64;
+        if !def.indexes.is_empty() {
+            let types = def.types();
+            for (i, (row, &tid)) in good.iter().zip(&tids).enumerate() {
+                let values = datum::decode_row(row, &types)
+                    .map_err(|e| Error::Internal(format!("encoded row: {e}")))
+                    .map_err(at(i))?;
+                for idx in &def.indexes {
+                    self.index_insert(def, idx, &values, tid).map_err(at(i))?;
+                }
+            }
+        }
+        if let Some(i) = too_big {
+            return Err(at(i)(Error::RowTooBig {
+                size: tuple::TUPLE_HEADER_SIZE + slices[i].len(),
+                max: HEAP_TUPLE_BYTES_MAX,
+            }));
+        }
+        Ok(tids.len() as u64)
     }
 
     fn insert_batch_with(

@@ -652,97 +652,115 @@ impl<'a> BTree<'a> {
 
     /// Builds the tree bottom-up from entries sorted by (key, tid) into an empty tree.
     pub fn bulk_build(&self, sorted: &[(Vec<u8>, Tid)], xid: Xid) -> Result<()> {
-        if sorted.is_empty() {
+        let mut entries = BuildEntries::with_capacity(sorted.len(), 0);
+        for (k, t) in sorted {
+            entries.push(k, *t);
+        }
+        self.bulk_build_entries(&entries, xid)
+    }
+
+    /// Builds the tree bottom-up into an empty tree from `entries`, which must be
+    /// sorted ([`BuildEntries::sort`]). A key too long for a page, or (unique index)
+    /// two equal keys, fail the build.
+    pub fn bulk_build_entries(&self, entries: &BuildEntries, xid: Xid) -> Result<()> {
+        if entries.is_empty() {
             // The empty root leaf `create` made is already the right tree.
             return Ok(());
         }
-        let mut items: Vec<Vec<u8>> = Vec::with_capacity(sorted.len());
-        for (i, (k, t)) in sorted.iter().enumerate() {
+        for i in 0..entries.len() {
+            let k = entries.key(i);
             if k.len() > BTREE_KEY_BYTES_MAX {
                 return Err(Error::ProgramLimitExceeded(format!(
                     "index row size {} exceeds btree maximum",
                     k.len()
                 )));
             }
-            if self.unique && i > 0 && sorted[i - 1].0 == *k {
-                return Err(Error::UniqueViolation {
-                    index: self.name.clone(),
-                    detail: "Key already exists.".into(),
-                });
+            if i > 0 {
+                if self.unique && entries.key(i - 1) == k {
+                    return Err(Error::UniqueViolation {
+                        index: self.name.clone(),
+                        detail: "Key already exists.".into(),
+                    });
+                }
+                assert!(
+                    entries.item(i - 1) < entries.item(i),
+                    "bulk build input must be sorted and distinct"
+                );
             }
-            let mut it = k.clone();
-            encode_tid_suffix(*t, &mut it);
-            if let Some(prev) = items.last() {
-                assert!(prev < &it, "bulk build input must be sorted and distinct");
-            }
-            items.push(it);
         }
-        let mut lvl = 0u16;
-        loop {
-            let groups = group_items(&items);
-            let blocks: Vec<u32> = (0..groups.len())
-                .map(|_| self.pool.relfiles.allocate_block(self.relfile))
-                .collect::<Result<_>>()?;
-            let mut uplinks = Vec::with_capacity(groups.len());
-            for (g, range) in groups.iter().enumerate() {
-                // An index build logs an image of every page it makes: on a full disk it
-                // fails here, between pages, not in the WAL writer.
-                self.pool.wal.ensure_headroom()?;
-                let id = self.pid(blocks[g]);
-                let right = blocks.get(g + 1).copied().unwrap_or(NO_BLOCK);
-                let pin = self.pool.new_page(id)?;
-                let mut w = pin.write();
-                init_node(&mut w, id, lvl, right);
-                if let Some(next) = groups.get(g + 1) {
-                    let first_next = &items[next.start];
-                    let hk = if lvl == 0 {
-                        first_next.clone()
-                    } else {
-                        downlink(item_key(first_next, lvl), 0)
-                    };
-                    page::add_item(
-                        &mut w,
-                        &hk,
-                        Placement::Append {
-                            reuse_unused: false,
-                        },
-                    )
-                    .expect("room");
-                }
-                for (j, it) in items[range.clone()].iter().enumerate() {
-                    // The leftmost internal page starts with minus infinity.
-                    let it = if lvl > 0 && g == 0 && j == 0 {
-                        downlink(&[], child_of(it))
-                    } else {
-                        it.clone()
-                    };
-                    page::add_item(
-                        &mut w,
-                        &it,
-                        Placement::Append {
-                            reuse_unused: false,
-                        },
-                    )
-                    .expect("grouped to fit");
-                }
-                let mut rec = WalRecord::new(Rmgr::Btree, INFO_PAGE_IMAGE, xid);
-                rec.block(id, true, page_bytes(&w));
-                self.pool.log_change(&rec, &mut [&mut w]);
-                uplinks.push(downlink(item_key(&items[range.start], lvl), blocks[g]));
-            }
-            if blocks.len() == 1 {
-                let mpin = self.pool.read_page(self.pid(META_BLOCK))?;
-                let mut mw = mpin.write();
-                let mid = mw.id();
-                init_meta(&mut mw, mid, blocks[0], lvl);
-                let mut rec = WalRecord::new(Rmgr::Btree, INFO_PAGE_IMAGE, xid);
-                rec.block(mid, true, page_bytes(&mw));
-                self.pool.log_change(&rec, &mut [&mut mw]);
-                return Ok(());
-            }
-            items = uplinks;
+        let mut uplinks = self.build_level(entries, 0, xid)?;
+        let mut lvl = 1u16;
+        while let Some(items) = uplinks {
+            uplinks = self.build_level(&items, lvl, xid)?;
             lvl += 1;
         }
+        Ok(())
+    }
+
+    /// Writes one level of a bulk build: `items` grouped into pages, each logged as an
+    /// image. Returns the downlinks for the level above, or `None` once the level was a
+    /// single page, which then becomes the root.
+    fn build_level(
+        &self,
+        items: &impl BuildItems,
+        lvl: u16,
+        xid: Xid,
+    ) -> Result<Option<BuildEntries>> {
+        let groups = group_items(items);
+        let blocks: Vec<u32> = (0..groups.len())
+            .map(|_| self.pool.relfiles.allocate_block(self.relfile))
+            .collect::<Result<_>>()?;
+        let mut uplinks = BuildEntries::with_capacity(groups.len(), 0);
+        for (g, range) in groups.iter().enumerate() {
+            // An index build logs an image of every page it makes: on a full disk it
+            // fails here, between pages, not in the WAL writer.
+            self.pool.wal.ensure_headroom()?;
+            let id = self.pid(blocks[g]);
+            let right = blocks.get(g + 1).copied().unwrap_or(NO_BLOCK);
+            let pin = self.pool.new_page(id)?;
+            let mut w = pin.write();
+            init_node(&mut w, id, lvl, right);
+            let append = Placement::Append {
+                reuse_unused: false,
+            };
+            if let Some(next) = groups.get(g + 1) {
+                let first_next = items.item(next.start);
+                let high_key;
+                let hk = if lvl == 0 {
+                    first_next
+                } else {
+                    high_key = downlink(item_key(first_next, lvl), 0);
+                    &high_key
+                };
+                page::add_item(&mut w, hk, append).expect("room");
+            }
+            for i in range.clone() {
+                // The leftmost internal page starts with minus infinity.
+                let minus_infinity;
+                let it = if lvl > 0 && g == 0 && i == range.start {
+                    minus_infinity = downlink(&[], child_of(items.item(i)));
+                    &minus_infinity
+                } else {
+                    items.item(i)
+                };
+                page::add_item(&mut w, it, append).expect("grouped to fit");
+            }
+            let mut rec = WalRecord::new(Rmgr::Btree, INFO_PAGE_IMAGE, xid);
+            rec.block(id, true, page_bytes(&w));
+            self.pool.log_change(&rec, &mut [&mut w]);
+            uplinks.push_item(&downlink(item_key(items.item(range.start), lvl), blocks[g]));
+        }
+        if blocks.len() == 1 {
+            let mpin = self.pool.read_page(self.pid(META_BLOCK))?;
+            let mut mw = mpin.write();
+            let mid = mw.id();
+            init_meta(&mut mw, mid, blocks[0], lvl);
+            let mut rec = WalRecord::new(Rmgr::Btree, INFO_PAGE_IMAGE, xid);
+            rec.block(mid, true, page_bytes(&mw));
+            self.pool.log_change(&rec, &mut [&mut mw]);
+            return Ok(None);
+        }
+        Ok(Some(uplinks))
     }
 
     /// The tree's height (levels above the leaves), for tests and statistics.
@@ -761,15 +779,112 @@ fn split_overflow(name: &str) -> Error {
     ))
 }
 
+/// The items of one level of a bulk build, in order.
+trait BuildItems {
+    fn len(&self) -> usize;
+    fn item(&self, i: usize) -> &[u8];
+}
+
+/// Entries for a bulk build, each stored as its leaf item (the key, then the tid
+/// suffix) back to back in one buffer: an index build over millions of rows makes no
+/// allocation per entry. Keys are self-delimiting (memcomparable, NULL-tagged), so
+/// the byte order of the items is the (key, tid) order.
+#[derive(Debug, Default)]
+pub struct BuildEntries {
+    bytes: Vec<u8>,
+    /// Where each item ends in `bytes`.
+    ends: Vec<usize>,
+}
+
+impl BuildEntries {
+    /// Room for `entries` items of about `key_bytes` bytes each.
+    pub fn with_capacity(entries: usize, key_bytes: usize) -> BuildEntries {
+        BuildEntries {
+            bytes: Vec::with_capacity(entries * (key_bytes + 6)),
+            ends: Vec::with_capacity(entries),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Appends an entry whose key `write_key` appends to the buffer it is given.
+    pub fn push_with(&mut self, tid: Tid, write_key: impl FnOnce(&mut Vec<u8>)) {
+        write_key(&mut self.bytes);
+        encode_tid_suffix(tid, &mut self.bytes);
+        self.ends.push(self.bytes.len());
+    }
+
+    pub fn push(&mut self, key: &[u8], tid: Tid) {
+        self.push_with(tid, |b| b.extend_from_slice(key));
+    }
+
+    fn push_item(&mut self, item: &[u8]) {
+        self.bytes.extend_from_slice(item);
+        self.ends.push(self.bytes.len());
+    }
+
+    fn start(&self, i: usize) -> usize {
+        if i == 0 {
+            0
+        } else {
+            self.ends[i - 1]
+        }
+    }
+
+    /// Entry `i`'s key (its item without the tid suffix).
+    pub fn key(&self, i: usize) -> &[u8] {
+        &self.bytes[self.start(i)..self.ends[i] - 6]
+    }
+
+    /// Entry `i`'s tid.
+    pub fn tid(&self, i: usize) -> Tid {
+        split_tid_suffix(self.item(i))
+            .map(|(_, t)| t)
+            .expect("every item ends with a tid suffix")
+    }
+
+    /// Sorts the entries by (key, tid). Entries already in order (a table loaded in
+    /// key order, as a primary key's usually is) are found so in one pass.
+    pub fn sort(&mut self) {
+        if (1..self.len()).all(|i| self.item(i - 1) <= self.item(i)) {
+            return;
+        }
+        let mut order: Vec<usize> = (0..self.len()).collect();
+        order.sort_unstable_by(|&a, &b| self.item(a).cmp(self.item(b)));
+        let mut sorted = BuildEntries::with_capacity(self.len(), 0);
+        sorted.bytes.reserve(self.bytes.len());
+        for i in order {
+            sorted.push_item(self.item(i));
+        }
+        *self = sorted;
+    }
+}
+
+impl BuildItems for BuildEntries {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn item(&self, i: usize) -> &[u8] {
+        &self.bytes[self.start(i)..self.ends[i]]
+    }
+}
+
 /// Groups items into pages filled to about 90% (always at least one item a page).
-fn group_items(items: &[Vec<u8>]) -> Vec<std::ops::Range<usize>> {
+fn group_items(items: &impl BuildItems) -> Vec<std::ops::Range<usize>> {
     // Room is left for the high key, which is the next group's first item.
     let usable = BULK_FILL - page::HEADER_SIZE - NODE_SPECIAL;
     let mut groups = Vec::new();
     let mut start = 0;
     let mut acc = 0;
-    for (i, it) in items.iter().enumerate() {
-        let sz = ((it.len() + 7) & !7) + 4;
+    for i in 0..items.len() {
+        let sz = ((items.item(i).len() + 7) & !7) + 4;
         if acc + 2 * sz > usable && i > start {
             groups.push(start..i);
             start = i;

@@ -125,6 +125,21 @@ fn fresh_header(xid: Xid, cmin: u32, infomask: u16) -> [u8; TUPLE_HEADER_SIZE] {
 /// The "new side" of an insert or update, as logged: `off u16 | form u8 | ...`.
 fn new_side(off: u16, tuple: &[u8], xid: Xid) -> Vec<u8> {
     let mut d = Vec::with_capacity(3 + tuple.len());
+    write_new_side(off, tuple, xid, &mut d);
+    d
+}
+
+/// Appends the logged "new side" of `tuple` (see [`new_side`]) to `d`, length first as
+/// a multi-insert record lists them: `len u16 | side`.
+fn push_new_side(off: u16, tuple: &[u8], xid: Xid, d: &mut Vec<u8>) {
+    let len_at = d.len();
+    d.extend_from_slice(&[0, 0]);
+    write_new_side(off, tuple, xid, d);
+    let len = (d.len() - len_at - 2) as u16;
+    d[len_at..len_at + 2].copy_from_slice(&len.to_le_bytes());
+}
+
+fn write_new_side(off: u16, tuple: &[u8], xid: Xid, d: &mut Vec<u8>) {
     d.extend_from_slice(&off.to_le_bytes());
     match TupleHeader::read(tuple) {
         Some(h) if tuple[..TUPLE_HEADER_SIZE] == fresh_header(xid, h.cmin, h.infomask) => {
@@ -138,7 +153,6 @@ fn new_side(off: u16, tuple: &[u8], xid: Xid) -> Vec<u8> {
             d.extend_from_slice(tuple);
         }
     }
-    d
 }
 
 /// Applies an "old side" (xmax stamp) to a page. Shared by do and redo.
@@ -327,16 +341,18 @@ impl<'a> Heap<'a> {
 
     /// Inserts new row versions a page at a time: each page is filled under one latch
     /// and logged as one `INFO_MULTI_INSERT` record. Returns the tids in `rows` order.
+    /// Each tuple is built in one reused buffer and its logged form appended straight
+    /// to the page's record: no allocation per row.
     ///
     /// `xmin_committed` writes the rows with their xmin already hinted committed (COPY
     /// FREEZE): only for a relation file this transaction created, which nobody else can
     /// read before the commit and which an abort unlinks, so the hint is never seen
     /// wrong. The hint is carried by the WAL record, so redo writes it too.
-    pub fn insert_many(
+    pub fn insert_many<R: AsRef<[u8]>>(
         &self,
         xid: Xid,
         cid: u32,
-        rows: &[Vec<u8>],
+        rows: &[R],
         xmin_committed: bool,
     ) -> Result<Vec<Tid>> {
         let infomask = if xmin_committed {
@@ -344,36 +360,47 @@ impl<'a> Heap<'a> {
         } else {
             0
         };
-        let tuples: Vec<Vec<u8>> = rows
-            .iter()
-            .map(|r| tuple::build(&TupleHeader::new(xid, cid, infomask), r))
-            .collect();
+        let header = TupleHeader::new(xid, cid, infomask);
+        let tuple_len = |r: &R| TUPLE_HEADER_SIZE + r.as_ref().len();
         // Rows before a too-big one are inserted first, as a row-by-row insert would.
-        let too_big = tuples.iter().position(|t| t.len() > HEAP_TUPLE_BYTES_MAX);
-        let fits = &tuples[..too_big.unwrap_or(tuples.len())];
+        let too_big = rows
+            .iter()
+            .position(|r| tuple_len(r) > HEAP_TUPLE_BYTES_MAX);
+        let fits = &rows[..too_big.unwrap_or(rows.len())];
         let reserve = self.reserve_bytes();
-        let mut tids = Vec::with_capacity(tuples.len());
+        let mut tids = Vec::with_capacity(rows.len());
+        let mut tuple_buf = vec![0u8; TUPLE_HEADER_SIZE];
+        header.write(&mut tuple_buf);
         while tids.len() < fits.len() {
             let first = tids.len();
-            self.place(fits[first].len(), None, |w, fresh| {
+            self.place(tuple_len(&fits[first]), None, |w, fresh| {
                 let id = w.id();
                 let mut data = Vec::with_capacity(PAGE_SIZE);
                 data.extend_from_slice(&0u16.to_le_bytes());
                 let mut placed = 0u16;
-                for t in &fits[first..] {
+                // Unused line pointers exist only on a page that had tuples removed;
+                // once an item is appended as a new pointer, there are none left to
+                // look for.
+                let mut reuse_unused = true;
+                for r in &fits[first..] {
+                    let len = tuple_len(r);
                     // The first tuple was checked by `place`; the rest must leave the
                     // fillfactor reserve free too, and fit the record's block data.
                     if placed > 0
-                        && (page::free_space(w) < t.len() + 8 + reserve
-                            || data.len() + t.len() + 16 > u16::MAX as usize)
+                        && (page::free_space(w) < len + 8 + reserve
+                            || data.len() + len + 16 > u16::MAX as usize)
                     {
                         break;
                     }
-                    let off = page::add_item(w, t, Placement::Append { reuse_unused: true })
+                    tuple_buf.truncate(TUPLE_HEADER_SIZE);
+                    tuple_buf.extend_from_slice(r.as_ref());
+                    let count_before = page::item_count(w);
+                    let off = page::add_item(w, &tuple_buf, Placement::Append { reuse_unused })
                         .expect("space was checked");
-                    let side = new_side(off, t, xid);
-                    data.extend_from_slice(&(side.len() as u16).to_le_bytes());
-                    data.extend_from_slice(&side);
+                    if off > count_before {
+                        reuse_unused = false;
+                    }
+                    push_new_side(off, &tuple_buf, xid, &mut data);
                     tids.push(Tid::new(id.block.0, off));
                     placed += 1;
                 }
@@ -386,7 +413,7 @@ impl<'a> Heap<'a> {
         }
         if let Some(i) = too_big {
             return Err(Error::RowTooBig {
-                size: tuples[i].len(),
+                size: tuple_len(&rows[i]),
                 max: HEAP_TUPLE_BYTES_MAX,
             });
         }
@@ -477,6 +504,39 @@ impl<'a> Heap<'a> {
                 }
             }
         })
+    }
+
+    /// [`Heap::scan_block_roots`] handing each row to `f` as it lies on the page (under
+    /// the page's shared latch: `f` must not touch the buffer pool), without copying
+    /// it: an index build reads only its key columns from each row.
+    pub fn for_each_root_row(
+        &self,
+        block: u32,
+        v: &Viewer<'_>,
+        mut f: impl FnMut(Tid, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut result = Ok(());
+        self.with_block(block, |r| {
+            for off in 1..=page::item_count(r) {
+                let is_root = match page::line_pointer(r, off).state {
+                    LpState::Redirect => true,
+                    LpState::Normal => TupleHeader::read(page::item(r, off))
+                        .is_some_and(|h| !h.has(tuple::HEAP_ONLY)),
+                    _ => false,
+                };
+                if !is_root {
+                    continue;
+                }
+                let root = Tid::new(block, off);
+                if let (Some(at), _) = visible_in_chain(r, root, v, self.txn) {
+                    result = f(root, &page::item(r, at)[TUPLE_HEADER_SIZE..]);
+                    if result.is_err() {
+                        return;
+                    }
+                }
+            }
+        })?;
+        result
     }
 
     /// Index fetch: starting at the tid an index points to, follows redirects and the HOT
@@ -898,15 +958,22 @@ fn walk_chain(
     v: &Viewer<'_>,
     txn: &TxnManager,
 ) -> (Option<(Tid, Vec<u8>)>, usize) {
+    let (found, walked) = visible_in_chain(r, root, v, txn);
+    let found = found.map(|off| {
+        let t = page::item(r, off);
+        (Tid::new(root.block, off), t[TUPLE_HEADER_SIZE..].to_vec())
+    });
+    (found, walked)
+}
+
+/// The offset of the version of the chain at `root` visible to `v`, and how many
+/// members were looked at.
+fn visible_in_chain(r: &[u8], root: Tid, v: &Viewer<'_>, txn: &TxnManager) -> (Option<u16>, usize) {
     let mut walked = 0;
     for (off, h) in chain_members(r, root.offset) {
         walked += 1;
         if tuple::visible(&h, v, txn) {
-            let t = page::item(r, off);
-            return (
-                Some((Tid::new(root.block, off), t[TUPLE_HEADER_SIZE..].to_vec())),
-                walked,
-            );
+            return (Some(off), walked);
         }
     }
     (None, walked)

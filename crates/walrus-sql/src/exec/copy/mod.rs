@@ -5,20 +5,23 @@
 //! ([`CopyIn::feed`]); complete records are decoded (`text.rs`, `binary.rs`),
 //! converted to the columns' types with PostgreSQL's assignment rules, checked for
 //! NOT NULL, held in a batch of up to `COPY_BATCH_ROWS` rows across messages and
-//! written by [`load_rows`] (the engine's batch insert); an incomplete record waits for
-//! the next message. Errors name their place the way PostgreSQL's CONTEXT does
+//! written by the engine's batch insert; an incomplete record waits for the next
+//! message. A text/CSV COPY of every column in table order writes each field straight
+//! into the stored row encoding (`EncodedRows`: integers parsed from the bytes, text
+//! copied as a slice, buffers reused row after row; `Transaction::insert_encoded`);
+//! other fields and COPYs go through `Datum`s and [`load_rows`]. Errors name their place the way PostgreSQL's CONTEXT does
 //! (`COPY t, line 3, column a: "x"`). A failed COPY writes nothing: the session ends
 //! the statement as failed, which rolls back its transaction (or aborts the block).
 
 mod binary;
 mod text;
 
-use walrus_engine::access::datum::{Datum, TypeId};
-use walrus_engine::catalog::{DeclaredType, TableDef};
+use walrus_engine::access::datum::{Datum, EncodedRows, RowWriteError, RowWriter, TypeId};
+use walrus_engine::catalog::{ColumnDef, DeclaredType, TableDef};
 use walrus_engine::engine::Transaction;
 
 use self::binary::BinaryNext;
-use self::text::{Next, Splitter};
+use self::text::{Fields, Next, Splitter};
 use crate::error::{SqlError, SqlResult};
 use crate::expr::assign;
 use crate::result::{Column, QueryResult};
@@ -141,6 +144,105 @@ pub(crate) fn check_table_columns(
     Ok(())
 }
 
+/// How a text/CSV field becomes its column's stored bytes. The direct forms write the
+/// field straight into the row encoding (no `Datum`, no allocation) for the inputs they
+/// cover and hand anything else to `Convert`, PostgreSQL's input function and
+/// assignment rules (`parse_text`, `assign`), which also gives every error: a direct
+/// form never decides an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldInput {
+    /// `-?[0-9]{1,18}` within the type's range; anything else converts.
+    Int2,
+    Int4,
+    Int8,
+    /// Unconstrained `text` / `varchar`: the field is the value.
+    Text,
+    /// `char(n)`: a field of at most `n` characters, blank-padded to `n`.
+    Char(usize),
+    /// `varchar(n)`: a field of at most `n` characters.
+    Varchar(usize),
+    Convert,
+}
+
+impl FieldInput {
+    fn for_column(col: &ColumnDef) -> FieldInput {
+        let limit = (col.typmod >= 4).then(|| (col.typmod - 4) as usize);
+        match (col.ty, col.declared, limit) {
+            (TypeId::Int2, _, _) => FieldInput::Int2,
+            (TypeId::Int4, _, _) => FieldInput::Int4,
+            (TypeId::Int8, _, _) => FieldInput::Int8,
+            (TypeId::Text, DeclaredType::Char, Some(n)) => FieldInput::Char(n),
+            (TypeId::Text, DeclaredType::Char, None) => FieldInput::Convert,
+            (TypeId::Text, _, Some(n)) => FieldInput::Varchar(n),
+            (TypeId::Text, _, None) => FieldInput::Text,
+            _ => FieldInput::Convert,
+        }
+    }
+}
+
+/// A field that is an optional `-` and 1 to 18 ASCII digits, as an i64 (what Rust's
+/// and PostgreSQL's integer input both read the same way); `None` for anything else.
+fn plain_integer(b: &[u8]) -> Option<i64> {
+    let (negative, digits) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    if digits.is_empty() || digits.len() > 18 {
+        return None;
+    }
+    let mut v: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + (d - b'0') as i64;
+    }
+    Some(if negative { -v } else { v })
+}
+
+/// Characters in `s` (bytes when ASCII).
+fn char_count(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len()
+    } else {
+        s.chars().count()
+    }
+}
+
+/// Writes one field's value into the row: directly when `how` covers it, else through
+/// the input function and assignment (whose error is the field's).
+fn write_field(
+    w: &mut RowWriter<'_>,
+    how: FieldInput,
+    col: &ColumnDef,
+    text: &str,
+) -> SqlResult<()> {
+    let written = match how {
+        FieldInput::Int2 => plain_integer(text.as_bytes())
+            .and_then(|v| i16::try_from(v).ok())
+            .map(|v| w.int2(v)),
+        FieldInput::Int4 => plain_integer(text.as_bytes())
+            .and_then(|v| i32::try_from(v).ok())
+            .map(|v| w.int4(v)),
+        FieldInput::Int8 => plain_integer(text.as_bytes()).map(|v| w.int8(v)),
+        FieldInput::Text => Some(w.text(text)),
+        FieldInput::Char(n) => {
+            let len = char_count(text);
+            (len <= n).then(|| w.text_padded(text, n - len))
+        }
+        FieldInput::Varchar(n) => (char_count(text) <= n).then(|| w.text(text)),
+        FieldInput::Convert => None,
+    };
+    let written = match written {
+        Some(direct) => direct,
+        None => {
+            let v = parse_text(col.ty, text).and_then(|v| assign(v, col))?;
+            w.datum(&v)
+        }
+    };
+    written.map_err(|e| SqlError::new("XX000", format!("COPY row encoding: {e}")))
+}
+
 /// A `COPY ... FROM STDIN` in progress: the table, the options, and the data received
 /// but not yet decoded.
 #[derive(Debug, Clone, PartialEq)]
@@ -158,13 +260,39 @@ pub struct CopyIn {
     /// The current record's line number (PostgreSQL's `cur_lineno`).
     lineno: u64,
     loaded: u64,
-    /// Rows decoded but not yet written, with their line numbers (for CONTEXT).
+    /// The current text/CSV record's fields (buffers reused record after record).
+    fields: Fields,
+    /// Text/CSV naming every column in table order: rows are written straight into
+    /// the stored encoding here (per column as `inputs` says) instead of `batch`.
+    encoded: Option<EncodedRows>,
+    inputs: Vec<FieldInput>,
+    /// Rows decoded but not yet written (the other cases), and the line number of each
+    /// row held here or in `encoded` (for CONTEXT).
     batch: Vec<Vec<Datum>>,
     batch_lines: Vec<u64>,
     /// The end-of-data marker (text/CSV `\.`, the binary trailer) has been read.
     ended: bool,
     /// The error that ended loading; the data that follows is read and dropped.
     failed: Option<SqlError>,
+}
+
+/// `COPY t, line n`: PostgreSQL's CONTEXT for a record.
+fn record_context(table: &str, lineno: u64) -> String {
+    format!("COPY {table}, line {lineno}")
+}
+
+/// `COPY t, line n: "<line>"`.
+fn line_context(table: &str, lineno: u64, line: &[u8]) -> String {
+    format!("{}: \"{}\"", record_context(table, lineno), shown(line))
+}
+
+/// `COPY t, line n, column c: "<value>"`.
+fn field_context(table: &str, lineno: u64, column: &str, text: &str) -> String {
+    format!(
+        "{}, column {column}: \"{}\"",
+        record_context(table, lineno),
+        shown(text.as_bytes())
+    )
 }
 
 impl CopyIn {
@@ -174,6 +302,17 @@ impl CopyIn {
         let force_not_null = forced(&def, &targets, &opts.force_not_null, "FORCE_NOT_NULL")?;
         let force_null = forced(&def, &targets, &opts.force_null, "FORCE_NULL")?;
         let csv = (opts.format == CopyFormat::Csv).then_some((opts.quote, opts.escape));
+        // Fields are converted in their order in the data; writing them straight into
+        // the row encoding (column order) keeps errors in that order only when the
+        // two orders are the same.
+        let in_table_order = targets.iter().copied().eq(0..def.columns.len());
+        let encoded = (opts.format != CopyFormat::Binary && in_table_order).then(|| {
+            EncodedRows::new(
+                def.types(),
+                def.columns.iter().map(|c| c.not_null).collect(),
+            )
+        });
+        let inputs = def.columns.iter().map(FieldInput::for_column).collect();
         Ok(CopyIn {
             def,
             targets,
@@ -184,6 +323,9 @@ impl CopyIn {
             binary_header_read: false,
             lineno: 0,
             loaded: 0,
+            fields: Fields::default(),
+            encoded,
+            inputs,
             batch: Vec::new(),
             batch_lines: Vec::new(),
             ended: false,
@@ -217,11 +359,16 @@ impl CopyIn {
     }
 
     fn context(&self) -> String {
-        format!("COPY {}, line {}", self.def.name, self.lineno)
+        record_context(&self.def.name, self.lineno)
     }
 
     fn line_context(&self, line: &[u8]) -> String {
-        format!("{}: \"{}\"", self.context(), shown(line))
+        line_context(&self.def.name, self.lineno, line)
+    }
+
+    /// Rows decoded and not yet written.
+    fn held_rows(&self) -> usize {
+        self.batch_lines.len()
     }
 
     /// Takes `data` (one CopyData message; `at_end`: CopyDone came, no more follows),
@@ -241,18 +388,14 @@ impl CopyIn {
             return;
         }
         self.pending.extend_from_slice(data);
-        let mut rows = Vec::new();
-        let mut lines = Vec::new();
         let decoded = if self.binary() {
-            self.decode_binary(at_end, &mut rows, &mut lines)
+            self.decode_binary(at_end)
         } else {
-            self.decode_text(at_end, &mut rows, &mut lines)
+            self.decode_text(at_end)
         };
-        self.batch.append(&mut rows);
-        self.batch_lines.append(&mut lines);
         // Rows decoded before a bad record are written first: their errors come first,
         // as in a row-by-row load.
-        if decoded.is_err() || at_end || self.ended || self.batch.len() >= COPY_BATCH_ROWS {
+        if decoded.is_err() || at_end || self.ended || self.held_rows() >= COPY_BATCH_ROWS {
             if let Err(e) = self.flush(t) {
                 self.fail(e);
                 return;
@@ -263,18 +406,35 @@ impl CopyIn {
         }
     }
 
-    /// Writes the rows held in the batch.
+    /// Writes the rows held.
     fn flush(&mut self, t: &mut Transaction) -> Result<(), SqlError> {
-        let rows = std::mem::take(&mut self.batch);
+        let written = match &mut self.encoded {
+            Some(rows) => {
+                let written = t
+                    .insert_encoded(&self.def, rows, self.opts.freeze)
+                    .map_err(|f| LoadFailure {
+                        row: Some(f.row),
+                        error: Box::new(SqlError::from(f.error)),
+                    });
+                rows.clear();
+                written
+            }
+            None => {
+                let rows = std::mem::take(&mut self.batch);
+                load_rows(t, &self.def, &rows, self.opts.freeze)
+            }
+        };
         let lines = std::mem::take(&mut self.batch_lines);
-        match load_rows(t, &self.def, &rows, self.opts.freeze) {
+        match written {
             Ok(n) => {
                 self.loaded += n;
+                self.batch_lines = lines;
+                self.batch_lines.clear();
                 Ok(())
             }
             Err(LoadFailure { row, error }) => {
                 let context = match row {
-                    Some(i) => format!("COPY {}, line {}", self.def.name, lines[i]),
+                    Some(i) => record_context(&self.def.name, lines[i]),
                     None => format!("COPY {}", self.def.name),
                 };
                 Err(error.with_context(context))
@@ -288,12 +448,7 @@ impl CopyIn {
     }
 
     /// Text and CSV: the complete records in `pending`.
-    fn decode_text(
-        &mut self,
-        at_end: bool,
-        rows: &mut Vec<Vec<Datum>>,
-        lines: &mut Vec<u64>,
-    ) -> SqlResult<()> {
+    fn decode_text(&mut self, at_end: bool) -> SqlResult<()> {
         let pending = std::mem::take(&mut self.pending);
         let mut consumed = 0;
         let result = loop {
@@ -327,18 +482,13 @@ impl CopyIn {
             if let Err(e) = text::check_utf8_within(line, buf) {
                 break Err(e.with_context(self.context()));
             }
-            if self.lineno == 1 && self.opts.header != HeaderChoice::Absent {
-                if let Err(e) = self.check_header(line) {
-                    break Err(e);
-                }
+            let read = if self.lineno == 1 && self.opts.header != HeaderChoice::Absent {
+                self.check_header(line)
             } else {
-                match self.text_row(line) {
-                    Ok(row) => {
-                        rows.push(row);
-                        lines.push(self.lineno);
-                    }
-                    Err(e) => break Err(e),
-                }
+                self.text_row(line)
+            };
+            if let Err(e) = read {
+                break Err(e);
             }
             if self.ended {
                 break Ok(());
@@ -350,35 +500,42 @@ impl CopyIn {
         result
     }
 
-    /// The record's fields (text or CSV), with the CSV FORCE options applied.
-    fn fields(&self, line: &[u8]) -> SqlResult<Vec<Option<String>>> {
+    /// Splits the record into `self.fields` (text or CSV), with the CSV FORCE options
+    /// applied.
+    fn split_fields(&mut self, line: &[u8]) -> SqlResult<()> {
         let o = &self.opts;
         let null = o.null.as_bytes();
-        let fields = if o.format == CopyFormat::Csv {
-            text::csv_fields(line, o.delimiter, o.quote, o.escape, null)?
-                .into_iter()
-                .enumerate()
-                .map(|(i, (v, quoted))| match v {
-                    None if self.force_not_null.get(i) == Some(&true) => Some(o.null.clone()),
-                    Some(s) if quoted && self.force_null.get(i) == Some(&true) && s == o.null => {
-                        None
-                    }
-                    v => v,
-                })
-                .collect()
-        } else {
-            text::text_fields(line, o.delimiter, null)?
-        };
-        Ok(fields)
+        if o.format != CopyFormat::Csv {
+            return text::split_text(line, o.delimiter, null, &mut self.fields);
+        }
+        text::split_csv(line, o.delimiter, o.quote, o.escape, null, &mut self.fields)?;
+        for i in 0..self.fields.len() {
+            match self.fields.get(i) {
+                None if self.force_not_null.get(i) == Some(&true) => {
+                    self.fields.set_text(i, &o.null)
+                }
+                Some(s)
+                    if self.fields.quoted(i)
+                        && self.force_null.get(i) == Some(&true)
+                        && s == o.null =>
+                {
+                    self.fields.set_null(i)
+                }
+                _ => {}
+            }
+        }
+        Ok(())
     }
 
     /// `HEADER`: skip the first line, or with `MATCH` check it names the columns.
-    fn check_header(&self, line: &[u8]) -> SqlResult<()> {
+    fn check_header(&mut self, line: &[u8]) -> SqlResult<()> {
+        self.split_fields(line)
+            .map_err(|e| e.with_context(self.line_context(line)))?;
         let ctx = |e: SqlError| e.with_context(self.line_context(line));
-        let fields = self.fields(line).map_err(ctx)?;
         if self.opts.header != HeaderChoice::Match {
             return Ok(());
         }
+        let fields = self.fields.to_strings();
         if fields.len() != self.targets.len() {
             return Err(ctx(SqlError::new(
                 "22P04",
@@ -417,45 +574,94 @@ impl CopyIn {
         Ok(())
     }
 
-    /// One text/CSV record as a table row, with PostgreSQL's errors and their context.
-    fn text_row(&self, line: &[u8]) -> SqlResult<Vec<Datum>> {
-        let fields = self
-            .fields(line)
+    /// One text/CSV record as a table row, held for the next batch, with PostgreSQL's
+    /// errors and their context.
+    fn text_row(&mut self, line: &[u8]) -> SqlResult<()> {
+        self.split_fields(line)
             .map_err(|e| e.with_context(self.line_context(line)))?;
-        if fields.len() > self.targets.len() {
+        if self.fields.len() > self.targets.len() {
             return Err(
                 SqlError::new("22P04", "extra data after last expected column")
                     .with_context(self.line_context(line)),
             );
         }
+        if self.encoded.is_some() {
+            self.encode_row(line)?;
+        } else {
+            let row = self.datum_row(line)?;
+            self.batch.push(row);
+        }
+        self.batch_lines.push(self.lineno);
+        Ok(())
+    }
+
+    /// The split record written straight into the stored row encoding (the fields are
+    /// every column, in table order).
+    fn encode_row(&mut self, line: &[u8]) -> SqlResult<()> {
+        let CopyIn {
+            def,
+            fields,
+            encoded,
+            inputs,
+            lineno,
+            ..
+        } = self;
+        let (table, lineno) = (def.name.as_str(), *lineno);
+        let Some(rows) = encoded.as_mut() else {
+            return Err(SqlError::new("XX000", "COPY row encoding: no row buffer"));
+        };
+        let mut w = rows.start_row();
+        for (ci, (col, &how)) in def.columns.iter().zip(inputs.iter()).enumerate() {
+            if ci >= fields.len() {
+                return Err(SqlError::new(
+                    "22P04",
+                    format!("missing data for column \"{}\"", col.name),
+                )
+                .with_context(line_context(table, lineno, line)));
+            }
+            match fields.get(ci) {
+                None => w
+                    .null()
+                    .map_err(|e| SqlError::new("XX000", format!("COPY row encoding: {e}")))?,
+                Some(text) => write_field(&mut w, how, col, text)
+                    .map_err(|e| e.with_context(field_context(table, lineno, &col.name, text)))?,
+            }
+        }
+        w.finish().map_err(|e| {
+            let error = match e {
+                RowWriteError::NotNull(c) => {
+                    SqlError::from(walrus_engine::Error::NotNullViolation {
+                        column: def.columns[c].name.clone(),
+                        table: def.name.clone(),
+                    })
+                }
+                other => SqlError::new("XX000", format!("COPY row encoding: {other}")),
+            };
+            error.with_context(line_context(table, lineno, line))
+        })
+    }
+
+    /// The split record as a row of `Datum`s (COPY naming some columns, or in another
+    /// order).
+    fn datum_row(&self, line: &[u8]) -> SqlResult<Vec<Datum>> {
         let mut row = vec![Datum::Null; self.def.columns.len()];
-        let mut fields = fields.into_iter();
-        for &ci in &self.targets {
+        for (i, &ci) in self.targets.iter().enumerate() {
             let col = &self.def.columns[ci];
-            let Some(field) = fields.next() else {
+            if i >= self.fields.len() {
                 return Err(SqlError::new(
                     "22P04",
                     format!("missing data for column \"{}\"", col.name),
                 )
                 .with_context(self.line_context(line)));
-            };
-            let Some(text) = field else { continue };
-            if col.ty == TypeId::Text && col.typmod < 4 && col.declared != DeclaredType::Char {
-                // Unconstrained text: the field is the value (what parse_text and
-                // assign would copy).
-                row[ci] = Datum::Text(text);
-            } else {
-                row[ci] = parse_text(col.ty, &text)
-                    .and_then(|v| assign(v, col))
-                    .map_err(|e| {
-                        e.with_context(format!(
-                            "{}, column {}: \"{}\"",
-                            self.context(),
-                            col.name,
-                            shown(text.as_bytes())
-                        ))
-                    })?;
             }
+            let Some(text) = self.fields.get(i) else {
+                continue;
+            };
+            row[ci] = parse_text(col.ty, text)
+                .and_then(|v| assign(v, col))
+                .map_err(|e| {
+                    e.with_context(field_context(&self.def.name, self.lineno, &col.name, text))
+                })?;
         }
         self.check_not_null(&row)
             .map_err(|e| e.with_context(self.line_context(line)))?;
@@ -477,12 +683,7 @@ impl CopyIn {
     }
 
     /// Binary: the header once, then the complete tuples in `pending`.
-    fn decode_binary(
-        &mut self,
-        at_end: bool,
-        rows: &mut Vec<Vec<Datum>>,
-        lines: &mut Vec<u64>,
-    ) -> SqlResult<()> {
+    fn decode_binary(&mut self, at_end: bool) -> SqlResult<()> {
         let pending = std::mem::take(&mut self.pending);
         let mut consumed = 0;
         let result = (|| {
@@ -507,8 +708,9 @@ impl CopyIn {
                     }
                     Ok(BinaryNext::Tuple { fields, next }) => {
                         self.lineno += 1;
-                        rows.push(self.binary_row(&fields)?);
-                        lines.push(self.lineno);
+                        let row = self.binary_row(&fields)?;
+                        self.batch.push(row);
+                        self.batch_lines.push(self.lineno);
                         consumed += next;
                     }
                     Err(e) => {

@@ -5,8 +5,8 @@
 //! received so far: a line end outside CSV quotes (so a quoted CSV field may span lines
 //! and CopyData messages), with the line-end style fixed by the first line as
 //! PostgreSQL does (`\n`, `\r\n` or `\r`; a stray other one is 22P04), and the `\.`
-//! end-of-data marker. Then [`text_fields`] / [`csv_fields`] split one record into
-//! fields: the text format's backslash escapes and `\N`, CSV's quotes (an unquoted
+//! end-of-data marker. Then [`split_text`] / [`split_csv`] split one record into
+//! [`Fields`] (one reused buffer): the text format's backslash escapes and `\N`, CSV's quotes (an unquoted
 //! empty field is NULL, a quoted one the empty string).
 
 use crate::error::{SqlError, SqlResult};
@@ -247,25 +247,102 @@ pub(super) fn check_utf8_within<'a>(bytes: &'a [u8], data: &[u8]) -> SqlResult<&
     ))
 }
 
-fn utf8(bytes: Vec<u8>) -> SqlResult<String> {
-    check_utf8(&bytes)?;
-    String::from_utf8(bytes)
-        .map_err(|_| SqlError::new("22021", "invalid byte sequence for encoding \"UTF8\""))
+/// One record's fields, decoded into one reused buffer: no allocation per field or
+/// record once the buffers have grown to the widest record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Fields {
+    /// The fields' decoded bytes (escapes resolved, CSV quotes removed), back to back.
+    bytes: Vec<u8>,
+    spans: Vec<Span>,
 }
 
-/// Splits a text-format record into fields: a field whose raw text is the NULL string
-/// is NULL; backslash escapes (`\t`, `\n`, `\\`, octal `\ooo`, hex `\xhh`, `\b \f \r
-/// \v`, any other byte itself) are resolved; a backslash ending the line is dropped.
+/// Where one field's bytes are in [`Fields::bytes`]; `None` for NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    range: Option<(usize, usize)>,
+    /// CSV: the field had quotes (FORCE_NULL applies only to those).
+    quoted: bool,
+}
+
+impl Fields {
+    pub(super) fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// Field `i`'s text (`None`: NULL).
+    pub(super) fn get(&self, i: usize) -> Option<&str> {
+        let (start, end) = self.spans[i].range?;
+        Some(
+            std::str::from_utf8(&self.bytes[start..end])
+                .expect("every field is checked as UTF-8 when it is split"),
+        )
+    }
+
+    pub(super) fn quoted(&self, i: usize) -> bool {
+        self.spans[i].quoted
+    }
+
+    /// Makes field `i` NULL (CSV FORCE_NULL).
+    pub(super) fn set_null(&mut self, i: usize) {
+        self.spans[i].range = None;
+    }
+
+    /// Makes field `i` the text `value` (CSV FORCE_NOT_NULL gives a NULL field the NULL
+    /// string as its value).
+    pub(super) fn set_text(&mut self, i: usize, value: &str) {
+        let start = self.bytes.len();
+        self.bytes.extend_from_slice(value.as_bytes());
+        self.spans[i].range = Some((start, self.bytes.len()));
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.spans.clear();
+    }
+
+    fn push(&mut self, start: usize, null: bool, quoted: bool) {
+        let range = (!null).then_some((start, self.bytes.len()));
+        if null {
+            self.bytes.truncate(start);
+        }
+        self.spans.push(Span { range, quoted });
+    }
+
+    /// The fields as owned strings (the header line, tests).
+    pub(super) fn to_strings(&self) -> Vec<Option<String>> {
+        (0..self.len())
+            .map(|i| self.get(i).map(str::to_string))
+            .collect()
+    }
+}
+
+/// Splits a text-format record into fields (see [`split_text`]), as owned strings.
+#[cfg(test)]
 pub(super) fn text_fields(
     line: &[u8],
     delimiter: u8,
     null: &[u8],
 ) -> SqlResult<Vec<Option<String>>> {
-    let mut fields = Vec::new();
+    let mut fields = Fields::default();
+    split_text(line, delimiter, null, &mut fields)?;
+    Ok(fields.to_strings())
+}
+
+/// Splits a text-format record into `fields`: a field whose raw text is the NULL string
+/// is NULL; backslash escapes (`\t`, `\n`, `\\`, octal `\ooo`, hex `\xhh`, `\b \f \r
+/// \v`, any other byte itself) are resolved; a backslash ending the line is dropped.
+/// Each field is checked as UTF-8 (an escape can make any byte).
+pub(super) fn split_text(
+    line: &[u8],
+    delimiter: u8,
+    null: &[u8],
+    fields: &mut Fields,
+) -> SqlResult<()> {
+    fields.clear();
     let mut i = 0;
     loop {
         let start = i;
-        let mut out = Vec::new();
+        let out_start = fields.bytes.len();
         let mut ended_by_delimiter = false;
         while i < line.len() {
             // Plain bytes up to the next delimiter or backslash go in as one slice.
@@ -273,7 +350,7 @@ pub(super) fn text_fields(
                 .iter()
                 .position(|&b| b == delimiter || b == b'\\')
                 .unwrap_or(line.len() - i);
-            out.extend_from_slice(&line[i..i + plain]);
+            fields.bytes.extend_from_slice(&line[i..i + plain]);
             i += plain;
             let Some(&c) = line.get(i) else { break };
             i += 1;
@@ -318,23 +395,23 @@ pub(super) fn text_fields(
                 b'v' => 11,
                 other => other,
             };
-            out.push(byte);
+            fields.bytes.push(byte);
         }
         let raw_end = if ended_by_delimiter { i - 1 } else { i };
-        if &line[start..raw_end] == null {
-            fields.push(None);
-        } else {
-            fields.push(Some(utf8(out)?));
+        let is_null = &line[start..raw_end] == null;
+        if !is_null {
+            check_utf8(&fields.bytes[out_start..])?;
         }
+        fields.push(out_start, is_null, false);
         if !ended_by_delimiter {
-            return Ok(fields);
+            return Ok(());
         }
     }
 }
 
-/// Splits a CSV record into fields, with the `(was quoted)` flag FORCE_NULL needs:
-/// inside quotes the escape byte before a quote or an escape stands for that byte; an
-/// unquoted field equal to the NULL string is NULL.
+/// Splits a CSV record into fields (see [`split_csv`]), as owned strings with their
+/// `(was quoted)` flag.
+#[cfg(test)]
 pub(super) fn csv_fields(
     line: &[u8],
     delimiter: u8,
@@ -342,11 +419,30 @@ pub(super) fn csv_fields(
     escape: u8,
     null: &[u8],
 ) -> SqlResult<Vec<(Option<String>, bool)>> {
-    let mut fields = Vec::new();
+    let mut fields = Fields::default();
+    split_csv(line, delimiter, quote, escape, null, &mut fields)?;
+    Ok((0..fields.len())
+        .map(|i| (fields.get(i).map(str::to_string), fields.quoted(i)))
+        .collect())
+}
+
+/// Splits a CSV record into `fields`, each with the `(was quoted)` flag FORCE_NULL
+/// needs: inside quotes the escape byte before a quote or an escape stands for that
+/// byte; an unquoted field equal to the NULL string is NULL. Each field is checked as
+/// UTF-8.
+pub(super) fn split_csv(
+    line: &[u8],
+    delimiter: u8,
+    quote: u8,
+    escape: u8,
+    null: &[u8],
+    fields: &mut Fields,
+) -> SqlResult<()> {
+    fields.clear();
     let mut i = 0;
     loop {
         let start = i;
-        let mut out = Vec::new();
+        let out_start = fields.bytes.len();
         let mut saw_quote = false;
         let mut ended_by_delimiter = false;
         'field: while i < line.len() {
@@ -357,7 +453,7 @@ pub(super) fn csv_fields(
                 break;
             }
             if c != quote {
-                out.push(c);
+                fields.bytes.push(c);
                 continue;
             }
             saw_quote = true;
@@ -368,7 +464,7 @@ pub(super) fn csv_fields(
                 i += 1;
                 if c == escape {
                     if let Some(&n) = line.get(i).filter(|&&n| n == escape || n == quote) {
-                        out.push(n);
+                        fields.bytes.push(n);
                         i += 1;
                         continue;
                     }
@@ -376,17 +472,17 @@ pub(super) fn csv_fields(
                 if c == quote {
                     continue 'field;
                 }
-                out.push(c);
+                fields.bytes.push(c);
             }
         }
         let raw_end = if ended_by_delimiter { i - 1 } else { i };
-        if !saw_quote && &line[start..raw_end] == null {
-            fields.push((None, false));
-        } else {
-            fields.push((Some(utf8(out)?), saw_quote));
+        let is_null = !saw_quote && &line[start..raw_end] == null;
+        if !is_null {
+            check_utf8(&fields.bytes[out_start..])?;
         }
+        fields.push(out_start, is_null, saw_quote);
         if !ended_by_delimiter {
-            return Ok(fields);
+            return Ok(());
         }
     }
 }
