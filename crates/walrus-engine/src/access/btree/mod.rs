@@ -844,9 +844,13 @@ impl BuildEntries {
 
     /// Entry `i`'s tid.
     pub fn tid(&self, i: usize) -> Tid {
-        split_tid_suffix(self.item(i))
-            .map(|(_, t)| t)
-            .expect("every item ends with a tid suffix")
+        // Every entry was pushed with its 6-byte tid suffix (as `key` relies on too).
+        let item = self.item(i);
+        let t = &item[item.len() - 6..];
+        Tid::new(
+            u32::from_be_bytes([t[0], t[1], t[2], t[3]]),
+            u16::from_be_bytes([t[4], t[5]]),
+        )
     }
 
     /// Sorts the entries by (key, tid). Entries already in order (a table loaded in
