@@ -34,6 +34,10 @@ use crate::xlog;
 pub struct RecoveryReport {
     pub replayed_bytes: u64,
     pub records: u64,
+    /// Page records redo applied, and page records it skipped because the page on
+    /// disk was already newer (written by a page writer after the record).
+    pub records_applied: u64,
+    pub records_skipped_by_lsn: u64,
     pub elapsed: Duration,
     pub rolled_back: u64,
     pub images_restored: u64,
@@ -296,15 +300,16 @@ impl Engine {
                 took,
                 scan: scan_took,
                 replay: out.stats.elapsed,
-                warm: out.stats.warm,
             });
             txn.advance_next_xid(Xid(out.max_xid.0 + 1).max(out.next_xid_reserved));
             next_relfile = next_relfile.max(out.max_relfile + 1);
             let s = &out.stats;
             tracing::info!(
-                "redo done at {}: {} records, {} MB in {:.2} s ({:.1} MB/s), {} page images restored, {} transactions rolled back",
+                "redo done at {}: {} records ({} applied, {} skipped as older than their page), {} MB in {:.2} s ({:.1} MB/s), {} page images restored, {} transactions rolled back",
                 wal_end.end,
                 s.records,
+                s.records_applied,
+                s.records_skipped_by_lsn,
                 s.bytes >> 20,
                 s.elapsed.as_secs_f64(),
                 s.bytes as f64 / 1e6 / s.elapsed.as_secs_f64().max(1e-6),
@@ -314,6 +319,8 @@ impl Engine {
             report = Some(RecoveryReport {
                 replayed_bytes: s.bytes,
                 records: s.records,
+                records_applied: s.records_applied,
+                records_skipped_by_lsn: s.records_skipped_by_lsn,
                 elapsed: s.elapsed,
                 rolled_back: s.rolled_back,
                 images_restored: s.pages_restored_from_images,

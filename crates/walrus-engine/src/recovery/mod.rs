@@ -72,9 +72,6 @@ pub struct RedoStats {
     pub records_skipped_by_lsn: u64,
     pub rolled_back: u64,
     pub elapsed: Duration,
-    /// (bytes, elapsed) when a quarter of the WAL had been replayed: the rest of the
-    /// replay runs with a warm pool, its rate is the one that grows with the WAL.
-    pub warm: Option<(u64, Duration)>,
 }
 
 /// Facts redo learns that the engine needs afterwards.
@@ -124,9 +121,6 @@ pub fn replay(
             pool.set_replay_position(None);
         }
         applied?;
-        if stats.warm.is_none() && stats.bytes >= total / 4 {
-            stats.warm = Some((stats.bytes, started.elapsed()));
-        }
         // Reading the clock per record cost 2.5 % of replay (perf): look every 4096.
         if stats.records % 4096 == 0 && last_report.elapsed() > Duration::from_secs(2) {
             last_report = Instant::now();
