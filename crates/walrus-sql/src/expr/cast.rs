@@ -363,11 +363,7 @@ pub fn assign(v: Datum, c: &ColumnDef) -> SqlResult<Datum> {
         }
         (TypeId::Numeric, Datum::Numeric(t)) if c.typmod >= 4 => {
             let (p, s) = numeric_ps(c.typmod);
-            Ok(Datum::Numeric(numeric::format(&numeric::apply_typmod(
-                &numeric::parse(&t)?,
-                p,
-                s,
-            )?)))
+            Ok(Datum::Numeric(numeric::apply_typmod_text(&t, p, s)?))
         }
         (_, v) => Ok(v),
     }
@@ -485,11 +481,7 @@ pub fn numeric_typmod(v: Datum, info: &ExactNumberInfo) -> SqlResult<Datum> {
         return Ok(v);
     };
     match v {
-        Datum::Numeric(t) => Ok(Datum::Numeric(numeric::format(&numeric::apply_typmod(
-            &numeric::parse(&t)?,
-            p,
-            s,
-        )?))),
+        Datum::Numeric(t) => Ok(Datum::Numeric(numeric::apply_typmod_text(&t, p, s)?)),
         other => Ok(other),
     }
 }

@@ -82,6 +82,30 @@ impl Splitter {
         }
     }
 
+    /// How many bytes at the start of `rest` the record scan passes over without a
+    /// change of state: none of them is a line end, nor a backslash (text format; in
+    /// CSV a backslash matters only at a line's start, `at_line_start`), nor the CSV
+    /// quote or escape byte.
+    fn plain_run(&self, rest: &[u8], at_line_start: bool) -> usize {
+        let found = match self.csv {
+            None => memchr::memchr3(b'\n', b'\r', b'\\', rest),
+            Some((quote, escape)) if escape == quote => {
+                if at_line_start && rest.first() == Some(&b'\\') {
+                    return 0;
+                }
+                memchr::memchr3(b'\n', b'\r', quote, rest)
+            }
+            Some((quote, escape)) => {
+                if at_line_start && rest.first() == Some(&b'\\') {
+                    return 0;
+                }
+                rest.iter()
+                    .position(|&b| b == b'\n' || b == b'\r' || b == quote || b == escape)
+            }
+        };
+        found.unwrap_or(rest.len())
+    }
+
     /// The record at the start of `buf`. `at_end`: no more data will come, so an
     /// unterminated last line is a record. Errors are 22P04 and belong to the record.
     pub(super) fn next(&mut self, buf: &[u8], at_end: bool) -> SqlResult<Next> {
@@ -93,6 +117,13 @@ impl Splitter {
             Ok(Next::NeedMore)
         };
         loop {
+            // Jump over a run of bytes that change nothing (most of every line) to the
+            // next byte that may: a line end, a backslash (text), a quote or escape (CSV).
+            let plain = self.plain_run(&buf[pos.min(buf.len())..], pos == 0);
+            if plain > 0 {
+                pos += plain;
+                last_was_esc = false;
+            }
             let Some(&c) = buf.get(pos) else {
                 if !at_end {
                     return need_more(self, pos, in_quote, last_was_esc, extra_lines);
