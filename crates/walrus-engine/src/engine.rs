@@ -14,7 +14,8 @@
 //! | `ddl.rs`           | catalog reads, CREATE TABLE/INDEX, DROP TABLE, TRUNCATE       |
 //! | `dml.rs`           | insert, update, delete, scans, index maintenance, uniqueness  |
 //! | `commit.rs`        | commit, rollback, rollback on drop; the commit protocol       |
-//! | `vacuum.rs`        | VACUUM, freeze passes, autovacuum                             |
+//! | `vacuum.rs`        | VACUUM, freeze passes, autovacuum (and its analyze trigger)   |
+//! | `sample.rs`        | ANALYZE's row sample: random blocks, a reservoir of rows      |
 //! | `table_locks.rs`   | which tables writers, DDL and vacuums hold                    |
 //! | `table_stats.rs`   | table counters saved at shutdown, restored at open            |
 
@@ -46,6 +47,7 @@ mod commit;
 mod ddl;
 mod dml;
 mod open;
+mod sample;
 mod table_locks;
 mod table_stats;
 mod transaction;
@@ -56,6 +58,7 @@ pub use checkpoint::{
 };
 pub use dml::{datum_text, BatchFailure, RowChange};
 pub use open::RecoveryReport;
+pub use sample::TableSample;
 use table_locks::TableLocks;
 pub use transaction::{Isolation, Transaction};
 pub use vacuum::{FreezeReport, VacuumReport, CATALOG_NAME};
@@ -92,6 +95,9 @@ struct Inner {
     autovacuum_wake: (Mutex<bool>, Condvar),
     /// Autovacuums that stopped because DDL wanted their table.
     autovacuums_canceled: AtomicU64,
+    /// What autovacuum runs to analyze a table (set by the SQL layer, which computes
+    /// the statistics; without it autovacuum does not analyze).
+    analyzer: std::sync::OnceLock<Analyzer>,
     /// One freeze pass at a time (`engine/vacuum.rs`).
     freeze_lock: Mutex<()>,
     /// Freeze passes completed (manual and automatic).
@@ -107,6 +113,11 @@ struct Inner {
     /// checkpoint is a full one (cleared by it).
     protection_changed_pending: AtomicBool,
 }
+
+/// Analyzes one table by name for autovacuum (`Engine::set_analyzer`): the layer that
+/// owns the statistics gathers and stores them in its own transaction and reports the
+/// analyze with [`Engine::record_analyze`]. An error is logged, not retried at once.
+pub type Analyzer = Box<dyn Fn(&Engine, &str) -> std::result::Result<(), String> + Send + Sync>;
 
 /// An open walrus engine. Cheap to clone; shut down with [`Engine::shutdown`].
 #[derive(Clone)]
@@ -154,6 +165,21 @@ impl Engine {
             .get(&def.relfile)
             .map(|r| r.activity.snapshot())
             .unwrap_or_default()
+    }
+
+    /// Installs autovacuum's analyzer (once; a second call is refused with `false`).
+    pub fn set_analyzer(&self, analyzer: Analyzer) -> bool {
+        self.inner.analyzer.set(analyzer).is_ok()
+    }
+
+    /// An ANALYZE of `def` (automatic or not) estimated `live` rows: counted in the
+    /// table's activity (`pg_stat_user_tables`), and its changes since the last
+    /// analyze start again from zero.
+    pub fn record_analyze(&self, def: &TableDef, live: u64, auto: bool) {
+        self.inner
+            .rel(def.relfile, def.fillfactor)
+            .activity
+            .analyzed(live, auto);
     }
 
     /// Debugging aid: the raw header of the version at `tid` and its xids' status.

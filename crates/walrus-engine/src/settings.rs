@@ -59,6 +59,11 @@ pub struct Settings {
     pub autovacuum_naptime: Duration,
     pub autovacuum_vacuum_threshold: u64,
     pub autovacuum_vacuum_scale_factor: f64,
+    /// Autovacuum analyzes a table once the rows changed since its last ANALYZE exceed
+    /// `autovacuum_analyze_threshold + autovacuum_analyze_scale_factor × reltuples`
+    /// (the rows its last vacuum or analyze counted).
+    pub autovacuum_analyze_threshold: u64,
+    pub autovacuum_analyze_scale_factor: f64,
     pub autovacuum_vacuum_cost_delay: Duration,
     pub autovacuum_vacuum_cost_limit: u64,
     /// Xids the commit-status log may hold before autovacuum runs a freeze pass over
@@ -102,6 +107,8 @@ impl Default for Settings {
             autovacuum_naptime: Duration::from_secs(60),
             autovacuum_vacuum_threshold: 50,
             autovacuum_vacuum_scale_factor: 0.2,
+            autovacuum_analyze_threshold: 50,
+            autovacuum_analyze_scale_factor: 0.1,
             autovacuum_vacuum_cost_delay: Duration::from_millis(2),
             autovacuum_vacuum_cost_limit: 200,
             autovacuum_freeze_max_age: 200_000_000,
@@ -208,6 +215,11 @@ autovacuum = "on"
 autovacuum_naptime = "1min"
 autovacuum_vacuum_threshold = 50
 autovacuum_vacuum_scale_factor = 0.2
+# ... and analyze each table with more rows changed since its last ANALYZE than
+# autovacuum_analyze_threshold + autovacuum_analyze_scale_factor * the rows its
+# last vacuum or analyze counted.
+autovacuum_analyze_threshold = 50
+autovacuum_analyze_scale_factor = 0.1
 autovacuum_vacuum_cost_delay = "2ms"
 autovacuum_vacuum_cost_limit = 200
 # When the commit-status log holds more transactions than this (256 KiB per million),
@@ -450,19 +462,29 @@ impl Settings {
                     .filter(|n| (100_000..=(1u64 << 62)).contains(n))
                     .ok_or_else(|| bad("expected 100000..4611686018427387904"))?
             }
-            "autovacuum_vacuum_threshold" => {
-                self.autovacuum_vacuum_threshold = value
+            "autovacuum_vacuum_threshold" | "autovacuum_analyze_threshold" => {
+                let n = value
                     .parse::<u64>()
                     .ok()
                     .filter(|n| *n <= i32::MAX as u64)
-                    .ok_or_else(|| bad("expected 0..2147483647"))?
+                    .ok_or_else(|| bad("expected 0..2147483647"))?;
+                if name == "autovacuum_vacuum_threshold" {
+                    self.autovacuum_vacuum_threshold = n;
+                } else {
+                    self.autovacuum_analyze_threshold = n;
+                }
             }
-            "autovacuum_vacuum_scale_factor" => {
-                self.autovacuum_vacuum_scale_factor = value
+            "autovacuum_vacuum_scale_factor" | "autovacuum_analyze_scale_factor" => {
+                let f = value
                     .parse::<f64>()
                     .ok()
                     .filter(|f| (0.0..=100.0).contains(f))
-                    .ok_or_else(|| bad("expected a number between 0 and 100"))?
+                    .ok_or_else(|| bad("expected a number between 0 and 100"))?;
+                if name == "autovacuum_vacuum_scale_factor" {
+                    self.autovacuum_vacuum_scale_factor = f;
+                } else {
+                    self.autovacuum_analyze_scale_factor = f;
+                }
             }
             "autovacuum_vacuum_cost_delay" | "vacuum_cost_delay" => {
                 let d = parse_duration(value)

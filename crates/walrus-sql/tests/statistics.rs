@@ -258,3 +258,172 @@ fn vacuum_analyze_analyzes() {
     ok(&mut s, "vacuum (analyze)");
     assert_eq!(rows(&mut s, CLASS), ["1100|t"]);
 }
+
+/// A table larger than the sample (`default_statistics_target = 1`: 300 blocks and
+/// 300 rows) is sampled: the row count is an estimate from the blocks read, close to
+/// the truth; distinct counts are extrapolated; the plans stay the sane ones.
+#[test]
+fn a_large_table_is_sampled() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Session::new(engine(dir.path()));
+    ok(
+        &mut s,
+        "create table big (id int primary key, g int, pad text)",
+    );
+    ok(
+        &mut s,
+        "insert into big select i, i % 10, repeat('p', 100) from generate_series(1, 40000) i",
+    );
+    ok(&mut s, "set default_statistics_target = 1");
+    assert_eq!(rows(&mut s, "show default_statistics_target"), ["1"]);
+    ok(&mut s, "analyze big");
+    let class = rows(
+        &mut s,
+        "select reltuples, relpages from pg_class where relname = 'big'",
+    );
+    let (tuples, pages) = class[0].split_once('|').unwrap();
+    let tuples: f64 = tuples.parse().unwrap();
+    let pages: u32 = pages.parse().unwrap();
+    assert!(pages > 600, "{pages} pages: more than the 300 sampled");
+    assert!(
+        (tuples - 40_000.0).abs() <= 0.03 * 40_000.0,
+        "estimated {tuples} rows of 40000"
+    );
+    assert_eq!(
+        rows(
+            &mut s,
+            "select attname, null_frac, n_distinct from pg_stats where tablename = 'big' order by attname"
+        ),
+        ["g|0|10", "id|0|-1", "pad|0|1"]
+    );
+    let plan_of =
+        |s: &mut Session, sql: &str| plan(s, sql)[1].split("  (").next().unwrap().to_string();
+    assert_eq!(
+        plan_of(
+            &mut s,
+            "select count(*) from big where id between 1 and 30000"
+        ),
+        "  ->  Seq Scan on big"
+    );
+    assert_eq!(
+        plan_of(
+            &mut s,
+            "select count(*) from big where id between 100 and 200"
+        ),
+        "  ->  Index Scan using big_pkey on big"
+    );
+    // The full target reads the table whole again: exact.
+    ok(&mut s, "reset default_statistics_target");
+    ok(&mut s, "analyze big");
+    assert_eq!(
+        rows(
+            &mut s,
+            "select reltuples from pg_class where relname = 'big'"
+        ),
+        ["40000"]
+    );
+}
+
+#[test]
+fn default_statistics_target_takes_postgresql_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Session::new(engine(dir.path()));
+    assert_eq!(rows(&mut s, "show default_statistics_target"), ["100"]);
+    for bad in ["0", "10001", "-1", "'abc'", "99999999999"] {
+        assert_eq!(
+            err(&mut s, &format!("set default_statistics_target = {bad}")),
+            "22023",
+            "{bad}"
+        );
+    }
+    // Integer spellings PostgreSQL reads differently (rounded, octal, hex): refused.
+    for other in ["1.5", "'010'", "'0x10'"] {
+        assert_eq!(
+            err(&mut s, &format!("set default_statistics_target = {other}")),
+            "0A000",
+            "{other}"
+        );
+    }
+    ok(&mut s, "set default_statistics_target = 10000");
+    assert_eq!(rows(&mut s, "show default_statistics_target"), ["10000"]);
+    ok(&mut s, "set default_statistics_target to default");
+    assert_eq!(rows(&mut s, "show default_statistics_target"), ["100"]);
+}
+
+/// Autovacuum analyzes a table once its changes since the last ANALYZE pass 50 + 10%
+/// of its rows: `pg_stat_user_tables` counts it and the planner's row count follows.
+#[test]
+fn autovacuum_analyzes_changed_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = walrus_engine::settings::default_config_text(1 << 20)
+        .replace("shared_buffers = \"128MB\"", "shared_buffers = \"8MB\"")
+        .replace(
+            "wal_sync_method = \"fdatasync\"",
+            "wal_sync_method = \"none\"",
+        )
+        .replace(
+            "autovacuum_naptime = \"1min\"",
+            "autovacuum_naptime = \"50ms\"",
+        );
+    walrus_engine::Engine::init(dir.path(), Some(&cfg)).unwrap();
+    let e = walrus_engine::Engine::open(dir.path()).unwrap().0;
+    let mut s = Session::new(e.clone());
+    let counts = "select analyze_count, autoanalyze_count, n_mod_since_analyze, \
+                  last_analyze is not null, last_autoanalyze is not null \
+                  from pg_stat_user_tables where relname = 't'";
+    let wait_for = |s: &mut Session, autoanalyzes: &str| {
+        let start = std::time::Instant::now();
+        loop {
+            let r = rows(s, counts);
+            if r[0].split('|').nth(1) == Some(autoanalyzes) {
+                return r;
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "no autoanalyze: {r:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    ok(&mut s, "create table t (id int, g int)");
+    // 40 changes: under the threshold of 50.
+    ok(
+        &mut s,
+        "insert into t select i, i % 7 from generate_series(1, 40) i",
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(rows(&mut s, counts), ["0|0|40|f|f"]);
+    assert_eq!(
+        plan(&mut s, "select * from t")[0],
+        "Seq Scan on t  (rows=1000)"
+    );
+    ok(
+        &mut s,
+        "insert into t select i, i % 7 from generate_series(41, 2000) i",
+    );
+    assert_eq!(wait_for(&mut s, "1"), ["0|1|0|f|t"]);
+    assert_eq!(
+        plan(&mut s, "select * from t")[0],
+        "Seq Scan on t  (rows=2000)"
+    );
+    assert_eq!(
+        rows(&mut s, "select reltuples from pg_class where relname = 't'"),
+        ["2000"]
+    );
+    // 50 + 10% of 2000 = 250: 240 deletes stay under it (the bar does not drop with
+    // them), 20 updates more pass it.
+    ok(&mut s, "delete from t where id <= 240");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(rows(&mut s, counts), ["0|1|240|f|t"]);
+    ok(&mut s, "update t set g = 0 where id between 241 and 260");
+    wait_for(&mut s, "2");
+    assert_eq!(
+        plan(&mut s, "select * from t")[0],
+        "Seq Scan on t  (rows=1760)"
+    );
+    // A manual ANALYZE counts as one.
+    ok(&mut s, "analyze t");
+    assert_eq!(rows(&mut s, counts), ["1|2|0|t|t"]);
+    drop(s);
+    e.shutdown().unwrap();
+}

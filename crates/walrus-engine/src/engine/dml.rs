@@ -364,7 +364,7 @@ impl Transaction {
             })
     }
 
-    fn viewer_parts(&mut self) -> (Snapshot, Option<Xid>, u32) {
+    pub(super) fn viewer_parts(&mut self) -> (Snapshot, Option<Xid>, u32) {
         (self.snapshot(), self.xid, self.cid)
     }
 

@@ -348,6 +348,7 @@ impl Engine {
             dead_index_entries_removed: AtomicU64::new(0),
             table_locks: TableLocks::default(),
             autovacuum_wake: (Mutex::new(false), Condvar::new()),
+            analyzer: std::sync::OnceLock::new(),
             autovacuums_canceled: AtomicU64::new(0),
             freeze_lock: Mutex::new(()),
             freeze_passes: AtomicU64::new(0),

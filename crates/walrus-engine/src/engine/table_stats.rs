@@ -16,7 +16,9 @@ use crate::access::heap::activity::ActivitySnapshot;
 use crate::error::{Error, Result};
 
 const FILE: &str = "table_stats";
-const HEADER: &str = "walrus table stats v1";
+const HEADER: &str = "walrus table stats v2";
+/// The previous format (no analyze counters), still read.
+const HEADER_V1: &str = "walrus table stats v1";
 
 /// Times as nanoseconds since the Unix epoch (0: never), exact until the year 2554.
 fn nanos(t: Option<SystemTime>) -> u64 {
@@ -28,13 +30,14 @@ fn time(ns: u64) -> Option<SystemTime> {
     (ns > 0).then(|| UNIX_EPOCH + Duration::from_nanos(ns))
 }
 
-/// One line per table: relfile and the ten counters.
+/// One line per table: relfile and the sixteen counters (the rows last counted as
+/// `n + 1`, 0 for never).
 fn encode(rows: &[(RelFileId, ActivitySnapshot)]) -> String {
     let mut out = format!("{HEADER}\n");
     for (r, a) in rows {
         let _ = writeln!(
             out,
-            "{} {} {} {} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             r.0,
             a.inserted,
             a.updated,
@@ -45,7 +48,13 @@ fn encode(rows: &[(RelFileId, ActivitySnapshot)]) -> String {
             a.vacuums,
             a.autovacuums,
             nanos(a.last_vacuum),
-            nanos(a.last_autovacuum)
+            nanos(a.last_autovacuum),
+            a.mod_since_analyze,
+            a.counted.map_or(0, |n| n.saturating_add(1)),
+            a.analyzes,
+            a.autoanalyzes,
+            nanos(a.last_analyze),
+            nanos(a.last_autoanalyze)
         );
     }
     out
@@ -53,9 +62,11 @@ fn encode(rows: &[(RelFileId, ActivitySnapshot)]) -> String {
 
 fn decode(text: &str) -> std::result::Result<Vec<(RelFileId, ActivitySnapshot)>, String> {
     let mut lines = text.lines();
-    if lines.next() != Some(HEADER) {
-        return Err("unknown header".into());
-    }
+    let fields = match lines.next() {
+        Some(HEADER) => 17,
+        Some(HEADER_V1) => 11,
+        _ => return Err("unknown header".into()),
+    };
     lines
         .enumerate()
         .map(|(i, line)| {
@@ -64,9 +75,18 @@ fn decode(text: &str) -> std::result::Result<Vec<(RelFileId, ActivitySnapshot)>,
                 .map(|f| f.parse::<u64>())
                 .collect::<std::result::Result<_, _>>()
                 .map_err(|e| format!("line {}: {e}", i + 2))?;
-            let [r, ins, upd, hot, del, live, dead, vac, avac, lv, lav] = v[..] else {
-                return Err(format!("line {}: {} fields, expected 11", i + 2, v.len()));
+            if v.len() != fields {
+                return Err(format!(
+                    "line {}: {} fields, expected {fields}",
+                    i + 2,
+                    v.len()
+                ));
+            }
+            let Some(&[r, ins, upd, hot, del, live, dead, vac, avac, lv, lav]) = v.get(..11) else {
+                return Err(format!("line {}: too few fields", i + 2));
             };
+            // A v1 line has no analyze counters: zero, never analyzed.
+            let analyze = |k: usize| v.get(11 + k).copied().unwrap_or(0);
             let relfile = u32::try_from(r).map_err(|_| format!("line {}: relfile", i + 2))?;
             Ok((
                 RelFileId(relfile),
@@ -81,6 +101,12 @@ fn decode(text: &str) -> std::result::Result<Vec<(RelFileId, ActivitySnapshot)>,
                     autovacuums: avac,
                     last_vacuum: time(lv),
                     last_autovacuum: time(lav),
+                    mod_since_analyze: analyze(0),
+                    counted: analyze(1).checked_sub(1),
+                    analyzes: analyze(2),
+                    autoanalyzes: analyze(3),
+                    last_analyze: time(analyze(4)),
+                    last_autoanalyze: time(analyze(5)),
                 },
             ))
         })
@@ -159,11 +185,29 @@ mod tests {
             autovacuums: 7,
             last_vacuum: None,
             last_autovacuum: time(1_763_900_000_123_456_789),
+            mod_since_analyze: 12,
+            counted: Some(0),
+            analyzes: 2,
+            autoanalyzes: 5,
+            last_analyze: time(1_763_900_000_000_000_001),
+            last_autoanalyze: None,
         };
         let text = encode(&[(RelFileId(16384), a.clone())]);
         assert_eq!(decode(&text).unwrap(), vec![(RelFileId(16384), a)]);
         assert!(decode("something else\n").is_err());
         assert!(decode(&format!("{HEADER}\n1 2 3\n")).is_err());
         assert!(decode(&format!("{HEADER}\n1 2 3 4 5 6 7 8 9 10 x\n")).is_err());
+        assert!(decode(&format!("{HEADER}\n1 2 3 4 5 6 7 8 9 10 11\n")).is_err());
+        // The previous format still reads, never analyzed.
+        let v1 = decode(&format!("{HEADER_V1}\n16384 1 2 3 4 5 6 7 8 9 10\n")).unwrap();
+        assert_eq!(
+            (
+                v1[0].1.inserted,
+                v1[0].1.analyzes,
+                v1[0].1.last_analyze,
+                v1[0].1.counted
+            ),
+            (1, 0, None, None)
+        );
     }
 }

@@ -32,7 +32,12 @@
 //! cost model (a page visited costs 1, a page dirtied 20 more; after
 //! `autovacuum_vacuum_cost_limit` it sleeps `autovacuum_vacuum_cost_delay`), so it
 //! takes a bounded share of the page writers' and the WAL's bandwidth from the
-//! foreground.
+//! foreground. It also analyzes each table whose rows changed since its last ANALYZE
+//! exceed `autovacuum_analyze_threshold + autovacuum_analyze_scale_factor × the rows
+//! the last vacuum or analyze counted` (PostgreSQL's rule on `reltuples`, and its
+//! defaults, 50 + 10%), through the analyzer the SQL layer
+//! installs (`Engine::set_analyzer`; the statistics are that layer's). The analyze is
+//! not throttled: it reads a sample of at most 300 × `default_statistics_target` blocks.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -496,6 +501,73 @@ fn contained<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
     })
 }
 
+/// Autovacuum's vacuum rule for one table: more dead row versions than
+/// `autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor × live rows`.
+fn autovacuum_table(engine: &Engine, def: &TableDef, rel: &crate::access::heap::HeapRel) {
+    let inner = &engine.inner;
+    let s = &inner.settings;
+    let (dead, live) = (rel.activity.dead(), rel.activity.live());
+    let threshold =
+        s.autovacuum_vacuum_threshold + (s.autovacuum_vacuum_scale_factor * live as f64) as u64;
+    if dead <= threshold {
+        return;
+    }
+    match contained(|| engine.vacuum_table(&def.name, VacuumKind::Auto, None, None)) {
+        Ok(Some(r)) => tracing::info!(
+            "automatic vacuum of table \"{}\": pages: {} scanned, {} dirtied; tuples: {} pruned, {} remain, {} are dead but not yet removable; dead line pointers freed: {}, their index entries removed: {}; {:.1} ms",
+            r.table,
+            r.pages_scanned,
+            r.pages_dirtied,
+            r.counts.pruned,
+            r.counts.live,
+            r.counts.dead_left,
+            r.removed,
+            r.index_entries_removed,
+            r.elapsed.as_secs_f64() * 1e3
+        ),
+        Ok(None) => {}
+        Err(Error::Canceled) => {
+            if !inner.shutting_down.load(Ordering::Acquire) {
+                inner.autovacuums_canceled.fetch_add(1, Ordering::Relaxed);
+            }
+            tracing::info!(
+                "canceling automatic vacuum of table \"{}\" (DDL or shutdown wants it)",
+                def.name
+            )
+        }
+        Err(e) => tracing::warn!("automatic vacuum of table \"{}\" failed: {e}", def.name),
+    }
+}
+
+/// Autovacuum's analyze rule for one table (PostgreSQL's): more rows changed since
+/// its last ANALYZE than `autovacuum_analyze_threshold +
+/// autovacuum_analyze_scale_factor × the rows the last vacuum or analyze counted`. Runs the SQL layer's analyzer, if
+/// one was installed.
+fn autoanalyze_table(engine: &Engine, def: &TableDef, rel: &crate::access::heap::HeapRel) {
+    let inner = &engine.inner;
+    let s = &inner.settings;
+    let Some(analyzer) = inner.analyzer.get() else {
+        return;
+    };
+    // Scaled by the rows last counted (PostgreSQL's reltuples), not the running
+    // estimate: deletes must not lower the bar they are measured against.
+    let (changed, counted) = (rel.activity.mod_since_analyze(), rel.activity.counted());
+    let threshold = s.autovacuum_analyze_threshold
+        + (s.autovacuum_analyze_scale_factor * counted as f64) as u64;
+    if changed <= threshold {
+        return;
+    }
+    let started = Instant::now();
+    match contained(|| analyzer(engine, &def.name).map_err(Error::Internal)) {
+        Ok(()) => tracing::info!(
+            "automatic analyze of table \"{}\": {changed} rows changed since the last; {:.1} ms",
+            def.name,
+            started.elapsed().as_secs_f64() * 1e3
+        ),
+        Err(e) => tracing::warn!("automatic analyze of table \"{}\" failed: {e}", def.name),
+    }
+}
+
 /// The autovacuum thread: see the module comment.
 pub(super) fn autovacuum_loop(engine: &Engine) {
     let inner = &engine.inner;
@@ -529,37 +601,8 @@ pub(super) fn autovacuum_loop(engine: &Engine) {
             let Some(rel) = inner.rels.read().get(&def.relfile).cloned() else {
                 continue;
             };
-            let (dead, live) = (rel.activity.dead(), rel.activity.live());
-            let threshold = s.autovacuum_vacuum_threshold
-                + (s.autovacuum_vacuum_scale_factor * live as f64) as u64;
-            if dead <= threshold {
-                continue;
-            }
-            match contained(|| engine.vacuum_table(&def.name, VacuumKind::Auto, None, None)) {
-                Ok(Some(r)) => tracing::info!(
-                    "automatic vacuum of table \"{}\": pages: {} scanned, {} dirtied; tuples: {} pruned, {} remain, {} are dead but not yet removable; dead line pointers freed: {}, their index entries removed: {}; {:.1} ms",
-                    r.table,
-                    r.pages_scanned,
-                    r.pages_dirtied,
-                    r.counts.pruned,
-                    r.counts.live,
-                    r.counts.dead_left,
-                    r.removed,
-                    r.index_entries_removed,
-                    r.elapsed.as_secs_f64() * 1e3
-                ),
-                Ok(None) => {}
-                Err(Error::Canceled) => {
-                    if !inner.shutting_down.load(Ordering::Acquire) {
-                        inner.autovacuums_canceled.fetch_add(1, Ordering::Relaxed);
-                    }
-                    tracing::info!(
-                        "canceling automatic vacuum of table \"{}\" (DDL or shutdown wants it)",
-                        def.name
-                    )
-                }
-                Err(e) => tracing::warn!("automatic vacuum of table \"{}\" failed: {e}", def.name),
-            }
+            autovacuum_table(engine, def, &rel);
+            autoanalyze_table(engine, def, &rel);
         }
         // The catalog, by the same rule as a table.
         let catalog = inner.rel(CATALOG_RELFILE, 100);

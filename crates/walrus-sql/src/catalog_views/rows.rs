@@ -428,16 +428,16 @@ impl Snapshot {
                             l(a.hot_updated),
                             l(a.live),
                             l(a.dead),
-                            n.clone(),
+                            l(a.mod_since_analyze),
                             n.clone(),
                             when(a.last_vacuum),
                             when(a.last_autovacuum),
-                            n.clone(),
-                            n.clone(),
+                            when(a.last_analyze),
+                            when(a.last_autoanalyze),
                             l(a.vacuums),
                             l(a.autovacuums),
-                            l(0),
-                            l(0),
+                            l(a.analyzes),
+                            l(a.autoanalyzes),
                         ]
                     })
                     .collect()

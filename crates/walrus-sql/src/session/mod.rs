@@ -112,8 +112,11 @@ fn now_micros() -> i64 {
 }
 
 impl Session {
+    /// A session on `engine`. The first one also gives the engine's autovacuum the SQL
+    /// layer's ANALYZE (`Engine::set_analyzer`), which it needs to analyze tables.
     pub fn new(engine: Engine) -> Session {
         crate::timezone::install(&Default::default());
+        engine.set_analyzer(Box::new(crate::exec::analyze::auto_analyze));
         let mut settings = default_settings();
         let s = engine.settings();
         settings.insert(
@@ -193,6 +196,14 @@ impl Session {
         settings.insert(
             "autovacuum_vacuum_scale_factor".into(),
             s.autovacuum_vacuum_scale_factor.to_string(),
+        );
+        settings.insert(
+            "autovacuum_analyze_threshold".into(),
+            s.autovacuum_analyze_threshold.to_string(),
+        );
+        settings.insert(
+            "autovacuum_analyze_scale_factor".into(),
+            s.autovacuum_analyze_scale_factor.to_string(),
         );
         let (memory_limit, memory_setting_error) = match memory::statement_memory_limit(s) {
             Ok(limit) => {

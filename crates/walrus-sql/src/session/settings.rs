@@ -215,6 +215,9 @@ impl Session {
                 if name == "work_mem" {
                     value = crate::memory::show_kb(crate::memory::parse_work_mem_kb(&value)?);
                 }
+                if name == crate::exec::analyze::STATISTICS_TARGET {
+                    value = crate::exec::analyze::statistics_target(&value)?.to_string();
+                }
                 self.remember_for_block(&name, local);
                 self.put_setting(&name, Some(value));
                 Ok(QueryResult::tag("SET"))

@@ -6,7 +6,9 @@
 //! its new version as dead, not the old one. The counters live in memory; a clean
 //! shutdown saves them and the next open restores them (`engine/table_stats.rs`). After
 //! a crash they start from zero, as PostgreSQL's do, and the first vacuum of a table
-//! recounts its live and dead rows.
+//! recounts its live and dead rows. Changes since the last ANALYZE are counted the
+//! same way (PostgreSQL's `n_mod_since_analyze`: committed inserts, updates and
+//! deletes), for autovacuum's analyze rule.
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::SystemTime;
@@ -14,7 +16,6 @@ use std::time::SystemTime;
 use parking_lot::Mutex;
 
 /// Cumulative counters of one table (one relation file: TRUNCATE starts a new set).
-#[derive(Default)]
 pub struct TableActivity {
     inserted: AtomicU64,
     updated: AtomicU64,
@@ -28,6 +29,40 @@ pub struct TableActivity {
     autovacuums: AtomicU64,
     last_vacuum: Mutex<Option<SystemTime>>,
     last_autovacuum: Mutex<Option<SystemTime>>,
+    /// Rows inserted, updated or deleted by committed transactions since the last
+    /// ANALYZE (`n_mod_since_analyze`): what autovacuum's analyze rule reads.
+    mod_since_analyze: AtomicU64,
+    /// Live rows the last vacuum or analyze counted, -1 before the first (PostgreSQL's
+    /// `pg_class.reltuples`, which autovacuum's analyze threshold scales with: unlike
+    /// `live`, it does not move with every commit).
+    counted: AtomicI64,
+    analyzes: AtomicU64,
+    autoanalyzes: AtomicU64,
+    last_analyze: Mutex<Option<SystemTime>>,
+    last_autoanalyze: Mutex<Option<SystemTime>>,
+}
+
+impl Default for TableActivity {
+    fn default() -> TableActivity {
+        TableActivity {
+            inserted: AtomicU64::new(0),
+            updated: AtomicU64::new(0),
+            hot_updated: AtomicU64::new(0),
+            deleted: AtomicU64::new(0),
+            live: AtomicI64::new(0),
+            dead: AtomicI64::new(0),
+            vacuums: AtomicU64::new(0),
+            autovacuums: AtomicU64::new(0),
+            last_vacuum: Mutex::new(None),
+            last_autovacuum: Mutex::new(None),
+            mod_since_analyze: AtomicU64::new(0),
+            counted: AtomicI64::new(-1),
+            analyzes: AtomicU64::new(0),
+            autoanalyzes: AtomicU64::new(0),
+            last_analyze: Mutex::new(None),
+            last_autoanalyze: Mutex::new(None),
+        }
+    }
 }
 
 /// One transaction's changes to one table, not yet visible in [`TableActivity`].
@@ -52,6 +87,13 @@ pub struct ActivitySnapshot {
     pub autovacuums: u64,
     pub last_vacuum: Option<SystemTime>,
     pub last_autovacuum: Option<SystemTime>,
+    pub mod_since_analyze: u64,
+    /// Live rows the last vacuum or analyze counted (`None`: neither ran).
+    pub counted: Option<u64>,
+    pub analyzes: u64,
+    pub autoanalyzes: u64,
+    pub last_analyze: Option<SystemTime>,
+    pub last_autoanalyze: Option<SystemTime>,
 }
 
 impl TableActivity {
@@ -68,6 +110,8 @@ impl TableActivity {
                 .fetch_add(p.inserted as i64 - p.deleted as i64, Ordering::Relaxed);
             self.dead
                 .fetch_add((p.updated + p.deleted) as i64, Ordering::Relaxed);
+            self.mod_since_analyze
+                .fetch_add(p.inserted + p.updated + p.deleted, Ordering::Relaxed);
         } else {
             self.dead
                 .fetch_add((p.inserted + p.updated) as i64, Ordering::Relaxed);
@@ -78,6 +122,7 @@ impl TableActivity {
     /// not remove yet (some snapshot may still see them).
     pub fn vacuumed(&self, live: u64, dead_left: u64, auto: bool) {
         self.live.store(live as i64, Ordering::Relaxed);
+        self.counted.store(live as i64, Ordering::Relaxed);
         self.dead.store(dead_left as i64, Ordering::Relaxed);
         let now = Some(SystemTime::now());
         if auto {
@@ -87,6 +132,35 @@ impl TableActivity {
             self.vacuums.fetch_add(1, Ordering::Relaxed);
             *self.last_vacuum.lock() = now;
         }
+    }
+
+    /// An ANALYZE finished: it estimated `live` rows. The changes since the last one
+    /// start again from zero (PostgreSQL's rule: changes committed while it ran are
+    /// forgotten too).
+    pub fn analyzed(&self, live: u64, auto: bool) {
+        let live = live.min(i64::MAX as u64) as i64;
+        self.live.store(live, Ordering::Relaxed);
+        self.counted.store(live, Ordering::Relaxed);
+        self.mod_since_analyze.store(0, Ordering::Relaxed);
+        let now = Some(SystemTime::now());
+        if auto {
+            self.autoanalyzes.fetch_add(1, Ordering::Relaxed);
+            *self.last_autoanalyze.lock() = now;
+        } else {
+            self.analyzes.fetch_add(1, Ordering::Relaxed);
+            *self.last_analyze.lock() = now;
+        }
+    }
+
+    /// Rows changed by committed transactions since the last ANALYZE.
+    pub fn mod_since_analyze(&self) -> u64 {
+        self.mod_since_analyze.load(Ordering::Relaxed)
+    }
+
+    /// Live rows the last vacuum or analyze counted; 0 before the first (PostgreSQL
+    /// takes a never-counted table's `reltuples` as 0 in its thresholds).
+    pub fn counted(&self) -> u64 {
+        self.counted.load(Ordering::Relaxed).max(0) as u64
     }
 
     /// Dead row versions (estimate, never negative).
@@ -111,6 +185,16 @@ impl TableActivity {
         self.autovacuums.store(s.autovacuums, Ordering::Relaxed);
         *self.last_vacuum.lock() = s.last_vacuum;
         *self.last_autovacuum.lock() = s.last_autovacuum;
+        self.mod_since_analyze
+            .store(s.mod_since_analyze, Ordering::Relaxed);
+        self.counted.store(
+            s.counted.map_or(-1, |n| n.min(i64::MAX as u64) as i64),
+            Ordering::Relaxed,
+        );
+        self.analyzes.store(s.analyzes, Ordering::Relaxed);
+        self.autoanalyzes.store(s.autoanalyzes, Ordering::Relaxed);
+        *self.last_analyze.lock() = s.last_analyze;
+        *self.last_autoanalyze.lock() = s.last_autoanalyze;
     }
 
     pub fn snapshot(&self) -> ActivitySnapshot {
@@ -125,6 +209,12 @@ impl TableActivity {
             autovacuums: self.autovacuums.load(Ordering::Relaxed),
             last_vacuum: *self.last_vacuum.lock(),
             last_autovacuum: *self.last_autovacuum.lock(),
+            mod_since_analyze: self.mod_since_analyze(),
+            counted: u64::try_from(self.counted.load(Ordering::Relaxed)).ok(),
+            analyzes: self.analyzes.load(Ordering::Relaxed),
+            autoanalyzes: self.autoanalyzes.load(Ordering::Relaxed),
+            last_analyze: *self.last_analyze.lock(),
+            last_autoanalyze: *self.last_autoanalyze.lock(),
         }
     }
 }
@@ -136,6 +226,7 @@ mod tests {
     #[test]
     fn commit_and_rollback_count_different_versions_dead() {
         let a = TableActivity::default();
+        assert_eq!((a.counted(), a.snapshot().counted), (0, None));
         let p = PendingActivity {
             inserted: 10,
             updated: 4,
@@ -158,5 +249,20 @@ mod tests {
         let s = a.snapshot();
         assert_eq!((s.live, s.dead, s.autovacuums, s.vacuums), (8, 1, 1, 0));
         assert!(s.last_autovacuum.is_some() && s.last_vacuum.is_none());
+        // Committed changes count toward the next analyze; rolled-back ones do not.
+        assert_eq!((s.mod_since_analyze, s.counted), (16, Some(8)));
+        a.analyzed(9, false);
+        let s = a.snapshot();
+        assert_eq!(
+            (s.mod_since_analyze, s.live, s.analyzes, s.autoanalyzes),
+            (0, 9, 1, 0)
+        );
+        assert_eq!((a.counted(), s.counted), (9, Some(9)));
+        assert!(s.last_analyze.is_some() && s.last_autoanalyze.is_none());
+        a.end_transaction(&p, true);
+        a.analyzed(17, true);
+        let s = a.snapshot();
+        assert_eq!((s.mod_since_analyze, s.analyzes, s.autoanalyzes), (0, 1, 1));
+        assert!(s.last_autoanalyze.is_some());
     }
 }

@@ -439,6 +439,18 @@ impl<'a> Heap<'a> {
         v: &Viewer<'_>,
         out: &mut Vec<(Tid, Vec<u8>)>,
     ) -> Result<()> {
+        self.for_each_visible(block, v, |tid, row| out.push((tid, row.to_vec())))
+    }
+
+    /// Hands `f` every tuple version on `block` visible to `v`, as it lies on the page
+    /// (under the page's shared latch: `f` must not touch the buffer pool), without
+    /// copying it: ANALYZE's sample copies only the rows it keeps.
+    pub fn for_each_visible(
+        &self,
+        block: u32,
+        v: &Viewer<'_>,
+        mut f: impl FnMut(Tid, &[u8]),
+    ) -> Result<()> {
         self.with_block(block, |r| {
             for off in 1..=page::item_count(r) {
                 if page::line_pointer(r, off).state != LpState::Normal {
@@ -449,7 +461,7 @@ impl<'a> Heap<'a> {
                     continue;
                 };
                 if tuple::visible(&h, v, self.txn) {
-                    out.push((Tid::new(block, off), t[TUPLE_HEADER_SIZE..].to_vec()));
+                    f(Tid::new(block, off), &t[TUPLE_HEADER_SIZE..]);
                 }
             }
         })
@@ -488,16 +500,7 @@ impl<'a> Heap<'a> {
         out: &mut Vec<(Tid, Vec<u8>)>,
     ) -> Result<()> {
         self.with_block(block, |r| {
-            for off in 1..=page::item_count(r) {
-                let is_root = match page::line_pointer(r, off).state {
-                    LpState::Redirect => true,
-                    LpState::Normal => TupleHeader::read(page::item(r, off))
-                        .is_some_and(|h| !h.has(tuple::HEAP_ONLY)),
-                    _ => false,
-                };
-                if !is_root {
-                    continue;
-                }
+            for off in chain_roots(r) {
                 let root = Tid::new(block, off);
                 if let (Some((_, row)), _) = walk_chain(r, root, v, self.txn) {
                     out.push((root, row));
@@ -517,16 +520,7 @@ impl<'a> Heap<'a> {
     ) -> Result<()> {
         let mut result = Ok(());
         self.with_block(block, |r| {
-            for off in 1..=page::item_count(r) {
-                let is_root = match page::line_pointer(r, off).state {
-                    LpState::Redirect => true,
-                    LpState::Normal => TupleHeader::read(page::item(r, off))
-                        .is_some_and(|h| !h.has(tuple::HEAP_ONLY)),
-                    _ => false,
-                };
-                if !is_root {
-                    continue;
-                }
+            for off in chain_roots(r) {
                 let root = Tid::new(block, off);
                 if let (Some(at), _) = visible_in_chain(r, root, v, self.txn) {
                     result = f(root, &page::item(r, at)[TUPLE_HEADER_SIZE..]);
@@ -944,6 +938,18 @@ pub enum Fetched {
     Invisible,
     /// A `DEAD` line pointer: nothing any snapshot sees; the entry can go.
     DeadRoot,
+}
+
+/// The offsets on page `p` where a HOT chain starts (a redirect, or a normal tuple that
+/// is not heap-only): where an index entry for the chain's row points.
+fn chain_roots(p: &[u8]) -> impl Iterator<Item = u16> + '_ {
+    (1..=page::item_count(p)).filter(move |&off| match page::line_pointer(p, off).state {
+        LpState::Redirect => true,
+        LpState::Normal => {
+            TupleHeader::read(page::item(p, off)).is_some_and(|h| !h.has(tuple::HEAP_ONLY))
+        }
+        _ => false,
+    })
 }
 
 fn root_is_dead(p: &[u8], off: u16) -> bool {

@@ -279,15 +279,20 @@ pub(super) fn check_utf8_within<'a>(bytes: &'a [u8], data: &[u8]) -> SqlResult<&
 }
 
 /// One record's fields, decoded into one reused buffer: no allocation per field or
-/// record once the buffers have grown to the widest record.
+/// record once the buffers have grown to the widest record. A field is decoded into
+/// `scratch` and joins `text` only once it is checked as UTF-8, so `text` is a
+/// `String` and reading a field back needs no check.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Fields {
-    /// The fields' decoded bytes (escapes resolved, CSV quotes removed), back to back.
-    bytes: Vec<u8>,
+    /// The fields' decoded text (escapes resolved, CSV quotes removed), back to back.
+    text: String,
     spans: Vec<Span>,
+    /// The field being decoded (an escape can make any byte, so it is bytes until it
+    /// is checked).
+    scratch: Vec<u8>,
 }
 
-/// Where one field's bytes are in [`Fields::bytes`]; `None` for NULL.
+/// Where one field's text is in [`Fields::text`]; `None` for NULL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Span {
     range: Option<(usize, usize)>,
@@ -303,10 +308,7 @@ impl Fields {
     /// Field `i`'s text (`None`: NULL).
     pub(super) fn get(&self, i: usize) -> Option<&str> {
         let (start, end) = self.spans[i].range?;
-        Some(
-            std::str::from_utf8(&self.bytes[start..end])
-                .expect("every field is checked as UTF-8 when it is split"),
-        )
+        Some(&self.text[start..end])
     }
 
     pub(super) fn quoted(&self, i: usize) -> bool {
@@ -321,22 +323,30 @@ impl Fields {
     /// Makes field `i` the text `value` (CSV FORCE_NOT_NULL gives a NULL field the NULL
     /// string as its value).
     pub(super) fn set_text(&mut self, i: usize, value: &str) {
-        let start = self.bytes.len();
-        self.bytes.extend_from_slice(value.as_bytes());
-        self.spans[i].range = Some((start, self.bytes.len()));
+        let start = self.text.len();
+        self.text.push_str(value);
+        self.spans[i].range = Some((start, self.text.len()));
     }
 
     fn clear(&mut self) {
-        self.bytes.clear();
+        self.text.clear();
         self.spans.clear();
+        self.scratch.clear();
     }
 
-    fn push(&mut self, start: usize, null: bool, quoted: bool) {
-        let range = (!null).then_some((start, self.bytes.len()));
-        if null {
-            self.bytes.truncate(start);
-        }
+    /// Ends the field decoded into `scratch`: a NULL one is dropped, any other checked
+    /// as UTF-8 and appended to `text`.
+    fn finish_field(&mut self, null: bool, quoted: bool) -> SqlResult<()> {
+        let range = if null {
+            None
+        } else {
+            let start = self.text.len();
+            self.text.push_str(check_utf8(&self.scratch)?);
+            Some((start, self.text.len()))
+        };
+        self.scratch.clear();
         self.spans.push(Span { range, quoted });
+        Ok(())
     }
 
     /// The fields as owned strings (the header line, tests).
@@ -373,7 +383,6 @@ pub(super) fn split_text(
     let mut i = 0;
     loop {
         let start = i;
-        let out_start = fields.bytes.len();
         let mut ended_by_delimiter = false;
         while i < line.len() {
             // Plain bytes up to the next delimiter or backslash go in as one slice.
@@ -381,7 +390,7 @@ pub(super) fn split_text(
                 .iter()
                 .position(|&b| b == delimiter || b == b'\\')
                 .unwrap_or(line.len() - i);
-            fields.bytes.extend_from_slice(&line[i..i + plain]);
+            fields.scratch.extend_from_slice(&line[i..i + plain]);
             i += plain;
             let Some(&c) = line.get(i) else { break };
             i += 1;
@@ -426,14 +435,11 @@ pub(super) fn split_text(
                 b'v' => 11,
                 other => other,
             };
-            fields.bytes.push(byte);
+            fields.scratch.push(byte);
         }
         let raw_end = if ended_by_delimiter { i - 1 } else { i };
         let is_null = &line[start..raw_end] == null;
-        if !is_null {
-            check_utf8(&fields.bytes[out_start..])?;
-        }
-        fields.push(out_start, is_null, false);
+        fields.finish_field(is_null, false)?;
         if !ended_by_delimiter {
             return Ok(());
         }
@@ -473,7 +479,6 @@ pub(super) fn split_csv(
     let mut i = 0;
     loop {
         let start = i;
-        let out_start = fields.bytes.len();
         let mut saw_quote = false;
         let mut ended_by_delimiter = false;
         'field: while i < line.len() {
@@ -484,7 +489,7 @@ pub(super) fn split_csv(
                 break;
             }
             if c != quote {
-                fields.bytes.push(c);
+                fields.scratch.push(c);
                 continue;
             }
             saw_quote = true;
@@ -495,7 +500,7 @@ pub(super) fn split_csv(
                 i += 1;
                 if c == escape {
                     if let Some(&n) = line.get(i).filter(|&&n| n == escape || n == quote) {
-                        fields.bytes.push(n);
+                        fields.scratch.push(n);
                         i += 1;
                         continue;
                     }
@@ -503,15 +508,12 @@ pub(super) fn split_csv(
                 if c == quote {
                     continue 'field;
                 }
-                fields.bytes.push(c);
+                fields.scratch.push(c);
             }
         }
         let raw_end = if ended_by_delimiter { i - 1 } else { i };
         let is_null = !saw_quote && &line[start..raw_end] == null;
-        if !is_null {
-            check_utf8(&fields.bytes[out_start..])?;
-        }
-        fields.push(out_start, is_null, saw_quote);
+        fields.finish_field(is_null, saw_quote)?;
         if !ended_by_delimiter {
             return Ok(());
         }
