@@ -518,8 +518,8 @@ impl Snapshot {
         format!(
             "CREATE {}INDEX {} ON {}{} USING btree ({})",
             if index.unique { "UNIQUE " } else { "" },
-            if pretty { "" } else { "public." },
             crate::names::quote_ident(&index.name),
+            if pretty { "" } else { "public." },
             crate::names::quote_ident(&table.name),
             Self::index_columns(table, index)
         )
