@@ -897,10 +897,19 @@ fn missing_columns_of_joins_and_dml_are_reported_at_parse_before_sync() {
     c.simple("create table u (uid int primary key, tid int, label text)");
     let wait = Duration::from_secs(5);
     for (sql, code) in [
-        ("select t.id, u.nosuch from t join u on u.tid = t.id", "42703"),
+        (
+            "select t.id, u.nosuch from t join u on u.tid = t.id",
+            "42703",
+        ),
         ("select t.id from t join u on u.nosuch = t.id", "42703"),
-        ("select t.id from t left join u on u.tid = t.id where nosuch > 1", "42703"),
-        ("select t.id from t join u on u.tid = t.id where x.id = 1", "42P01"),
+        (
+            "select t.id from t left join u on u.tid = t.id where nosuch > 1",
+            "42703",
+        ),
+        (
+            "select t.id from t join u on u.tid = t.id where x.id = 1",
+            "42P01",
+        ),
         ("insert into t (id, nosuch) values ($1, $2)", "42703"),
         ("insert into t (id) select nosuch from u", "42703"),
         ("update t set nosuch = 1", "42703"),

@@ -325,6 +325,9 @@ mod tests {
             encode(&Datum::Int2Vector(vec![])).unwrap(),
             Some(be(&[1, 0, 21, 0, 0]))
         );
-        assert_eq!(decode(&be(&[1, 0, 21, 0, 0]), 22).unwrap_err().sqlstate, "0A000");
+        assert_eq!(
+            decode(&be(&[1, 0, 21, 0, 0]), 22).unwrap_err().sqlstate,
+            "0A000"
+        );
     }
 }

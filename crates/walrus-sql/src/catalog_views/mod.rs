@@ -507,7 +507,12 @@ impl Snapshot {
         index
             .columns
             .iter()
-            .map(|&c| table.columns.get(c).map_or("?".into(), |c| crate::names::quote_ident(&c.name)))
+            .map(|&c| {
+                table
+                    .columns
+                    .get(c)
+                    .map_or("?".into(), |c| crate::names::quote_ident(&c.name))
+            })
             .collect::<Vec<_>>()
             .join(", ")
     }

@@ -163,8 +163,6 @@ const PROCS: &[(&str, u32)] = &[
     ("varchartypmodout", 2916),
 ];
 
-
-
 fn invalid_name() -> SqlError {
     SqlError::new("42602", "invalid name syntax")
 }
@@ -266,7 +264,11 @@ impl Snapshot {
         }
         if matches!(schema, None | Some("public")) {
             if let Some(oid) = self.user_relation_oid(name) {
-                return Ok(reg(TypeId::RegClass, oid as u32, crate::names::quote_ident(name)));
+                return Ok(reg(
+                    TypeId::RegClass,
+                    oid as u32,
+                    crate::names::quote_ident(name),
+                ));
             }
         }
         if missing_ok {
@@ -287,7 +289,10 @@ impl Snapshot {
             .iter()
             .find(|(_, o)| *o == oid)
             .map(|(n, _)| crate::names::quote_ident(n))
-            .or_else(|| self.relation_name(oid as i64).map(|n| crate::names::quote_ident(&n)))
+            .or_else(|| {
+                self.relation_name(oid as i64)
+                    .map(|n| crate::names::quote_ident(&n))
+            })
             .unwrap_or_else(|| unnamed(oid));
         reg(TypeId::RegClass, oid, name)
     }
@@ -370,7 +375,11 @@ pub(super) fn regnamespace_from_name(text: &str) -> SqlResult<Datum> {
         return Err(invalid_name());
     };
     match NAMESPACES.iter().find(|(n, _)| n == name) {
-        Some((n, oid)) => Ok(reg(TypeId::RegNamespace, *oid as u32, crate::names::quote_ident(n))),
+        Some((n, oid)) => Ok(reg(
+            TypeId::RegNamespace,
+            *oid as u32,
+            crate::names::quote_ident(n),
+        )),
         None => Err(SqlError::new(
             "3F000",
             format!("schema \"{name}\" does not exist"),
@@ -398,7 +407,10 @@ mod tests {
         assert_eq!(qualified_name(" \"My\"\"T\" ").unwrap(), ["My\"T"]);
         assert_eq!(qualified_name("a b").unwrap_err().sqlstate, "42602");
         assert_eq!(qualified_name("a.").unwrap_err().sqlstate, "42602");
-        assert_eq!(crate::names::quote_ident("pgbench_accounts"), "pgbench_accounts");
+        assert_eq!(
+            crate::names::quote_ident("pgbench_accounts"),
+            "pgbench_accounts"
+        );
         assert_eq!(crate::names::quote_ident("My\"T"), "\"My\"\"T\"");
         assert_eq!(crate::names::quote_ident("user"), "\"user\"");
         assert_eq!(crate::names::quote_ident("1a"), "\"1a\"");

@@ -68,7 +68,10 @@ fn subscript_index(e: &Expr, v: Datum) -> SqlResult<Option<i32>> {
             _ => return Ok(None),
         },
         Datum::Text(_) | Datum::Bool(_) => {
-            return Err(SqlError::new("42804", "array subscript must have type integer"))
+            return Err(SqlError::new(
+                "42804",
+                "array subscript must have type integer",
+            ))
         }
         // numeric and float subscripts round in PostgreSQL: not built.
         other => {

@@ -12,8 +12,8 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use sqlparser::ast::{
-    AssignmentTarget, Expr, FromTable, JoinConstraint, JoinOperator, ObjectName, Query,
-    SelectItem, SetExpr, Statement, TableFactor, TableObject, Visit, Visitor,
+    AssignmentTarget, Expr, FromTable, JoinConstraint, JoinOperator, ObjectName, Query, SelectItem,
+    SetExpr, Statement, TableFactor, TableObject, Visit, Visitor,
 };
 use walrus_engine::catalog::TableDef;
 
@@ -119,10 +119,7 @@ fn join_condition(op: &JoinOperator) -> Result<Option<&Expr>, ()> {
 
 /// The first of `exprs` naming a column `cols` lacks: 42703, or 42P01 for an unknown
 /// qualifier; any other binding error is the executor's to report in its own order.
-fn first_missing<'a>(
-    exprs: impl IntoIterator<Item = &'a Expr>,
-    cols: &[ColName],
-) -> SqlResult<()> {
+fn first_missing<'a>(exprs: impl IntoIterator<Item = &'a Expr>, cols: &[ColName]) -> SqlResult<()> {
     for e in exprs {
         if let Err(err) = crate::plan::bind(e, cols, None, &[]) {
             if err.sqlstate == "42703" || err.sqlstate == "42P01" {
