@@ -725,7 +725,7 @@ fn decode_value(b: &[u8], at: &mut usize, ty: TypeId) -> Result<Datum, DatumErro
         TypeId::Int2Vector => {
             let len = u32::from_le_bytes(take_array::<4>(b, at)?) as usize;
             let body = take(b, at, len)?;
-            if len % 2 != 0 {
+            if !len.is_multiple_of(2) {
                 return Err(DatumError::Truncated);
             }
             Datum::Int2Vector(
