@@ -882,3 +882,61 @@ fn execute_row_limit_suspends_the_portal() {
         ]
     );
 }
+
+// ---- drv4: missing columns of every statement shape found at Parse -------------------
+
+/// A column a join, an INSERT target list, an UPDATE or a DELETE names and its tables
+/// lack is 42703 in reply to Parse followed only by Flush (asyncpg prepares that way),
+/// as PostgreSQL's parse analysis reports it; the same shapes with existing columns
+/// parse.
+#[test]
+fn missing_columns_of_joins_and_dml_are_reported_at_parse_before_sync() {
+    let live = start();
+    let mut c = Client::connect(live.addr);
+    c.simple(TABLE);
+    c.simple("create table u (uid int primary key, tid int, label text)");
+    let wait = Duration::from_secs(5);
+    for (sql, code) in [
+        (
+            "select t.id, u.nosuch from t join u on u.tid = t.id",
+            "42703",
+        ),
+        ("select t.id from t join u on u.nosuch = t.id", "42703"),
+        (
+            "select t.id from t left join u on u.tid = t.id where nosuch > 1",
+            "42703",
+        ),
+        (
+            "select t.id from t join u on u.tid = t.id where x.id = 1",
+            "42P01",
+        ),
+        ("insert into t (id, nosuch) values ($1, $2)", "42703"),
+        ("insert into t (id) select nosuch from u", "42703"),
+        ("update t set nosuch = 1", "42703"),
+        ("update t set name = $1 where nosuch = 2", "42703"),
+        ("update t set name = nosuch", "42703"),
+        ("update t as x set name = 'a' where t.id = 1", "42P01"),
+        ("delete from t where nosuch = 1", "42703"),
+        ("delete from t where id = $1 returning nosuch", "42703"),
+    ] {
+        c.send(&[parse("", sql, &[]), flush()]);
+        assert_eq!(c.next(wait), Some(Msg::Error(code.into())), "{sql}");
+        c.send(&[sync()]);
+        assert_eq!(c.until_ready(), vec![Msg::Ready('I')], "{sql}");
+    }
+    for sql in [
+        "select t.id, u.label from t join u on u.tid = t.id where t.amount > $1",
+        "select id, label from t left join u on tid = id",
+        "select t.id from t cross join u where uid = 1",
+        "insert into t (id, name) values ($1, $2)",
+        "insert into t (id) select uid from u",
+        "update t set name = $1, amount = amount + 1 where id = $2 returning id",
+        "update t as x set name = 'a' where x.id = 1",
+        "delete from t where id = $1 returning name",
+    ] {
+        c.send(&[parse("", sql, &[]), flush()]);
+        assert_eq!(c.next(wait), Some(Msg::ParseComplete), "{sql}");
+        c.send(&[sync()]);
+        assert_eq!(c.until_ready(), vec![Msg::Ready('I')], "{sql}");
+    }
+}

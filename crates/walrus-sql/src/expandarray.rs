@@ -1,5 +1,6 @@
 //! `information_schema._pg_expandarray(array)`, the set-returning function pgjdbc's
-//! `DatabaseMetaData.getPrimaryKeys` calls in a select list, as a rewrite into a LATERAL
+//! `DatabaseMetaData.getPrimaryKeys` and `getIndexInfo` call in a select list (the latter
+//! over `pg_index.indkey`, without the composite column), as a rewrite into a LATERAL
 //! join the executor runs (`exec/from.rs` has the function in FROM: rows `(x, n)`, each
 //! element with its 1-based position).
 //!
@@ -324,12 +325,18 @@ pub(crate) fn rows(
             Datum::Array(a) => a.items,
             _ => Vec::new(),
         },
+        // `pg_index.indkey`: `n` counts from 1 whatever the lower bound (0 here), as
+        // the function's body subtracts `array_lower`.
+        Datum::Int2Vector(v) => v.iter().copied().map(Datum::Int2).collect(),
         other => crate::expr::array_items(other)?,
     };
     let elem_ty = items
         .iter()
         .find_map(|d| d.type_id())
-        .or_else(|| arr.type_id().and_then(|t| t.elem()));
+        .or_else(|| match arr {
+            Datum::Int2Vector(_) => Some(TypeId::Int2),
+            other => other.type_id().and_then(|t| t.elem()),
+        });
     let rows: Vec<Vec<Datum>> = items
         .into_iter()
         .enumerate()

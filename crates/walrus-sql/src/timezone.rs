@@ -485,8 +485,10 @@ fn shift_to_zone(value: Datum, zone: &SessionZone) -> SqlResult<Datum> {
     })
 }
 
-/// `[+-]HH[:MM[:SS]]` with at least one colon (a bare number is read as hours east by
-/// the caller first): seconds west of UTC, POSIX's sign.
+/// A POSIX offset without a zone name, `[+-]H[H][:MM[:SS]]` (`-02`, `+05:30`): seconds
+/// west of UTC, POSIX's sign, as PostgreSQL's `pg_tzset` reads it (it allows an empty
+/// standard-time name). `SET TimeZone` reads a bare number as hours *east* before it
+/// gets here; `AT TIME ZONE '-02'` does not, so there it is two hours east.
 fn posix_offset(v: &str) -> Option<i32> {
     let (sign, rest) = match v.as_bytes().first()? {
         b'+' => (1, &v[1..]),
@@ -502,10 +504,10 @@ fn posix_offset(v: &str) -> Option<i32> {
         p.parse().ok().filter(|n| *n <= max)
     };
     let h = field(24)?;
-    let m = field(59)?;
-    let s = match rest.matches(':').count() {
-        1 => 0,
-        2 => field(59)?,
+    let (m, s) = match rest.matches(':').count() {
+        0 => (0, 0),
+        1 => (field(59)?, 0),
+        2 => (field(59)?, field(59)?),
         _ => return None,
     };
     Some(sign * (h * 3600 + m * 60 + s) as i32)

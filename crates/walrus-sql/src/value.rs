@@ -344,6 +344,12 @@ pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
                 ty.name()
             )))
         }
+        // Only the catalog makes them (`pg_index.indkey`).
+        TypeId::Int2Vector => {
+            return Err(SqlError::unsupported(format!(
+                "int2vector input is not supported (\"{s}\")"
+            )))
+        }
         TypeId::Array(elem) => parse_array(*elem, s)?,
     })
 }
@@ -710,6 +716,12 @@ pub fn format_text(d: &Datum) -> Option<String> {
         Datum::Array(a) => format_array(&a.items),
         Datum::TimeTz(us, zone) => crate::timetz::format_timetz(*us, *zone),
         Datum::Reg(r) => r.name.clone(),
+        // int2vectorout: the items separated by one space.
+        Datum::Int2Vector(items) => items
+            .iter()
+            .map(i16::to_string)
+            .collect::<Vec<_>>()
+            .join(" "),
     })
 }
 

@@ -11,6 +11,7 @@
 //! array: u32 length + (u32 element count | null bitmap | element values as above)
 //! timetz 12 (microseconds i64, zone i32 seconds west of UTC)
 //! regproc / regclass / regtype / regnamespace: u32 length + (oid u32 | UTF-8 name)
+//! int2vector: u32 length + the int2 items
 //! ```
 //! Key layout, per column: tag `0x01` (value) or `0x02` (NULL, so NULLs sort last), then
 //! an order-preserving body: integers big-endian with the sign bit flipped, float8 with
@@ -57,11 +58,14 @@ pub enum TypeId {
     RegClass,
     RegType,
     RegNamespace,
+    /// PostgreSQL's `int2vector` (`pg_index.indkey`): int2 items, no NULLs, subscripts
+    /// from 0, printed space-separated.
+    Int2Vector,
 }
 
 /// Every scalar type in storage-number order (`TypeId::to_u8`); array types point into
 /// it, so `TypeId` stays `Copy`.
-static SCALAR_TYPES: [TypeId; 21] = [
+static SCALAR_TYPES: [TypeId; 22] = [
     TypeId::Bool,
     TypeId::Int2,
     TypeId::Int4,
@@ -83,6 +87,7 @@ static SCALAR_TYPES: [TypeId; 21] = [
     TypeId::RegClass,
     TypeId::RegType,
     TypeId::RegNamespace,
+    TypeId::Int2Vector,
 ];
 
 /// The array flag in a stored type number.
@@ -112,6 +117,7 @@ impl TypeId {
             TypeId::RegClass => 2205,
             TypeId::RegType => 2206,
             TypeId::RegNamespace => 4089,
+            TypeId::Int2Vector => 22,
             TypeId::Array(e) => e.array_oid(),
         }
     }
@@ -139,6 +145,7 @@ impl TypeId {
             TypeId::RegClass => 2210,
             TypeId::RegType => 2211,
             TypeId::RegNamespace => 4090,
+            TypeId::Int2Vector => 1006,
             TypeId::Array(_) => 0,
         }
     }
@@ -184,6 +191,7 @@ impl TypeId {
             TypeId::RegClass => "regclass",
             TypeId::RegType => "regtype",
             TypeId::RegNamespace => "regnamespace",
+            TypeId::Int2Vector => "int2vector",
             TypeId::Array(e) => match e {
                 TypeId::Bool => "boolean[]",
                 TypeId::Int2 => "smallint[]",
@@ -206,6 +214,7 @@ impl TypeId {
                 TypeId::RegClass => "regclass[]",
                 TypeId::RegType => "regtype[]",
                 TypeId::RegNamespace => "regnamespace[]",
+                TypeId::Int2Vector => "int2vector[]",
                 TypeId::Array(_) => "anyarray",
             },
         }
@@ -245,7 +254,8 @@ impl TypeId {
             | TypeId::RegProc
             | TypeId::RegClass
             | TypeId::RegType
-            | TypeId::RegNamespace => None,
+            | TypeId::RegNamespace
+            | TypeId::Int2Vector => None,
         }
     }
 }
@@ -284,6 +294,8 @@ pub enum Datum {
     /// A `regproc`/`regclass`/`regtype`/`regnamespace` value (boxed to keep `Datum`
     /// small).
     Reg(Box<RegValue>),
+    /// An `int2vector`: its items in order (never NULL).
+    Int2Vector(Vec<i16>),
 }
 
 /// An object-identifier value: the OID (what it compares and casts to `oid` by) and the
@@ -350,6 +362,7 @@ impl Datum {
             Datum::Array(a) => a.elem.array_of()?,
             Datum::TimeTz(..) => TypeId::TimeTz,
             Datum::Reg(r) => r.ty,
+            Datum::Int2Vector(_) => TypeId::Int2Vector,
         })
     }
     pub fn is_null(&self) -> bool {
@@ -431,6 +444,12 @@ fn encode_value(v: &Datum, out: &mut Vec<u8>) {
             out.extend_from_slice(&(4 + r.name.len() as u32).to_le_bytes());
             out.extend_from_slice(&r.oid.to_le_bytes());
             out.extend_from_slice(r.name.as_bytes());
+        }
+        Datum::Int2Vector(items) => {
+            out.extend_from_slice(&(2 * items.len() as u32).to_le_bytes());
+            for x in items {
+                out.extend_from_slice(&x.to_le_bytes());
+            }
         }
     }
 }
@@ -702,6 +721,18 @@ fn decode_value(b: &[u8], at: &mut usize, ty: TypeId) -> Result<Datum, DatumErro
                     .map_err(|_| DatumError::BadUtf8)?
                     .to_string(),
             }))
+        }
+        TypeId::Int2Vector => {
+            let len = u32::from_le_bytes(take_array::<4>(b, at)?) as usize;
+            let body = take(b, at, len)?;
+            if !len.is_multiple_of(2) {
+                return Err(DatumError::Truncated);
+            }
+            Datum::Int2Vector(
+                body.chunks_exact(2)
+                    .map(|c| i16::from_le_bytes([c[0], c[1]]))
+                    .collect(),
+            )
         }
         TypeId::Interval => Datum::Interval(Interval {
             months: i32::from_le_bytes(take_array::<4>(b, at)?),
@@ -976,6 +1007,14 @@ pub fn encode_key(values: &[Datum], out: &mut Vec<u8>) {
                 out.extend_from_slice(&((*zone as u32) ^ 0x8000_0000).to_be_bytes());
             }
             Datum::Reg(r) => out.extend_from_slice(&r.oid.to_be_bytes()),
+            // As an int2 array: items in order, a prefix first.
+            Datum::Int2Vector(items) => {
+                for x in items {
+                    out.push(0x01);
+                    out.extend_from_slice(&((*x as u16) ^ 0x8000).to_be_bytes());
+                }
+                out.push(0x00);
+            }
         }
     }
 }
@@ -1036,6 +1075,7 @@ pub fn compare_datums(a: &Datum, b: &Datum) -> Ordering {
             }
             x.items.len().cmp(&y.items.len())
         }
+        (Int2Vector(x), Int2Vector(y)) => x.cmp(y),
         (Numeric(_), Numeric(_)) => {
             let (mut ka, mut kb) = (Vec::new(), Vec::new());
             encode_key(std::slice::from_ref(a), &mut ka);
@@ -1112,6 +1152,9 @@ mod tests {
                     .prop_map(move |(oid, name)| Datum::Reg(Box::new(RegValue { ty, oid, name })))
                     .boxed()
             }
+            TypeId::Int2Vector => proptest::collection::vec(any::<i16>(), 0..4)
+                .prop_map(Datum::Int2Vector)
+                .boxed(),
             TypeId::Array(e) => proptest::collection::vec(arb_datum(*e), 0..4)
                 .prop_map(move |items| Datum::Array(Box::new(ArrayValue { elem: *e, items })))
                 .boxed(),

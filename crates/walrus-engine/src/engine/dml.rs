@@ -761,6 +761,10 @@ pub fn datum_text(d: &Datum) -> String {
         Datum::Time(v) => v.to_string(),
         Datum::TimeTz(v, zone) => format!("{v} us zone {zone}"),
         Datum::Reg(r) => r.oid.to_string(),
+        Datum::Int2Vector(items) => {
+            let items: Vec<String> = items.iter().map(i16::to_string).collect();
+            items.join(" ")
+        }
         Datum::Interval(iv) => format!("{} mons {} days {} us", iv.months, iv.days, iv.micros),
         Datum::Json(s) | Datum::Jsonb(s) => s.clone(),
         Datum::Array(a) => {

@@ -73,6 +73,21 @@ pub fn encode_as(d: &Datum, type_oid: u32) -> SqlResult<Option<Vec<u8>>> {
             }
             b
         }
+        // int2vectorsend is array_send of PostgreSQL's int2vector: always one
+        // dimension (even with no items), lower bound 0, int2 elements, no NULLs.
+        Datum::Int2Vector(items) => {
+            let mut b = Vec::new();
+            b.extend_from_slice(&1i32.to_be_bytes());
+            b.extend_from_slice(&0i32.to_be_bytes());
+            b.extend_from_slice(&TypeId::Int2.pg_oid().to_be_bytes());
+            b.extend_from_slice(&(items.len() as i32).to_be_bytes());
+            b.extend_from_slice(&0i32.to_be_bytes());
+            for x in items {
+                b.extend_from_slice(&2i32.to_be_bytes());
+                b.extend_from_slice(&x.to_be_bytes());
+            }
+            b
+        }
         Datum::Null => return Ok(None),
         Datum::Bool(b) => vec![*b as u8],
         Datum::Int2(v) => v.to_be_bytes().to_vec(),
@@ -253,6 +268,11 @@ pub fn decode_type(bytes: &[u8], ty: TypeId) -> SqlResult<Datum> {
                 ty.name()
             )))
         }
+        TypeId::Int2Vector => {
+            return Err(SqlError::unsupported(
+                "binary int2vector parameters are not supported",
+            ))
+        }
         TypeId::Array(elem) => decode_array(bytes, *elem, ty.pg_oid())?,
     })
 }
@@ -289,5 +309,25 @@ mod tests {
         );
         assert_eq!(decode(&[0, 1], 23).unwrap_err().sqlstate, "22P03");
         assert_eq!(decode(&[0xff], 25).unwrap_err().sqlstate, "22021");
+    }
+
+    /// int2vector is sent as PostgreSQL's int2vectorsend sends it (array_send of a
+    /// one-dimensional int2 array with lower bound 0, even when empty); not received.
+    #[test]
+    fn int2vector_is_sent_as_postgresql_sends_it() {
+        let be = |v: &[i32]| v.iter().flat_map(|x| x.to_be_bytes()).collect::<Vec<u8>>();
+        let mut want = be(&[1, 0, 21, 2, 0, 2]);
+        want.extend_from_slice(&3i16.to_be_bytes());
+        want.extend_from_slice(&be(&[2]));
+        want.extend_from_slice(&1i16.to_be_bytes());
+        assert_eq!(encode(&Datum::Int2Vector(vec![3, 1])).unwrap(), Some(want));
+        assert_eq!(
+            encode(&Datum::Int2Vector(vec![])).unwrap(),
+            Some(be(&[1, 0, 21, 0, 0]))
+        );
+        assert_eq!(
+            decode(&be(&[1, 0, 21, 0, 0]), 22).unwrap_err().sqlstate,
+            "0A000"
+        );
     }
 }

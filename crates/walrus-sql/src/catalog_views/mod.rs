@@ -40,7 +40,8 @@ const AM_BTREE: i64 = 403;
 const STAT_TABLES_COLUMNS: &str = "relid:o schemaname:t relname:t seq_scan:l seq_tup_read:l idx_scan:l idx_tup_fetch:l n_tup_ins:l n_tup_upd:l n_tup_del:l n_tup_hot_upd:l n_live_tup:l n_dead_tup:l n_mod_since_analyze:l n_ins_since_vacuum:l last_vacuum:z last_autovacuum:z last_analyze:z last_autoanalyze:z vacuum_count:l autovacuum_count:l analyze_count:l autoanalyze_count:l";
 
 /// Column lists in a compact form: `name:type` with o = oid (int8), t = text, b = bool,
-/// s = int2, i = int4, l = int8, f = float8, n = numeric, z = timestamptz.
+/// s = int2, i = int4, l = int8, f = float8, n = numeric, z = timestamptz,
+/// v = int2vector.
 const TABLES: &[(&str, &str)] = &[
     ("pg_namespace", "oid:o nspname:t nspowner:o nspacl:t"),
     ("pg_class", "oid:o relname:t relnamespace:o reltype:o reloftype:o relowner:o relam:o relfilenode:o reltablespace:o relpages:i reltuples:f relallvisible:i reltoastrelid:o relhasindex:b relisshared:b relpersistence:t relkind:t relnatts:s relchecks:s relhasrules:b relhastriggers:b relhassubclass:b relrowsecurity:b relforcerowsecurity:b relispopulated:b relreplident:t relispartition:b relrewrite:o relfrozenxid:l relminmxid:l relacl:t reloptions:t relpartbound:t"),
@@ -48,7 +49,7 @@ const TABLES: &[(&str, &str)] = &[
     ("pg_type", "oid:o typname:t typnamespace:o typowner:o typlen:s typbyval:b typtype:t typcategory:t typispreferred:b typisdefined:b typdelim:t typrelid:o typsubscript:t typelem:o typarray:o typinput:t typoutput:t typreceive:t typsend:t typmodin:t typmodout:t typanalyze:t typalign:t typstorage:t typnotnull:b typbasetype:o typtypmod:i typndims:i typcollation:o typdefaultbin:t typdefault:t typacl:t"),
     ("pg_range", "rngtypid:o rngsubtype:o rngmultitypid:o rngcollation:o rngsubopc:o rngcanonical:t rngsubdiff:t"),
     ("pg_enum", "oid:o enumtypid:o enumsortorder:f enumlabel:t"),
-    ("pg_index", "indexrelid:o indrelid:o indnatts:s indnkeyatts:s indisunique:b indnullsnotdistinct:b indisprimary:b indisexclusion:b indimmediate:b indisclustered:b indisvalid:b indcheckxmin:b indisready:b indislive:b indisreplident:b indkey:t indcollation:t indclass:t indoption:t indexprs:t indpred:t"),
+    ("pg_index", "indexrelid:o indrelid:o indnatts:s indnkeyatts:s indisunique:b indnullsnotdistinct:b indisprimary:b indisexclusion:b indimmediate:b indisclustered:b indisvalid:b indcheckxmin:b indisready:b indislive:b indisreplident:b indkey:v indcollation:t indclass:t indoption:v indexprs:t indpred:t"),
     ("pg_constraint", "oid:o conname:t connamespace:o contype:t condeferrable:b condeferred:b convalidated:b conrelid:o contypid:o conindid:o conparentid:o confrelid:o confupdtype:t confdeltype:t confmatchtype:t conislocal:b coninhcount:i connoinherit:b conkey:t confkey:t conpfeqop:t conppeqop:t conffeqop:t confdelsetcols:t conexclop:t conbin:t"),
     ("pg_am", "oid:o amname:t amhandler:t amtype:t"),
     ("pg_database", "oid:o datname:t datdba:o encoding:i datlocprovider:t datistemplate:b datallowconn:b datconnlimit:i datfrozenxid:l datminmxid:l dattablespace:o datcollate:t datctype:t daticulocale:t datcollversion:t datacl:t"),
@@ -127,6 +128,7 @@ fn spec_type(c: char) -> TypeId {
         'f' => TypeId::Float8,
         'n' => TypeId::Numeric,
         'z' => TypeId::TimestampTz,
+        'v' => TypeId::Int2Vector,
         _ => TypeId::Text,
     }
 }
@@ -205,6 +207,7 @@ const TYPES: &[(i64, &str, &str, i16, i64, &str)] = &[
     (19, "name", "name", 64, 1003, "name"),
     (20, "int8", "bigint", 8, 1016, "int8"),
     (21, "int2", "smallint", 2, 1005, "int2"),
+    (22, "int2vector", "int2vector", -1, 1006, "int2vector"),
     (23, "int4", "integer", 4, 1007, "int4"),
     (25, "text", "text", -1, 1009, "text"),
     (26, "oid", "oid", 4, 1028, "oid"),
@@ -504,17 +507,25 @@ impl Snapshot {
         index
             .columns
             .iter()
-            .map(|&c| table.columns.get(c).map(|c| c.name.as_str()).unwrap_or("?"))
+            .map(|&c| {
+                table
+                    .columns
+                    .get(c)
+                    .map_or("?".into(), |c| crate::names::quote_ident(&c.name))
+            })
             .collect::<Vec<_>>()
             .join(", ")
     }
 
-    fn index_def(table: &TableDef, index: &IndexDef) -> String {
+    /// PostgreSQL's `pg_get_indexdef`: the table schema-qualified, or (`pretty`) bare,
+    /// as `public` is on the search path.
+    fn index_def(table: &TableDef, index: &IndexDef, pretty: bool) -> String {
         format!(
-            "CREATE {}INDEX {} ON public.{} USING btree ({})",
+            "CREATE {}INDEX {} ON {}{} USING btree ({})",
             if index.unique { "UNIQUE " } else { "" },
-            index.name,
-            table.name,
+            crate::names::quote_ident(&index.name),
+            if pretty { "" } else { "public." },
+            crate::names::quote_ident(&table.name),
             Self::index_columns(table, index)
         )
     }
@@ -576,10 +587,29 @@ impl Snapshot {
                     }
                 },
             },
+            // pg_get_indexdef(index [, column, pretty]): column 0 is the whole
+            // definition, column n only the n-th key's quoted name ('' past the
+            // last); strict.
             "pg_get_indexdef" => {
+                if args.iter().any(Datum::is_null) {
+                    return Some(Ok(Datum::Null));
+                }
                 let oid = oid_arg(0)?;
+                let (column, pretty) = match args.len() {
+                    1 => (0, false),
+                    3 => match (oid_arg(1), &args[2]) {
+                        (Some(c), Datum::Bool(pretty)) => (c, *pretty),
+                        _ => return None,
+                    },
+                    _ => return None,
+                };
                 match self.indexes().find(|(_, i)| relfile_oid(i.relfile) == oid) {
-                    Some((tbl, idx)) => t(&Self::index_def(tbl, idx)),
+                    Some((tbl, idx)) if column == 0 => t(&Self::index_def(tbl, idx, pretty)),
+                    Some((tbl, idx)) => t(&usize::try_from(column - 1)
+                        .ok()
+                        .and_then(|k| idx.columns.get(k))
+                        .and_then(|&c| tbl.columns.get(c))
+                        .map_or(String::new(), |c| crate::names::quote_ident(&c.name))),
                     None => Datum::Null,
                 }
             }

@@ -70,6 +70,10 @@ const PROCS: &[(&str, u32)] = &[
     ("int2out", 39),
     ("int2recv", 2404),
     ("int2send", 2405),
+    ("int2vectorin", 40),
+    ("int2vectorout", 41),
+    ("int2vectorrecv", 2410),
+    ("int2vectorsend", 2411),
     ("int4in", 42),
     ("int4out", 43),
     ("int4recv", 2406),
@@ -163,179 +167,6 @@ const PROCS: &[(&str, u32)] = &[
     ("varchartypmodout", 2916),
 ];
 
-/// PostgreSQL 15's keywords that are not unreserved: `quote_ident` quotes them.
-const QUOTED_KEYWORDS: &[&str] = &[
-    "all",
-    "analyse",
-    "analyze",
-    "and",
-    "any",
-    "array",
-    "as",
-    "asc",
-    "asymmetric",
-    "authorization",
-    "between",
-    "bigint",
-    "binary",
-    "bit",
-    "boolean",
-    "both",
-    "case",
-    "cast",
-    "char",
-    "character",
-    "check",
-    "coalesce",
-    "collate",
-    "collation",
-    "column",
-    "concurrently",
-    "constraint",
-    "create",
-    "cross",
-    "current_catalog",
-    "current_date",
-    "current_role",
-    "current_schema",
-    "current_time",
-    "current_timestamp",
-    "current_user",
-    "dec",
-    "decimal",
-    "default",
-    "deferrable",
-    "desc",
-    "distinct",
-    "do",
-    "else",
-    "end",
-    "except",
-    "exists",
-    "extract",
-    "false",
-    "fetch",
-    "float",
-    "for",
-    "foreign",
-    "freeze",
-    "from",
-    "full",
-    "grant",
-    "greatest",
-    "group",
-    "grouping",
-    "having",
-    "ilike",
-    "in",
-    "initially",
-    "inner",
-    "inout",
-    "int",
-    "integer",
-    "intersect",
-    "interval",
-    "into",
-    "is",
-    "isnull",
-    "join",
-    "lateral",
-    "leading",
-    "least",
-    "left",
-    "like",
-    "limit",
-    "localtime",
-    "localtimestamp",
-    "national",
-    "natural",
-    "nchar",
-    "none",
-    "normalize",
-    "not",
-    "notnull",
-    "null",
-    "nullif",
-    "numeric",
-    "offset",
-    "on",
-    "only",
-    "or",
-    "order",
-    "out",
-    "outer",
-    "overlaps",
-    "overlay",
-    "placing",
-    "position",
-    "precision",
-    "primary",
-    "real",
-    "references",
-    "returning",
-    "right",
-    "row",
-    "select",
-    "session_user",
-    "setof",
-    "similar",
-    "smallint",
-    "some",
-    "substring",
-    "symmetric",
-    "table",
-    "tablesample",
-    "then",
-    "time",
-    "timestamp",
-    "to",
-    "trailing",
-    "treat",
-    "trim",
-    "true",
-    "union",
-    "unique",
-    "user",
-    "using",
-    "values",
-    "varchar",
-    "variadic",
-    "verbose",
-    "when",
-    "where",
-    "window",
-    "with",
-    "xmlattributes",
-    "xmlconcat",
-    "xmlelement",
-    "xmlexists",
-    "xmlforest",
-    "xmlnamespaces",
-    "xmlparse",
-    "xmlpi",
-    "xmlroot",
-    "xmlserialize",
-    "xmltable",
-];
-
-/// An identifier as PostgreSQL's `quote_ident` prints it: bare when it is lower-case
-/// letters, digits, `_` (not starting with a digit) and not a keyword that needs quotes.
-pub(crate) fn quote_ident(name: &str) -> String {
-    let plain = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-        && !QUOTED_KEYWORDS.contains(&name);
-    if plain {
-        name.to_string()
-    } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    }
-}
-
 fn invalid_name() -> SqlError {
     SqlError::new("42602", "invalid name syntax")
 }
@@ -422,7 +253,7 @@ impl Snapshot {
         // pg_catalog is searched first, then public (PostgreSQL's default search_path).
         if matches!(schema, None | Some("pg_catalog")) {
             if let Some((_, oid)) = CATALOG_TABLE_OIDS.iter().find(|(n, _)| *n == name) {
-                return Ok(reg(TypeId::RegClass, *oid, quote_ident(name)));
+                return Ok(reg(TypeId::RegClass, *oid, crate::names::quote_ident(name)));
             }
             if super::spec_of(Some("pg_catalog"), name).is_some() {
                 return Err(SqlError::unsupported(format!(
@@ -437,7 +268,11 @@ impl Snapshot {
         }
         if matches!(schema, None | Some("public")) {
             if let Some(oid) = self.user_relation_oid(name) {
-                return Ok(reg(TypeId::RegClass, oid as u32, quote_ident(name)));
+                return Ok(reg(
+                    TypeId::RegClass,
+                    oid as u32,
+                    crate::names::quote_ident(name),
+                ));
             }
         }
         if missing_ok {
@@ -457,8 +292,11 @@ impl Snapshot {
         let name = CATALOG_TABLE_OIDS
             .iter()
             .find(|(_, o)| *o == oid)
-            .map(|(n, _)| quote_ident(n))
-            .or_else(|| self.relation_name(oid as i64).map(|n| quote_ident(&n)))
+            .map(|(n, _)| crate::names::quote_ident(n))
+            .or_else(|| {
+                self.relation_name(oid as i64)
+                    .map(|n| crate::names::quote_ident(&n))
+            })
             .unwrap_or_else(|| unnamed(oid));
         reg(TypeId::RegClass, oid, name)
     }
@@ -510,7 +348,7 @@ pub(super) fn regproc_from_name(text: &str) -> SqlResult<Datum> {
         }
     };
     match PROCS.iter().find(|(n, _)| n == name) {
-        Some((n, oid)) => Ok(reg(TypeId::RegProc, *oid, quote_ident(n))),
+        Some((n, oid)) => Ok(reg(TypeId::RegProc, *oid, crate::names::quote_ident(n))),
         None => Err(SqlError::unsupported(format!(
             "regproc of function \"{name}\" is not supported (walrus knows the OIDs of the functions its pg_type names)"
         ))),
@@ -522,7 +360,7 @@ pub(super) fn regproc_from_oid(oid: u32) -> Datum {
     let name = PROCS
         .iter()
         .find(|(_, o)| *o == oid)
-        .map(|(n, _)| quote_ident(n))
+        .map(|(n, _)| crate::names::quote_ident(n))
         .unwrap_or_else(|| unnamed(oid));
     reg(TypeId::RegProc, oid, name)
 }
@@ -541,7 +379,11 @@ pub(super) fn regnamespace_from_name(text: &str) -> SqlResult<Datum> {
         return Err(invalid_name());
     };
     match NAMESPACES.iter().find(|(n, _)| n == name) {
-        Some((n, oid)) => Ok(reg(TypeId::RegNamespace, *oid as u32, quote_ident(n))),
+        Some((n, oid)) => Ok(reg(
+            TypeId::RegNamespace,
+            *oid as u32,
+            crate::names::quote_ident(n),
+        )),
         None => Err(SqlError::new(
             "3F000",
             format!("schema \"{name}\" does not exist"),
@@ -554,7 +396,7 @@ pub(super) fn regnamespace_from_oid(oid: u32) -> Datum {
     let name = NAMESPACES
         .iter()
         .find(|(_, o)| *o == oid as i64)
-        .map(|(n, _)| quote_ident(n))
+        .map(|(n, _)| crate::names::quote_ident(n))
         .unwrap_or_else(|| unnamed(oid));
     reg(TypeId::RegNamespace, oid, name)
 }
@@ -569,10 +411,13 @@ mod tests {
         assert_eq!(qualified_name(" \"My\"\"T\" ").unwrap(), ["My\"T"]);
         assert_eq!(qualified_name("a b").unwrap_err().sqlstate, "42602");
         assert_eq!(qualified_name("a.").unwrap_err().sqlstate, "42602");
-        assert_eq!(quote_ident("pgbench_accounts"), "pgbench_accounts");
-        assert_eq!(quote_ident("My\"T"), "\"My\"\"T\"");
-        assert_eq!(quote_ident("user"), "\"user\"");
-        assert_eq!(quote_ident("1a"), "\"1a\"");
+        assert_eq!(
+            crate::names::quote_ident("pgbench_accounts"),
+            "pgbench_accounts"
+        );
+        assert_eq!(crate::names::quote_ident("My\"T"), "\"My\"\"T\"");
+        assert_eq!(crate::names::quote_ident("user"), "\"user\"");
+        assert_eq!(crate::names::quote_ident("1a"), "\"1a\"");
         assert_eq!(regtype_from_oid(0), reg(TypeId::RegType, 0, "-".into()));
         assert_eq!(
             regtype_from_name("int4", false).unwrap(),

@@ -99,8 +99,10 @@ impl Snapshot {
                 .map(|row| {
                     let (oid, _, _, len, array_oid, io) = row.scalar;
                     let array = row.elem.is_some();
+                    // int2vector is an array type (of int2, subscripts from 0).
+                    let vector = !array && oid == 22;
                     let category = match oid {
-                        _ if array => "A",
+                        _ if array || vector => "A",
                         16 => "B",
                         20 | 21 | 23 | 26 | 701 | 1700 | 24 | 2205 | 2206 | 4089 => "N",
                         1082 | 1083 | 1114 | 1184 | 1266 => "D",
@@ -136,12 +138,18 @@ impl Snapshot {
                         b(true),
                         t(","),
                         o(0),
-                        t(if array {
+                        t(if array || vector {
                             "array_subscript_handler"
                         } else {
                             "-"
                         }),
-                        o(if array { oid } else { 0 }),
+                        o(if array {
+                            oid
+                        } else if vector {
+                            21
+                        } else {
+                            0
+                        }),
                         o(if array { 0 } else { array_oid }),
                         t(&fun("in")),
                         t(&fun("out")),
@@ -171,7 +179,7 @@ impl Snapshot {
                         }),
                         t(if array { "array_typanalyze" } else { "-" }),
                         t(align),
-                        t(if len > 0 { "p" } else { "x" }),
+                        t(if len > 0 || vector { "p" } else { "x" }),
                         b(false),
                         o(0),
                         Datum::Int4(-1),
@@ -183,12 +191,9 @@ impl Snapshot {
             "pg_index" => self
                 .indexes()
                 .map(|(tbl, idx)| {
-                    let key = idx
-                        .columns
-                        .iter()
-                        .map(|c| (c + 1).to_string())
-                        .collect::<Vec<_>>()
-                        .join(" ");
+                    let key = idx.columns.iter().map(|c| *c as i16 + 1).collect();
+                    // No DESC or NULLS FIRST keys in walrus: every option is 0.
+                    let options = vec![0; idx.columns.len()];
                     vec![
                         o(relfile_oid(idx.relfile)),
                         o(relfile_oid(tbl.relfile)),
@@ -205,7 +210,10 @@ impl Snapshot {
                         b(true),
                         b(true),
                         b(false),
-                        t(&key),
+                        Datum::Int2Vector(key),
+                        n.clone(),
+                        n.clone(),
+                        Datum::Int2Vector(options),
                     ]
                 })
                 .collect(),
@@ -351,7 +359,7 @@ impl Snapshot {
                         t(&tbl.name),
                         t(&idx.name),
                         n.clone(),
-                        t(&Self::index_def(tbl, idx)),
+                        t(&Self::index_def(tbl, idx, false)),
                     ]
                 })
                 .collect(),

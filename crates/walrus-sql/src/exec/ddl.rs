@@ -196,11 +196,18 @@ pub(crate) fn create_index_statement(
         .as_ref()
         .map(object_name)
         .unwrap_or_else(|| format!("{table}_idx"));
+    // Column names fold as identifiers do (`"Mixed"` keeps its case); an expression
+    // index is not built.
     let cols: Vec<String> = ci
         .columns
         .iter()
-        .map(|c| c.column.expr.to_string().to_ascii_lowercase())
-        .collect();
+        .map(|c| match &c.column.expr {
+            ast::Expr::Identifier(i) => Ok(crate::names::ident(i)),
+            other => Err(SqlError::unsupported(format!(
+                "index expression {other} is not supported"
+            ))),
+        })
+        .collect::<SqlResult<_>>()?;
     create_index(t, &table, &name, &cols, ci.unique, false)?;
     Ok(QueryResult::tag("CREATE INDEX"))
 }

@@ -248,6 +248,7 @@ fn type_category(t: TypeId) -> u8 {
         TypeId::Array(_) => 10,
         TypeId::TimeTz => 11,
         TypeId::RegProc | TypeId::RegClass | TypeId::RegType | TypeId::RegNamespace => 12,
+        TypeId::Int2Vector => 13,
     }
 }
 

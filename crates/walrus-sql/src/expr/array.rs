@@ -77,6 +77,12 @@ pub fn make_array(items: Vec<Datum>) -> SqlResult<Datum> {
 pub fn array_items(d: &Datum) -> SqlResult<Vec<Datum>> {
     Ok(match d {
         Datum::Array(a) => a.items.clone(),
+        // Subscripts from 0: positions would be off by one.
+        Datum::Int2Vector(_) => {
+            return Err(SqlError::unsupported(
+                "int2vector as an array is not supported here",
+            ))
+        }
         other => parse_array_text(&format_text(other).unwrap_or_default())?
             .into_iter()
             .map(|t| t.map(Datum::Text).unwrap_or(Datum::Null))

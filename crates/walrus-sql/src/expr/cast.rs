@@ -512,6 +512,15 @@ pub fn coerce(d: Datum, ty: TypeId) -> SqlResult<Datum> {
     }
     let range = || SqlError::new("22003", format!("{} out of range", ty.name()));
     Ok(match (ty, &d) {
+        // To text it is its text form; to int2[] PostgreSQL keeps the lower bound 0
+        // (`[0:1]={1,2}`), which walrus's arrays cannot: not built.
+        (TypeId::Text, Datum::Int2Vector(_)) => Datum::Text(format_text(&d).unwrap_or_default()),
+        (_, Datum::Int2Vector(_)) => {
+            return Err(SqlError::unsupported(format!(
+                "conversion of int2vector to {} is not supported",
+                ty.name()
+            )))
+        }
         (TypeId::Int2, _) if as_i64(&d).is_some() => {
             Datum::Int2(i16::try_from(as_i64(&d).unwrap_or(0)).map_err(|_| range())?)
         }

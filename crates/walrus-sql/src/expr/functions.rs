@@ -147,6 +147,14 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
         return r;
     }
     let arg = |i: usize| args.get(i).cloned().unwrap_or(Datum::Null);
+    // int2vector (`pg_index.indkey`) has subscripts from 0: array functions would
+    // count from 1, text functions read its text form. Only subscripts, ANY and
+    // `_pg_expandarray` take it.
+    if args.iter().any(|a| matches!(a, Datum::Int2Vector(_))) {
+        return Err(SqlError::unsupported(format!(
+            "function {name}(int2vector) is not supported"
+        )));
+    }
     // The text functions would see bytea's hex text form: a wrong answer. Only the
     // ones written for bytea take it.
     if args.iter().any(|a| matches!(a, Datum::Bytea(_)))
@@ -458,14 +466,7 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             _ => Datum::Null,
         },
         "quote_ident" => match format_text(&arg(0)) {
-            Some(t)
-                if t.chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-                    && !t.is_empty() =>
-            {
-                Datum::Text(t)
-            }
-            Some(t) => Datum::Text(format!("\"{}\"", t.replace('"', "\"\""))),
+            Some(t) => Datum::Text(crate::names::quote_ident(&t)),
             None => Datum::Null,
         },
         "current_schemas" => Datum::Text(
@@ -625,7 +626,6 @@ const POSTGRES_ONLY_FUNCTIONS: &[&str] = &[
     "pg_typeof",
     "format",
     "concat_ws",
-    "quote_ident",
     "quote_literal",
     "quote_nullable",
     "starts_with",

@@ -16,6 +16,7 @@ mod array;
 mod cast;
 mod functions;
 mod ops;
+mod subscript;
 
 pub use array::{array_items, format_array_text, make_array, parse_array_text};
 pub(crate) use cast::as_i64;
@@ -24,6 +25,7 @@ pub use cast::{
     sql_type_oid, type_from_sql,
 };
 pub use ops::{binary, compare_values, like_match};
+pub(crate) use subscript::subscripted;
 
 use std::cmp::Ordering;
 
@@ -256,6 +258,7 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                         | Datum::TimeTz(..)
                         | Datum::Reg(_)
                         | Datum::Interval(_)
+                        | Datum::Int2Vector(_)
                 )
             };
             if not_text(&v) || not_text(&p) {
@@ -306,6 +309,8 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                     .collect(),
                 other => match eval(other, s)? {
                     Datum::Null => return Ok(Datum::Null),
+                    // `attnum = ANY (indkey)`: the positions do not matter.
+                    Datum::Int2Vector(v) => v.into_iter().map(Datum::Int2).collect(),
                     d => array_items(&d)?,
                 },
             };
@@ -333,6 +338,9 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             make_array(items)
         }
         Expr::Nested(inner) => eval(inner, s),
+        Expr::CompoundFieldAccess { root, access_chain } => {
+            subscript::eval_access(root, access_chain, s)
+        }
         Expr::UnaryOp { op, expr } => {
             // PostgreSQL folds a minus into a numeric constant: -2147483648 is an integer.
             if let (UnaryOperator::Minus, Some(n)) = (op, numeric_constant(expr)) {
@@ -387,6 +395,7 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                     | BinaryOperator::Multiply
                     | BinaryOperator::Divide
                     | BinaryOperator::Modulo
+                    | BinaryOperator::BitwiseAnd
             );
             let null = |e: &Expr| matches!(e, Expr::Value(v) if matches!(v.value, Value::Null));
             if arithmetic && null(left) && null(right) {
@@ -433,10 +442,18 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                 let text_column = |d: &Datum, e: &Expr| {
                     matches!(d, Datum::Text(_)) && crate::rel::col_ref(e).is_some()
                 };
+                // time, timetz and interval read an untyped literal as their own type;
+                // a text value has no comparison with them (no implicit cast).
+                let timelike = |d: &Datum| {
+                    matches!(d, Datum::Time(_) | Datum::TimeTz(..) | Datum::Interval(_))
+                };
+                let typed_text = |d: &Datum, e: &Expr| matches!(d, Datum::Text(_)) && !untyped(e);
                 if (matches!(l, Datum::Bool(_)) && numeric(&r))
                     || (numeric(&l) && matches!(r, Datum::Bool(_)))
                     || (text_column(&l, left) && numeric(&r))
                     || (numeric(&l) && text_column(&r, right))
+                    || (timelike(&l) && typed_text(&r, right))
+                    || (typed_text(&l, left) && timelike(&r))
                 {
                     let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
                     return Err(SqlError::new(

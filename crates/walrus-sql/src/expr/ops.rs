@@ -49,6 +49,7 @@ fn io_only(d: &Datum) -> bool {
             | Datum::TimeTz(..)
             | Datum::Interval(_)
             | Datum::Reg(_)
+            | Datum::Int2Vector(_)
     )
 }
 
@@ -59,6 +60,13 @@ fn check_io_only(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<()> {
     use BinaryOperator as B;
     if !io_only(l) && !io_only(r) {
         return Ok(());
+    }
+    if matches!(l, Datum::Int2Vector(_)) || matches!(r, Datum::Int2Vector(_)) {
+        return Err(SqlError::unsupported(format!(
+            "operator {op} on {} and {} is not supported",
+            type_name(l),
+            type_name(r)
+        )));
     }
     let comparison = matches!(op, B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq);
     // Object identifiers compare with each other and with `oid` values (int8 here) by
@@ -106,10 +114,10 @@ fn check_io_only(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<()> {
     let same_type = l.type_id() == r.type_id()
         || matches!(l, Datum::Text(_) | Datum::Null)
         || matches!(r, Datum::Text(_) | Datum::Null);
-    if comparison
-        && same_type
-        && (equality || (ordered(l) || l.is_null()) && (ordered(r) || r.is_null()))
-    {
+    // Text here is an untyped literal (a typed text value is refused by the caller,
+    // `expr::eval`), read as the other side's type: it orders as that type does.
+    let ordered_or_text = |d: &Datum| ordered(d) || d.is_null() || matches!(d, Datum::Text(_));
+    if comparison && same_type && (equality || ordered_or_text(l) && ordered_or_text(r)) {
         return Ok(());
     }
     if comparison && !same_type {
@@ -171,6 +179,7 @@ pub fn binary(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
             )))
         }
         B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => arith(l, r, op),
+        B::BitwiseAnd => super::subscript::bitwise_and(l, r),
         other => Err(SqlError::unsupported(format!(
             "operator {other} is not supported"
         ))),

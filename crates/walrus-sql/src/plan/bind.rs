@@ -112,6 +112,17 @@ fn walk_pruned(
             Ok(())
         }
         Expr::Array(a) => a.elem.iter().try_for_each(&mut go),
+        // `a[i]`, `t.a[i]`: the array and its subscript (other chains are refused when
+        // evaluated).
+        Expr::CompoundFieldAccess { root, access_chain } => {
+            match crate::expr::subscripted(root, access_chain) {
+                Some((array, index)) => {
+                    go(&array)?;
+                    go(index)
+                }
+                None => Ok(()),
+            }
+        }
         Expr::Function(func) => {
             if !into_aggregates && is_aggregate_name(&function_name(func)) {
                 return Ok(());

@@ -103,8 +103,18 @@ pub fn output_name(e: &Expr) -> String {
             Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_) => {
                 output_name(expr)
             }
+            Expr::CompoundFieldAccess { .. } if output_name(expr) != "?column?" => {
+                output_name(expr)
+            }
             _ => cast_name(data_type),
         },
+        // `t.a[i]` is named after the array (`a`), as PostgreSQL's A_Indirection.
+        Expr::CompoundFieldAccess { root, access_chain } => {
+            match crate::expr::subscripted(root, access_chain) {
+                Some((array, _)) => output_name(&array),
+                None => "?column?".to_string(),
+            }
+        }
         Expr::Interval(_) => "interval".into(),
         Expr::Nested(i) => output_name(i),
         Expr::Case { .. } => "case".into(),

@@ -10,7 +10,8 @@
 // prepareThreshold=5); every value round-trips exactly; ResultSetMetaData reports the
 // declared types, sizes, precision and scale; rollback undoes; a duplicate key inside a
 // transaction fails with 23505 and the next statement fails with 25P02 until rollback;
-// the connection works after the error.
+// the connection works after the error; DatabaseMetaData getColumns, getPrimaryKeys and
+// getIndexInfo answer as PostgreSQL does.
 
 import java.math.BigDecimal;
 import java.sql.Connection;
@@ -234,6 +235,48 @@ public class PgjdbcCheck {
             }
             try (Statement st = c.createStatement()) {
                 st.execute("drop table jdbc_pk");
+            }
+            // DatabaseMetaData.getIndexInfo (its query subscripts pg_index.indoption, an
+            // int2vector counted from 0, ANDs it with 1::smallint, calls
+            // _pg_expandarray(indkey) in a select list and the three-argument
+            // pg_get_indexdef): a primary key, a unique index and a two-column index in
+            // key order, ordered by NON_UNIQUE, TYPE, INDEX_NAME, ORDINAL_POSITION.
+            try (Statement st = c.createStatement()) {
+                st.execute("drop table if exists jdbc_idx");
+                st.execute("create table jdbc_idx (id int primary key, code varchar(10), a int, b int)");
+                st.execute("create unique index jdbc_idx_code on jdbc_idx (code)");
+                st.execute("create index jdbc_idx_ba on jdbc_idx (b, a)");
+            }
+            String[][] indexRows = {
+                // NON_UNIQUE, INDEX_NAME, ORDINAL_POSITION, COLUMN_NAME
+                {"false", "jdbc_idx_code", "1", "code"},
+                {"false", "jdbc_idx_pkey", "1", "id"},
+                {"true", "jdbc_idx_ba", "1", "b"},
+                {"true", "jdbc_idx_ba", "2", "a"},
+            };
+            for (boolean uniqueOnly : new boolean[] {false, true}) {
+                try (ResultSet rs = c.getMetaData().getIndexInfo(null, "public", "jdbc_idx", uniqueOnly, false)) {
+                    int want = uniqueOnly ? 2 : indexRows.length;
+                    for (int i = 0; i < want; i++) {
+                        String what = "getIndexInfo(unique=" + uniqueOnly + ") row " + (i + 1);
+                        check(rs.next(), what);
+                        same("public", rs.getString("TABLE_SCHEM"), what + " TABLE_SCHEM");
+                        same("jdbc_idx", rs.getString("TABLE_NAME"), what + " TABLE_NAME");
+                        same(Boolean.valueOf(indexRows[i][0]), rs.getBoolean("NON_UNIQUE"), what + " NON_UNIQUE");
+                        same(null, rs.getString("INDEX_QUALIFIER"), what + " INDEX_QUALIFIER");
+                        same(indexRows[i][1], rs.getString("INDEX_NAME"), what + " INDEX_NAME");
+                        same((int) java.sql.DatabaseMetaData.tableIndexOther, rs.getInt("TYPE"), what + " TYPE");
+                        same(Integer.parseInt(indexRows[i][2]), rs.getInt("ORDINAL_POSITION"), what + " ORDINAL_POSITION");
+                        same(indexRows[i][3], rs.getString("COLUMN_NAME"), what + " COLUMN_NAME");
+                        same("A", rs.getString("ASC_OR_DESC"), what + " ASC_OR_DESC");
+                        same(null, rs.getString("FILTER_CONDITION"), what + " FILTER_CONDITION");
+                        same(null, rs.getString("REMARKS"), what + " REMARKS");
+                    }
+                    check(!rs.next(), "getIndexInfo(unique=" + uniqueOnly + ") rows");
+                }
+            }
+            try (Statement st = c.createStatement()) {
+                st.execute("drop table jdbc_idx");
             }
             // Rollback undoes.
             c.setAutoCommit(false);
