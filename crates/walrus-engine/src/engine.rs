@@ -46,6 +46,7 @@ mod commit;
 mod ddl;
 mod dml;
 mod open;
+mod scan;
 mod table_locks;
 mod table_stats;
 mod transaction;
