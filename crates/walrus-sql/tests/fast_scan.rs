@@ -146,7 +146,7 @@ fn fast_paths_answer_as_the_general_path() {
     );
     ok(
         &mut s,
-        "insert into t select i, (i % 5)::int2, (i * 37 % 2001) - 1000, i * 1000003, \
+        "insert into t select i, (i % 5)::int2, (i * 37 % 2001) - 1000, i::int8 * 1000003, \
          repeat('x', i % 40) from generate_series(1, 3000) as g(i)",
     );
     ok(
