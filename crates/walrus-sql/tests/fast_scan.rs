@@ -9,7 +9,7 @@
 use walrus_engine::access::datum::Datum;
 mod common;
 
-use common::{engine, ok};
+use common::{engine, err, ok};
 use walrus_sql::{Outcome, Session};
 
 /// The command tag then the rows as text, or the error's SQLSTATE.
@@ -196,6 +196,14 @@ fn fast_paths_answer_as_the_general_path() {
     assert_eq!(
         errors, 3,
         "the overflow and division-by-zero pairs fail alike"
+    );
+    assert_eq!(
+        err(&mut s, "select id, b + 2147483647 from t where b is not null"),
+        "22003"
+    );
+    assert_eq!(
+        err(&mut s, "select count(*) from t where b / (a - a) > 0"),
+        "22012"
     );
     // The answers are the committed ones: no uncommitted row, every deleted row gone.
     assert_eq!(
