@@ -198,7 +198,10 @@ fn fast_paths_answer_as_the_general_path() {
         "the overflow and division-by-zero pairs fail alike"
     );
     assert_eq!(
-        err(&mut s, "select id, b + 2147483647 from t where b is not null"),
+        err(
+            &mut s,
+            "select id, b + 2147483647 from t where b is not null"
+        ),
         "22003"
     );
     assert_eq!(
