@@ -48,6 +48,7 @@ mod ddl;
 mod dml;
 mod open;
 mod sample;
+mod scan;
 mod table_locks;
 mod table_stats;
 mod transaction;

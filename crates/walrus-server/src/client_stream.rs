@@ -7,6 +7,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Bytes read ahead: a few dozen messages, or one large CopyData message's worth.
@@ -18,6 +19,9 @@ pub struct ClientStream {
     /// `buf[start..end]` is received and not yet consumed.
     start: usize,
     end: usize,
+    /// A second handle on the socket for a writer that runs inside the session (a
+    /// streamed SELECT's DataRows), made on first use.
+    writer: Option<Arc<TcpStream>>,
 }
 
 impl ClientStream {
@@ -27,6 +31,19 @@ impl ClientStream {
             buf: vec![0u8; READ_BUFFER_BYTES].into_boxed_slice(),
             start: 0,
             end: 0,
+            writer: None,
+        }
+    }
+
+    /// A handle on the socket that writes go through from elsewhere (`&TcpStream` is a
+    /// writer); whoever uses it must have sent everything queued before.
+    pub fn writer(&mut self) -> io::Result<Arc<TcpStream>> {
+        if self.writer.is_none() {
+            self.writer = Some(Arc::new(self.stream.try_clone()?));
+        }
+        match &self.writer {
+            Some(w) => Ok(w.clone()),
+            None => Err(io::Error::other("socket handle missing")),
         }
     }
 

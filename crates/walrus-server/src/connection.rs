@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
 
 use crate::client_stream::ClientStream;
 use std::sync::atomic::Ordering;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use walrus_engine::access::datum::Datum;
 use walrus_engine::Engine;
 use walrus_sql::value::{format_text, parse_text, type_from_oid};
-use walrus_sql::{Column, Outcome, QueryResult, Session, SqlError};
+use walrus_sql::{Column, Outcome, QueryResult, RowSink, Session, SqlError};
 
 use crate::protocol::{
     read_message, read_startup, FieldDescription, Message, Out, Reader, StartupPacket,
@@ -641,14 +642,95 @@ fn run_portal(
     })
 }
 
+/// Past this many bytes of DataRows a streamed SELECT's buffer goes to the client.
+const STREAM_FLUSH_BYTES: usize = 64 << 10;
+
+/// A lone SELECT's result written to the client as the session produces it
+/// (`Session::execute_streaming`): RowDescription, then DataRows in text format, sent
+/// whenever [`STREAM_FLUSH_BYTES`] have gathered and once more when the statement ends.
+struct RowStream {
+    writer: Arc<TcpStream>,
+    out: Out,
+    oids: Vec<u32>,
+    /// Whether RowDescription went out (the statement's result is then in the stream).
+    described: bool,
+}
+
+impl RowStream {
+    fn send(&mut self) -> io::Result<()> {
+        if !self.out.buf.is_empty() {
+            (&*self.writer).write_all(&self.out.buf)?;
+            self.out.buf.clear();
+        }
+        Ok(())
+    }
+}
+
+/// The session's handle on a [`RowStream`]; the connection keeps another.
+struct SharedRowStream(Arc<Mutex<RowStream>>);
+
+fn lock(r: &Mutex<RowStream>) -> std::sync::MutexGuard<'_, RowStream> {
+    r.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn send_failed(e: io::Error) -> SqlError {
+    SqlError::new("08006", format!("could not send data to client: {e}"))
+}
+
+impl RowSink for SharedRowStream {
+    fn columns(&mut self, cols: &[Column]) -> Result<(), SqlError> {
+        let mut r = lock(&self.0);
+        row_description(&mut r.out, cols, &[]);
+        r.oids = cols.iter().map(|c| c.type_oid).collect();
+        r.described = true;
+        Ok(())
+    }
+
+    fn row(&mut self, row: &[Datum]) -> Result<(), SqlError> {
+        let mut r = lock(&self.0);
+        let vals = row
+            .iter()
+            .enumerate()
+            .map(|(i, d)| encode(d, false, r.oids.get(i).copied().unwrap_or(0)))
+            .collect::<Result<Vec<_>, _>>()?;
+        r.out.data_row(&vals);
+        if r.out.buf.len() >= STREAM_FLUSH_BYTES {
+            r.send().map_err(send_failed)?;
+        }
+        Ok(())
+    }
+}
+
 fn simple_query(
     stream: &mut ClientStream,
     s: &mut Session,
     out: &mut Out,
     sql: &str,
 ) -> io::Result<()> {
-    let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.execute(sql, &[])));
+    // Streamed rows go straight to the socket: what is queued goes first.
+    if !out.buf.is_empty() {
+        stream.write_all(&out.buf)?;
+        out.buf.clear();
+    }
+    let rows = Arc::new(Mutex::new(RowStream {
+        writer: stream.writer()?,
+        out: Out { buf: Vec::new() },
+        oids: Vec::new(),
+        described: false,
+    }));
+    let sink = Box::new(SharedRowStream(rows.clone()));
+    let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        s.execute_streaming(sql, sink).0
+    }));
     let results = results.unwrap_or_else(|_| panicked(s));
+    // What the stream has not sent yet leads this reply (one write for a small result).
+    let streamed = {
+        let mut r = lock(&rows);
+        let mut left = std::mem::take(&mut r.out.buf);
+        left.append(&mut out.buf);
+        out.buf = left;
+        r.described
+    };
     if results.is_empty() {
         out.simple(b'I');
         return Ok(());
@@ -656,12 +738,14 @@ fn simple_query(
     for r in results {
         match r {
             Ok(Outcome::Done(q)) => {
-                if !q.columns.is_empty() || q.tag.starts_with("SELECT") {
-                    row_description(out, &q.columns, &[]);
-                }
-                if let Err(e) = send_rows(out, &q, &[]) {
-                    send_error(out, &e);
-                    return Ok(());
+                if !streamed {
+                    if !q.columns.is_empty() || q.tag.starts_with("SELECT") {
+                        row_description(out, &q.columns, &[]);
+                    }
+                    if let Err(e) = send_rows(out, &q, &[]) {
+                        send_error(out, &e);
+                        return Ok(());
+                    }
                 }
                 out.command_complete(&q.tag);
             }

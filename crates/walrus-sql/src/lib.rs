@@ -58,7 +58,7 @@ pub mod value;
 
 pub use error::{SqlError, SqlResult};
 pub use memory::{statement_memory_limit, SETTING as STATEMENT_MEMORY_LIMIT};
-pub use result::{Column, CopyIn, CopyOut, Outcome, QueryResult};
+pub use result::{Column, CopyIn, CopyOut, Outcome, QueryResult, RowSink};
 pub use session::{internal_error, Session};
 
 /// What `version()` and `server_version` report: PostgreSQL 15 compatible.

@@ -35,6 +35,16 @@ impl Column {
     }
 }
 
+/// Where a lone SELECT sent by the simple query protocol streams its rows as the scan
+/// produces them (the server's DataRow writer), instead of collecting them in
+/// [`QueryResult::rows`]: [`crate::Session::execute_streaming`].
+pub trait RowSink {
+    /// The result's columns, once, before the first row.
+    fn columns(&mut self, cols: &[Column]) -> crate::SqlResult<()>;
+    /// One result row.
+    fn row(&mut self, row: &[walrus_engine::access::datum::Datum]) -> crate::SqlResult<()>;
+}
+
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct QueryResult {
     /// Command tag: `SELECT 1`, `INSERT 0 1`, `UPDATE 3`, `BEGIN`, ...

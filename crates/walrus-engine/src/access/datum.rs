@@ -835,6 +835,32 @@ pub fn decode_row_columns(
     Ok(out)
 }
 
+/// [`decode_row_columns`] into `out` (cleared first), so a scan reuses one row buffer
+/// instead of allocating a vector per row.
+pub fn decode_row_columns_into(
+    bytes: &[u8],
+    types: &[TypeId],
+    wanted: &[bool],
+    out: &mut Vec<Datum>,
+) -> Result<(), DatumError> {
+    out.clear();
+    let (n, bitmap, mut at) = row_header(bytes, types)?;
+    for (i, ty) in types.iter().enumerate() {
+        if i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0 {
+            out.push(Datum::Null);
+        } else if wanted.get(i).copied().unwrap_or(true) {
+            out.push(decode_value(bytes, &mut at, *ty)?);
+        } else {
+            skip_value(bytes, &mut at, *ty)?;
+            out.push(Datum::Null);
+        }
+    }
+    if at != bytes.len() {
+        return Err(DatumError::Truncated);
+    }
+    Ok(())
+}
+
 /// Moves `at` past one stored value of type `ty`.
 fn skip_value(bytes: &[u8], at: &mut usize, ty: TypeId) -> Result<(), DatumError> {
     match ty.fixed_width() {

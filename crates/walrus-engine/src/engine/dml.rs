@@ -428,6 +428,19 @@ impl Transaction {
         lo: Bound<&[Datum]>,
         hi: Bound<&[Datum]>,
     ) -> Result<Vec<(Tid, Vec<Datum>)>> {
+        self.index_scan_columns(def, index, lo, hi, &vec![true; def.columns.len()])
+    }
+
+    /// [`Transaction::index_scan`] decoding only the columns `wanted` marks (the others
+    /// read as NULL), as [`Transaction::scan_columns`] does.
+    pub fn index_scan_columns(
+        &mut self,
+        def: &TableDef,
+        index: &IndexDef,
+        lo: Bound<&[Datum]>,
+        hi: Bound<&[Datum]>,
+        wanted: &[bool],
+    ) -> Result<Vec<(Tid, Vec<Datum>)>> {
         self.check_interrupt()?;
         let enc = |b: Bound<&[Datum]>| -> Bound<Vec<u8>> {
             match b {
@@ -466,7 +479,7 @@ impl Transaction {
             match heap.fetch_visible(root, &viewer)? {
                 Fetched::Visible(tid, row) => {
                     if seen.insert(tid) {
-                        let values = datum::decode_row(&row, &types)
+                        let values = datum::decode_row_columns(&row, &types, wanted)
                             .map_err(|e| Error::InvalidInput(e.to_string()))?;
                         out.push((tid, values));
                     }

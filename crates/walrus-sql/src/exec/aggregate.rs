@@ -10,6 +10,7 @@ use walrus_engine::access::datum::{Datum, TypeId};
 use super::{row_key, Executor};
 use crate::error::{SqlError, SqlResult};
 use crate::expr::as_i64;
+use crate::expr::compiled::Fast;
 use crate::expr::{compare_values, function_args, function_name};
 use crate::memory::datum_bytes;
 use crate::numeric;
@@ -319,6 +320,13 @@ pub(super) struct StreamCall {
     filter: Option<ast::Expr>,
 }
 
+impl StreamCall {
+    /// The call's argument (none for `count(*)`).
+    pub(super) fn arg(&self) -> Option<&ast::Expr> {
+        self.arg.as_ref()
+    }
+}
+
 /// The call as a [`StreamCall`] when it can be streamed with exactly the row-list path's
 /// answer: `count(*)`, or `count` / `sum` / `avg` / `min` / `max` / `bool_and` /
 /// `bool_or` / `every` over one argument, optionally with FILTER — no DISTINCT, no ORDER
@@ -447,9 +455,11 @@ impl AggState {
 
 impl Executor<'_> {
     /// Feeds one row of a group to a streamed call's state.
+    /// `fast` is the argument's fast form, if it has one (`expr::compiled`).
     pub(super) fn stream_row(
         &self,
         call: &StreamCall,
+        fast: Option<&Fast>,
         state: &mut AggState,
         frame: &Frame<'_>,
     ) -> SqlResult<()> {
@@ -460,7 +470,10 @@ impl Executor<'_> {
         }
         let v = match &call.arg {
             None => Datum::Null,
-            Some(a) => self.eval_in(a, Some(frame), self)?,
+            Some(a) => match fast.map(|f| f.eval(frame.row)).transpose()?.flatten() {
+                Some(v) => v,
+                None => self.eval_in(a, Some(frame), self)?,
+            },
         };
         if call.star {
             if let AggState::Count(n) = state {

@@ -13,6 +13,7 @@ use walrus_engine::engine::{RowChange, Transaction};
 
 use super::Env;
 use crate::error::{SqlError, SqlResult};
+use crate::expr::compiled::{Columns, Prepared};
 use crate::expr::{assign, eval, Scope};
 use crate::names::{ident, object_name};
 use crate::plan::{choose_access, Access};
@@ -513,8 +514,8 @@ pub(crate) fn matching_rows(
     let memory = env.memory();
     let mut out = Vec::new();
     for_each_matching_row(env, def, filter, params, wanted, &mut |tid, row| {
-        memory.charge_row(&row)?;
-        out.push((tid, row));
+        memory.charge_row(row)?;
+        out.push((tid, row.to_vec()));
         Ok(true)
     })?;
     Ok(out)
@@ -523,14 +524,15 @@ pub(crate) fn matching_rows(
 /// Streams the rows of `def` that satisfy `filter` to `each`, read through the access
 /// path [`choose_access`] picks, without holding them: `each` returns `false` to stop
 /// the read (a LIMIT that has its rows). Nothing is charged to the statement's memory
-/// budget here; what `each` keeps, it charges.
+/// budget here; what `each` keeps, it charges. Each row is lent to `each` (a sequential
+/// scan decodes every row into one buffer): what it keeps, it copies.
 pub(crate) fn for_each_matching_row(
     env: &mut dyn Env,
     def: &TableDef,
     filter: Option<&Expr>,
     params: &[Datum],
     wanted: Option<&[bool]>,
-    each: &mut dyn FnMut(Tid, Vec<Datum>) -> SqlResult<bool>,
+    each: &mut dyn FnMut(Tid, &[Datum]) -> SqlResult<bool>,
 ) -> SqlResult<()> {
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
@@ -545,16 +547,25 @@ pub(crate) fn for_each_matching_row(
             Bound::Unbounded => Bound::Unbounded,
         }
     }
+    let all = vec![true; def.columns.len()];
+    let wanted = wanted.unwrap_or(all.as_slice());
     let hits = match access {
-        Access::Index { index, key } => {
-            t.index_scan(def, index, Bound::Included(&key), Bound::Included(&key))?
+        Access::Index { index, key } => t.index_scan_columns(
+            def,
+            index,
+            Bound::Included(&key),
+            Bound::Included(&key),
+            wanted,
+        )?,
+        Access::Range { index, lo, hi } => {
+            t.index_scan_columns(def, index, b(&lo), b(&hi), wanted)?
         }
-        Access::Range { index, lo, hi } => t.index_scan(def, index, b(&lo), b(&hi))?,
         // WHERE is applied as the scan goes.
         Access::Scan => {
             let mut failed = None;
-            let mut scan_each = |tid, row: Vec<Datum>| {
-                let more = row_matches(filter, &def.columns, &row, params, now, &get)
+            let filter = filter.map(|f| Prepared::new(f, &Columns::Table(&def.columns), params));
+            let mut scan_each = |tid, row: &[Datum]| {
+                let more = row_matches(filter.as_ref(), &def.columns, row, params, now, &get)
                     .and_then(|m| if m { each(tid, row) } else { Ok(true) });
                 match more {
                     Ok(more) => Ok(more),
@@ -564,10 +575,7 @@ pub(crate) fn for_each_matching_row(
                     }
                 }
             };
-            match wanted {
-                Some(w) => t.scan_columns(def, w, &mut scan_each)?,
-                None => t.scan(def, &mut scan_each)?,
-            }
+            t.scan_columns_borrowed(def, wanted, &mut scan_each)?;
             return match failed {
                 Some(e) => Err(e),
                 None => Ok(()),
@@ -575,8 +583,10 @@ pub(crate) fn for_each_matching_row(
         }
         Access::Nothing => Vec::new(),
     };
+    let filter = filter.map(|f| Prepared::new(f, &Columns::Table(&def.columns), params));
     for (tid, row) in hits {
-        if row_matches(filter, &def.columns, &row, params, now, &get)? && !each(tid, row)? {
+        if row_matches(filter.as_ref(), &def.columns, &row, params, now, &get)? && !each(tid, &row)?
+        {
             break;
         }
     }
@@ -758,6 +768,7 @@ fn change_rows(
 ) -> SqlResult<u64> {
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
+    let filter = filter.map(|f| Prepared::new(f, &Columns::Table(&def.columns), params));
     let mut n = 0;
     for (mut tid, mut row) in rows {
         loop {
@@ -767,7 +778,7 @@ fn change_rows(
                     break;
                 }
                 RowChange::Changed(t2, v2) => {
-                    if !row_matches(filter, &def.columns, &v2, params, now, &get)? {
+                    if !row_matches(filter.as_ref(), &def.columns, &v2, params, now, &get)? {
                         break;
                     }
                     tid = t2;
@@ -850,8 +861,10 @@ pub(crate) fn delete(
     Ok(Returning::result(returning, format!("DELETE {n}")))
 }
 
+/// Whether `row` satisfies WHERE (its fast form where it has one, see
+/// [`crate::expr::compiled`]).
 fn row_matches(
-    filter: Option<&Expr>,
+    filter: Option<&Prepared<'_>>,
     columns: &[ColumnDef],
     row: &[Datum],
     params: &[Datum],
@@ -861,17 +874,20 @@ fn row_matches(
     match filter {
         None => Ok(true),
         Some(f) => {
-            let scope = Scope {
-                columns,
-                row: Some(row),
-                params,
-                now,
-                setting: get,
-                interrupt: None,
-                frame: None,
-                hooks: None,
-            };
-            crate::expr::holds("WHERE", f, eval(f, &scope)?)
+            let v = f.eval(row, |e| {
+                let scope = Scope {
+                    columns,
+                    row: Some(row),
+                    params,
+                    now,
+                    setting: get,
+                    interrupt: None,
+                    frame: None,
+                    hooks: None,
+                };
+                eval(e, &scope)
+            })?;
+            crate::expr::holds("WHERE", f.expr, v)
         }
     }
 }

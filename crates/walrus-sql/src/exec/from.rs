@@ -520,34 +520,38 @@ impl Executor<'_> {
     /// Joins one left row with the hashed right side, handing each joined row to `each`
     /// (which returns `false` to stop) in the nested loop's order: matches in right-row
     /// order; a NULL key matches nothing. Returns whether to go on.
+    /// `scratch` holds the buffers each joined row and key are built in.
     pub(super) fn probe_row(
         &self,
         pj: &ProbeJoin,
         lrow: &[Datum],
-        each: &mut dyn FnMut(Vec<Datum>) -> SqlResult<bool>,
+        scratch: &mut ProbeScratch,
+        each: &mut dyn FnMut(&[Datum]) -> SqlResult<bool>,
     ) -> SqlResult<bool> {
+        let ProbeScratch { row, key } = scratch;
         let all: Vec<usize>;
-        let (hits, check_on): (&[usize], bool) = match side_key(&pj.keys, &pj.kinds, lrow, true) {
-            Some(None) => return Ok(true),
-            Some(Some(k)) => match pj.table.get(&k) {
-                Some(h) => (h.as_slice(), pj.rest),
-                None => return Ok(true),
-            },
-            // A value not of its column's kind: every right row, the whole ON decides.
-            None => {
-                all = (0..pj.right.len()).collect();
-                (all.as_slice(), true)
-            }
-        };
+        let (hits, check_on): (&[usize], bool) =
+            match side_key_into(&pj.keys, &pj.kinds, lrow, true, key) {
+                Some(false) => return Ok(true),
+                Some(true) => match pj.table.get(key.as_slice()) {
+                    Some(h) => (h.as_slice(), pj.rest),
+                    None => return Ok(true),
+                },
+                // A value not of its column's kind: every right row, the whole ON decides.
+                None => {
+                    all = (0..pj.right.len()).collect();
+                    (all.as_slice(), true)
+                }
+            };
         for &ri in hits {
             let rrow = &pj.right[ri];
-            let mut row = Vec::with_capacity(lrow.len() + rrow.len());
+            row.clear();
             row.extend_from_slice(lrow);
             row.extend_from_slice(rrow);
             if check_on {
                 let frame = Frame {
                     cols: &pj.cols,
-                    row: &row,
+                    row: &row[..],
                     outer: None,
                 };
                 if !crate::expr::holds(
@@ -558,7 +562,7 @@ impl Executor<'_> {
                     continue;
                 }
             }
-            if !each(row)? {
+            if !each(&row[..])? {
                 return Ok(false);
             }
         }
@@ -935,17 +939,37 @@ fn side_key(
     left_side: bool,
 ) -> Option<Option<Vec<KeyPart>>> {
     let mut key = Vec::with_capacity(keys.len());
+    Some(side_key_into(keys, kinds, row, left_side, &mut key)?.then_some(key))
+}
+
+/// [`side_key`] built in `key` (cleared first), for the probe side's row after row:
+/// `Some(false)` when a key value is NULL.
+fn side_key_into(
+    keys: &[(usize, usize)],
+    kinds: &[HashKind],
+    row: &[Datum],
+    left_side: bool,
+    key: &mut Vec<KeyPart>,
+) -> Option<bool> {
+    key.clear();
     for (&(li, ri), k) in keys.iter().zip(kinds) {
         let d = &row[if left_side { li } else { ri }];
         if d.is_null() {
-            return Some(None);
+            return Some(false);
         }
         if !k.admits(d) {
             return None;
         }
         key.push(KeyPart::of(d));
     }
-    Some(Some(key))
+    Some(true)
+}
+
+/// The buffers one probe side reuses from row to row: the joined row, the key.
+#[derive(Default)]
+pub(super) struct ProbeScratch {
+    row: Vec<Datum>,
+    key: Vec<KeyPart>,
 }
 
 /// Which values a hash join key column takes: the integer and NUMERIC types compare

@@ -68,9 +68,8 @@ use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
 use crate::expr::{coerce, compare_values, eval, Hooks, Scope};
 use crate::memory::MemoryBudget;
-use crate::names::ident;
 use crate::rel::{ColName, Frame, Rel};
-use crate::result::QueryResult;
+use crate::result::{QueryResult, RowSink};
 use crate::settings::{SettingsView, DATABASE_KEY};
 
 /// What execution needs from the session running the statement.
@@ -86,12 +85,41 @@ pub(crate) trait Env {
     fn interrupt(&self) -> Arc<AtomicBool>;
     /// The running statement's budget for materialised rows (`statement_memory_limit`).
     fn memory(&self) -> Arc<MemoryBudget>;
+    /// The sink a lone top-level SELECT streams its rows to, if the session has one for
+    /// this statement (taken by [`select`], given back with [`Env::return_row_sink`]).
+    fn take_row_sink(&mut self) -> Option<Box<dyn RowSink + Send>> {
+        None
+    }
+    fn return_row_sink(&mut self, _sink: Box<dyn RowSink + Send>) {}
 }
 
 /// Runs a SELECT (or VALUES, or set operation) and returns its rows with a `SELECT n`
 /// tag; columns whose type is not known are reported as text.
+///
+/// With a row sink from the session (`Env::take_row_sink`), a query level that streams
+/// a lone table straight to its output (no ORDER BY, DISTINCT, LIMIT or OFFSET; every
+/// output type known before the first row) sends its rows to the sink as they are made
+/// instead: the result then has its tag and columns but no rows.
 pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResult<QueryResult> {
-    select_with(env, q, params, &CteRels::new())
+    let Some(sink) = env.take_row_sink() else {
+        return select_with(env, q, params, &CteRels::new());
+    };
+    let mut exec = Executor::new(env, params);
+    *exec.sink.get_mut() = Some(sink);
+    exec.sink_query = Some(q as *const Query);
+    let rel = exec.run_query(q, None);
+    let streamed = exec.streamed.get();
+    let sink = exec.sink.take();
+    let env = exec.env.into_inner();
+    if let Some(sink) = sink {
+        env.return_row_sink(sink);
+    }
+    let rel = rel?;
+    Ok(QueryResult {
+        tag: format!("SELECT {}", streamed.unwrap_or(rel.rows.len())),
+        columns: rel.cols.into_iter().map(|c| c.to_column()).collect(),
+        rows: rel.rows,
+    })
 }
 
 /// The rows of a WITH query's CTEs, bound by name for the statement: a FROM item that
@@ -338,6 +366,12 @@ pub(crate) struct Executor<'s> {
     pruned_names: RefCell<Option<HashSet<String>>>,
     /// CTE rows bound by name (see [`CteRels`]); empty outside WITH RECURSIVE.
     ctes: &'s CteRels,
+    /// Where the statement's own query level may stream its rows (see [`select`]), and
+    /// that query (no other level, subqueries and derived tables included, uses it).
+    sink: RefCell<Option<Box<dyn RowSink + Send>>>,
+    sink_query: Option<*const Query>,
+    /// How many rows went to the sink, once the level streamed.
+    streamed: std::cell::Cell<Option<usize>>,
 }
 
 /// The hooks in force while evaluating over one group of rows.
@@ -426,6 +460,9 @@ impl<'s> Executor<'s> {
             catalog: RefCell::new(None),
             pruned_names: RefCell::new(None),
             ctes: &NO_CTES,
+            sink: RefCell::new(None),
+            sink_query: None,
+            streamed: std::cell::Cell::new(None),
         }
     }
 
@@ -697,13 +734,28 @@ impl<'s> Executor<'s> {
         out: &[Datum],
         eval_source: &mut dyn FnMut(&Expr) -> SqlResult<Datum>,
     ) -> SqlResult<Vec<Datum>> {
+        let mut keys = Vec::new();
+        self.sort_keys_into(q, names, out, eval_source, &mut keys)?;
+        Ok(keys)
+    }
+
+    /// [`Executor::sort_keys`] into `keys` (cleared first): a scan's rows reuse one
+    /// buffer.
+    fn sort_keys_into(
+        &self,
+        q: &Query,
+        names: &[String],
+        out: &[Datum],
+        eval_source: &mut dyn FnMut(&Expr) -> SqlResult<Datum>,
+        keys: &mut Vec<Datum>,
+    ) -> SqlResult<()> {
+        keys.clear();
         let Some(ob) = &q.order_by else {
-            return Ok(Vec::new());
+            return Ok(());
         };
         let ast::OrderByKind::Expressions(exprs) = &ob.kind else {
             return Err(SqlError::unsupported("ORDER BY ALL is not supported"));
         };
-        let mut keys = Vec::with_capacity(exprs.len());
         for o in exprs {
             let picked = match &o.expr {
                 Expr::Value(v) => match &v.value {
@@ -718,10 +770,10 @@ impl<'s> Executor<'s> {
                     }
                     _ => None,
                 },
-                Expr::Identifier(id) => names
-                    .iter()
-                    .position(|n| *n == ident(id))
-                    .map(|i| out[i].clone()),
+                Expr::Identifier(id) => {
+                    let id = crate::names::ident_ref(id);
+                    names.iter().position(|n| *n == *id).map(|i| out[i].clone())
+                }
                 _ => None,
             };
             let key = match picked {
@@ -745,7 +797,7 @@ impl<'s> Executor<'s> {
             }
             keys.push(key);
         }
-        Ok(keys)
+        Ok(())
     }
 
     /// The collector of a query level's output rows: applies DISTINCT (first
@@ -882,6 +934,30 @@ impl OutputRows {
             && self.top.is_none()
             && self.take != usize::MAX
             && self.all.len() >= self.skip.saturating_add(self.take)
+    }
+
+    /// [`OutputRows::push`] of borrowed keys and row, copied only when kept: a row the
+    /// full top-N heap would turn away costs one comparison and no allocation.
+    fn offer(&mut self, exec: &Executor<'_>, keys: &[Datum], row: &[Datum]) -> SqlResult<()> {
+        if self.seen.is_none() {
+            if let Some(top) = &self.top {
+                if top.rejects(keys, self.seq) {
+                    self.seq += 1;
+                    return Ok(());
+                }
+            }
+        }
+        self.push(exec, keys.to_vec(), row.to_vec())
+    }
+
+    /// Whether rows pass through unchanged and all of them are kept, in arrival order
+    /// (no ORDER BY, DISTINCT, LIMIT or OFFSET): then they may go straight to a sink.
+    fn passes_through(&self) -> bool {
+        self.dirs.is_none()
+            && self.seen.is_none()
+            && self.top.is_none()
+            && self.skip == 0
+            && self.take == usize::MAX
     }
 
     /// Adds one output row with its ORDER BY keys, charging what is kept.

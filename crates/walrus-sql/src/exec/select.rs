@@ -11,10 +11,11 @@ use walrus_engine::catalog::TableDef;
 
 use super::aggregate::{streamable_call, AggState, StreamCall};
 use super::dml::{for_each_matching_row, matching_rows};
-use super::from::ProbeJoin;
+use super::from::{ProbeJoin, ProbeScratch};
 use super::spill::SpillFile;
 use super::{row_key, Executor, GroupHooks, KeyPart, OutputRows, StreamHooks};
 use crate::error::{SqlError, SqlResult};
+use crate::expr::compiled::{Columns, Fast, Prepared};
 use crate::memory::row_bytes;
 use crate::names::{ident, object_name};
 use crate::plan::{
@@ -58,6 +59,9 @@ pub(super) struct GroupPass<'a> {
     q: &'a Query,
     names: &'a [String],
     work_mem: u64,
+    /// The fast forms of `group_exprs` and of each call's argument (`expr::compiled`).
+    fast_keys: Vec<Option<Fast>>,
+    fast_args: Vec<Option<Fast>>,
 }
 
 /// The hash table of one streamed-aggregation pass: groups are added while it stays
@@ -75,6 +79,8 @@ struct GroupTable {
     table_bytes: u64,
     partitions: Vec<Option<SpillFile>>,
     rows_seen: usize,
+    /// The current row's key, built here to look the group up without allocating.
+    key: Vec<KeyPart>,
 }
 
 impl GroupTable {
@@ -88,6 +94,7 @@ impl GroupTable {
             table_bytes: 0,
             partitions: Vec::new(),
             rows_seen: 0,
+            key: Vec::with_capacity(p.group_exprs.len()),
         }
     }
 
@@ -111,63 +118,85 @@ impl GroupTable {
         // Aggregates without GROUP BY: one group, no key to hash per row.
         if p.group_exprs.is_empty() && !self.groups.is_empty() {
             let states = &mut self.groups[0].2;
-            for (c, st) in p.calls.iter().zip(states.iter_mut()) {
-                exec.stream_row(c, st, &frame)?;
+            for ((c, fast), st) in p.calls.iter().zip(&p.fast_args).zip(states.iter_mut()) {
+                exec.stream_row(c, fast.as_ref(), st, &frame)?;
             }
             return Ok(());
         }
-        let mut key = Vec::with_capacity(p.group_exprs.len());
-        for g in p.group_exprs {
-            let v = exec.eval_in(g, Some(&frame), exec)?;
+        let mut key = std::mem::take(&mut self.key);
+        key.clear();
+        for (g, fast) in p.group_exprs.iter().zip(&p.fast_keys) {
+            let v = match fast {
+                Some(f) => f.eval(row)?,
+                None => None,
+            };
+            let v = match v {
+                Some(v) => v,
+                None => exec.eval_in(g, Some(&frame), exec)?,
+            };
             super::check_keyable(std::slice::from_ref(&v))?;
             key.push(KeyPart::of(&v));
+        }
+        let slot = self.group_slot(exec, p, at, row, key)?;
+        let Some(slot) = slot else {
+            return Ok(());
+        };
+        let states = &mut self.groups[slot].2;
+        for ((c, fast), st) in p.calls.iter().zip(&p.fast_args).zip(states.iter_mut()) {
+            exec.stream_row(c, fast.as_ref(), st, &frame)?;
+        }
+        Ok(())
+    }
+
+    /// The slot of `key`'s group, a new one if it fits in `work_mem`, else `None`
+    /// after writing the row to its partition file. Gives the key buffer back.
+    fn group_slot(
+        &mut self,
+        exec: &Executor<'_>,
+        p: &GroupPass<'_>,
+        at: usize,
+        row: &[Datum],
+        key: Vec<KeyPart>,
+    ) -> SqlResult<Option<usize>> {
+        if let Some(&slot) = self.index.get(key.as_slice()) {
+            self.key = key;
+            return Ok(Some(slot));
         }
         // Past this depth the table grows without bound (each pass makes progress, but
         // a pathological hash could keep a partition whole).
         let may_spill = self.depth < 4;
-        let slot = match self.index.get(&key) {
-            Some(&slot) => slot,
-            None => {
-                let bytes = key.iter().map(KeyPart::bytes).sum::<u64>()
-                    + 48
-                    + row_bytes(row)
-                    + self.state_bytes;
-                if may_spill && !self.groups.is_empty() && self.table_bytes + bytes > p.work_mem {
-                    if self.partitions.is_empty() {
-                        self.partitions.resize_with(GROUP_PARTITIONS, || None);
-                    }
-                    let mut h = std::collections::hash_map::DefaultHasher::new();
-                    self.depth.hash(&mut h);
-                    key.hash(&mut h);
-                    let part =
-                        &mut self.partitions[(h.finish() % GROUP_PARTITIONS as u64) as usize];
-                    if part.is_none() {
-                        *part = Some(SpillFile::create()?);
-                    }
-                    let mut spilled = Vec::with_capacity(row.len() + 1);
-                    spilled.push(Datum::Int8(at as i64));
-                    spilled.extend_from_slice(row);
-                    if let Some(f) = part.as_mut() {
-                        f.write_row(&spilled)?;
-                    }
-                    return Ok(());
-                }
-                exec.memory.charge(bytes)?;
-                self.table_bytes += bytes;
-                self.groups.push((
-                    at,
-                    row.to_vec(),
-                    p.calls.iter().map(StreamCall::start).collect(),
-                ));
-                self.index.insert(key, self.groups.len() - 1);
-                self.groups.len() - 1
+        let bytes =
+            key.iter().map(KeyPart::bytes).sum::<u64>() + 48 + row_bytes(row) + self.state_bytes;
+        if may_spill && !self.groups.is_empty() && self.table_bytes + bytes > p.work_mem {
+            if self.partitions.is_empty() {
+                self.partitions.resize_with(GROUP_PARTITIONS, || None);
             }
-        };
-        let states = &mut self.groups[slot].2;
-        for (c, st) in p.calls.iter().zip(states.iter_mut()) {
-            exec.stream_row(c, st, &frame)?;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            self.depth.hash(&mut h);
+            key.hash(&mut h);
+            let part = &mut self.partitions[(h.finish() % GROUP_PARTITIONS as u64) as usize];
+            if part.is_none() {
+                *part = Some(SpillFile::create()?);
+            }
+            let mut spilled = Vec::with_capacity(row.len() + 1);
+            spilled.push(Datum::Int8(at as i64));
+            spilled.extend_from_slice(row);
+            if let Some(f) = part.as_mut() {
+                f.write_row(&spilled)?;
+            }
+            self.key = key;
+            return Ok(None);
         }
-        Ok(())
+        exec.memory.charge(bytes)?;
+        self.table_bytes += bytes;
+        self.groups.push((
+            at,
+            row.to_vec(),
+            p.calls.iter().map(StreamCall::start).collect(),
+        ));
+        self.key = Vec::with_capacity(key.len());
+        self.index.insert(key, self.groups.len() - 1);
+        Ok(Some(self.groups.len() - 1))
     }
 
     /// Adds the finished groups to `done` with the position of their first row, gives
@@ -201,6 +230,36 @@ impl GroupTable {
         }
         Ok(spilled)
     }
+}
+
+/// The output columns of a query level's select list `items` over FROM columns
+/// `cols`: a plain column keeps its type and origin, an expression takes its static
+/// type, else the type of its first non-NULL value in `rows`.
+fn output_cols(items: &[(String, Expr)], cols: &[ColName], rows: &[Vec<Datum>]) -> Vec<ColName> {
+    let defs = crate::plan::typed_columns(cols);
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, (n, e))| {
+            let source = col_ref(e)
+                .and_then(|(qual, name)| find_col(cols, qual.as_deref(), &name).ok())
+                .flatten()
+                .map(|c| &cols[c]);
+            let ty = match (col_ref(e), source) {
+                (Some(_), Some(c)) => c.ty,
+                (Some(_), None) => None,
+                (None, _) => static_type(e, &defs),
+            };
+            ColName {
+                qual: None,
+                name: n.clone(),
+                ty: ty.or_else(|| rows.iter().find_map(|r| r[i].type_id())),
+                bpchar: source.is_some_and(|c| c.bpchar),
+                hidden: false,
+                origin: source.and_then(|c| c.origin).or_else(|| cast_origin(e)),
+            }
+        })
+        .collect()
 }
 
 fn items_of(
@@ -709,6 +768,17 @@ impl Executor<'_> {
                 q,
                 names: &names,
                 work_mem: self.work_mem(),
+                fast_keys: group_exprs
+                    .iter()
+                    .map(|g| Fast::compile(g, &Columns::Frame(cols), self.params))
+                    .collect(),
+                fast_args: calls
+                    .iter()
+                    .map(|c| {
+                        c.arg()
+                            .and_then(|a| Fast::compile(a, &Columns::Frame(cols), self.params))
+                    })
+                    .collect(),
             };
             match &stream_source {
                 Some(src) => {
@@ -718,7 +788,7 @@ impl Executor<'_> {
                         &mut |sink| {
                             self.read_table_with(src, sel, &mut |row| {
                                 at += 1;
-                                sink(at - 1, &row)
+                                sink(at - 1, row)
                             })
                         },
                         &mut output,
@@ -791,65 +861,94 @@ impl Executor<'_> {
             }
         } else {
             let mut n = 0usize;
+            let fast_items: Vec<Prepared<'_>> = items
+                .iter()
+                .map(|(_, e)| Prepared::new(e, &Columns::Frame(cols), self.params))
+                .collect();
+            // One output row and its keys at a time, copied only when kept.
+            let (mut out, mut keys) = (Vec::new(), Vec::new());
             let mut project = |row: &[Datum], output: &mut OutputRows| -> SqlResult<()> {
                 n += 1;
                 if n % 1024 == 1023 {
                     self.check_interrupt()?;
                 }
                 let frame = Frame { cols, row, outer };
-                let out = items
-                    .iter()
-                    .map(|(_, e)| self.eval_in(e, Some(&frame), self))
-                    .collect::<SqlResult<Vec<_>>>()?;
-                let keys = self.sort_keys(q, &names, &out, &mut |e| {
-                    self.eval_in(e, Some(&frame), self)
-                })?;
-                output.push(self, keys, out)
+                out.clear();
+                for p in &fast_items {
+                    out.push(p.eval(row, |e| self.eval_in(e, Some(&frame), self))?);
+                }
+                self.sort_keys_into(
+                    q,
+                    &names,
+                    &out,
+                    &mut |e| self.eval_in(e, Some(&frame), self),
+                    &mut keys,
+                )?;
+                output.offer(self, &keys, &out)
             };
-            match &stream_source {
-                // LIMIT without ORDER BY stops the read once it has its rows.
-                Some(src) if !output.full() => self.read_table_with(src, sel, &mut |row| {
-                    project(&row, &mut output)?;
-                    Ok(!output.full())
-                })?,
-                Some(_) => {}
-                None => {
-                    for row in &rows {
-                        if output.full() {
-                            break;
-                        }
+            // The statement's own level, a lone table straight to the output: its rows
+            // may go to the session's row sink as they are made (see `exec::select`).
+            let to_sink = match &stream_source {
+                Some(_)
+                    if outer.is_none()
+                        && self.sink_query == Some(q as *const Query)
+                        && output.passes_through() =>
+                {
+                    let oc = output_cols(&items, cols, &[]);
+                    let known = oc.iter().all(|c| c.ty.is_some());
+                    let sink = if known {
+                        self.sink.borrow_mut().take()
+                    } else {
+                        None
+                    };
+                    sink.map(|s| (s, oc))
+                }
+                _ => None,
+            };
+            if let (Some(src), Some((mut sink, oc))) = (&stream_source, to_sink) {
+                let (mut sent, mut row_out) = (0usize, Vec::new());
+                let streamed = sink
+                    .columns(&oc.into_iter().map(|c| c.to_column()).collect::<Vec<_>>())
+                    .and_then(|()| {
+                        self.read_table_with(src, sel, &mut |row| {
+                            sent += 1;
+                            if sent % 1024 == 1023 {
+                                self.check_interrupt()?;
+                            }
+                            let frame = Frame { cols, row, outer };
+                            row_out.clear();
+                            for p in &fast_items {
+                                row_out.push(p.eval(row, |e| self.eval_in(e, Some(&frame), self))?);
+                            }
+                            sink.row(&row_out)?;
+                            Ok(true)
+                        })
+                    });
+                *self.sink.borrow_mut() = Some(sink);
+                streamed?;
+                self.streamed.set(Some(sent));
+            } else {
+                match &stream_source {
+                    // LIMIT without ORDER BY stops the read once it has its rows.
+                    Some(src) if !output.full() => self.read_table_with(src, sel, &mut |row| {
                         project(row, &mut output)?;
+                        Ok(!output.full())
+                    })?,
+                    Some(_) => {}
+                    None => {
+                        for row in &rows {
+                            if output.full() {
+                                break;
+                            }
+                            project(row, &mut output)?;
+                        }
                     }
                 }
             }
         }
         let rows = output.finish(self)?;
-        let defs = crate::plan::typed_columns(cols);
-        let out_cols = items
-            .iter()
-            .enumerate()
-            .map(|(i, (n, e))| {
-                let source = col_ref(e)
-                    .and_then(|(qual, name)| find_col(cols, qual.as_deref(), &name).ok())
-                    .flatten()
-                    .map(|c| &cols[c]);
-                let ty = match (col_ref(e), source) {
-                    (Some(_), Some(c)) => c.ty,
-                    (Some(_), None) => None,
-                    (None, _) => static_type(e, &defs),
-                };
-                ColName {
-                    qual: None,
-                    name: n.clone(),
-                    ty: ty.or_else(|| rows.iter().find_map(|r| r[i].type_id())),
-                    bpchar: source.is_some_and(|c| c.bpchar),
-                    hidden: false,
-                    origin: source.and_then(|c| c.origin).or_else(|| cast_origin(e)),
-                }
-            })
-            .collect();
         Ok(Rel {
-            cols: out_cols,
+            cols: output_cols(&items, cols, &rows),
             rows,
         })
     }
@@ -1033,8 +1132,8 @@ impl Executor<'_> {
         if src.probe.is_some() {
             let mut rows = Vec::new();
             self.read_table_with(src, sel, &mut |row| {
-                self.memory.charge_row(&row)?;
-                rows.push(row);
+                self.memory.charge_row(row)?;
+                rows.push(row.to_vec());
                 Ok(true)
             })?;
             return Ok(rows);
@@ -1058,13 +1157,18 @@ impl Executor<'_> {
         &self,
         src: &TableSource,
         sel: &Select,
-        each: &mut dyn FnMut(Vec<Datum>) -> SqlResult<bool>,
+        each: &mut dyn FnMut(&[Datum]) -> SqlResult<bool>,
     ) -> SqlResult<()> {
         if let Some(pj) = &src.probe {
             // The left table is scanned whole (WHERE may name either side) and each
             // row joined as it comes; no catalog or table read happens meanwhile
             // (`prepare_streaming` chose this path).
             let mut n = 0usize;
+            let mut joined = ProbeScratch::default();
+            let filter = sel
+                .selection
+                .as_ref()
+                .map(|w| Prepared::new(w, &Columns::Frame(&pj.cols), self.params));
             let mut env = self.env.borrow_mut();
             return for_each_matching_row(
                 &mut **env,
@@ -1077,18 +1181,15 @@ impl Executor<'_> {
                     if n % 1024 == 1023 {
                         self.check_interrupt()?;
                     }
-                    self.probe_row(pj, &lrow, &mut |row| {
-                        if let Some(w) = &sel.selection {
+                    self.probe_row(pj, lrow, &mut joined, &mut |row| {
+                        if let Some(w) = &filter {
                             let frame = Frame {
                                 cols: &pj.cols,
-                                row: &row,
+                                row,
                                 outer: None,
                             };
-                            if !crate::expr::holds(
-                                "WHERE",
-                                w,
-                                self.eval_in(w, Some(&frame), self)?,
-                            )? {
+                            let v = w.eval(row, |e| self.eval_in(e, Some(&frame), self))?;
+                            if !crate::expr::holds("WHERE", w.expr, v)? {
                                 return Ok(true);
                             }
                         }

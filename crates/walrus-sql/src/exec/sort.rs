@@ -53,6 +53,18 @@ impl TopN {
         false
     }
 
+    /// Whether [`TopN::push`] would turn away an entry with these keys and arrival
+    /// number (the heap is full and the entry sorts at or after its worst).
+    pub(super) fn rejects(&self, keys: &[Datum], seq: u64) -> bool {
+        if self.heap.len() < self.cap {
+            return false;
+        }
+        self.cap == 0
+            || compare_keys(keys, &self.heap[0].keys, &self.dirs)
+                .then(seq.cmp(&self.heap[0].seq))
+                .is_ge()
+    }
+
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.heap.len()
@@ -141,7 +153,12 @@ mod tests {
                 all.truncate(cap);
                 let mut top = TopN::new(cap, vec![dirs]);
                 for (i, k) in keys.iter().enumerate() {
-                    top.push(entry(*k, i as u64));
+                    let e = entry(*k, i as u64);
+                    let rejected = top.rejects(&e.keys, e.seq);
+                    let before: Vec<u64> = top.heap.iter().map(|e| e.seq).collect();
+                    top.push(e);
+                    let after: Vec<u64> = top.heap.iter().map(|e| e.seq).collect();
+                    assert_eq!(rejected, before == after, "rejects agrees with push");
                 }
                 assert!(top.len() <= cap);
                 let got: Vec<u64> = top.into_sorted().iter().map(|e| e.seq).collect();

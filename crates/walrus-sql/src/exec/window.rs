@@ -11,6 +11,7 @@ use walrus_engine::access::datum::{Datum, TypeId};
 
 use super::{compare_keys, sort_dirs, Executor};
 use crate::error::{SqlError, SqlResult};
+use crate::expr::compiled::{Columns, Prepared};
 use crate::expr::function_name;
 use crate::rel::{ColName, Frame};
 
@@ -134,18 +135,24 @@ pub(super) fn fill(
 ) -> SqlResult<()> {
     for w in windows {
         let mut keyed: Vec<(Vec<Datum>, Vec<Datum>, usize)> = Vec::with_capacity(rows.len());
+        let part_exprs: Vec<Prepared<'_>> = w
+            .partition_by
+            .iter()
+            .map(|e| Prepared::new(e, &Columns::Frame(cols), exec.params))
+            .collect();
+        let ord_exprs: Vec<Prepared<'_>> = w
+            .order_by
+            .iter()
+            .map(|o| Prepared::new(&o.expr, &Columns::Frame(cols), exec.params))
+            .collect();
         for (i, row) in rows.iter().enumerate() {
             let frame = Frame { cols, row, outer };
-            let part = w
-                .partition_by
+            let eval = |p: &Prepared<'_>| p.eval(row, |e| exec.eval_in(e, Some(&frame), exec));
+            let part = part_exprs
                 .iter()
-                .map(|e| exec.eval_in(e, Some(&frame), exec))
+                .map(&eval)
                 .collect::<SqlResult<Vec<_>>>()?;
-            let ord = w
-                .order_by
-                .iter()
-                .map(|o| exec.eval_in(&o.expr, Some(&frame), exec))
-                .collect::<SqlResult<Vec<_>>>()?;
+            let ord = ord_exprs.iter().map(&eval).collect::<SqlResult<Vec<_>>>()?;
             keyed.push((part, ord, i));
         }
         let part_dirs = vec![(false, false); w.partition_by.len()];

@@ -14,6 +14,7 @@
 
 mod array;
 mod cast;
+pub(crate) mod compiled;
 mod functions;
 mod ops;
 mod subscript;

@@ -37,7 +37,7 @@ use crate::expr::{coerce, eval, type_from_sql, Scope};
 use crate::memory::{self, MemoryBudget};
 use crate::names::{ident, object_name};
 use crate::plan;
-use crate::result::{Column, Outcome, QueryResult};
+use crate::result::{Column, Outcome, QueryResult, RowSink};
 use crate::result::{CopyIn, CopyOut};
 use crate::settings::{SettingsView, DATABASE_KEY};
 use crate::utility::{CopySource, CopyStatement, Utility};
@@ -85,6 +85,8 @@ pub struct Session {
     /// The `TimeZone` setting, parsed; installed for value I/O (crate::timezone) when it
     /// changes and when the session starts work.
     time_zone: crate::timezone::SessionZone,
+    /// Set by [`Session::execute_streaming`] for its lone SELECT: where the rows go.
+    row_sink: Option<Box<dyn RowSink + Send>>,
 }
 
 /// What a describe computes: result columns by running the query with NULL parameters,
@@ -239,6 +241,7 @@ impl Session {
             memory: Arc::new(MemoryBudget::new(memory_limit)),
             memory_setting_error,
             time_zone: Default::default(),
+            row_sink: None,
         }
     }
 
@@ -290,6 +293,38 @@ impl Session {
             }
         };
         self.run_all(&stmts, params)
+    }
+
+    /// [`Session::execute`] for the simple query protocol, where a query string that is
+    /// one SELECT may stream its rows to `sink` as the scan produces them (a lone table
+    /// read straight to the output: `exec::select`) rather than hold them all. When it
+    /// did, the sink has had the columns and every row, and the `Done` result carries
+    /// only the tag and columns. The sink is given back.
+    pub fn execute_streaming(
+        &mut self,
+        sql: &str,
+        sink: Box<dyn RowSink + Send>,
+    ) -> (Vec<SqlResult<Outcome>>, Option<Box<dyn RowSink + Send>>) {
+        let stmts = match parse(sql) {
+            Ok(s) => s,
+            Err(e) => {
+                self.fail_statement();
+                return (vec![Err(e)], Some(sink));
+            }
+        };
+        if !matches!(stmts.as_slice(), [Parsed::Sql(st)] if matches!(**st, Statement::Query(_))) {
+            return (self.run_all(&stmts, &[]), Some(sink));
+        }
+        self.row_sink = Some(sink);
+        // The sink never outlives this call, even when the statement panics (the
+        // caller reports that): no later statement may find it.
+        let results =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_all(&stmts, &[])));
+        let sink = self.row_sink.take();
+        match results {
+            Ok(results) => (results, sink),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
     }
 
     /// Executes a statement of the extended protocol: like [`Session::execute`], but
@@ -1181,6 +1216,14 @@ impl Env for Session {
 
     fn memory(&self) -> Arc<MemoryBudget> {
         self.memory.clone()
+    }
+
+    fn take_row_sink(&mut self) -> Option<Box<dyn RowSink + Send>> {
+        self.row_sink.take()
+    }
+
+    fn return_row_sink(&mut self, sink: Box<dyn RowSink + Send>) {
+        self.row_sink = Some(sink);
     }
 }
 

@@ -1,7 +1,10 @@
 #![doc = include_str!("README.md")]
 
 pub mod activity;
+mod page_batch;
 pub mod tuple;
+
+pub use page_batch::PageBatch;
 
 use std::collections::BTreeSet;
 

@@ -1,0 +1,69 @@
+//! A sequential scan a page at a time: the tuples of one block that a snapshot sees,
+//! copied out under the page's one shared latch into a buffer the scan reuses. The
+//! consumer then runs without any latch held (it may take as long as it likes, or read
+//! other pages), and nothing is allocated per row once the buffer has grown to a page.
+
+use std::ops::Range;
+
+use walrus_base::Tid;
+
+use super::tuple::{self, TupleHeader, Viewer, TUPLE_HEADER_SIZE};
+use super::Heap;
+use crate::error::Result;
+use crate::storage::page::{self, LpState};
+
+/// The visible tuples of one page: their row bytes (headers stripped) back to back,
+/// and each one's tid and place in them.
+#[derive(Default)]
+pub struct PageBatch {
+    bytes: Vec<u8>,
+    rows: Vec<(Tid, Range<usize>)>,
+}
+
+impl PageBatch {
+    pub fn new() -> PageBatch {
+        PageBatch::default()
+    }
+
+    /// How many rows the batch holds.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// The `i`-th row: its tid and stored bytes (`datum::decode_row`'s input).
+    pub fn row(&self, i: usize) -> (Tid, &[u8]) {
+        let (tid, r) = &self.rows[i];
+        (*tid, &self.bytes[r.clone()])
+    }
+}
+
+impl Heap<'_> {
+    /// Replaces `batch`'s contents with the tuples of `block` visible to `v`, in offset
+    /// order (what [`Heap::scan_block`] gives, without a copy per row).
+    pub fn visible_batch(&self, block: u32, v: &Viewer<'_>, batch: &mut PageBatch) -> Result<()> {
+        batch.bytes.clear();
+        batch.rows.clear();
+        self.with_block(block, |r| {
+            for off in 1..=page::item_count(r) {
+                if page::line_pointer(r, off).state != LpState::Normal {
+                    continue;
+                }
+                let t = page::item(r, off);
+                let Some(h) = TupleHeader::read(t) else {
+                    continue;
+                };
+                if tuple::visible(&h, v, self.txn) {
+                    let start = batch.bytes.len();
+                    batch.bytes.extend_from_slice(&t[TUPLE_HEADER_SIZE..]);
+                    batch
+                        .rows
+                        .push((Tid::new(block, off), start..batch.bytes.len()));
+                }
+            }
+        })
+    }
+}
