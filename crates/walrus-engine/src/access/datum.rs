@@ -817,21 +817,8 @@ pub fn decode_row_columns(
     types: &[TypeId],
     wanted: &[bool],
 ) -> Result<Vec<Datum>, DatumError> {
-    let (n, bitmap, mut at) = row_header(bytes, types)?;
     let mut out = Vec::with_capacity(types.len());
-    for (i, ty) in types.iter().enumerate() {
-        if i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0 {
-            out.push(Datum::Null);
-        } else if wanted.get(i).copied().unwrap_or(true) {
-            out.push(decode_value(bytes, &mut at, *ty)?);
-        } else {
-            skip_value(bytes, &mut at, *ty)?;
-            out.push(Datum::Null);
-        }
-    }
-    if at != bytes.len() {
-        return Err(DatumError::Truncated);
-    }
+    decode_row_columns_into(bytes, types, wanted, &mut out)?;
     Ok(out)
 }
 

@@ -7,10 +7,9 @@ use std::ops::Range;
 
 use walrus_base::Tid;
 
-use super::tuple::{self, TupleHeader, Viewer, TUPLE_HEADER_SIZE};
+use super::tuple::Viewer;
 use super::Heap;
 use crate::error::Result;
-use crate::storage::page::{self, LpState};
 
 /// The visible tuples of one page: their row bytes (headers stripped) back to back,
 /// and each one's tid and place in them.
@@ -47,23 +46,10 @@ impl Heap<'_> {
     pub fn visible_batch(&self, block: u32, v: &Viewer<'_>, batch: &mut PageBatch) -> Result<()> {
         batch.bytes.clear();
         batch.rows.clear();
-        self.with_block(block, |r| {
-            for off in 1..=page::item_count(r) {
-                if page::line_pointer(r, off).state != LpState::Normal {
-                    continue;
-                }
-                let t = page::item(r, off);
-                let Some(h) = TupleHeader::read(t) else {
-                    continue;
-                };
-                if tuple::visible(&h, v, self.txn) {
-                    let start = batch.bytes.len();
-                    batch.bytes.extend_from_slice(&t[TUPLE_HEADER_SIZE..]);
-                    batch
-                        .rows
-                        .push((Tid::new(block, off), start..batch.bytes.len()));
-                }
-            }
+        self.for_each_visible(block, v, |tid, row| {
+            let start = batch.bytes.len();
+            batch.bytes.extend_from_slice(row);
+            batch.rows.push((tid, start..batch.bytes.len()));
         })
     }
 }
