@@ -720,7 +720,7 @@ fn simple_query(
     }));
     let sink = Box::new(SharedRowStream(rows.clone()));
     let results = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        s.execute_streaming(sql, sink).0
+        s.execute_streaming(sql, sink)
     }));
     let results = results.unwrap_or_else(|_| panicked(s));
     // What the stream has not sent yet leads this reply (one write for a small result).

@@ -386,29 +386,7 @@ impl Transaction {
         wanted: &[bool],
         mut f: impl FnMut(Tid, Vec<Datum>) -> Result<bool>,
     ) -> Result<()> {
-        let (snap, own, cid) = self.viewer_parts();
-        let viewer = Viewer {
-            snapshot: &snap,
-            own_xid: own,
-            cid,
-        };
-        let rel = self.inner.rel(def.relfile, def.fillfactor);
-        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
-        let types = def.types();
-        let mut rows = Vec::new();
-        for b in 0..heap.nblocks()? {
-            self.check_interrupt()?;
-            rows.clear();
-            heap.scan_block(b, &viewer, &mut rows)?;
-            for (tid, row) in rows.drain(..) {
-                let values = datum::decode_row_columns(&row, &types, wanted)
-                    .map_err(|e| Error::InvalidInput(e.to_string()))?;
-                if !f(tid, values)? {
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
+        self.scan_columns_borrowed(def, wanted, |tid, row| f(tid, row.to_vec()))
     }
 
     pub fn scan_all(&mut self, def: &TableDef) -> Result<Vec<(Tid, Vec<Datum>)>> {

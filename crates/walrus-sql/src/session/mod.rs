@@ -299,32 +299,30 @@ impl Session {
     /// one SELECT may stream its rows to `sink` as the scan produces them (a lone table
     /// read straight to the output: `exec::select`) rather than hold them all. When it
     /// did, the sink has had the columns and every row, and the `Done` result carries
-    /// only the tag and columns. The sink is given back.
+    /// only the tag and columns. The sink is dropped at the end of the call: a caller
+    /// that needs to know what went out keeps its own handle on the sink's state.
     pub fn execute_streaming(
         &mut self,
         sql: &str,
         sink: Box<dyn RowSink + Send>,
-    ) -> (Vec<SqlResult<Outcome>>, Option<Box<dyn RowSink + Send>>) {
+    ) -> Vec<SqlResult<Outcome>> {
         let stmts = match parse(sql) {
             Ok(s) => s,
             Err(e) => {
                 self.fail_statement();
-                return (vec![Err(e)], Some(sink));
+                return vec![Err(e)];
             }
         };
         if !matches!(stmts.as_slice(), [Parsed::Sql(st)] if matches!(**st, Statement::Query(_))) {
-            return (self.run_all(&stmts, &[]), Some(sink));
+            return self.run_all(&stmts, &[]);
         }
         self.row_sink = Some(sink);
         // The sink never outlives this call, even when the statement panics (the
         // caller reports that): no later statement may find it.
         let results =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.run_all(&stmts, &[])));
-        let sink = self.row_sink.take();
-        match results {
-            Ok(results) => (results, sink),
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
+        self.row_sink = None;
+        results.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     }
 
     /// Executes a statement of the extended protocol: like [`Session::execute`], but
