@@ -49,6 +49,17 @@ def check_row(got, i):
     same(want[6], got["uid"], "uid of %d" % i)
 
 
+async def after_cancel(run):
+    """PostgreSQL 15 signals a cancelled backend twice (kill of the process, then of its
+    process group). On a loaded machine the second signal can land after the first has
+    ended the long statement, and then it cancels the next one. So the statement after a
+    cancel may fail with 57014 once, never twice."""
+    try:
+        return await run()
+    except asyncpg.exceptions.QueryCanceledError:
+        return await run()
+
+
 async def main():
     conn = await asyncpg.connect(host="127.0.0.1", port=port, user="bench", database=db)
     await conn.execute("drop table if exists apg_check")
@@ -147,7 +158,7 @@ async def main():
         raise AssertionError("pg_sleep was not cancelled")
     except asyncio.TimeoutError:
         pass
-    same(1, await asyncio.wait_for(conn.fetchval("select 1"), 5), "statement after cancel")
+    same(1, await after_cancel(lambda: asyncio.wait_for(conn.fetchval("select 1"), 5)), "statement after cancel")
     assert asyncio.get_running_loop().time() - started < 5, "cancel did not stop pg_sleep"
 
     await conn.execute("drop table apg_check")

@@ -184,6 +184,10 @@ except psycopg2.errors.QueryCanceled as e:
     same("57014", e.pgcode, "cancelled state")
 finally:
     timer.cancel()
+    # conn.cancel returns once the server has closed the cancel connection, that is
+    # after PostgreSQL has sent both of its signals (to the process and to its process
+    # group): joining keeps a late second signal off the next statement.
+    timer.join()
 conn.rollback()
 cur.execute("select 1")
 same(1, cur.fetchone()[0], "statement after cancel")

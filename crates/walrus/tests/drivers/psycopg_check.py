@@ -119,6 +119,10 @@ with psycopg.connect(host="127.0.0.1", port=port, user="bench", dbname="bench", 
         assert e.sqlstate == "57014", e.sqlstate
     finally:
         timer.cancel()
+        # conn.cancel returns once the server has closed the cancel connection, that is
+        # after PostgreSQL has sent both of its signals (to the process and to its process
+        # group): joining keeps a late second signal off the next statement.
+        timer.join()
     assert conn.execute("select 1").fetchone() == (1,)
     conn.execute("set timezone = 'Europe/Berlin'")
     assert conn.info.parameter_status("TimeZone") == "Europe/Berlin", conn.info.parameter_status("TimeZone")
