@@ -1365,8 +1365,10 @@ fn scenario_recovery(ctx: &mut Ctx) -> anyhow::Result<String> {
         let running = pgbench::spawn(&ctx.tools, s.port, &o, &dir)?;
         sleep_until(running.started + Duration::from_secs(seconds))?;
         // With a target, the kill comes in the steady state: once walrus's own estimate
-        // of the replay is at 80% of the target or more (the page writers hold it at
-        // up to 90–95%), however long the load needs to build that much WAL.
+        // of the replay is at 95% of the target or more (the page writers hold it at
+        // 100–105%) or stopped growing, however long the load needs to build that much
+        // WAL. Killing earlier would measure a recovery the writers had not yet let
+        // grow to the target.
         let mut estimate = None;
         if let Some(t) = targets[i] {
             // (highest estimate so far, when it was reached)
@@ -1376,7 +1378,7 @@ fn scenario_recovery(ctx: &mut Ctx) -> anyhow::Result<String> {
                 if let Some(e) = estimate.filter(|&e| e > best.0 * 1.02) {
                     best = (e, Instant::now());
                 }
-                if estimate.is_some_and(|e| e >= 0.8 * t)
+                if estimate.is_some_and(|e| e >= 0.95 * t)
                     || best.1.elapsed() >= RECOVERY_PLATEAU
                     || running.started.elapsed() >= RECOVERY_LOAD_LIMIT
                 {
@@ -1436,7 +1438,7 @@ fn scenario_recovery(ctx: &mut Ctx) -> anyhow::Result<String> {
          `walrus init` calibrated until a recovery measured one: each rep's recovery \
          teaches the next; `shared_buffers = 1GB` for them, so the pool can hold the dirty \
          pages of that much lag). After {seconds} s — for walrus with a target, once its own \
-         estimate (`walrus_flush_detail()`) reached 80% of the target, stopped growing for \
+         estimate (`walrus_flush_detail()`) reached 95% of the target, stopped growing for \
          {} s, or after {} s — every \
          process of the server gets SIGKILL; restart time is from spawning the server to \
          its first answer to `select 1` (crash recovery included). The faster system \

@@ -31,6 +31,23 @@ const FLAG_DIRTY: u32 = 2;
 const FLAG_IO: u32 = 4;
 const USAGE_MAX: u32 = 5;
 
+/// Frames in a [`ScanRing`]: 256 KiB, PostgreSQL's `BAS_BULKREAD` size, small enough to
+/// stay in the CPU's cache while a scan refills it page after page.
+pub const SCAN_RING_FRAMES: usize = 32;
+
+/// The frames one large sequential scan reads its pages into, over and over
+/// (PostgreSQL's bulk-read buffer access strategy). A scan of a table bigger than a
+/// quarter of the pool would otherwise walk the clock over the whole pool: it would
+/// evict every other session's working set for pages it reads once, and copy each page
+/// into memory the CPU has not touched for a pool's length. A ring frame is reused only
+/// while nobody else has touched it since the scan loaded it (usage 1, unpinned,
+/// clean); otherwise the ring takes a fresh victim from the clock in its place.
+#[derive(Default)]
+pub struct ScanRing {
+    frames: Vec<u32>,
+    next: usize,
+}
+
 fn pack(id: PageId) -> u64 {
     ((id.relfile.0 as u64) << 32) | id.block.0 as u64
 }
@@ -92,6 +109,9 @@ pub struct BufferStats {
     /// candidates ahead of the clock (`maxwritten_clean`).
     pub maxwritten_clean: AtomicU64,
     pub backend_clean_waits: AtomicU64,
+    /// Pages a scan's [`ScanRing`] read into one of its own frames again, instead of
+    /// taking a victim from the clock.
+    pub ring_reuses: AtomicU64,
 }
 
 /// Who asked for a page write: decides whether the writer may wait for a latch.
@@ -294,16 +314,33 @@ impl BufferPool {
 
     /// Pins page `id`, reading it from disk (and verifying its checksum) if needed.
     pub fn read_page(&self, id: PageId) -> Result<PinnedPage<'_>> {
-        self.pin_page(id, false)
+        self.pin_page(id, false, None)
+    }
+
+    /// [`BufferPool::read_page`] for a large sequential scan: a miss loads the page into
+    /// one of `ring`'s frames, and a hit does not make the page look hot to the clock.
+    pub fn read_page_in_ring(&self, id: PageId, ring: &mut ScanRing) -> Result<PinnedPage<'_>> {
+        self.pin_page(id, false, Some(ring))
+    }
+
+    /// Whether a sequential scan of `nblocks` pages should read through a [`ScanRing`]:
+    /// when it is more than a quarter of the pool (PostgreSQL's threshold).
+    pub fn scan_wants_ring(&self, nblocks: u32) -> bool {
+        nblocks as usize > self.frames.len() / 4
     }
 
     /// Pins a page that was just allocated: it is not read from disk but zero-filled, and
     /// the caller must initialise it and log a WILL_INIT record for it.
     pub fn new_page(&self, id: PageId) -> Result<PinnedPage<'_>> {
-        self.pin_page(id, true)
+        self.pin_page(id, true, None)
     }
 
-    fn pin_page(&self, id: PageId, fresh: bool) -> Result<PinnedPage<'_>> {
+    fn pin_page(
+        &self,
+        id: PageId,
+        fresh: bool,
+        mut ring: Option<&mut ScanRing>,
+    ) -> Result<PinnedPage<'_>> {
         loop {
             {
                 let part = self.partition(id).lock();
@@ -311,8 +348,10 @@ impl BufferPool {
                     let fr = &self.frames[f as usize];
                     fr.pin.fetch_add(1, Ordering::AcqRel);
                     drop(part);
+                    // A ring scan's hit keeps a cold page cold (usage at least 1, no more).
                     let u = fr.usage.load(Ordering::Relaxed);
-                    if u < USAGE_MAX {
+                    let cap = if ring.is_some() { 1 } else { USAGE_MAX };
+                    if u < cap {
                         fr.usage.store(u + 1, Ordering::Relaxed);
                     }
                     // Fast path: already loaded. Otherwise wait for the loader (it holds
@@ -338,7 +377,10 @@ impl BufferPool {
                     continue;
                 }
             }
-            let victim = self.find_victim()?;
+            let victim = match ring.as_deref_mut() {
+                Some(ring) => self.ring_victim(ring)?,
+                None => self.find_victim()?,
+            };
             let fr = &self.frames[victim as usize];
             let mut part = self.partition(id).lock();
             if part.contains_key(&id) {
@@ -452,6 +494,29 @@ impl BufferPool {
                 ));
             }
         }
+    }
+
+    /// The next frame of `ring` if nobody has used it since the scan loaded it, else a
+    /// clock victim that takes its place in the ring. Returned pinned and unmapped, as
+    /// [`BufferPool::find_victim`] does.
+    fn ring_victim(&self, ring: &mut ScanRing) -> Result<u32> {
+        if ring.frames.len() < SCAN_RING_FRAMES {
+            let f = self.find_victim()?;
+            ring.frames.push(f);
+            return Ok(f);
+        }
+        let slot = ring.next;
+        ring.next = (slot + 1) % SCAN_RING_FRAMES;
+        let f = ring.frames[slot];
+        if self.frames[f as usize].usage.load(Ordering::Relaxed) <= 1 {
+            if let Some(f) = self.try_claim(f) {
+                self.stats.ring_reuses.fetch_add(1, Ordering::Relaxed);
+                return Ok(f);
+            }
+        }
+        let f = self.find_victim()?;
+        ring.frames[slot] = f;
+        Ok(f)
     }
 
     fn try_claim(&self, f: u32) -> Option<u32> {

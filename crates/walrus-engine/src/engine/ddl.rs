@@ -15,6 +15,7 @@ use crate::access::btree::{BTree, BuildEntries};
 use crate::access::datum::{self, encode_key, Datum};
 use crate::access::heap::tuple::Viewer;
 use crate::access::heap::{Heap, Modify};
+use crate::buffer::ScanRing;
 use crate::catalog::{self, CatalogView, ColumnDef, IndexDef, TableDef, CATALOG_RELFILE};
 use crate::error::{Error, Result};
 use crate::xlog;
@@ -245,8 +246,15 @@ impl Transaction {
         let rows_hint = (rel.activity.live() as usize).min(1 << 24);
         let mut entries = BuildEntries::with_capacity(rows_hint, 8 * columns.len());
         let mut keyvals: Vec<Datum> = Vec::with_capacity(columns.len());
+        // A build reads the heap once: through a ring when it is large, so the pool
+        // keeps its working set (and the index pages the build is writing).
+        let mut ring = self
+            .inner
+            .pool
+            .scan_wants_ring(nblocks)
+            .then(ScanRing::default);
         for b in 0..nblocks {
-            heap.for_each_root_row(b, &viewer, |tid, row| {
+            heap.for_each_root_row(b, &viewer, ring.as_mut(), |tid, row| {
                 keyvals.clear();
                 for &c in columns {
                     keyvals.push(

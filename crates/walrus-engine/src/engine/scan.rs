@@ -8,7 +8,7 @@ use walrus_base::Tid;
 use super::Transaction;
 use crate::access::datum::{self, Datum};
 use crate::access::heap::tuple::Viewer;
-use crate::access::heap::{Heap, PageBatch};
+use crate::access::heap::Heap;
 use crate::catalog::TableDef;
 use crate::error::{Error, Result};
 
@@ -31,7 +31,7 @@ impl Transaction {
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
         let types = def.types();
-        let mut batch = PageBatch::new();
+        let mut batch = heap.scan_batch()?;
         let mut row = Vec::with_capacity(types.len());
         for b in 0..heap.nblocks()? {
             self.check_interrupt()?;

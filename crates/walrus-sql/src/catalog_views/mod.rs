@@ -76,6 +76,10 @@ const TABLES: &[(&str, &str)] = &[
     // The page protection in force, and the data pages written with RWF_ATOMIC
     // (page_protection = atomic: the device writes each whole or not at all).
     ("walrus_stat_page_protection", "page_protection:t atomic_page_writes:l"),
+    // The buffer pool: its frames, lookups that found the page resident, pages read
+    // in, and pages large sequential scans read into their own ring's frames again
+    // (PostgreSQL's bulk-read strategy) instead of evicting from the pool.
+    ("walrus_stat_buffers", "buffers:l hits:l reads:l ring_reuses:l"),
     // The commit-status log's group update (seed 004): statuses set lock-free on a
     // resident page, waits for the exclusive lock, leader rounds and their sizes.
     // This session's extended-protocol plan cache (session/plan_cache.rs): statements
@@ -380,6 +384,8 @@ pub(crate) struct Snapshot {
     buffers_alloc: u64,
     /// Buffer pool lookups that found the page resident.
     buffer_hits: u64,
+    /// (frames, pages large scans read into a frame of their ring again).
+    buffer_ring: (u64, u64),
     /// (files, bytes) the executor spilled to temporary files (`exec/spill.rs`).
     temp_files: (u64, u64),
     clog: walrus_engine::txn::clog::ClogStats,
@@ -475,6 +481,10 @@ impl Snapshot {
                 .logs_images(),
             buffers_alloc: pool.stats.misses.load(Ordering::Relaxed),
             buffer_hits: pool.stats.hits.load(Ordering::Relaxed),
+            buffer_ring: (
+                pool.nframes() as u64,
+                pool.stats.ring_reuses.load(Ordering::Relaxed),
+            ),
             temp_files: crate::exec::temp_file_stats(),
             frozen_xid: engine
                 .txn_manager()

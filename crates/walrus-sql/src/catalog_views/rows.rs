@@ -386,6 +386,12 @@ impl Snapshot {
                     Datum::Int8(waits as i64),
                 ]]
             }
+            "walrus_stat_buffers" => vec![vec![
+                Datum::Int8(self.buffer_ring.0 as i64),
+                Datum::Int8(self.buffer_hits as i64),
+                Datum::Int8(self.buffers_alloc as i64),
+                Datum::Int8(self.buffer_ring.1 as i64),
+            ]],
             "walrus_stat_page_protection" => vec![vec![
                 Datum::Text(self.page_protection.into()),
                 Datum::Int8(self.atomic_page_writes as i64),

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use walrus_base::limits::HEAP_TUPLE_BYTES_MAX;
 use walrus_base::{PageId, RelFileId, Tid, Xid, PAGE_SIZE};
 
-use crate::buffer::{BufferPool, PageWrite};
+use crate::buffer::{BufferPool, PageWrite, ScanRing};
 use crate::error::{Error, Result};
 use crate::storage::page::{self, LpState, PageKind, Placement};
 use crate::txn::clog::XidStatus;
@@ -452,9 +452,20 @@ impl<'a> Heap<'a> {
         &self,
         block: u32,
         v: &Viewer<'_>,
+        f: impl FnMut(Tid, &[u8]),
+    ) -> Result<()> {
+        self.visible_in(block, v, None, f)
+    }
+
+    /// [`Heap::for_each_visible`], reading the page through `ring` if there is one.
+    fn visible_in(
+        &self,
+        block: u32,
+        v: &Viewer<'_>,
+        ring: Option<&mut ScanRing>,
         mut f: impl FnMut(Tid, &[u8]),
     ) -> Result<()> {
-        self.with_block(block, |r| {
+        self.with_block(block, ring, |r| {
             for off in 1..=page::item_count(r) {
                 if page::line_pointer(r, off).state != LpState::Normal {
                     continue;
@@ -470,9 +481,19 @@ impl<'a> Heap<'a> {
         })
     }
 
-    /// Runs `f` on `block` under a shared latch, unless the page is new (all zeros).
-    fn with_block(&self, block: u32, f: impl FnOnce(&[u8])) -> Result<()> {
-        let pin = self.pool.read_page(self.page_id(block))?;
+    /// Runs `f` on `block` under a shared latch, unless the page is new (all zeros);
+    /// reads the page through `ring` if there is one.
+    fn with_block(
+        &self,
+        block: u32,
+        ring: Option<&mut ScanRing>,
+        f: impl FnOnce(&[u8]),
+    ) -> Result<()> {
+        let id = self.page_id(block);
+        let pin = match ring {
+            Some(ring) => self.pool.read_page_in_ring(id, ring)?,
+            None => self.pool.read_page(id)?,
+        };
         let r = pin.read();
         if !page::is_new(&r) {
             f(&r);
@@ -485,7 +506,7 @@ impl<'a> Heap<'a> {
     pub fn chain_headers(&self, root: Tid) -> Result<Vec<TupleHeader>> {
         let mut out = Vec::new();
         if root.block < self.nblocks()? {
-            self.with_block(root.block, |r| {
+            self.with_block(root.block, None, |r| {
                 out.extend(chain_members(r, root.offset).map(|(_, h)| h));
             })?;
         }
@@ -502,7 +523,7 @@ impl<'a> Heap<'a> {
         v: &Viewer<'_>,
         out: &mut Vec<(Tid, Vec<u8>)>,
     ) -> Result<()> {
-        self.with_block(block, |r| {
+        self.with_block(block, None, |r| {
             for off in chain_roots(r) {
                 let root = Tid::new(block, off);
                 if let (Some((_, row)), _) = walk_chain(r, root, v, self.txn) {
@@ -519,10 +540,11 @@ impl<'a> Heap<'a> {
         &self,
         block: u32,
         v: &Viewer<'_>,
+        ring: Option<&mut ScanRing>,
         mut f: impl FnMut(Tid, &[u8]) -> Result<()>,
     ) -> Result<()> {
         let mut result = Ok(());
-        self.with_block(block, |r| {
+        self.with_block(block, ring, |r| {
             for off in chain_roots(r) {
                 let root = Tid::new(block, off);
                 if let (Some(at), _) = visible_in_chain(r, root, v, self.txn) {

@@ -9,14 +9,17 @@ use walrus_base::Tid;
 
 use super::tuple::Viewer;
 use super::Heap;
+use crate::buffer::ScanRing;
 use crate::error::Result;
 
 /// The visible tuples of one page: their row bytes (headers stripped) back to back,
-/// and each one's tid and place in them.
+/// and each one's tid and place in them. A batch made for a scan of a large table
+/// ([`Heap::scan_batch`]) also carries the scan's [`ScanRing`].
 #[derive(Default)]
 pub struct PageBatch {
     bytes: Vec<u8>,
     rows: Vec<(Tid, Range<usize>)>,
+    ring: Option<ScanRing>,
 }
 
 impl PageBatch {
@@ -41,15 +44,26 @@ impl PageBatch {
 }
 
 impl Heap<'_> {
+    /// A batch for a sequential scan of this heap: one reading through a [`ScanRing`]
+    /// when the heap is more than a quarter of the buffer pool.
+    pub fn scan_batch(&self) -> Result<PageBatch> {
+        let ring = self.pool.scan_wants_ring(self.nblocks()?);
+        Ok(PageBatch {
+            ring: ring.then(ScanRing::default),
+            ..PageBatch::default()
+        })
+    }
+
     /// Replaces `batch`'s contents with the tuples of `block` visible to `v`, in offset
     /// order (what [`Heap::scan_block`] gives, without a copy per row).
     pub fn visible_batch(&self, block: u32, v: &Viewer<'_>, batch: &mut PageBatch) -> Result<()> {
         batch.bytes.clear();
         batch.rows.clear();
-        self.for_each_visible(block, v, |tid, row| {
-            let start = batch.bytes.len();
-            batch.bytes.extend_from_slice(row);
-            batch.rows.push((tid, start..batch.bytes.len()));
+        let PageBatch { bytes, rows, ring } = batch;
+        self.visible_in(block, v, ring.as_mut(), |tid, row| {
+            let start = bytes.len();
+            bytes.extend_from_slice(row);
+            rows.push((tid, start..bytes.len()));
         })
     }
 }
