@@ -60,6 +60,7 @@ pub use checkpoint::{
 pub use dml::{datum_text, BatchFailure, RowChange};
 pub use open::RecoveryReport;
 pub use sample::TableSample;
+pub use scan::{parallel_scan_counts, MAX_PARALLEL_WORKERS};
 use table_locks::TableLocks;
 pub use transaction::{Isolation, Transaction};
 pub use vacuum::{FreezeReport, VacuumReport, CATALOG_NAME};

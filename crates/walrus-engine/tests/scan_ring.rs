@@ -52,7 +52,7 @@ fn table(e: &Engine, name: &str) -> Arc<TableDef> {
 fn fill(e: &Engine, def: &TableDef, rows: i32, pad: usize) {
     let mut t = e.begin(Isolation::ReadCommitted);
     let batch: Vec<Vec<Datum>> = (0..rows)
-        .map(|i| vec![Datum::Int4(i), Datum::Text("x".repeat(pad).into())])
+        .map(|i| vec![Datum::Int4(i), Datum::Text("x".repeat(pad))])
         .collect();
     t.insert_many(def, &batch).unwrap();
     t.commit().unwrap();

@@ -3,6 +3,8 @@
 //! buffer, so the scan itself allocates nothing per row (only a wanted text or numeric
 //! value does).
 
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
 use walrus_base::Tid;
 
 use super::Transaction;
@@ -46,5 +48,151 @@ impl Transaction {
             }
         }
         Ok(())
+    }
+}
+
+/// Blocks a parallel scan's participant claims at a time (256 KiB): large enough that
+/// claiming costs nothing against reading, small enough that participants finish close
+/// together.
+const PARALLEL_CHUNK_BLOCKS: u32 = 32;
+
+/// The most parallel-scan helper threads all sessions together may run at once
+/// (PostgreSQL's default `max_parallel_workers`). A scan that finds none free runs on
+/// its session's thread alone.
+pub const MAX_PARALLEL_WORKERS: usize = 8;
+
+static PARALLEL_WORKERS_IN_USE: AtomicUsize = AtomicUsize::new(0);
+static PARALLEL_SCANS: AtomicU64 = AtomicU64::new(0);
+static PARALLEL_WORKERS_LAUNCHED: AtomicU64 = AtomicU64::new(0);
+
+/// (parallel scans run, helper threads they launched) since the process started:
+/// `walrus_stat_parallel`.
+pub fn parallel_scan_counts() -> (u64, u64) {
+    (
+        PARALLEL_SCANS.load(Ordering::Relaxed),
+        PARALLEL_WORKERS_LAUNCHED.load(Ordering::Relaxed),
+    )
+}
+
+/// Helper threads reserved from [`MAX_PARALLEL_WORKERS`], given back when dropped.
+struct WorkerGrant(usize);
+
+impl WorkerGrant {
+    fn take(want: usize) -> WorkerGrant {
+        let mut got = 0;
+        let _ = PARALLEL_WORKERS_IN_USE.fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+            got = want.min(MAX_PARALLEL_WORKERS.saturating_sub(used));
+            Some(used + got)
+        });
+        WorkerGrant(got)
+    }
+}
+
+impl Drop for WorkerGrant {
+    fn drop(&mut self) {
+        PARALLEL_WORKERS_IN_USE.fetch_sub(self.0, Ordering::AcqRel);
+    }
+}
+
+impl Transaction {
+    /// A parallel sequential scan (PostgreSQL's Parallel Seq Scan under a Gather): the
+    /// session's thread and up to `helpers` more (fewer when other sessions' scans hold
+    /// them) claim runs of blocks in turn, each with its own page batch and scan ring,
+    /// and read them under the transaction's one snapshot. Each participant folds the
+    /// rows it reads into its own state (`init` makes one), lent as
+    /// [`Transaction::scan_columns_borrowed`] lends them; `each` returning false stops
+    /// every participant at its next page. Rows come in no particular order, so the
+    /// caller combines the states into what a serial scan would have given. Returns the
+    /// states, the session's first.
+    pub fn scan_columns_parallel<W: Send>(
+        &mut self,
+        def: &TableDef,
+        wanted: &[bool],
+        helpers: usize,
+        init: impl Fn() -> W + Sync,
+        each: impl Fn(&mut W, Tid, &[Datum]) -> Result<bool> + Sync,
+    ) -> Result<Vec<W>> {
+        let snap = self.snapshot();
+        let viewer = Viewer {
+            snapshot: &snap,
+            own_xid: self.xid,
+            cid: self.cid,
+        };
+        let rel = self.inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
+        let nblocks = heap.nblocks()?;
+        let types = def.types();
+        let next_block = AtomicU32::new(0);
+        let stop = AtomicBool::new(false);
+        let interrupt = self.interrupt.clone();
+        let participate = || -> Result<W> {
+            let mut state = init();
+            let mut batch = heap.scan_batch()?;
+            let mut row = Vec::with_capacity(types.len());
+            'claims: while !stop.load(Ordering::Relaxed) {
+                let first = next_block.fetch_add(PARALLEL_CHUNK_BLOCKS, Ordering::Relaxed);
+                if first >= nblocks {
+                    break;
+                }
+                for b in first..nblocks.min(first + PARALLEL_CHUNK_BLOCKS) {
+                    if interrupt
+                        .as_ref()
+                        .is_some_and(|f| f.load(Ordering::Relaxed))
+                    {
+                        return Err(Error::Canceled);
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break 'claims;
+                    }
+                    heap.visible_batch(b, &viewer, &mut batch)?;
+                    for i in 0..batch.len() {
+                        let (tid, bytes) = batch.row(i);
+                        datum::decode_row_columns_into(bytes, &types, wanted, &mut row)
+                            .map_err(|e| Error::InvalidInput(e.to_string()))?;
+                        if !each(&mut state, tid, &row)? {
+                            stop.store(true, Ordering::Relaxed);
+                            break 'claims;
+                        }
+                    }
+                }
+            }
+            Ok(state)
+        };
+        // Stops the others at their next page when one fails.
+        let run = || {
+            let r = participate();
+            if r.is_err() {
+                stop.store(true, Ordering::Relaxed);
+            }
+            r
+        };
+        let grant = WorkerGrant::take(helpers);
+        let results: Vec<Result<W>> = std::thread::scope(|s| {
+            let spawned: Vec<_> = (0..grant.0)
+                .map(|i| {
+                    std::thread::Builder::new()
+                        .name(format!("walrus-parallel-{i}"))
+                        .spawn_scoped(s, run)
+                })
+                .collect();
+            PARALLEL_SCANS.fetch_add(1, Ordering::Relaxed);
+            PARALLEL_WORKERS_LAUNCHED.fetch_add(
+                spawned.iter().filter(|h| h.is_ok()).count() as u64,
+                Ordering::Relaxed,
+            );
+            let mut results = vec![run()];
+            for h in spawned {
+                results.push(match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        Err(Error::Internal("a parallel scan worker panicked".into()))
+                    }),
+                    // No thread: the other participants covered its blocks.
+                    Err(_) => continue,
+                });
+            }
+            results
+        });
+        drop(grant);
+        results.into_iter().collect()
     }
 }

@@ -43,7 +43,7 @@ pub struct Transaction {
     /// after a CREATE TABLE (a `pgbench -i` COPY, chunk by chunk) never re-read the
     /// catalog relation.
     pub(super) own_catalog: Option<(u64, Arc<crate::catalog::CatalogView>)>,
-    interrupt: Option<Arc<AtomicBool>>,
+    pub(super) interrupt: Option<Arc<AtomicBool>>,
     /// PostgreSQL's `lock_timeout` for this transaction's lock waits (`None`: wait on).
     lock_timeout: Option<Duration>,
     /// Whether commit waits for its WAL flush (`None`: the server's

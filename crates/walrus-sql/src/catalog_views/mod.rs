@@ -80,6 +80,10 @@ const TABLES: &[(&str, &str)] = &[
     // in, and pages large sequential scans read into their own ring's frames again
     // (PostgreSQL's bulk-read strategy) instead of evicting from the pool.
     ("walrus_stat_buffers", "buffers:l hits:l reads:l ring_reuses:l"),
+    // Parallel aggregation (exec/parallel.rs): parallel scans run, helper threads they
+    // launched, plans that fell back to the serial scan, and the helpers all sessions
+    // may run at once.
+    ("walrus_stat_parallel", "scans:l workers_launched:l serial_reruns:l max_parallel_workers:i"),
     // The commit-status log's group update (seed 004): statuses set lock-free on a
     // resident page, waits for the exclusive lock, leader rounds and their sizes.
     // This session's extended-protocol plan cache (session/plan_cache.rs): statements
@@ -386,6 +390,8 @@ pub(crate) struct Snapshot {
     buffer_hits: u64,
     /// (frames, pages large scans read into a frame of their ring again).
     buffer_ring: (u64, u64),
+    /// (parallel scans, helpers launched, serial reruns).
+    parallel: (u64, u64, u64),
     /// (files, bytes) the executor spilled to temporary files (`exec/spill.rs`).
     temp_files: (u64, u64),
     clog: walrus_engine::txn::clog::ClogStats,
@@ -486,6 +492,10 @@ impl Snapshot {
                 pool.stats.ring_reuses.load(Ordering::Relaxed),
             ),
             temp_files: crate::exec::temp_file_stats(),
+            parallel: {
+                let (scans, launched) = walrus_engine::engine::parallel_scan_counts();
+                (scans, launched, crate::exec::parallel::serial_reruns())
+            },
             frozen_xid: engine
                 .txn_manager()
                 .clog

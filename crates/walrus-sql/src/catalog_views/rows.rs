@@ -386,6 +386,12 @@ impl Snapshot {
                     Datum::Int8(waits as i64),
                 ]]
             }
+            "walrus_stat_parallel" => vec![vec![
+                Datum::Int8(self.parallel.0 as i64),
+                Datum::Int8(self.parallel.1 as i64),
+                Datum::Int8(self.parallel.2 as i64),
+                Datum::Int4(walrus_engine::engine::MAX_PARALLEL_WORKERS as i32),
+            ]],
             "walrus_stat_buffers" => vec![vec![
                 Datum::Int8(self.buffer_ring.0 as i64),
                 Datum::Int8(self.buffer_hits as i64),

@@ -325,6 +325,21 @@ impl StreamCall {
     pub(super) fn arg(&self) -> Option<&ast::Expr> {
         self.arg.as_ref()
     }
+
+    /// The aggregate's name, lower-case.
+    pub(super) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `count(*)`.
+    pub(super) fn star(&self) -> bool {
+        self.star
+    }
+
+    /// The FILTER clause.
+    pub(super) fn filter(&self) -> Option<&ast::Expr> {
+        self.filter.as_ref()
+    }
 }
 
 /// The call as a [`StreamCall`] when it can be streamed with exactly the row-list path's
@@ -372,6 +387,20 @@ pub(super) fn streamable_call(f: &ast::Function) -> Option<StreamCall> {
     })
 }
 
+/// The aggregate calls in `exprs` (a query level's select list, HAVING and ORDER BY)
+/// when every one can be streamed; `None` sends the level to the row-list path.
+pub(super) fn streamable_calls(exprs: &[&ast::Expr]) -> Option<Vec<StreamCall>> {
+    let mut calls = Vec::new();
+    let mut all = true;
+    for e in exprs {
+        crate::plan::aggregate_calls(e, &mut |f| match streamable_call(f) {
+            Some(c) => calls.push(c),
+            None => all = false,
+        });
+    }
+    all.then_some(calls)
+}
+
 impl StreamCall {
     /// Whether `f` is this call's node.
     pub(super) fn is(&self, f: &ast::Function) -> bool {
@@ -380,7 +409,14 @@ impl StreamCall {
 
     /// A group's state before its first row.
     pub(super) fn start(&self) -> AggState {
-        match self.name.as_str() {
+        AggState::start(&self.name)
+    }
+}
+
+impl AggState {
+    /// The state of aggregate `name` before its first row.
+    pub(super) fn start(name: &str) -> AggState {
+        match name {
             "count" => AggState::Count(0),
             "sum" | "avg" => AggState::Sum(SumState::default()),
             "min" | "max" => AggState::Extreme {
@@ -453,6 +489,135 @@ impl AggState {
     }
 }
 
+impl AggState {
+    /// Feeds a call's argument value (`Null` for `count(*)`) to the state: what
+    /// [`Executor::stream_row`] does once FILTER passed and the argument is evaluated.
+    pub(super) fn add(&mut self, name: &str, star: bool, v: Datum) {
+        let state = self;
+        if star {
+            if let AggState::Count(n) = state {
+                *n += 1;
+            }
+            return;
+        }
+        if v.is_null() {
+            return;
+        }
+        match state {
+            AggState::Count(n) => *n += 1,
+            AggState::Sum(s) => s.add(name, v),
+            AggState::Extreme { best, failed } => {
+                if failed.is_some() {
+                    return;
+                }
+                match best {
+                    None => {
+                        if matches!(v, Datum::Bool(_)) {
+                            *failed = Some(no_bool_minmax(name));
+                        }
+                        *best = Some(v);
+                    }
+                    Some(b) => match compare_values(&v, b) {
+                        Err(e) => *failed = Some(e),
+                        Ok(o) => {
+                            let better = if name == "min" {
+                                o == Ordering::Less
+                            } else {
+                                o == Ordering::Greater
+                            };
+                            if better {
+                                *b = v;
+                            }
+                        }
+                    },
+                }
+            }
+            AggState::Bools { acc, failed } => match v {
+                Datum::Bool(x) => {
+                    let want_all = name != "bool_or";
+                    let prev = acc.unwrap_or(want_all);
+                    *acc = Some(if want_all { prev && x } else { prev || x });
+                }
+                _ => {
+                    if failed.is_none() {
+                        *failed = Some(SqlError::new(
+                            "42883",
+                            format!("function {name}() requires boolean arguments"),
+                        ));
+                    }
+                }
+            },
+        }
+    }
+
+    /// Folds `other`, the same call's state over other rows, into this one when the
+    /// result is exactly what one state fed every row in scan order would hold. False
+    /// (this state then unspecified) when it may not be: an error, which the serial
+    /// order decides; a float sum, whose rounding depends on the order; min/max ties
+    /// between values that compare equal but differ (`1.0` and `1.00`), where the
+    /// serial scan keeps the first.
+    pub(super) fn merge(&mut self, name: &str, other: AggState) -> bool {
+        match (self, other) {
+            (AggState::Count(a), AggState::Count(b)) => {
+                *a += b;
+                true
+            }
+            (AggState::Sum(a), AggState::Sum(b)) => a.merge(b),
+            (
+                AggState::Extreme { best, failed },
+                AggState::Extreme {
+                    best: other,
+                    failed: other_failed,
+                },
+            ) => {
+                if failed.is_some() || other_failed.is_some() {
+                    return false;
+                }
+                match (best.as_mut(), other) {
+                    (_, None) => true,
+                    (None, Some(v)) => {
+                        *best = Some(v);
+                        true
+                    }
+                    (Some(b), Some(v)) => match compare_values(&v, b) {
+                        Err(_) => false,
+                        Ok(Ordering::Equal) => v == *b,
+                        Ok(o) => {
+                            if o == if name == "min" {
+                                Ordering::Less
+                            } else {
+                                Ordering::Greater
+                            } {
+                                *b = v;
+                            }
+                            true
+                        }
+                    },
+                }
+            }
+            (
+                AggState::Bools { acc, failed },
+                AggState::Bools {
+                    acc: other,
+                    failed: other_failed,
+                },
+            ) => {
+                if failed.is_some() || other_failed.is_some() {
+                    return false;
+                }
+                let want_all = name != "bool_or";
+                *acc = match (*acc, other) {
+                    (x, None) => x,
+                    (None, y) => y,
+                    (Some(x), Some(y)) => Some(if want_all { x && y } else { x || y }),
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 impl Executor<'_> {
     /// Feeds one row of a group to a streamed call's state.
     /// `fast` is the argument's fast form, if it has one (`expr::compiled`).
@@ -475,60 +640,7 @@ impl Executor<'_> {
                 None => self.eval_in(a, Some(frame), self)?,
             },
         };
-        if call.star {
-            if let AggState::Count(n) = state {
-                *n += 1;
-            }
-            return Ok(());
-        }
-        if v.is_null() {
-            return Ok(());
-        }
-        match state {
-            AggState::Count(n) => *n += 1,
-            AggState::Sum(s) => s.add(&call.name, v),
-            AggState::Extreme { best, failed } => {
-                if failed.is_some() {
-                    return Ok(());
-                }
-                match best {
-                    None => {
-                        if matches!(v, Datum::Bool(_)) {
-                            *failed = Some(no_bool_minmax(&call.name));
-                        }
-                        *best = Some(v);
-                    }
-                    Some(b) => match compare_values(&v, b) {
-                        Err(e) => *failed = Some(e),
-                        Ok(o) => {
-                            let better = if call.name == "min" {
-                                o == Ordering::Less
-                            } else {
-                                o == Ordering::Greater
-                            };
-                            if better {
-                                *b = v;
-                            }
-                        }
-                    },
-                }
-            }
-            AggState::Bools { acc, failed } => match v {
-                Datum::Bool(x) => {
-                    let want_all = call.name != "bool_or";
-                    let prev = acc.unwrap_or(want_all);
-                    *acc = Some(if want_all { prev && x } else { prev || x });
-                }
-                _ => {
-                    if failed.is_none() {
-                        *failed = Some(SqlError::new(
-                            "42883",
-                            format!("function {}() requires boolean arguments", call.name),
-                        ));
-                    }
-                }
-            },
-        }
+        state.add(&call.name, call.star, v);
         Ok(())
     }
 
@@ -565,6 +677,36 @@ impl Executor<'_> {
 }
 
 impl SumState {
+    /// [`AggState::merge`] for sum / avg: exact for integers and numerics; false for
+    /// floats and for a state that met an error.
+    fn merge(&mut self, o: SumState) -> bool {
+        if self.failed.is_some() || o.failed.is_some() {
+            return false;
+        }
+        if (self.all_floats && self.n > 0) || (o.all_floats && o.n > 0) {
+            return false;
+        }
+        let total = |s: &SumState| {
+            if s.all_ints {
+                bigdecimal::BigDecimal::from(bigdecimal::num_bigint::BigInt::from(s.ints))
+            } else {
+                s.numeric.clone().unwrap_or_default()
+            }
+        };
+        if !(self.all_ints && o.all_ints) {
+            match numeric::arith(&total(self), '+', &total(&o)) {
+                Ok(t) => self.numeric = Some(t),
+                Err(_) => return false,
+            }
+            self.all_ints = false;
+        }
+        self.n += o.n;
+        self.any_int8 |= o.any_int8;
+        self.ints += o.ints;
+        self.all_floats &= o.all_floats;
+        true
+    }
+
     fn add(&mut self, name: &str, v: Datum) {
         self.n += 1;
         let int = match &v {

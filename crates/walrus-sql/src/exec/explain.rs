@@ -111,7 +111,7 @@ pub(crate) fn explain_query(
     }
     let exec = Executor::new(env, params);
     // The input: one user table, or none.
-    let (input, table_stats) = match sel.from.as_slice() {
+    let (input, table_stats, workers) = match sel.from.as_slice() {
         [] => (
             Node {
                 name: "Result".into(),
@@ -120,6 +120,7 @@ pub(crate) fn explain_query(
                 input: None,
             },
             None,
+            0,
         ),
         [twj] if twj.joins.is_empty() => {
             let TableFactor::Table {
@@ -229,7 +230,27 @@ pub(crate) fn explain_query(
                 node.details.push(format!("Filter: ({f})"));
             }
             let group_rows = group_estimate(&group, stats.as_ref(), node.rows);
-            (node, Some(group_rows))
+            // The executor's own test for a parallel plan (`parallel.rs`), over the same
+            // calls it would stream.
+            let mut level: Vec<&Expr> = sel
+                .projection
+                .iter()
+                .filter_map(|it| match it {
+                    SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                        Some(e)
+                    }
+                    _ => None,
+                })
+                .collect();
+            level.extend(sel.having.as_ref());
+            level.extend(order.iter().map(|o| &o.expr));
+            let workers = match (group.is_empty(), super::aggregate::streamable_calls(&level)) {
+                (true, Some(calls)) => {
+                    super::parallel::aggregate_workers(env, &def, filter, params, &calls)?
+                }
+                _ => 0,
+            };
+            (node, Some(group_rows), workers)
         }
         _ => return Err(refuse("a join or several FROM items")),
     };
@@ -243,7 +264,19 @@ pub(crate) fn explain_query(
             _ => false,
         });
     if grouped {
-        node = if group.is_empty() {
+        node = if group.is_empty() && workers > 0 {
+            // PostgreSQL's shape: each participant aggregates its share of a Parallel
+            // Seq Scan, the leader gathers and finishes the partial states. The scan's
+            // rows are per participant (PostgreSQL's divisor, the leader counting for
+            // what its gathering leaves it).
+            let divisor = workers as f64 + (1.0 - 0.3 * workers as f64).max(0.0);
+            node.name = node.name.replacen("Seq Scan", "Parallel Seq Scan", 1);
+            node.rows /= divisor;
+            let partial = Node::over("Partial Aggregate", 1.0, node);
+            let mut gather = Node::over("Gather", workers as f64, partial);
+            gather.details.push(format!("Workers Planned: {workers}"));
+            Node::over("Finalize Aggregate", 1.0, gather)
+        } else if group.is_empty() {
             Node::over("Aggregate", 1.0, node)
         } else {
             let rows = table_stats.unwrap_or(1.0);

@@ -46,6 +46,7 @@ pub(crate) mod ddl;
 pub(crate) mod dml;
 pub(crate) mod explain;
 mod from;
+pub(crate) mod parallel;
 mod select;
 mod sort;
 mod spill;

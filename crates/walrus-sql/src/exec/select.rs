@@ -9,7 +9,7 @@ use sqlparser::ast::{self, visit_expressions, Expr, Query, Select, SelectItem, T
 use walrus_engine::access::datum::Datum;
 use walrus_engine::catalog::TableDef;
 
-use super::aggregate::{streamable_call, AggState, StreamCall};
+use super::aggregate::{AggState, StreamCall};
 use super::dml::{for_each_matching_row, matching_rows};
 use super::from::{ProbeJoin, ProbeScratch};
 use super::spill::SpillFile;
@@ -19,8 +19,8 @@ use crate::expr::compiled::{Columns, Fast, Prepared};
 use crate::memory::row_bytes;
 use crate::names::{ident, object_name};
 use crate::plan::{
-    aggregate_calls, bind, cast_origin, check_grouped, contains_aggregate, contains_subquery,
-    output_name, qualified, rename, resolve_group_expr, static_type, table_cols,
+    bind, cast_origin, check_grouped, contains_aggregate, contains_subquery, output_name,
+    qualified, rename, resolve_group_expr, static_type, table_cols,
 };
 use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
 
@@ -781,6 +781,7 @@ impl Executor<'_> {
                     .collect(),
             };
             match &stream_source {
+                Some(src) if self.parallel_aggregate(src, sel, &pass, &mut output)? => {}
                 Some(src) => {
                     let mut at = 0usize;
                     self.stream_groups(
@@ -970,15 +971,7 @@ impl Executor<'_> {
         if exprs.iter().any(|e| contains_subquery(e)) {
             return None;
         }
-        let mut calls = Vec::new();
-        let mut all = true;
-        for e in exprs {
-            aggregate_calls(e, &mut |f| match streamable_call(f) {
-                Some(c) => calls.push(c),
-                None => all = false,
-            });
-        }
-        all.then_some(calls)
+        super::aggregate::streamable_calls(&exprs)
     }
 
     /// GROUP BY with streamed aggregates: one hash table entry per group holding its
@@ -1015,6 +1008,62 @@ impl Executor<'_> {
             output.push(self, keys, out)?;
         }
         Ok(())
+    }
+
+    /// A lone-table aggregate level without GROUP BY run as a parallel plan
+    /// (`parallel.rs`), its one output row pushed to `output`. False when the level
+    /// does not qualify or a participant met what only the serial scan may answer:
+    /// nothing was output, and the caller runs it serially.
+    fn parallel_aggregate(
+        &self,
+        src: &TableSource,
+        sel: &Select,
+        pass: &GroupPass<'_>,
+        output: &mut OutputRows,
+    ) -> SqlResult<bool> {
+        if src.probe.is_some() || !pass.group_exprs.is_empty() {
+            return Ok(false);
+        }
+        let filter = sel.selection.as_ref();
+        let gathered = {
+            let mut env = self.env.borrow_mut();
+            let workers = super::parallel::aggregate_workers(
+                &mut **env,
+                &src.def,
+                filter,
+                self.params,
+                pass.calls,
+            )?;
+            if workers == 0 {
+                return Ok(false);
+            }
+            let all = vec![true; src.def.columns.len()];
+            super::parallel::aggregate(
+                &mut **env,
+                &src.def,
+                src.wanted.as_deref().unwrap_or(&all),
+                filter,
+                self.params,
+                pass.calls,
+                &pass.fast_args,
+                workers,
+            )?
+        };
+        let Some(found) = gathered else {
+            return Ok(false);
+        };
+        let (rep, states) = match found {
+            Some(x) => x,
+            // Aggregates over no rows still give one row.
+            None => (
+                vec![Datum::Null; pass.cols.len()],
+                pass.calls.iter().map(StreamCall::start).collect(),
+            ),
+        };
+        if let Some((keys, out)) = self.group_output(pass, &rep, &states)? {
+            output.push(self, keys, out)?;
+        }
+        Ok(true)
     }
 
     /// One pass of the streamed aggregation over a partition file written by an earlier

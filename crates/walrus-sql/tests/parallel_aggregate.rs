@@ -1,0 +1,134 @@
+//! Parallel aggregation (`exec/parallel.rs`): an aggregate without GROUP BY over a
+//! table past `min_parallel_table_scan_size` is planned as PostgreSQL plans it (Finalize
+//! Aggregate → Gather → Partial Aggregate → Parallel Seq Scan), really runs on helper
+//! threads (`walrus_stat_parallel`), and answers exactly what the serial plan answers
+//! (`max_parallel_workers_per_gather = 0`) — sums exact, the transaction's own changes
+//! seen, errors the serial scan's — while what it cannot merge exactly runs serially.
+
+mod common;
+
+use common::{engine, err, ok};
+use walrus_sql::Session;
+
+fn rows(s: &mut Session, sql: &str) -> Vec<String> {
+    ok(s, sql)
+        .rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|d| walrus_sql::value::format_text(d).unwrap_or_else(|| "NULL".into()))
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect()
+}
+
+fn plan(s: &mut Session, q: &str) -> Vec<String> {
+    rows(s, &format!("explain {q}"))
+}
+
+/// (parallel scans, helpers launched, serial reruns).
+fn counters(s: &mut Session) -> (i64, i64, i64) {
+    let r = rows(
+        s,
+        "select scans, workers_launched, serial_reruns from walrus_stat_parallel",
+    );
+    let v: Vec<i64> = r[0].split('|').map(|x| x.parse().unwrap()).collect();
+    (v[0], v[1], v[2])
+}
+
+/// ~200-byte rows: 60,000 of them fill ~1,600 pages, past PostgreSQL's 8 MB minimum
+/// (one helper) and short of three times it (two).
+fn setup(s: &mut Session) {
+    ok(
+        s,
+        "create table big (id int, g int, v numeric(12,2), f float8, pad text)",
+    );
+    ok(
+        s,
+        "insert into big select i, i % 7, i * 0.25, i * 0.5, repeat('x', 160) || i \
+         from generate_series(1, 60000) i",
+    );
+    ok(s, "analyze big");
+}
+
+const QUERIES: &[&str] = &[
+    "select count(*) from big",
+    "select count(*), sum(id), avg(id), min(id), max(id) from big where g = 3",
+    "select sum(v), avg(v), min(v), max(v) from big where id % 5 = 1",
+    "select count(g), min(pad), max(pad) from big where id > 100 and id <= 50000",
+    "select bool_and(id > 0), bool_or(g = 6), every(g < 7) from big",
+    "select count(*), sum(id), max(v) from big where id < 0",
+    "select count(*) from big having count(*) > 5",
+    "select sum(f) from big",
+];
+
+#[test]
+fn large_aggregates_run_in_parallel_with_the_serial_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut session = Session::new(engine(dir.path()));
+    let s = &mut session;
+    setup(s);
+    assert_eq!(
+        plan(s, "select count(*) from big where g = 3"),
+        [
+            "Finalize Aggregate  (rows=1)",
+            "  ->  Gather  (rows=1)",
+            "        Workers Planned: 1",
+            "        ->  Partial Aggregate  (rows=1)",
+            "              ->  Parallel Seq Scan on big  (rows=5042)",
+            "                    Filter: (g = 3)",
+        ]
+    );
+    // A float sum's rounding depends on the row order: serial.
+    assert_eq!(plan(s, "select sum(f) from big")[0], "Aggregate  (rows=1)");
+    let mut parallel = Vec::new();
+    let before = counters(s);
+    for q in QUERIES {
+        parallel.push(rows(s, q));
+    }
+    let after = counters(s);
+    // Every query but the float sum ran in parallel, each with its helper; none ran again.
+    assert_eq!(after.0 - before.0, QUERIES.len() as i64 - 1);
+    assert_eq!(after.1 - before.1, QUERIES.len() as i64 - 1);
+    assert_eq!(after.2, before.2);
+    ok(s, "set max_parallel_workers_per_gather = 0");
+    assert_eq!(
+        plan(s, "select count(*) from big where g = 3")[..2],
+        ["Aggregate  (rows=1)", "  ->  Seq Scan on big  (rows=8571)"]
+    );
+    for (q, want) in QUERIES.iter().zip(&parallel) {
+        assert_eq!(&rows(s, q), want, "{q}");
+    }
+    assert_eq!(counters(s).0, after.0, "no parallel scan with 0 workers");
+    assert_eq!(parallel[0], ["60000"]);
+    assert_eq!(parallel[5], ["0|NULL|NULL"]);
+    ok(s, "reset max_parallel_workers_per_gather");
+    // One test, so no other test's scans move the process-wide counters meanwhile.
+    own_changes(s);
+    serial_reruns(s);
+}
+
+/// The transaction's own deletes and inserts are seen by every participant.
+fn own_changes(s: &mut Session) {
+    ok(s, "begin");
+    ok(s, "delete from big where id <= 10");
+    ok(s, "insert into big values (-1, 3, 1.5, 0, 'new')");
+    let before = counters(s);
+    assert_eq!(
+        rows(s, "select count(*), sum(id), min(id) from big"),
+        [format!("59991|{}|-1", (11..=60000i64).sum::<i64>() - 1)]
+    );
+    assert_eq!(counters(s).0, before.0 + 1);
+    ok(s, "rollback");
+    assert_eq!(rows(s, "select count(*), min(id) from big"), ["60000|1"]);
+}
+
+/// What only the serial scan may answer runs serially.
+fn serial_reruns(s: &mut Session) {
+    // An error: the one the serial scan meets first, whichever participant saw one.
+    let before = counters(s);
+    assert_eq!(err(s, "select sum(1000 / (id - 30000)) from big"), "22012");
+    let after = counters(s);
+    assert_eq!(after.2, before.2 + 1, "the parallel plan fell back");
+}
