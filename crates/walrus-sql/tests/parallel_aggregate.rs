@@ -61,6 +61,10 @@ const QUERIES: &[&str] = &[
     "select count(*), sum(id), max(v) from big where id < 0",
     "select count(*) from big having count(*) > 5",
     "select sum(f) from big",
+    "select g, count(*), sum(id), min(pad) from big group by g",
+    "select g, sum(v) from big where id % 3 = 0 group by g having sum(v) > 100 order by 2 desc",
+    "select id % 1000, count(*), max(v) from big group by id % 1000 order by 1 limit 5",
+    "select pad, count(*) from big where id <= 3000 group by pad order by pad limit 3",
 ];
 
 #[test]
@@ -78,6 +82,18 @@ fn large_aggregates_run_in_parallel_with_the_serial_answer() {
             "        ->  Partial Aggregate  (rows=1)",
             "              ->  Parallel Seq Scan on big  (rows=5042)",
             "                    Filter: (g = 3)",
+        ]
+    );
+    assert_eq!(
+        plan(s, "select g, count(*) from big group by g"),
+        [
+            "Finalize HashAggregate  (rows=7)",
+            "  Group Key: g",
+            "  ->  Gather  (rows=7)",
+            "        Workers Planned: 1",
+            "        ->  Partial HashAggregate  (rows=7)",
+            "              Group Key: g",
+            "              ->  Parallel Seq Scan on big  (rows=35294)",
         ]
     );
     // A float sum's rounding depends on the row order: serial.
@@ -103,6 +119,14 @@ fn large_aggregates_run_in_parallel_with_the_serial_answer() {
     assert_eq!(counters(s).0, after.0, "no parallel scan with 0 workers");
     assert_eq!(parallel[0], ["60000"]);
     assert_eq!(parallel[5], ["0|NULL|NULL"]);
+    // Groups come in the order of their first rows, as the serial scan gives them.
+    assert_eq!(
+        parallel[8]
+            .iter()
+            .map(|r| r.split('|').next().unwrap())
+            .collect::<Vec<_>>(),
+        ["1", "2", "3", "4", "5", "6", "0"]
+    );
     ok(s, "reset max_parallel_workers_per_gather");
     // One test, so no other test's scans move the process-wide counters meanwhile.
     own_changes(s);
@@ -131,4 +155,12 @@ fn serial_reruns(s: &mut Session) {
     assert_eq!(err(s, "select sum(1000 / (id - 30000)) from big"), "22012");
     let after = counters(s);
     assert_eq!(after.2, before.2 + 1, "the parallel plan fell back");
+    // A group table past work_mem: the serial plan, which spills, answers.
+    let q =
+        "select id % 5000, count(*), sum(id) from big group by id % 5000 order by 3 desc limit 2";
+    let want = rows(s, q);
+    ok(s, "set work_mem = '64kB'");
+    assert_eq!(rows(s, q), want);
+    assert_eq!(counters(s).2, after.2 + 1, "the parallel plan fell back");
+    ok(s, "reset work_mem");
 }

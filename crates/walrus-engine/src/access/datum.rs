@@ -832,8 +832,15 @@ pub fn decode_row_columns_into(
 ) -> Result<(), DatumError> {
     out.clear();
     let (n, bitmap, mut at) = row_header(bytes, types)?;
+    // Nothing past the last wanted column is read (a wide trailing text is not even
+    // skipped); `wanted` shorter than `types` wants the rest.
+    let last = if wanted.len() < types.len() {
+        types.len()
+    } else {
+        wanted.iter().rposition(|&w| w).map_or(0, |p| p + 1)
+    };
     for (i, ty) in types.iter().enumerate() {
-        if i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0 {
+        if i >= last || i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0 {
             out.push(Datum::Null);
         } else if wanted.get(i).copied().unwrap_or(true) {
             out.push(decode_value(bytes, &mut at, *ty)?);
@@ -842,7 +849,8 @@ pub fn decode_row_columns_into(
             out.push(Datum::Null);
         }
     }
-    if at != bytes.len() {
+    // A row read to its end must end there.
+    if last == types.len() && at != bytes.len() {
         return Err(DatumError::Truncated);
     }
     Ok(())

@@ -244,11 +244,11 @@ pub(crate) fn explain_query(
                 .collect();
             level.extend(sel.having.as_ref());
             level.extend(order.iter().map(|o| &o.expr));
-            let workers = match (group.is_empty(), super::aggregate::streamable_calls(&level)) {
-                (true, Some(calls)) => {
-                    super::parallel::aggregate_workers(env, &def, filter, params, &calls)?
+            let workers = match super::aggregate::streamable_calls(&level) {
+                Some(calls) => {
+                    super::parallel::aggregate_workers(env, &def, filter, &group, params, &calls)?
                 }
-                _ => 0,
+                None => 0,
             };
             (node, Some(group_rows), workers)
         }
@@ -264,7 +264,22 @@ pub(crate) fn explain_query(
             _ => false,
         });
     if grouped {
-        node = if group.is_empty() && workers > 0 {
+        let group_key = || {
+            format!(
+                "Group Key: {}",
+                group
+                    .iter()
+                    .map(|g| g.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        let groups = if group.is_empty() {
+            1.0
+        } else {
+            table_stats.unwrap_or(1.0)
+        };
+        node = if workers > 0 {
             // PostgreSQL's shape: each participant aggregates its share of a Parallel
             // Seq Scan, the leader gathers and finishes the partial states. The scan's
             // rows are per participant (PostgreSQL's divisor, the leader counting for
@@ -272,23 +287,27 @@ pub(crate) fn explain_query(
             let divisor = workers as f64 + (1.0 - 0.3 * workers as f64).max(0.0);
             node.name = node.name.replacen("Seq Scan", "Parallel Seq Scan", 1);
             node.rows /= divisor;
-            let partial = Node::over("Partial Aggregate", 1.0, node);
-            let mut gather = Node::over("Gather", workers as f64, partial);
+            let kind = if group.is_empty() {
+                "Aggregate"
+            } else {
+                "HashAggregate"
+            };
+            let mut partial = Node::over(format!("Partial {kind}"), groups, node);
+            if !group.is_empty() {
+                partial.details.push(group_key());
+            }
+            let mut gather = Node::over("Gather", groups * workers as f64, partial);
             gather.details.push(format!("Workers Planned: {workers}"));
-            Node::over("Finalize Aggregate", 1.0, gather)
+            let mut finalize = Node::over(format!("Finalize {kind}"), groups, gather);
+            if !group.is_empty() {
+                finalize.details.push(group_key());
+            }
+            finalize
         } else if group.is_empty() {
             Node::over("Aggregate", 1.0, node)
         } else {
-            let rows = table_stats.unwrap_or(1.0);
-            let mut n = Node::over("HashAggregate", rows, node);
-            n.details.push(format!(
-                "Group Key: {}",
-                group
-                    .iter()
-                    .map(|g| g.to_string())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ));
+            let mut n = Node::over("HashAggregate", groups, node);
+            n.details.push(group_key());
             n
         };
         if let Some(h) = &sel.having {

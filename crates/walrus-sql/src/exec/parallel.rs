@@ -1,11 +1,14 @@
 //! Parallel aggregation over one table: PostgreSQL's Finalize Aggregate → Gather →
-//! Partial Aggregate → Parallel Seq Scan, for a query level without GROUP BY whose
-//! aggregates and WHERE clause are simple enough for the threads to evaluate alone.
+//! Partial Aggregate → Parallel Seq Scan (HashAggregate with GROUP BY), for a query
+//! level whose aggregates, WHERE clause and grouping keys are simple enough for the
+//! threads to evaluate alone.
 //!
 //! The session's thread and its helpers scan runs of blocks in turn
 //! ([`walrus_engine::engine::Transaction::scan_columns_parallel`]), each folding the
-//! rows it reads into its own aggregate states; the session then merges the states
-//! ([`AggState::merge`]). The answer must be exactly the serial scan's, so the plan is
+//! rows it reads into its own hash table of groups; the session then merges the tables
+//! key by key ([`AggState::merge`]) and puts the groups in the order of their first
+//! rows, the serial scan's order of first appearance. A participant whose table
+//! outgrows `work_mem` gives up and the level runs serially, spilling as it must. The answer must be exactly the serial scan's, so the plan is
 //! taken only where merging is exact — counts, integer and numeric sums and averages,
 //! min / max, bool_and / bool_or — and whenever a participant meets something it cannot
 //! evaluate on its own (an expression outside `expr::compiled`, an error, whose order
@@ -13,6 +16,7 @@
 //! that print differently), the level runs again serially and gives the serial answer
 //! or error. Helpers come from [`MAX_PARALLEL_WORKERS`] shared by all sessions.
 
+use std::collections::hash_map::{Entry, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sqlparser::ast::Expr;
@@ -22,9 +26,10 @@ use walrus_engine::catalog::TableDef;
 use walrus_engine::engine::MAX_PARALLEL_WORKERS;
 
 use super::aggregate::{AggState, StreamCall};
-use super::{dml, Env};
+use super::{dml, Env, KeyPart};
 use crate::error::SqlResult;
 use crate::expr::compiled::{Columns, Fast};
+use crate::memory::row_bytes;
 use crate::plan::{choose_access, Access};
 
 /// Parallel plans that fell back to the serial scan (`walrus_stat_parallel`).
@@ -84,15 +89,16 @@ fn call_runs_in_parallel(call: &StreamCall, def: &TableDef, params: &[Datum]) ->
     }
 }
 
-/// The helper threads an aggregate query level without GROUP BY over `def` alone is
-/// planned with (0: it runs serially): every call runs in parallel
-/// ([`call_runs_in_parallel`]), WHERE is absent or compiled, the access path is a
-/// sequential scan, and the table is large enough. EXPLAIN and the executor both ask
+/// The helper threads an aggregate query level over `def` alone is planned with (0: it
+/// runs serially): every call runs in parallel ([`call_runs_in_parallel`]), WHERE and
+/// the GROUP BY keys are absent or compiled, the access path is a sequential scan, and
+/// the table is large enough. EXPLAIN and the executor both ask
 /// this, so the plan shown is the plan run.
 pub(super) fn aggregate_workers(
     env: &mut dyn Env,
     def: &TableDef,
     filter: Option<&Expr>,
+    group: &[&Expr],
     params: &[Datum],
     calls: &[StreamCall],
 ) -> SqlResult<usize> {
@@ -102,7 +108,8 @@ pub(super) fn aggregate_workers(
     if per_gather == 0 || calls.iter().any(|c| !call_runs_in_parallel(c, def, params)) {
         return Ok(0);
     }
-    if filter.is_some_and(|f| Fast::compile(f, &Columns::Table(&def.columns), params).is_none()) {
+    let compiles = |e: &Expr| Fast::compile(e, &Columns::Table(&def.columns), params).is_some();
+    if filter.is_some_and(|f| !compiles(f)) || group.iter().any(|g| !compiles(g)) {
         return Ok(0);
     }
     let pages = env.txn().table_pages(def)?;
@@ -118,53 +125,92 @@ pub(super) fn aggregate_workers(
     })
 }
 
-/// One participant's share: its states, the first row it read (by tid), and whether it
-/// met something only the serial scan may answer.
-struct Partial {
+/// One group of one participant: its first row (by tid) and its states.
+struct Group {
+    first: (Tid, Vec<Datum>),
     states: Vec<AggState>,
-    first: Option<(Tid, Vec<Datum>)>,
-    bail: bool,
 }
 
-/// What a parallel aggregation found: `None` when the level must run serially, else
-/// the first row in scan order (`None`: no row matched) with the merged states.
-pub(super) type Gathered = Option<Option<(Vec<Datum>, Vec<AggState>)>>;
+/// One participant's share: its groups by key, the memory they take, and whether it
+/// met something only the serial scan may answer.
+struct Partial {
+    /// Each group's place in `groups` by key.
+    index: HashMap<Vec<KeyPart>, usize>,
+    groups: Vec<Group>,
+    bytes: u64,
+    bail: bool,
+    /// The current row's key, built here to look its group up without allocating.
+    key: Vec<KeyPart>,
+}
 
-/// Runs the parallel plan with `workers` helpers. `wanted` are the columns the level
-/// reads, `fast_args` each call's argument compiled against the table's row.
-#[allow(clippy::too_many_arguments)]
+impl Partial {
+    /// The groups with their keys.
+    fn into_groups(self) -> impl Iterator<Item = (Vec<KeyPart>, Group)> {
+        let mut keys: Vec<(Vec<KeyPart>, usize)> = self.index.into_iter().collect();
+        keys.sort_by_key(|(_, at)| *at);
+        keys.into_iter().map(|(k, _)| k).zip(self.groups)
+    }
+}
+
+/// The groups a parallel aggregation found, each as its first row in scan order and
+/// its merged states, in the order of those rows (the serial scan's order of first
+/// appearance); `None` when the level must run serially.
+pub(super) type Gathered = Option<Vec<(Vec<Datum>, Vec<AggState>)>>;
+
+/// What the participants evaluate, compiled against the table's row.
+pub(super) struct ParallelLevel<'a> {
+    pub wanted: &'a [bool],
+    pub filter: Option<&'a Expr>,
+    pub group_keys: &'a [Option<Fast>],
+    pub calls: &'a [StreamCall],
+    pub fast_args: &'a [Option<Fast>],
+    /// Each participant's hash table must stay within it, else the level runs serially
+    /// (where it spills as `work_mem` says).
+    pub work_mem: u64,
+}
+
+/// Runs the parallel plan with `workers` helpers.
 pub(super) fn aggregate(
     env: &mut dyn Env,
     def: &TableDef,
-    wanted: &[bool],
-    filter: Option<&Expr>,
     params: &[Datum],
-    calls: &[StreamCall],
-    fast_args: &[Option<Fast>],
+    level: &ParallelLevel<'_>,
     workers: usize,
 ) -> SqlResult<Gathered> {
-    let where_fast = match filter {
+    let where_fast = match level.filter {
         Some(f) => match Fast::compile(f, &Columns::Table(&def.columns), params) {
             Some(w) => Some(w),
             None => return Ok(None),
         },
         None => None,
     };
+    let Some(keys) = level
+        .group_keys
+        .iter()
+        .map(Option::as_ref)
+        .collect::<Option<Vec<&Fast>>>()
+    else {
+        return Ok(None);
+    };
     // What the threads need of each call, without the call's AST node.
-    let mut plan: Vec<(String, bool, Option<&Fast>)> = Vec::with_capacity(calls.len());
-    for (c, fast) in calls.iter().zip(fast_args) {
+    let mut plan: Vec<(String, bool, Option<&Fast>)> = Vec::with_capacity(level.calls.len());
+    for (c, fast) in level.calls.iter().zip(level.fast_args) {
         if !c.star() && fast.is_none() {
             return Ok(None);
         }
         plan.push((c.name().to_string(), c.star(), fast.as_ref()));
     }
+    let state_bytes: u64 = plan
+        .iter()
+        .map(|(name, _, _)| AggState::start(name).bytes())
+        .sum();
+    let work_mem = level.work_mem;
     let init = || Partial {
-        states: plan
-            .iter()
-            .map(|(name, _, _)| AggState::start(name))
-            .collect(),
-        first: None,
+        index: HashMap::new(),
+        groups: Vec::new(),
+        bytes: 0,
         bail: false,
+        key: Vec::with_capacity(keys.len()),
     };
     let each = |p: &mut Partial, tid: Tid, row: &[Datum]| {
         if let Some(w) = &where_fast {
@@ -177,10 +223,41 @@ pub(super) fn aggregate(
                 }
             }
         }
-        if p.first.as_ref().is_none_or(|(t, _)| tid < *t) {
-            p.first = Some((tid, row.to_vec()));
+        p.key.clear();
+        for k in &keys {
+            match k.eval(row) {
+                // json has no equality: the serial path's error.
+                Ok(Some(v)) if !matches!(v, Datum::Json(_)) => p.key.push(KeyPart::of(&v)),
+                _ => {
+                    p.bail = true;
+                    return Ok(false);
+                }
+            }
         }
-        for ((name, star, fast), state) in plan.iter().zip(p.states.iter_mut()) {
+        let at = match p.index.get(p.key.as_slice()) {
+            Some(&at) => at,
+            None => {
+                p.bytes += p.key.iter().map(KeyPart::bytes).sum::<u64>()
+                    + 48
+                    + row_bytes(row)
+                    + state_bytes;
+                if p.bytes > work_mem {
+                    p.bail = true;
+                    return Ok(false);
+                }
+                p.groups.push(Group {
+                    first: (tid, row.to_vec()),
+                    states: plan
+                        .iter()
+                        .map(|(name, _, _)| AggState::start(name))
+                        .collect(),
+                });
+                p.index.insert(p.key.clone(), p.groups.len() - 1);
+                p.groups.len() - 1
+            }
+        };
+        let group = &mut p.groups[at];
+        for ((name, star, fast), state) in plan.iter().zip(group.states.iter_mut()) {
             let v = match fast {
                 None => Datum::Null,
                 Some(f) => match f.eval(row) {
@@ -197,7 +274,7 @@ pub(super) fn aggregate(
     };
     let partials = env
         .txn()
-        .scan_columns_parallel(def, wanted, workers, init, each)?;
+        .scan_columns_parallel(def, level.wanted, workers, init, each)?;
     let rerun = || {
         SERIAL_RERUNS.fetch_add(1, Ordering::Relaxed);
         Ok(None)
@@ -205,24 +282,34 @@ pub(super) fn aggregate(
     if partials.iter().any(|p| p.bail) {
         return rerun();
     }
-    let mut partials = partials.into_iter();
-    let Some(mut total) = partials.next() else {
-        return Ok(None);
-    };
+    let mut total: HashMap<Vec<KeyPart>, Group> = HashMap::new();
     for p in partials {
-        for (((name, _, _), state), other) in plan.iter().zip(total.states.iter_mut()).zip(p.states)
-        {
-            if !state.merge(name, other) {
-                return rerun();
-            }
-        }
-        if let Some((tid, row)) = p.first {
-            if total.first.as_ref().is_none_or(|(t, _)| tid < *t) {
-                total.first = Some((tid, row));
+        for (key, g) in p.into_groups() {
+            match total.entry(key) {
+                Entry::Vacant(e) => {
+                    e.insert(g);
+                }
+                Entry::Occupied(mut e) => {
+                    let t = e.get_mut();
+                    for (((name, _, _), state), other) in
+                        plan.iter().zip(t.states.iter_mut()).zip(g.states)
+                    {
+                        if !state.merge(name, other) {
+                            return rerun();
+                        }
+                    }
+                    if g.first.0 < t.first.0 {
+                        t.first = g.first;
+                    }
+                }
             }
         }
     }
-    Ok(Some(total.first.map(|(_, row)| (row, total.states))))
+    let mut groups: Vec<Group> = total.into_values().collect();
+    groups.sort_by_key(|g| g.first.0);
+    Ok(Some(
+        groups.into_iter().map(|g| (g.first.1, g.states)).collect(),
+    ))
 }
 
 #[cfg(test)]

@@ -1010,8 +1010,8 @@ impl Executor<'_> {
         Ok(())
     }
 
-    /// A lone-table aggregate level without GROUP BY run as a parallel plan
-    /// (`parallel.rs`), its one output row pushed to `output`. False when the level
+    /// A lone-table aggregate level run as a parallel plan (`parallel.rs`), its groups'
+    /// output rows pushed to `output` in the serial scan's order. False when the level
     /// does not qualify or a participant met what only the serial scan may answer:
     /// nothing was output, and the caller runs it serially.
     fn parallel_aggregate(
@@ -1021,16 +1021,18 @@ impl Executor<'_> {
         pass: &GroupPass<'_>,
         output: &mut OutputRows,
     ) -> SqlResult<bool> {
-        if src.probe.is_some() || !pass.group_exprs.is_empty() {
+        if src.probe.is_some() {
             return Ok(false);
         }
         let filter = sel.selection.as_ref();
+        let group: Vec<&Expr> = pass.group_exprs.iter().collect();
         let gathered = {
             let mut env = self.env.borrow_mut();
             let workers = super::parallel::aggregate_workers(
                 &mut **env,
                 &src.def,
                 filter,
+                &group,
                 self.params,
                 pass.calls,
             )?;
@@ -1038,30 +1040,30 @@ impl Executor<'_> {
                 return Ok(false);
             }
             let all = vec![true; src.def.columns.len()];
-            super::parallel::aggregate(
-                &mut **env,
-                &src.def,
-                src.wanted.as_deref().unwrap_or(&all),
+            let level = super::parallel::ParallelLevel {
+                wanted: src.wanted.as_deref().unwrap_or(&all),
                 filter,
-                self.params,
-                pass.calls,
-                &pass.fast_args,
-                workers,
-            )?
+                group_keys: &pass.fast_keys,
+                calls: pass.calls,
+                fast_args: &pass.fast_args,
+                work_mem: pass.work_mem,
+            };
+            super::parallel::aggregate(&mut **env, &src.def, self.params, &level, workers)?
         };
-        let Some(found) = gathered else {
+        let Some(mut groups) = gathered else {
             return Ok(false);
         };
-        let (rep, states) = match found {
-            Some(x) => x,
+        if groups.is_empty() && pass.group_exprs.is_empty() {
             // Aggregates over no rows still give one row.
-            None => (
+            groups.push((
                 vec![Datum::Null; pass.cols.len()],
                 pass.calls.iter().map(StreamCall::start).collect(),
-            ),
-        };
-        if let Some((keys, out)) = self.group_output(pass, &rep, &states)? {
-            output.push(self, keys, out)?;
+            ));
+        }
+        for (rep, states) in groups {
+            if let Some((keys, out)) = self.group_output(pass, &rep, &states)? {
+                output.push(self, keys, out)?;
+            }
         }
         Ok(true)
     }

@@ -123,6 +123,13 @@ impl Fast {
             Fast::Column(i) => row.get(*i).cloned().unwrap_or(Datum::Null),
             Fast::Int(d) => d.clone(),
             Fast::Binary(l, op, r) => {
+                // A comparison of integer columns and constants, read in place: no
+                // value is built for the operands.
+                if let (Some(x), Some(y)) = (l.int_in_place(row), r.int_in_place(row)) {
+                    if let Some(holds) = comparison(op, x.cmp(&y)) {
+                        return Ok(Some(Datum::Bool(holds)));
+                    }
+                }
                 let Some(a) = l.eval(row)? else {
                     return Ok(None);
                 };
@@ -132,16 +139,10 @@ impl Fast {
                 let (Some(x), Some(y)) = (int(&a), int(&b)) else {
                     return Ok(None);
                 };
-                let ord = x.cmp(&y);
-                match op {
-                    BinaryOperator::Eq => Datum::Bool(ord == Ordering::Equal),
-                    BinaryOperator::NotEq => Datum::Bool(ord != Ordering::Equal),
-                    BinaryOperator::Lt => Datum::Bool(ord == Ordering::Less),
-                    BinaryOperator::LtEq => Datum::Bool(ord != Ordering::Greater),
-                    BinaryOperator::Gt => Datum::Bool(ord == Ordering::Greater),
-                    BinaryOperator::GtEq => Datum::Bool(ord != Ordering::Less),
+                match comparison(op, x.cmp(&y)) {
+                    Some(holds) => Datum::Bool(holds),
                     // Arithmetic keeps `eval`'s result types and overflow errors.
-                    _ => binary(&a, op, &b)?,
+                    None => binary(&a, op, &b)?,
                 }
             }
             Fast::Logic(l, and, r) => {
@@ -173,6 +174,31 @@ impl Fast {
             }
         }))
     }
+}
+
+impl Fast {
+    /// The integer a column or constant operand holds, read without building a value
+    /// (`None`: another kind of operand, or not an integer there, NULL included).
+    fn int_in_place(&self, row: &[Datum]) -> Option<i64> {
+        match self {
+            Fast::Column(i) => row.get(*i).and_then(int),
+            Fast::Int(d) => int(d),
+            _ => None,
+        }
+    }
+}
+
+/// Whether `ord` satisfies comparison operator `op`; `None` for arithmetic.
+fn comparison(op: &BinaryOperator, ord: Ordering) -> Option<bool> {
+    Some(match op {
+        BinaryOperator::Eq => ord == Ordering::Equal,
+        BinaryOperator::NotEq => ord != Ordering::Equal,
+        BinaryOperator::Lt => ord == Ordering::Less,
+        BinaryOperator::LtEq => ord != Ordering::Greater,
+        BinaryOperator::Gt => ord == Ordering::Greater,
+        BinaryOperator::GtEq => ord != Ordering::Less,
+        _ => return None,
+    })
 }
 
 /// An expression with its fast form, if it has one: evaluated through the fast form
