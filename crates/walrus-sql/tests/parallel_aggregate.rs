@@ -38,7 +38,7 @@ fn counters(s: &mut Session) -> (i64, i64, i64) {
 }
 
 /// ~200-byte rows: 60,000 of them fill ~1,600 pages, past PostgreSQL's 8 MB minimum
-/// (one helper) and short of three times it (two).
+/// (one helper) and short of three times it (two); and a small table to join.
 fn setup(s: &mut Session) {
     ok(
         s,
@@ -50,6 +50,12 @@ fn setup(s: &mut Session) {
          from generate_series(1, 60000) i",
     );
     ok(s, "analyze big");
+    // The hashed side of a join: g 1..5 (0 and 6 match nothing).
+    ok(s, "create table small (g int primary key, name text)");
+    ok(
+        s,
+        "insert into small select i, 'g' || i from generate_series(1, 5) i",
+    );
 }
 
 const QUERIES: &[&str] = &[
@@ -65,6 +71,8 @@ const QUERIES: &[&str] = &[
     "select g, sum(v) from big where id % 3 = 0 group by g having sum(v) > 100 order by 2 desc",
     "select id % 1000, count(*), max(v) from big group by id % 1000 order by 1 limit 5",
     "select pad, count(*) from big where id <= 3000 group by pad order by pad limit 3",
+    "select s.name, count(*), sum(b.id) from big b join small s on b.g = s.g group by s.name",
+    "select count(*), max(b.v) from big b join small s on s.g = b.g where s.g < 3 and b.id > 10",
 ];
 
 #[test]
@@ -119,6 +127,13 @@ fn large_aggregates_run_in_parallel_with_the_serial_answer() {
     assert_eq!(counters(s).0, after.0, "no parallel scan with 0 workers");
     assert_eq!(parallel[0], ["60000"]);
     assert_eq!(parallel[5], ["0|NULL|NULL"]);
+    // The join's groups: g 1..5, in the order of their first joined rows.
+    assert_eq!(parallel[12].len(), 5);
+    assert!(
+        parallel[12][0].starts_with("g1|8572|"),
+        "{:?}",
+        parallel[12]
+    );
     // Groups come in the order of their first rows, as the serial scan gives them.
     assert_eq!(
         parallel[8]

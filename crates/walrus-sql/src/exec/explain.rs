@@ -245,9 +245,15 @@ pub(crate) fn explain_query(
             level.extend(sel.having.as_ref());
             level.extend(order.iter().map(|o| &o.expr));
             let workers = match super::aggregate::streamable_calls(&level) {
-                Some(calls) => {
-                    super::parallel::aggregate_workers(env, &def, filter, &group, params, &calls)?
-                }
+                Some(calls) => super::parallel::aggregate_workers(
+                    env,
+                    &def,
+                    super::parallel::RowShape::Table(&def),
+                    filter,
+                    &group,
+                    params,
+                    &calls,
+                )?,
                 None => 0,
             };
             (node, Some(group_rows), workers)

@@ -930,6 +930,31 @@ pub(super) struct ProbeJoin {
     rest: bool,
 }
 
+impl ProbeJoin {
+    /// The right rows `lrow` joins, in [`Executor::probe_row`]'s order, when the key
+    /// equalities alone decide (no other ON conjunct, every key value of its column's
+    /// kind): what a parallel participant can join without the executor. `None` when
+    /// ON must be evaluated. `key` is scratch.
+    pub(super) fn plain_hits<'a>(
+        &'a self,
+        lrow: &[Datum],
+        key: &mut Vec<KeyPart>,
+    ) -> Option<&'a [usize]> {
+        if self.rest {
+            return None;
+        }
+        match side_key_into(&self.keys, &self.kinds, lrow, true, key)? {
+            false => Some(&[]),
+            true => Some(self.table.get(key.as_slice()).map_or(&[], |h| h.as_slice())),
+        }
+    }
+
+    /// Right row `i`.
+    pub(super) fn right_row(&self, i: usize) -> &[Datum] {
+        &self.right[i]
+    }
+}
+
 /// One side's key for the (left, right) column pairs `keys`: `None` when a value is not
 /// of its column's kind, `Some(None)` when a key value is NULL.
 fn side_key(

@@ -22,10 +22,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sqlparser::ast::Expr;
 use walrus_base::Tid;
 use walrus_engine::access::datum::{Datum, TypeId};
-use walrus_engine::catalog::TableDef;
+use walrus_engine::catalog::{ColumnDef, TableDef};
 use walrus_engine::engine::MAX_PARALLEL_WORKERS;
 
 use super::aggregate::{AggState, StreamCall};
+use super::from::ProbeJoin;
 use super::{dml, Env, KeyPart};
 use crate::error::SqlResult;
 use crate::expr::compiled::{Columns, Fast};
@@ -70,22 +71,47 @@ fn planned_workers(pages: u32, per_gather: usize) -> usize {
 /// Whether a participant can evaluate `call` alone and its partial states merge
 /// exactly: no FILTER, the argument compiled (`expr::compiled`), and for sum / avg an
 /// integer or numeric argument (a float total's rounding depends on the row order).
-fn call_runs_in_parallel(call: &StreamCall, def: &TableDef, params: &[Datum]) -> bool {
+fn call_runs_in_parallel(call: &StreamCall, row: &RowShape<'_>, params: &[Datum]) -> bool {
     if call.filter().is_some() {
         return false;
     }
     let Some(arg) = call.arg() else {
         return call.star();
     };
-    if Fast::compile(arg, &Columns::Table(&def.columns), params).is_none() {
+    if row.compile(arg, params).is_none() {
         return false;
     }
     match call.name() {
         "sum" | "avg" => matches!(
-            crate::plan::static_type(arg, &def.columns),
+            crate::plan::static_type(arg, &row.typed()),
             Some(TypeId::Int2 | TypeId::Int4 | TypeId::Int8 | TypeId::Numeric)
         ),
         _ => true,
+    }
+}
+
+/// The rows a parallel level folds: the table's own (WHERE checked by the scan's
+/// rules), or the table's joined to the hashed right side of a probe join (WHERE
+/// checked on the joined row, as the serial probe does).
+#[derive(Clone, Copy)]
+pub(super) enum RowShape<'a> {
+    Table(&'a TableDef),
+    Joined(&'a ProbeJoin),
+}
+
+impl RowShape<'_> {
+    fn compile(&self, e: &Expr, params: &[Datum]) -> Option<Fast> {
+        match self {
+            RowShape::Table(def) => Fast::compile(e, &Columns::Table(&def.columns), params),
+            RowShape::Joined(pj) => Fast::compile(e, &Columns::Frame(&pj.cols), params),
+        }
+    }
+
+    fn typed(&self) -> Vec<ColumnDef> {
+        match self {
+            RowShape::Table(def) => def.columns.clone(),
+            RowShape::Joined(pj) => crate::plan::typed_columns(&pj.cols),
+        }
     }
 }
 
@@ -94,9 +120,11 @@ fn call_runs_in_parallel(call: &StreamCall, def: &TableDef, params: &[Datum]) ->
 /// the GROUP BY keys are absent or compiled, the access path is a sequential scan, and
 /// the table is large enough. EXPLAIN and the executor both ask
 /// this, so the plan shown is the plan run.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn aggregate_workers(
     env: &mut dyn Env,
     def: &TableDef,
+    row: RowShape<'_>,
     filter: Option<&Expr>,
     group: &[&Expr],
     params: &[Datum],
@@ -105,10 +133,14 @@ pub(super) fn aggregate_workers(
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let per_gather = workers_per_gather(&get);
-    if per_gather == 0 || calls.iter().any(|c| !call_runs_in_parallel(c, def, params)) {
+    if per_gather == 0
+        || calls
+            .iter()
+            .any(|c| !call_runs_in_parallel(c, &row, params))
+    {
         return Ok(0);
     }
-    let compiles = |e: &Expr| Fast::compile(e, &Columns::Table(&def.columns), params).is_some();
+    let compiles = |e: &Expr| row.compile(e, params).is_some();
     if filter.is_some_and(|f| !compiles(f)) || group.iter().any(|g| !compiles(g)) {
         return Ok(0);
     }
@@ -116,7 +148,12 @@ pub(super) fn aggregate_workers(
     if planned_workers(pages, per_gather) == 0 {
         return Ok(0);
     }
-    let access = choose_access(def, filter, params, now, &get, &mut || {
+    // A probe join scans its left table whole; WHERE applies to the joined rows.
+    let access_filter = match row {
+        RowShape::Table(_) => filter,
+        RowShape::Joined(_) => None,
+    };
+    let access = choose_access(def, access_filter, params, now, &get, &mut || {
         dml::table_statistics(env, def)
     });
     Ok(match access {
@@ -127,7 +164,8 @@ pub(super) fn aggregate_workers(
 
 /// One group of one participant: its first row (by tid) and its states.
 struct Group {
-    first: (Tid, Vec<Datum>),
+    /// (tid of the table row, place among that row's join matches), and the row.
+    first: ((Tid, u32), Vec<Datum>),
     states: Vec<AggState>,
 }
 
@@ -141,6 +179,9 @@ struct Partial {
     bail: bool,
     /// The current row's key, built here to look its group up without allocating.
     key: Vec<KeyPart>,
+    /// A probe join's key and joined row, likewise.
+    probe_key: Vec<KeyPart>,
+    joined: Vec<Datum>,
 }
 
 impl Partial {
@@ -159,6 +200,7 @@ pub(super) type Gathered = Option<Vec<(Vec<Datum>, Vec<AggState>)>>;
 
 /// What the participants evaluate, compiled against the table's row.
 pub(super) struct ParallelLevel<'a> {
+    pub row: RowShape<'a>,
     pub wanted: &'a [bool],
     pub filter: Option<&'a Expr>,
     pub group_keys: &'a [Option<Fast>],
@@ -178,7 +220,7 @@ pub(super) fn aggregate(
     workers: usize,
 ) -> SqlResult<Gathered> {
     let where_fast = match level.filter {
-        Some(f) => match Fast::compile(f, &Columns::Table(&def.columns), params) {
+        Some(f) => match level.row.compile(f, params) {
             Some(w) => Some(w),
             None => return Ok(None),
         },
@@ -211,15 +253,18 @@ pub(super) fn aggregate(
         bytes: 0,
         bail: false,
         key: Vec::with_capacity(keys.len()),
+        probe_key: Vec::new(),
+        joined: Vec::new(),
     };
-    let each = |p: &mut Partial, tid: Tid, row: &[Datum]| {
+    // One row of the level (a joined row under a probe join); false: stop, bailed.
+    let fold = |p: &mut Partial, at: (Tid, u32), row: &[Datum]| -> bool {
         if let Some(w) = &where_fast {
             match w.eval(row) {
                 Ok(Some(Datum::Bool(true))) => {}
-                Ok(Some(Datum::Bool(false) | Datum::Null)) => return Ok(true),
+                Ok(Some(Datum::Bool(false) | Datum::Null)) => return true,
                 _ => {
                     p.bail = true;
-                    return Ok(false);
+                    return false;
                 }
             }
         }
@@ -230,12 +275,12 @@ pub(super) fn aggregate(
                 Ok(Some(v)) if !matches!(v, Datum::Json(_)) => p.key.push(KeyPart::of(&v)),
                 _ => {
                     p.bail = true;
-                    return Ok(false);
+                    return false;
                 }
             }
         }
-        let at = match p.index.get(p.key.as_slice()) {
-            Some(&at) => at,
+        let slot = match p.index.get(p.key.as_slice()) {
+            Some(&slot) => slot,
             None => {
                 p.bytes += p.key.iter().map(KeyPart::bytes).sum::<u64>()
                     + 48
@@ -243,10 +288,10 @@ pub(super) fn aggregate(
                     + state_bytes;
                 if p.bytes > work_mem {
                     p.bail = true;
-                    return Ok(false);
+                    return false;
                 }
                 p.groups.push(Group {
-                    first: (tid, row.to_vec()),
+                    first: (at, row.to_vec()),
                     states: plan
                         .iter()
                         .map(|(name, _, _)| AggState::start(name))
@@ -256,7 +301,7 @@ pub(super) fn aggregate(
                 p.groups.len() - 1
             }
         };
-        let group = &mut p.groups[at];
+        let group = &mut p.groups[slot];
         for ((name, star, fast), state) in plan.iter().zip(group.states.iter_mut()) {
             let v = match fast {
                 None => Datum::Null,
@@ -264,13 +309,38 @@ pub(super) fn aggregate(
                     Ok(Some(v)) => v,
                     _ => {
                         p.bail = true;
-                        return Ok(false);
+                        return false;
                     }
                 },
             };
             state.add(name, *star, v);
         }
-        Ok(true)
+        true
+    };
+    let probe = match level.row {
+        RowShape::Joined(pj) => Some(pj),
+        RowShape::Table(_) => None,
+    };
+    let each = |p: &mut Partial, tid: Tid, lrow: &[Datum]| {
+        let Some(pj) = probe else {
+            return Ok(fold(p, (tid, 0), lrow));
+        };
+        let mut key = std::mem::take(&mut p.probe_key);
+        let mut joined = std::mem::take(&mut p.joined);
+        let more = match pj.plain_hits(lrow, &mut key) {
+            None => {
+                p.bail = true;
+                false
+            }
+            Some(hits) => hits.iter().enumerate().all(|(i, &ri)| {
+                joined.clear();
+                joined.extend_from_slice(lrow);
+                joined.extend_from_slice(pj.right_row(ri));
+                fold(p, (tid, i as u32), &joined)
+            }),
+        };
+        (p.probe_key, p.joined) = (key, joined);
+        Ok(more)
     };
     let partials = env
         .txn()

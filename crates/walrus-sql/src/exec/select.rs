@@ -1021,9 +1021,10 @@ impl Executor<'_> {
         pass: &GroupPass<'_>,
         output: &mut OutputRows,
     ) -> SqlResult<bool> {
-        if src.probe.is_some() {
-            return Ok(false);
-        }
+        let row = match &src.probe {
+            Some(pj) => super::parallel::RowShape::Joined(pj),
+            None => super::parallel::RowShape::Table(&src.def),
+        };
         let filter = sel.selection.as_ref();
         let group: Vec<&Expr> = pass.group_exprs.iter().collect();
         let gathered = {
@@ -1031,6 +1032,7 @@ impl Executor<'_> {
             let workers = super::parallel::aggregate_workers(
                 &mut **env,
                 &src.def,
+                row,
                 filter,
                 &group,
                 self.params,
@@ -1041,6 +1043,7 @@ impl Executor<'_> {
             }
             let all = vec![true; src.def.columns.len()];
             let level = super::parallel::ParallelLevel {
+                row,
                 wanted: src.wanted.as_deref().unwrap_or(&all),
                 filter,
                 group_keys: &pass.fast_keys,
