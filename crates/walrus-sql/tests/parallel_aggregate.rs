@@ -116,6 +116,12 @@ fn large_aggregates_run_in_parallel_with_the_serial_answer() {
     assert_eq!(after.0 - before.0, QUERIES.len() as i64 - 1);
     assert_eq!(after.1 - before.1, QUERIES.len() as i64 - 1);
     assert_eq!(after.2, before.2);
+    // PostgreSQL's range and errors.
+    assert_eq!(err(s, "set max_parallel_workers_per_gather = -1"), "22023");
+    assert_eq!(
+        err(s, "set max_parallel_workers_per_gather = 'many'"),
+        "22023"
+    );
     ok(s, "set max_parallel_workers_per_gather = 0");
     assert_eq!(
         plan(s, "select count(*) from big where g = 3")[..2],

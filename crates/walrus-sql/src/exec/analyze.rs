@@ -36,15 +36,40 @@ const STATISTICS_TARGET_MAX: u32 = 10_000;
 /// histogram of that many bins).
 const SAMPLE_ROWS_PER_TARGET: usize = 300;
 
-/// `default_statistics_target`'s value from its text: a decimal integer in 1..=10000
-/// (PostgreSQL's messages and SQLSTATE 22023 for anything else it would refuse). The
-/// forms PostgreSQL's integer parsing also takes (`0x` hex, a leading-zero octal, a
-/// fraction it rounds) are refused as unsupported rather than read differently.
+/// `default_statistics_target`'s value from its text (see [`integer_setting`]).
 pub(crate) fn statistics_target(value: &str) -> SqlResult<u32> {
+    integer_setting(
+        STATISTICS_TARGET,
+        value,
+        1,
+        STATISTICS_TARGET_MAX as i32,
+        STATISTICS_TARGET_DEFAULT as i32,
+    )
+    .map(|n| n as u32)
+}
+
+/// An integer setting's value from its text: a decimal integer in `min..=max`
+/// (`default` for DEFAULT), with PostgreSQL's messages and SQLSTATE 22023 for anything
+/// else it would refuse. The forms PostgreSQL's integer parsing also takes (`0x` hex, a
+/// leading-zero octal, a fraction it rounds) are refused as unsupported rather than read
+/// differently.
+pub(crate) fn integer_setting(
+    name: &str,
+    value: &str,
+    min: i32,
+    max: i32,
+    default: i32,
+) -> SqlResult<i32> {
     let v = value.trim();
     if v.eq_ignore_ascii_case("default") {
-        return Ok(STATISTICS_TARGET_DEFAULT);
+        return Ok(default);
     }
+    let invalid = || {
+        SqlError::new(
+            "22023",
+            format!("invalid value for parameter \"{name}\": \"{value}\""),
+        )
+    };
     let digits = v.strip_prefix(&['-', '+'][..]).unwrap_or(v);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         let numeric_looking = digits.starts_with(|c: char| c.is_ascii_digit() || c == '.')
@@ -52,38 +77,26 @@ pub(crate) fn statistics_target(value: &str) -> SqlResult<u32> {
             || digits.to_ascii_lowercase().starts_with("0x");
         if numeric_looking {
             return Err(SqlError::unsupported(format!(
-                "{STATISTICS_TARGET} must be written as a decimal integer"
+                "{name} must be written as a decimal integer"
             )));
         }
-        return Err(SqlError::new(
-            "22023",
-            format!("invalid value for parameter \"{STATISTICS_TARGET}\": \"{value}\""),
-        ));
+        return Err(invalid());
     }
     if digits.len() > 1 && digits.starts_with('0') {
         return Err(SqlError::unsupported(format!(
-            "{STATISTICS_TARGET} must be written without leading zeros"
+            "{name} must be written without leading zeros"
         )));
     }
-    let out_of_range = || {
-        SqlError::new(
+    let n: i32 = v
+        .parse()
+        .map_err(|_| invalid().with_hint("Value exceeds integer range."))?;
+    if !(min..=max).contains(&n) {
+        return Err(SqlError::new(
             "22023",
-            format!(
-                "{v} is outside the valid range for parameter \"{STATISTICS_TARGET}\" (1 .. {STATISTICS_TARGET_MAX})"
-            ),
-        )
-    };
-    let n: i32 = v.parse().map_err(|_| {
-        SqlError::new(
-            "22023",
-            format!("invalid value for parameter \"{STATISTICS_TARGET}\": \"{value}\""),
-        )
-        .with_hint("Value exceeds integer range.")
-    })?;
-    if !(1..=STATISTICS_TARGET_MAX as i32).contains(&n) {
-        return Err(out_of_range());
+            format!("{v} is outside the valid range for parameter \"{name}\" ({min} .. {max})"),
+        ));
     }
-    Ok(n as u32)
+    Ok(n)
 }
 
 /// The sample's size for a statistics target.

@@ -45,12 +45,21 @@ pub(crate) fn serial_reruns() -> u64 {
 /// table is scanned by the session alone.
 pub(super) const MIN_PARALLEL_TABLE_PAGES: u32 = 1024;
 
-/// `max_parallel_workers_per_gather` as the session has it (PostgreSQL's default 2).
+pub(crate) const WORKERS_PER_GATHER: &str = "max_parallel_workers_per_gather";
+
+/// `max_parallel_workers_per_gather` from its SET text: PostgreSQL's range, 0..1024,
+/// default 2 (its errors: [`super::analyze::integer_setting`]).
+pub(crate) fn workers_per_gather_setting(value: &str) -> SqlResult<i32> {
+    super::analyze::integer_setting(WORKERS_PER_GATHER, value, 0, 1024, 2)
+}
+
+/// `max_parallel_workers_per_gather` as the session has it (checked when SET), at most
+/// the helpers all sessions share.
 fn workers_per_gather(get: &dyn Fn(&str) -> Option<String>) -> usize {
-    get("max_parallel_workers_per_gather")
-        .and_then(|v| v.trim().parse::<usize>().ok())
+    get(WORKERS_PER_GATHER)
+        .and_then(|v| workers_per_gather_setting(&v).ok())
         .unwrap_or(2)
-        .min(MAX_PARALLEL_WORKERS)
+        .clamp(0, MAX_PARALLEL_WORKERS as i32) as usize
 }
 
 /// The helpers PostgreSQL plans for a parallel scan of `pages` pages: one from

@@ -218,6 +218,9 @@ impl Session {
                 if name == crate::exec::analyze::STATISTICS_TARGET {
                     value = crate::exec::analyze::statistics_target(&value)?.to_string();
                 }
+                if name == crate::exec::parallel::WORKERS_PER_GATHER {
+                    value = crate::exec::parallel::workers_per_gather_setting(&value)?.to_string();
+                }
                 self.remember_for_block(&name, local);
                 self.put_setting(&name, Some(value));
                 Ok(QueryResult::tag("SET"))
