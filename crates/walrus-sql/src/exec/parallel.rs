@@ -7,8 +7,13 @@
 //! ([`walrus_engine::engine::Transaction::scan_columns_parallel`]), each folding the
 //! rows it reads into its own hash table of groups; the session then merges the tables
 //! key by key ([`AggState::merge`]) and puts the groups in the order of their first
-//! rows, the serial scan's order of first appearance. A participant whose table
-//! outgrows `work_mem` gives up and the level runs serially, spilling as it must. The answer must be exactly the serial scan's, so the plan is
+//! rows, the serial scan's order of first appearance. The level may be a lone table or
+//! an inner equi-join of one with a hashed right side whose key equalities decide alone
+//! (participants fold the joined rows). Groups are held within `work_mem`, as the
+//! serial plan holds them: a participant's table, or the merged one, past it sends the
+//! level to the serial plan, which spills as it must.
+//!
+//! The answer must be exactly the serial scan's, so the plan is
 //! taken only where merging is exact — counts, integer and numeric sums and averages,
 //! min / max, bool_and / bool_or — and whenever a participant meets something it cannot
 //! evaluate on its own (an expression outside `expr::compiled`, an error, whose order
@@ -176,6 +181,8 @@ struct Group {
     /// (tid of the table row, place among that row's join matches), and the row.
     first: ((Tid, u32), Vec<Datum>),
     states: Vec<AggState>,
+    /// What the group holds, by the serial group table's measure.
+    bytes: u64,
 }
 
 /// One participant's share: its groups by key, the memory they take, and whether it
@@ -291,15 +298,17 @@ pub(super) fn aggregate(
         let slot = match p.index.get(p.key.as_slice()) {
             Some(&slot) => slot,
             None => {
-                p.bytes += p.key.iter().map(KeyPart::bytes).sum::<u64>()
+                let bytes = p.key.iter().map(KeyPart::bytes).sum::<u64>()
                     + 48
                     + row_bytes(row)
                     + state_bytes;
+                p.bytes += bytes;
                 if p.bytes > work_mem {
                     p.bail = true;
                     return false;
                 }
                 p.groups.push(Group {
+                    bytes,
                     first: (at, row.to_vec()),
                     states: plan
                         .iter()
@@ -362,10 +371,15 @@ pub(super) fn aggregate(
         return rerun();
     }
     let mut total: HashMap<Vec<KeyPart>, Group> = HashMap::new();
+    let mut held = 0u64;
     for p in partials {
         for (key, g) in p.into_groups() {
             match total.entry(key) {
                 Entry::Vacant(e) => {
+                    held += g.bytes;
+                    if held > work_mem {
+                        return rerun();
+                    }
                     e.insert(g);
                 }
                 Entry::Occupied(mut e) => {
