@@ -450,8 +450,8 @@ impl Transaction {
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
         let types = def.types();
-        let mut out = Vec::new();
-        let mut seen = HashSet::new();
+        let mut out = Vec::with_capacity(hits.len());
+        let mut seen = HashSet::with_capacity(hits.len());
         let mut dead = Vec::new();
         for (key, root) in hits {
             match heap.fetch_visible(root, &viewer)? {

@@ -35,6 +35,8 @@ pub(crate) enum Fast {
     Logic(Box<Fast>, bool, Box<Fast>),
     /// `IS NULL` (false) or `IS NOT NULL` (true).
     IsNull(Box<Fast>, bool),
+    /// `x [NOT] BETWEEN low AND high` over integers (negated when true).
+    Between(Box<[Fast; 3]>, bool),
 }
 
 /// How column names resolve where the expression is evaluated.
@@ -111,6 +113,19 @@ impl Fast {
                     _ => return None,
                 }
             }
+            Expr::Between {
+                expr,
+                negated,
+                low,
+                high,
+            } => Fast::Between(
+                Box::new([
+                    Fast::compile(expr, cols, params)?,
+                    Fast::compile(low, cols, params)?,
+                    Fast::compile(high, cols, params)?,
+                ]),
+                *negated,
+            ),
             Expr::IsNull(x) => Fast::IsNull(Box::new(Fast::compile(x, cols, params)?), false),
             Expr::IsNotNull(x) => Fast::IsNull(Box::new(Fast::compile(x, cols, params)?), true),
             _ => return None,
@@ -171,6 +186,20 @@ impl Fast {
                     return Ok(None);
                 };
                 Datum::Bool(v.is_null() != *negated)
+            }
+            Fast::Between(parts, negated) => {
+                // `eval` evaluates all three, in this order, then compares: each part
+                // must be an integer here, else `eval` answers (and raises any error
+                // in its order).
+                let mut v = [0i64; 3];
+                for (part, out) in parts.iter().zip(v.iter_mut()) {
+                    match part.eval(row)?.as_ref().and_then(int) {
+                        Some(i) => *out = i,
+                        None => return Ok(None),
+                    }
+                }
+                let [x, low, high] = v;
+                Datum::Bool((low <= x && x <= high) != *negated)
             }
         }))
     }
@@ -295,9 +324,18 @@ mod tests {
         const OPS: [&str; 13] = [
             "+", "-", "*", "/", "%", "=", "<>", "<", "<=", ">", ">=", "AND", "OR",
         ];
-        match next(8) {
+        match next(10) {
             0 => format!("({} IS NULL)", expr_text(x, depth - 1)),
             1 => format!("({} IS NOT NULL)", expr_text(x, depth - 1)),
+            k @ (2 | 3) => {
+                let not = if k == 3 { "NOT " } else { "" };
+                let (v, lo, hi) = (
+                    expr_text(x, depth - 1),
+                    expr_text(x, depth - 1),
+                    expr_text(x, depth - 1),
+                );
+                format!("({v} {not}BETWEEN {lo} AND {hi})")
+            }
             _ => {
                 let op = OPS[next(OPS.len() as u64) as usize];
                 let l = expr_text(x, depth - 1);
