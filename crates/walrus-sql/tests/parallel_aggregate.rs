@@ -11,16 +11,7 @@ use common::{engine, err, ok};
 use walrus_sql::Session;
 
 fn rows(s: &mut Session, sql: &str) -> Vec<String> {
-    ok(s, sql)
-        .rows
-        .iter()
-        .map(|r| {
-            r.iter()
-                .map(|d| walrus_sql::value::format_text(d).unwrap_or_else(|| "NULL".into()))
-                .collect::<Vec<_>>()
-                .join("|")
-        })
-        .collect()
+    common::text_rows(s, sql)
 }
 
 fn plan(s: &mut Session, q: &str) -> Vec<String> {

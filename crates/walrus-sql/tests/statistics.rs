@@ -9,16 +9,7 @@ use common::{engine, err, ok};
 use walrus_sql::Session;
 
 fn rows(s: &mut Session, sql: &str) -> Vec<String> {
-    ok(s, sql)
-        .rows
-        .iter()
-        .map(|r| {
-            r.iter()
-                .map(|d| walrus_sql::value::format_text(d).unwrap_or_else(|| "NULL".into()))
-                .collect::<Vec<_>>()
-                .join("|")
-        })
-        .collect()
+    common::text_rows(s, sql)
 }
 
 const STATS: &str = "select attname, null_frac, n_distinct, avg_width, most_common_vals \

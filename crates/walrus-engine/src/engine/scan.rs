@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use walrus_base::Tid;
 
 use super::Transaction;
-use crate::access::datum::{self, Datum};
+use crate::access::datum::{self, Datum, TypeId};
 use crate::access::heap::tuple::Viewer;
-use crate::access::heap::Heap;
+use crate::access::heap::{Heap, PageBatch};
 use crate::catalog::TableDef;
 use crate::error::{Error, Result};
 
@@ -24,6 +24,28 @@ impl Transaction {
         wanted: &[bool],
         mut f: impl FnMut(Tid, &[Datum]) -> Result<bool>,
     ) -> Result<()> {
+        self.with_scan(def, |t, heap, viewer| {
+            let types = def.types();
+            let mut batch = heap.scan_batch()?;
+            let mut row = Vec::with_capacity(types.len());
+            for b in 0..heap.nblocks()? {
+                t.check_interrupt()?;
+                if !lend_block(
+                    heap, viewer, b, &types, wanted, &mut batch, &mut row, &mut f,
+                )? {
+                    break;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Runs `f` with `def`'s heap and a viewer of this transaction's snapshot.
+    fn with_scan<R>(
+        &mut self,
+        def: &TableDef,
+        f: impl FnOnce(&Self, &Heap<'_>, &Viewer<'_>) -> Result<R>,
+    ) -> Result<R> {
         let snap = self.snapshot();
         let viewer = Viewer {
             snapshot: &snap,
@@ -32,23 +54,33 @@ impl Transaction {
         };
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
-        let types = def.types();
-        let mut batch = heap.scan_batch()?;
-        let mut row = Vec::with_capacity(types.len());
-        for b in 0..heap.nblocks()? {
-            self.check_interrupt()?;
-            heap.visible_batch(b, &viewer, &mut batch)?;
-            for i in 0..batch.len() {
-                let (tid, bytes) = batch.row(i);
-                datum::decode_row_columns_into(bytes, &types, wanted, &mut row)
-                    .map_err(|e| Error::InvalidInput(e.to_string()))?;
-                if !f(tid, &row)? {
-                    return Ok(());
-                }
-            }
-        }
-        Ok(())
+        f(self, &heap, &viewer)
     }
+}
+
+/// Copies `block`'s rows visible to `viewer` into `batch` and lends each, decoded into
+/// `row` (columns `wanted` leaves out read as NULL), to `f`. False when `f` said stop.
+#[allow(clippy::too_many_arguments)]
+fn lend_block(
+    heap: &Heap<'_>,
+    viewer: &Viewer<'_>,
+    block: u32,
+    types: &[TypeId],
+    wanted: &[bool],
+    batch: &mut PageBatch,
+    row: &mut Vec<Datum>,
+    f: &mut impl FnMut(Tid, &[Datum]) -> Result<bool>,
+) -> Result<bool> {
+    heap.visible_batch(block, viewer, batch)?;
+    for i in 0..batch.len() {
+        let (tid, bytes) = batch.row(i);
+        datum::decode_row_columns_into(bytes, types, wanted, row)
+            .map_err(|e| Error::InvalidInput(e.to_string()))?;
+        if !f(tid, row)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// Blocks a parallel scan's participant claims at a time (256 KiB): large enough that
@@ -112,87 +144,87 @@ impl Transaction {
         init: impl Fn() -> W + Sync,
         each: impl Fn(&mut W, Tid, &[Datum]) -> Result<bool> + Sync,
     ) -> Result<Vec<W>> {
-        let snap = self.snapshot();
-        let viewer = Viewer {
-            snapshot: &snap,
-            own_xid: self.xid,
-            cid: self.cid,
-        };
-        let rel = self.inner.rel(def.relfile, def.fillfactor);
-        let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
-        let nblocks = heap.nblocks()?;
-        let types = def.types();
-        let next_block = AtomicU32::new(0);
-        let stop = AtomicBool::new(false);
-        let interrupt = self.interrupt.clone();
-        let participate = || -> Result<W> {
-            let mut state = init();
-            let mut batch = heap.scan_batch()?;
-            let mut row = Vec::with_capacity(types.len());
-            'claims: while !stop.load(Ordering::Relaxed) {
-                let first = next_block.fetch_add(PARALLEL_CHUNK_BLOCKS, Ordering::Relaxed);
-                if first >= nblocks {
-                    break;
-                }
-                for b in first..nblocks.min(first + PARALLEL_CHUNK_BLOCKS) {
-                    if interrupt
-                        .as_ref()
-                        .is_some_and(|f| f.load(Ordering::Relaxed))
-                    {
-                        return Err(Error::Canceled);
+        self.with_scan(def, |t, heap, viewer| {
+            let nblocks = heap.nblocks()?;
+            let types = def.types();
+            let next_block = AtomicU32::new(0);
+            let stop = AtomicBool::new(false);
+            let interrupt = t.interrupt.clone();
+            let participate = || -> Result<W> {
+                let mut state = init();
+                let mut batch = heap.scan_batch()?;
+                let mut row = Vec::with_capacity(types.len());
+                let mut lend = |tid, row: &[Datum]| each(&mut state, tid, row);
+                'claims: while !stop.load(Ordering::Relaxed) {
+                    let first = next_block.fetch_add(PARALLEL_CHUNK_BLOCKS, Ordering::Relaxed);
+                    if first >= nblocks {
+                        break;
                     }
-                    if stop.load(Ordering::Relaxed) {
-                        break 'claims;
-                    }
-                    heap.visible_batch(b, &viewer, &mut batch)?;
-                    for i in 0..batch.len() {
-                        let (tid, bytes) = batch.row(i);
-                        datum::decode_row_columns_into(bytes, &types, wanted, &mut row)
-                            .map_err(|e| Error::InvalidInput(e.to_string()))?;
-                        if !each(&mut state, tid, &row)? {
+                    for b in first..nblocks.min(first + PARALLEL_CHUNK_BLOCKS) {
+                        if interrupt
+                            .as_ref()
+                            .is_some_and(|f| f.load(Ordering::Relaxed))
+                        {
+                            return Err(Error::Canceled);
+                        }
+                        if stop.load(Ordering::Relaxed) {
+                            break 'claims;
+                        }
+                        if !lend_block(
+                            heap, viewer, b, &types, wanted, &mut batch, &mut row, &mut lend,
+                        )? {
                             stop.store(true, Ordering::Relaxed);
                             break 'claims;
                         }
                     }
                 }
-            }
-            Ok(state)
-        };
-        // Stops the others at their next page when one fails.
-        let run = || {
-            let r = participate();
-            if r.is_err() {
-                stop.store(true, Ordering::Relaxed);
-            }
-            r
-        };
-        let grant = WorkerGrant::take(helpers);
-        let results: Vec<Result<W>> = std::thread::scope(|s| {
-            let spawned: Vec<_> = (0..grant.0)
-                .map(|i| {
-                    std::thread::Builder::new()
-                        .name(format!("walrus-parallel-{i}"))
-                        .spawn_scoped(s, run)
-                })
-                .collect();
-            PARALLEL_SCANS.fetch_add(1, Ordering::Relaxed);
-            PARALLEL_WORKERS_LAUNCHED.fetch_add(
-                spawned.iter().filter(|h| h.is_ok()).count() as u64,
-                Ordering::Relaxed,
-            );
-            let mut results = vec![run()];
-            for h in spawned {
-                results.push(match h {
-                    Ok(h) => h.join().unwrap_or_else(|_| {
-                        Err(Error::Internal("a parallel scan worker panicked".into()))
-                    }),
-                    // No thread: the other participants covered its blocks.
-                    Err(_) => continue,
-                });
-            }
-            results
-        });
-        drop(grant);
-        results.into_iter().collect()
+                Ok(state)
+            };
+            run_participants(helpers, &stop, participate)
+        })
     }
+}
+
+/// Runs `participate` on this thread and on up to `helpers` scoped threads (as many as
+/// [`WorkerGrant`] gives); one failing stops the others at their next page.
+fn run_participants<W: Send>(
+    helpers: usize,
+    stop: &AtomicBool,
+    participate: impl Fn() -> Result<W> + Sync,
+) -> Result<Vec<W>> {
+    let run = || {
+        let r = participate();
+        if r.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        r
+    };
+    let grant = WorkerGrant::take(helpers);
+    let results: Vec<Result<W>> = std::thread::scope(|s| {
+        let spawned: Vec<_> = (0..grant.0)
+            .map(|i| {
+                std::thread::Builder::new()
+                    .name(format!("walrus-parallel-{i}"))
+                    .spawn_scoped(s, run)
+            })
+            .collect();
+        PARALLEL_SCANS.fetch_add(1, Ordering::Relaxed);
+        PARALLEL_WORKERS_LAUNCHED.fetch_add(
+            spawned.iter().filter(|h| h.is_ok()).count() as u64,
+            Ordering::Relaxed,
+        );
+        let mut results = vec![run()];
+        for h in spawned {
+            results.push(match h {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(Error::Internal("a parallel scan worker panicked".into()))
+                }),
+                // No thread: the other participants covered its blocks.
+                Err(_) => continue,
+            });
+        }
+        results
+    });
+    drop(grant);
+    results.into_iter().collect()
 }

@@ -30,3 +30,18 @@ pub fn err(s: &mut Session, sql: &str) -> &'static str {
         Ok(o) => panic!("{sql} should fail, got {o:?}"),
     }
 }
+
+/// The rows `sql` returns, each as its values' text (`NULL` for null) joined by `|`.
+#[allow(dead_code)] // not every test binary that includes this module uses it
+pub fn text_rows(s: &mut Session, sql: &str) -> Vec<String> {
+    ok(s, sql)
+        .rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|d| walrus_sql::value::format_text(d).unwrap_or_else(|| "NULL".into()))
+                .collect::<Vec<_>>()
+                .join("|")
+        })
+        .collect()
+}
