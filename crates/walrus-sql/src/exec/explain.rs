@@ -245,6 +245,7 @@ pub(crate) fn explain_query(
             level.extend(sel.having.as_ref());
             level.extend(order.iter().map(|o| &o.expr));
             let workers = match super::aggregate::streamable_calls(&level) {
+                _ if super::parallel::group_by_refers_to_output(&sel.group_by, &def) => 0,
                 Some(calls) => super::parallel::aggregate_workers(
                     env,
                     &def,

@@ -104,6 +104,26 @@ fn call_runs_in_parallel(call: &StreamCall, row: &RowShape<'_>, params: &[Datum]
     }
 }
 
+/// Whether GROUP BY names an output column by position or by an alias that is not a
+/// column of `def` (resolved against the select list by the executor, not by EXPLAIN):
+/// such a level is planned serially by both, so the plan shown is the plan run.
+pub(super) fn group_by_refers_to_output(
+    group_by: &sqlparser::ast::GroupByExpr,
+    def: &TableDef,
+) -> bool {
+    let sqlparser::ast::GroupByExpr::Expressions(g, _) = group_by else {
+        return true;
+    };
+    g.iter().any(|e| match e {
+        Expr::Value(v) => matches!(v.value, sqlparser::ast::Value::Number(..)),
+        Expr::Identifier(id) => {
+            let name = crate::names::ident(id);
+            !def.columns.iter().any(|c| c.name == name)
+        }
+        _ => false,
+    })
+}
+
 /// The rows a parallel level folds: the table's own (WHERE checked by the scan's
 /// rules), or the table's joined to the hashed right side of a probe join (WHERE
 /// checked on the joined row, as the serial probe does).

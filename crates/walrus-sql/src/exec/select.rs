@@ -1021,6 +1021,9 @@ impl Executor<'_> {
         pass: &GroupPass<'_>,
         output: &mut OutputRows,
     ) -> SqlResult<bool> {
+        if super::parallel::group_by_refers_to_output(&sel.group_by, &src.def) {
+            return Ok(false);
+        }
         let row = match &src.probe {
             Some(pj) => super::parallel::RowShape::Joined(pj),
             None => super::parallel::RowShape::Table(&src.def),
