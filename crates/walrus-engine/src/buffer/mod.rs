@@ -323,10 +323,10 @@ impl BufferPool {
         self.pin_page(id, false, Some(ring))
     }
 
-    /// Whether a sequential scan of `nblocks` pages should read through a [`ScanRing`]:
-    /// when it is more than a quarter of the pool (PostgreSQL's threshold).
-    pub fn scan_wants_ring(&self, nblocks: u32) -> bool {
-        nblocks as usize > self.frames.len() / 4
+    /// The [`ScanRing`] a sequential scan of `nblocks` pages reads through: one when
+    /// it is more than a quarter of the pool (PostgreSQL's threshold), else none.
+    pub fn ring_for_scan(&self, nblocks: u32) -> Option<ScanRing> {
+        (nblocks as usize > self.frames.len() / 4).then(ScanRing::default)
     }
 
     /// Pins a page that was just allocated: it is not read from disk but zero-filled, and

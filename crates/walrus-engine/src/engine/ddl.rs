@@ -15,7 +15,6 @@ use crate::access::btree::{BTree, BuildEntries};
 use crate::access::datum::{self, encode_key, Datum};
 use crate::access::heap::tuple::Viewer;
 use crate::access::heap::{Heap, Modify};
-use crate::buffer::ScanRing;
 use crate::catalog::{self, CatalogView, ColumnDef, IndexDef, TableDef, CATALOG_RELFILE};
 use crate::error::{Error, Result};
 use crate::xlog;
@@ -248,11 +247,7 @@ impl Transaction {
         let mut keyvals: Vec<Datum> = Vec::with_capacity(columns.len());
         // A build reads the heap once: through a ring when it is large, so the pool
         // keeps its working set (and the index pages the build is writing).
-        let mut ring = self
-            .inner
-            .pool
-            .scan_wants_ring(nblocks)
-            .then(ScanRing::default);
+        let mut ring = self.inner.pool.ring_for_scan(nblocks);
         for b in 0..nblocks {
             heap.for_each_root_row(b, &viewer, ring.as_mut(), |tid, row| {
                 keyvals.clear();

@@ -161,12 +161,7 @@ impl Transaction {
                         break;
                     }
                     for b in first..nblocks.min(first + PARALLEL_CHUNK_BLOCKS) {
-                        if interrupt
-                            .as_ref()
-                            .is_some_and(|f| f.load(Ordering::Relaxed))
-                        {
-                            return Err(Error::Canceled);
-                        }
+                        super::transaction::interrupted(interrupt.as_deref())?;
                         if stop.load(Ordering::Relaxed) {
                             break 'claims;
                         }

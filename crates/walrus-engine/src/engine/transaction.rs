@@ -123,14 +123,7 @@ impl Transaction {
     }
 
     pub(super) fn check_interrupt(&self) -> Result<()> {
-        if self
-            .interrupt
-            .as_ref()
-            .is_some_and(|f| f.load(Ordering::Relaxed))
-        {
-            return Err(Error::Canceled);
-        }
-        Ok(())
+        interrupted(self.interrupt.as_deref())
     }
 
     /// Starts the next statement: later commands see this one's changes; READ COMMITTED
@@ -291,3 +284,13 @@ impl Transaction {
 /// Xids beyond the next one whose commit-status space a writer makes sure of (two pages'
 /// worth): far more than the transactions that can start between two checks.
 const CLOG_HEADROOM_XIDS: u64 = 2 * crate::txn::clog::XIDS_PER_PAGE;
+
+/// `Canceled` once the session's interrupt flag (a cancel request, a timeout) is set:
+/// [`Transaction::check_interrupt`], and a parallel scan's helpers, which hold the flag
+/// but not the transaction.
+pub(super) fn interrupted(flag: Option<&AtomicBool>) -> Result<()> {
+    if flag.is_some_and(|f| f.load(Ordering::Relaxed)) {
+        return Err(Error::Canceled);
+    }
+    Ok(())
+}

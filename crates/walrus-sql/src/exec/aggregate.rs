@@ -520,12 +520,7 @@ impl AggState {
                     Some(b) => match compare_values(&v, b) {
                         Err(e) => *failed = Some(e),
                         Ok(o) => {
-                            let better = if name == "min" {
-                                o == Ordering::Less
-                            } else {
-                                o == Ordering::Greater
-                            };
-                            if better {
+                            if beats(name, o) {
                                 *b = v;
                             }
                         }
@@ -533,11 +528,7 @@ impl AggState {
                 }
             }
             AggState::Bools { acc, failed } => match v {
-                Datum::Bool(x) => {
-                    let want_all = name != "bool_or";
-                    let prev = acc.unwrap_or(want_all);
-                    *acc = Some(if want_all { prev && x } else { prev || x });
-                }
+                Datum::Bool(x) => *acc = Some(bool_fold(name, *acc, x)),
                 _ => {
                     if failed.is_none() {
                         *failed = Some(SqlError::new(
@@ -583,11 +574,7 @@ impl AggState {
                         Err(_) => false,
                         Ok(Ordering::Equal) => v == *b,
                         Ok(o) => {
-                            if o == if name == "min" {
-                                Ordering::Less
-                            } else {
-                                Ordering::Greater
-                            } {
+                            if beats(name, o) {
                                 *b = v;
                             }
                             true
@@ -605,16 +592,33 @@ impl AggState {
                 if failed.is_some() || other_failed.is_some() {
                     return false;
                 }
-                let want_all = name != "bool_or";
-                *acc = match (*acc, other) {
-                    (x, None) => x,
-                    (None, y) => y,
-                    (Some(x), Some(y)) => Some(if want_all { x && y } else { x || y }),
-                };
+                if let Some(y) = other {
+                    *acc = Some(bool_fold(name, *acc, y));
+                }
                 true
             }
             _ => false,
         }
+    }
+}
+
+/// Whether a value comparing `o` to min's / max's best so far replaces it.
+fn beats(name: &str, o: Ordering) -> bool {
+    o == if name == "min" {
+        Ordering::Less
+    } else {
+        Ordering::Greater
+    }
+}
+
+/// bool_and / every (all) or bool_or (any) of `acc` so far and `x`.
+fn bool_fold(name: &str, acc: Option<bool>, x: bool) -> bool {
+    let want_all = name != "bool_or";
+    let prev = acc.unwrap_or(want_all);
+    if want_all {
+        prev && x
+    } else {
+        prev || x
     }
 }
 

@@ -20,7 +20,9 @@ use super::{dml, Env, Executor};
 use crate::error::{SqlError, SqlResult};
 use crate::names::ident;
 use crate::plan::estimate::Estimator;
-use crate::plan::{choose_access, contains_aggregate, contains_subquery, Access};
+use crate::plan::{
+    choose_access, contains_aggregate, contains_subquery, resolve_group_expr, table_cols, Access,
+};
 use crate::stats::{ColumnStatistics, TableStatistics};
 
 /// The row count assumed for a table ANALYZE has not seen.
@@ -111,6 +113,8 @@ pub(crate) fn explain_query(
     }
     let exec = Executor::new(env, params);
     // The input: one user table, or none.
+    // GROUP BY as the executor resolves it (output positions and aliases).
+    let mut resolved: Vec<Expr> = group.iter().map(|g| (*g).clone()).collect();
     let (input, table_stats, workers) = match sel.from.as_slice() {
         [] => (
             Node {
@@ -138,6 +142,17 @@ pub(crate) fn explain_query(
             let Some(def) = exec.user_table(name)? else {
                 return Err(refuse("a catalog view"));
             };
+            let qual = alias
+                .as_ref()
+                .map(|a| ident(&a.name))
+                .unwrap_or_else(|| def.name.clone());
+            let cols = table_cols(&qual, &def);
+            let items = super::select::select_items(sel, &cols)?;
+            resolved = group
+                .iter()
+                .map(|g| resolve_group_expr(g, &items, &cols))
+                .collect::<SqlResult<_>>()?;
+            let group: Vec<&Expr> = resolved.iter().collect();
             let mut env = exec.env.borrow_mut();
             let env: &mut dyn Env = &mut **env;
             let (now, settings) = (env.now(), env.settings());
@@ -245,7 +260,6 @@ pub(crate) fn explain_query(
             level.extend(sel.having.as_ref());
             level.extend(order.iter().map(|o| &o.expr));
             let workers = match super::aggregate::streamable_calls(&level) {
-                _ if super::parallel::group_by_refers_to_output(&sel.group_by, &def) => 0,
                 Some(calls) => super::parallel::aggregate_workers(
                     env,
                     &def,
@@ -261,6 +275,7 @@ pub(crate) fn explain_query(
         }
         _ => return Err(refuse("a join or several FROM items")),
     };
+    let group: Vec<&Expr> = resolved.iter().collect();
     let mut node = input;
     let grouped = !group.is_empty()
         || sel.having.is_some()

@@ -35,7 +35,6 @@ use super::from::ProbeJoin;
 use super::{dml, Env, KeyPart};
 use crate::error::SqlResult;
 use crate::expr::compiled::{Columns, Fast};
-use crate::memory::row_bytes;
 use crate::plan::{choose_access, Access};
 
 /// Parallel plans that fell back to the serial scan (`walrus_stat_parallel`).
@@ -102,26 +101,6 @@ fn call_runs_in_parallel(call: &StreamCall, row: &RowShape<'_>, params: &[Datum]
         ),
         _ => true,
     }
-}
-
-/// Whether GROUP BY names an output column by position or by an alias that is not a
-/// column of `def` (resolved against the select list by the executor, not by EXPLAIN):
-/// such a level is planned serially by both, so the plan shown is the plan run.
-pub(super) fn group_by_refers_to_output(
-    group_by: &sqlparser::ast::GroupByExpr,
-    def: &TableDef,
-) -> bool {
-    let sqlparser::ast::GroupByExpr::Expressions(g, _) = group_by else {
-        return true;
-    };
-    g.iter().any(|e| match e {
-        Expr::Value(v) => matches!(v.value, sqlparser::ast::Value::Number(..)),
-        Expr::Identifier(id) => {
-            let name = crate::names::ident(id);
-            !def.columns.iter().any(|c| c.name == name)
-        }
-        _ => false,
-    })
 }
 
 /// The rows a parallel level folds: the table's own (WHERE checked by the scan's
@@ -318,10 +297,7 @@ pub(super) fn aggregate(
         let slot = match p.index.get(p.key.as_slice()) {
             Some(&slot) => slot,
             None => {
-                let bytes = p.key.iter().map(KeyPart::bytes).sum::<u64>()
-                    + 48
-                    + row_bytes(row)
-                    + state_bytes;
+                let bytes = super::select::group_entry_bytes(&p.key, row, state_bytes);
                 p.bytes += bytes;
                 if p.bytes > work_mem {
                     p.bail = true;

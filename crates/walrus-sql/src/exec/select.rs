@@ -45,6 +45,66 @@ struct TableSource {
 /// Takes one FROM-list row with its position; `false` stops the read.
 type RowSink<'a> = dyn FnMut(usize, &[Datum]) -> SqlResult<bool> + 'a;
 
+/// A query level's output items over its FROM columns `cols`, as (output name,
+/// expression): wildcards expanded (hidden merged columns left out), unsupported items
+/// refused. EXPLAIN resolves GROUP BY positions and aliases against the same list.
+pub(super) fn select_items(sel: &Select, cols: &[ColName]) -> SqlResult<Vec<(String, Expr)>> {
+    let mut items: Vec<(String, Expr)> = Vec::new();
+    for it in &sel.projection {
+        match it {
+            SelectItem::Wildcard(_) => {
+                for c in cols.iter().filter(|c| !c.hidden) {
+                    items.push((c.name.clone(), qualified(c)));
+                }
+            }
+            SelectItem::QualifiedWildcard(kind, _) => {
+                let q = match kind {
+                    ast::SelectItemQualifiedWildcardKind::ObjectName(n) => object_name(n),
+                    other => {
+                        return Err(SqlError::unsupported(format!("{other}.* is not supported")))
+                    }
+                };
+                let before = items.len();
+                for c in cols
+                    .iter()
+                    .filter(|c| c.qual.as_deref() == Some(q.as_str()))
+                {
+                    items.push((c.name.clone(), qualified(c)));
+                }
+                if items.len() == before {
+                    return Err(SqlError::new(
+                        "42P01",
+                        format!("missing FROM-clause entry for table \"{q}\""),
+                    ));
+                }
+            }
+            SelectItem::UnnamedExpr(e) => items.push((output_name(e), e.clone())),
+            SelectItem::ExprWithAlias { expr, alias } => items.push((ident(alias), expr.clone())),
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "select item {other} is not supported"
+                )))
+            }
+        }
+    }
+    Ok(items)
+}
+
+/// What one group of a streamed aggregation holds, for `work_mem`: its key, its first
+/// row, its states (`state_bytes`) and the table entry.
+pub(super) fn group_entry_bytes(key: &[KeyPart], row: &[Datum], state_bytes: u64) -> u64 {
+    key.iter().map(KeyPart::bytes).sum::<u64>() + 48 + row_bytes(row) + state_bytes
+}
+
+/// A streamed aggregation without GROUP BY over no rows still gives one row: its
+/// representative row (all NULL) and its states before any row.
+fn empty_group(pass: &GroupPass<'_>) -> (Vec<Datum>, Vec<AggState>) {
+    (
+        vec![Datum::Null; pass.cols.len()],
+        pass.calls.iter().map(StreamCall::start).collect(),
+    )
+}
+
 /// How many partition files a streamed aggregation past `work_mem` spreads rows over.
 const GROUP_PARTITIONS: usize = 8;
 
@@ -165,8 +225,7 @@ impl GroupTable {
         // Past this depth the table grows without bound (each pass makes progress, but
         // a pathological hash could keep a partition whole).
         let may_spill = self.depth < 4;
-        let bytes =
-            key.iter().map(KeyPart::bytes).sum::<u64>() + 48 + row_bytes(row) + self.state_bytes;
+        let bytes = group_entry_bytes(&key, row, self.state_bytes);
         if may_spill && !self.groups.is_empty() && self.table_bytes + bytes > p.work_mem {
             if self.partitions.is_empty() {
                 self.partitions.resize_with(GROUP_PARTITIONS, || None);
@@ -558,49 +617,7 @@ impl Executor<'_> {
         // The single-table path applies WHERE as it reads.
         let filtered = source.is_some();
         // Output items.
-        let mut items: Vec<(String, Expr)> = Vec::new();
-        for it in &sel.projection {
-            match it {
-                SelectItem::Wildcard(_) => {
-                    for c in from.cols.iter().filter(|c| !c.hidden) {
-                        items.push((c.name.clone(), qualified(c)));
-                    }
-                }
-                SelectItem::QualifiedWildcard(kind, _) => {
-                    let q = match kind {
-                        ast::SelectItemQualifiedWildcardKind::ObjectName(n) => object_name(n),
-                        other => {
-                            return Err(SqlError::unsupported(format!(
-                                "{other}.* is not supported"
-                            )))
-                        }
-                    };
-                    let before = items.len();
-                    for c in from
-                        .cols
-                        .iter()
-                        .filter(|c| c.qual.as_deref() == Some(q.as_str()))
-                    {
-                        items.push((c.name.clone(), qualified(c)));
-                    }
-                    if items.len() == before {
-                        return Err(SqlError::new(
-                            "42P01",
-                            format!("missing FROM-clause entry for table \"{q}\""),
-                        ));
-                    }
-                }
-                SelectItem::UnnamedExpr(e) => items.push((output_name(e), e.clone())),
-                SelectItem::ExprWithAlias { expr, alias } => {
-                    items.push((ident(alias), expr.clone()))
-                }
-                other => {
-                    return Err(SqlError::unsupported(format!(
-                        "select item {other} is not supported"
-                    )))
-                }
-            }
-        }
+        let mut items = select_items(sel, &from.cols)?;
         // Window calls become hidden columns, filled after WHERE (window.rs).
         let windows = super::window::extract(&mut items, &mut from.cols)?;
         for w in &windows {
@@ -994,9 +1011,7 @@ impl Executor<'_> {
         })?;
         let spilled = table.finish(self, pass, &mut done)?;
         if done.is_empty() && pass.group_exprs.is_empty() {
-            // Aggregates over no rows still give one row.
-            let nulls = vec![Datum::Null; pass.cols.len()];
-            let states: Vec<AggState> = pass.calls.iter().map(StreamCall::start).collect();
+            let (nulls, states) = empty_group(pass);
             if let Some((keys, out)) = self.group_output(pass, &nulls, &states)? {
                 done.push((0, keys, out));
             }
@@ -1021,9 +1036,6 @@ impl Executor<'_> {
         pass: &GroupPass<'_>,
         output: &mut OutputRows,
     ) -> SqlResult<bool> {
-        if super::parallel::group_by_refers_to_output(&sel.group_by, &src.def) {
-            return Ok(false);
-        }
         let row = match &src.probe {
             Some(pj) => super::parallel::RowShape::Joined(pj),
             None => super::parallel::RowShape::Table(&src.def),
@@ -1060,11 +1072,7 @@ impl Executor<'_> {
             return Ok(false);
         };
         if groups.is_empty() && pass.group_exprs.is_empty() {
-            // Aggregates over no rows still give one row.
-            groups.push((
-                vec![Datum::Null; pass.cols.len()],
-                pass.calls.iter().map(StreamCall::start).collect(),
-            ));
+            groups.push(empty_group(pass));
         }
         for (rep, states) in groups {
             if let Some((keys, out)) = self.group_output(pass, &rep, &states)? {

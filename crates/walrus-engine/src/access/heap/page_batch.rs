@@ -47,9 +47,8 @@ impl Heap<'_> {
     /// A batch for a sequential scan of this heap: one reading through a [`ScanRing`]
     /// when the heap is more than a quarter of the buffer pool.
     pub fn scan_batch(&self) -> Result<PageBatch> {
-        let ring = self.pool.scan_wants_ring(self.nblocks()?);
         Ok(PageBatch {
-            ring: ring.then(ScanRing::default),
+            ring: self.pool.ring_for_scan(self.nblocks()?),
             ..PageBatch::default()
         })
     }
