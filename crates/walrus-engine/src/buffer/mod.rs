@@ -55,10 +55,11 @@ fn unpack(v: u64) -> PageId {
     PageId::new(RelFileId((v >> 32) as u32), v as u32)
 }
 
-/// Hasher for the page table: page ids are already well-spread integers, SipHash's
-/// DoS resistance buys nothing here and costs ~20 ns per lookup.
+/// Hasher for the page table (and other sets of page and tuple addresses): page ids
+/// are already well-spread integers, SipHash's DoS resistance buys nothing here and
+/// costs ~20 ns per lookup.
 #[derive(Default, Clone, Copy)]
-struct PageIdHasher(u64);
+pub(crate) struct PageIdHasher(u64);
 
 impl std::hash::Hasher for PageIdHasher {
     fn finish(&self) -> u64 {
@@ -71,6 +72,9 @@ impl std::hash::Hasher for PageIdHasher {
     }
     fn write_u32(&mut self, v: u32) {
         self.0 = (self.0.rotate_left(5) ^ v as u64).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u32(v as u32)
     }
 }
 

@@ -7,6 +7,7 @@
 //! (`Transaction::before_write`).
 
 use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
@@ -17,7 +18,8 @@ use super::{Isolation, Transaction};
 use crate::access::btree::{BTree, UniqueCheck};
 use crate::access::datum::{self, encode_key, encode_row, Datum, EncodedRows};
 use crate::access::heap::tuple::{self, TupleHeader, Viewer};
-use crate::access::heap::{Fetched, Heap, Modify};
+use crate::access::heap::{Heap, Modify, PageBatch};
+use crate::buffer::PageIdHasher;
 use crate::catalog::{IndexDef, TableDef};
 use crate::error::{Error, Result};
 use crate::txn::clog::XidStatus;
@@ -419,19 +421,38 @@ impl Transaction {
         hi: Bound<&[Datum]>,
         wanted: &[bool],
     ) -> Result<Vec<(Tid, Vec<Datum>)>> {
+        let mut out = Vec::new();
+        self.index_scan_borrowed(def, index, lo, hi, wanted, &mut |tid, row| {
+            out.push((tid, row.to_vec()));
+            Ok(true)
+        })?;
+        Ok(out)
+    }
+
+    /// [`Transaction::index_scan_columns`] lending each row to `f` (valid during the
+    /// call only), in index order; `f` returns false to stop. The index range is read
+    /// first (its keys into one buffer), then the heap: consecutive entries on one heap
+    /// page are fetched under one pin and latch ([`Heap::fetch_visible_batch`]), and
+    /// each row is decoded into one reused buffer. `f` runs with no latch held.
+    pub fn index_scan_borrowed(
+        &mut self,
+        def: &TableDef,
+        index: &IndexDef,
+        lo: Bound<&[Datum]>,
+        hi: Bound<&[Datum]>,
+        wanted: &[bool],
+        f: &mut dyn FnMut(Tid, &[Datum]) -> Result<bool>,
+    ) -> Result<()> {
         self.check_interrupt()?;
         let enc = |b: Bound<&[Datum]>| -> Bound<Vec<u8>> {
+            let key = |v: &[Datum]| {
+                let mut k = Vec::new();
+                encode_key(v, &mut k);
+                k
+            };
             match b {
-                Bound::Included(v) => {
-                    let mut k = Vec::new();
-                    encode_key(v, &mut k);
-                    Bound::Included(k)
-                }
-                Bound::Excluded(v) => {
-                    let mut k = Vec::new();
-                    encode_key(v, &mut k);
-                    Bound::Excluded(k)
-                }
+                Bound::Included(v) => Bound::Included(key(v)),
+                Bound::Excluded(v) => Bound::Excluded(key(v)),
                 Bound::Unbounded => Bound::Unbounded,
             }
         };
@@ -441,7 +462,17 @@ impl Transaction {
         // while its predecessor already looks deleted.
         let (snap, own, cid) = self.viewer_parts();
         let tree = BTree::open(&self.inner.pool, index.relfile, index.unique, &index.name);
-        let hits = tree.range(bound_ref(&lo), bound_ref(&hi))?;
+        // Each entry's tid and the end of its key in `keys` (keys back to back).
+        let mut keys: Vec<u8> = Vec::new();
+        let mut hits: Vec<(Tid, usize)> = Vec::new();
+        tree.range_visit(bound_ref(&lo), bound_ref(&hi), &mut |k, t| {
+            keys.extend_from_slice(k);
+            hits.push((t, keys.len()));
+        })?;
+        let key_of = |i: usize| {
+            let start = if i == 0 { 0 } else { hits[i - 1].1 };
+            keys[start..hits[i].1].to_vec()
+        };
         let viewer = Viewer {
             snapshot: &snap,
             own_xid: own,
@@ -450,21 +481,39 @@ impl Transaction {
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
         let types = def.types();
-        let mut out = Vec::with_capacity(hits.len());
-        let mut seen = HashSet::with_capacity(hits.len());
+        let mut seen: HashSet<Tid, BuildHasherDefault<PageIdHasher>> =
+            HashSet::with_capacity_and_hasher(hits.len(), Default::default());
         let mut dead = Vec::new();
-        for (key, root) in hits {
-            match heap.fetch_visible(root, &viewer)? {
-                Fetched::Visible(tid, row) => {
-                    if seen.insert(tid) {
-                        let values = datum::decode_row_columns(&row, &types, wanted)
-                            .map_err(|e| Error::InvalidInput(e.to_string()))?;
-                        out.push((tid, values));
-                    }
+        let mut dead_at = Vec::new();
+        let mut batch = PageBatch::new();
+        let mut roots: Vec<u16> = Vec::new();
+        let mut row = Vec::with_capacity(types.len());
+        let mut i = 0;
+        'entries: while i < hits.len() {
+            // The run of entries whose chains start on this entry's heap page.
+            let block = hits[i].0.block;
+            let run = hits[i..]
+                .iter()
+                .take_while(|(t, _)| t.block == block)
+                .count();
+            roots.clear();
+            roots.extend(hits[i..i + run].iter().map(|(t, _)| t.offset));
+            dead_at.clear();
+            heap.fetch_visible_batch(block, &roots, &viewer, &mut batch, &mut dead_at)?;
+            dead.extend(dead_at.iter().map(|&d| (key_of(i + d), hits[i + d].0)));
+            i += run;
+            for r in 0..batch.len() {
+                let (tid, bytes) = batch.row(r);
+                if !seen.insert(tid) {
+                    continue;
                 }
-                Fetched::Invisible => {}
-                Fetched::DeadRoot => dead.push((key, root)),
+                datum::decode_row_columns_into(bytes, &types, wanted, &mut row)
+                    .map_err(|e| Error::InvalidInput(e.to_string()))?;
+                if !f(tid, &row)? {
+                    break 'entries;
+                }
             }
+            self.check_interrupt()?;
         }
         if !dead.is_empty() {
             let removed = tree.delete_dead_entries(dead, &|t| heap.root_is_dead(t))?;
@@ -472,7 +521,7 @@ impl Transaction {
                 .dead_index_entries_removed
                 .fetch_add(removed as u64, Ordering::Relaxed);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Diagnostics for a lookup that found nothing: the index entries for `key` and the

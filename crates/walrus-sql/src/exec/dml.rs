@@ -549,48 +549,35 @@ pub(crate) fn for_each_matching_row(
     }
     let all = vec![true; def.columns.len()];
     let wanted = wanted.unwrap_or(all.as_slice());
-    let hits = match access {
-        Access::Index { index, key } => t.index_scan_columns(
-            def,
-            index,
-            Bound::Included(&key),
-            Bound::Included(&key),
-            wanted,
-        )?,
-        Access::Range { index, lo, hi } => {
-            t.index_scan_columns(def, index, b(&lo), b(&hi), wanted)?
-        }
-        // WHERE is applied as the scan goes.
-        Access::Scan => {
-            let mut failed = None;
-            let filter = filter.map(|f| Prepared::new(f, &Columns::Table(&def.columns), params));
-            let mut scan_each = |tid, row: &[Datum]| {
-                let more = row_matches(filter.as_ref(), &def.columns, row, params, now, &get)
-                    .and_then(|m| if m { each(tid, row) } else { Ok(true) });
-                match more {
-                    Ok(more) => Ok(more),
-                    Err(e) => {
-                        failed = Some(e);
-                        Ok(false)
-                    }
-                }
-            };
-            t.scan_columns_borrowed(def, wanted, &mut scan_each)?;
-            return match failed {
-                Some(e) => Err(e),
-                None => Ok(()),
-            };
-        }
-        Access::Nothing => Vec::new(),
-    };
+    // Every path returns what may match; WHERE decides, row by row as they come.
     let filter = filter.map(|f| Prepared::new(f, &Columns::Table(&def.columns), params));
-    for (tid, row) in hits {
-        if row_matches(filter.as_ref(), &def.columns, &row, params, now, &get)? && !each(tid, &row)?
-        {
-            break;
+    let mut failed = None;
+    let mut matching = |tid, row: &[Datum]| {
+        let more = row_matches(filter.as_ref(), &def.columns, row, params, now, &get)
+            .and_then(|m| if m { each(tid, row) } else { Ok(true) });
+        match more {
+            Ok(more) => Ok(more),
+            Err(e) => {
+                failed = Some(e);
+                Ok(false)
+            }
         }
+    };
+    match &access {
+        Access::Index { index, key } => {
+            let key = Bound::Included(key.as_slice());
+            t.index_scan_borrowed(def, index, key, key, wanted, &mut matching)?
+        }
+        Access::Range { index, lo, hi } => {
+            t.index_scan_borrowed(def, index, b(lo), b(hi), wanted, &mut matching)?
+        }
+        Access::Scan => t.scan_columns_borrowed(def, wanted, &mut matching)?,
+        Access::Nothing => {}
     }
-    Ok(())
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 /// `def`'s statistics from its last ANALYZE (read only where a plan choice needs them).

@@ -134,38 +134,33 @@ pub(super) fn fill(
     outer: Option<&Frame<'_>>,
 ) -> SqlResult<()> {
     for w in windows {
-        let mut keyed: Vec<(Vec<Datum>, Vec<Datum>, usize)> = Vec::with_capacity(rows.len());
-        let part_exprs: Vec<Prepared<'_>> = w
-            .partition_by
-            .iter()
+        let prepared: Vec<Prepared<'_>> = w
+            .exprs()
             .map(|e| Prepared::new(e, &Columns::Frame(cols), exec.params))
             .collect();
-        let ord_exprs: Vec<Prepared<'_>> = w
-            .order_by
-            .iter()
-            .map(|o| Prepared::new(&o.expr, &Columns::Frame(cols), exec.params))
-            .collect();
-        for (i, row) in rows.iter().enumerate() {
+        // Each row's partition keys then order keys, back to back (`width` per row):
+        // one allocation for all rows, sorted through a permutation.
+        let (parts, width) = (w.partition_by.len(), prepared.len());
+        let mut keys: Vec<Datum> = Vec::with_capacity(rows.len() * width);
+        for row in rows.iter() {
             let frame = Frame { cols, row, outer };
-            let eval = |p: &Prepared<'_>| p.eval(row, |e| exec.eval_in(e, Some(&frame), exec));
-            let part = part_exprs
-                .iter()
-                .map(&eval)
-                .collect::<SqlResult<Vec<_>>>()?;
-            let ord = ord_exprs.iter().map(&eval).collect::<SqlResult<Vec<_>>>()?;
-            keyed.push((part, ord, i));
+            for p in &prepared {
+                keys.push(p.eval(row, |e| exec.eval_in(e, Some(&frame), exec))?);
+            }
         }
-        let part_dirs = vec![(false, false); w.partition_by.len()];
-        let ord_dirs = sort_dirs(&w.order_by);
+        let key = |i: usize| &keys[i * width..(i + 1) * width];
+        let mut dirs = vec![(false, false); parts];
+        dirs.extend(sort_dirs(&w.order_by));
+        let same_partition = |a: usize, b: usize| {
+            compare_keys(&key(a)[..parts], &key(b)[..parts], &dirs[..parts]) == Ordering::Equal
+        };
         // Stable: rows equal in both keys keep their order, as a sort in PostgreSQL
         // leaves peers in an order row_number() numbers arbitrarily.
-        keyed.sort_by(|a, b| {
-            compare_keys(&a.0, &b.0, &part_dirs).then_with(|| compare_keys(&a.1, &b.1, &ord_dirs))
-        });
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by(|&a, &b| compare_keys(key(a), key(b), &dirs));
         let (mut number, mut rank, mut dense) = (0i64, 0i64, 0i64);
-        for k in 0..keyed.len() {
-            let new_partition =
-                k == 0 || compare_keys(&keyed[k - 1].0, &keyed[k].0, &part_dirs) != Ordering::Equal;
+        for k in 0..order.len() {
+            let new_partition = k == 0 || !same_partition(order[k - 1], order[k]);
             if new_partition {
                 number = 0;
                 rank = 0;
@@ -173,7 +168,11 @@ pub(super) fn fill(
             }
             number += 1;
             let peer = !new_partition
-                && compare_keys(&keyed[k - 1].1, &keyed[k].1, &ord_dirs) == Ordering::Equal;
+                && compare_keys(
+                    &key(order[k - 1])[parts..],
+                    &key(order[k])[parts..],
+                    &dirs[parts..],
+                ) == Ordering::Equal;
             if !peer {
                 rank = number;
                 dense += 1;
@@ -183,7 +182,7 @@ pub(super) fn fill(
                 Kind::Rank => rank,
                 Kind::DenseRank => dense,
             };
-            rows[keyed[k].2][w.column] = Datum::Int8(value);
+            rows[order[k]][w.column] = Datum::Int8(value);
         }
     }
     Ok(())

@@ -12,7 +12,7 @@ pub fn format_array_text(items: &[Datum]) -> String {
 }
 
 /// Numeric types in the order PostgreSQL's array/CASE type resolution prefers them.
-fn numeric_rank(t: TypeId) -> Option<u8> {
+pub(crate) fn numeric_rank(t: TypeId) -> Option<u8> {
     match t {
         TypeId::Int2 => Some(0),
         TypeId::Int4 => Some(1),

@@ -13,6 +13,7 @@
 //! - `functions.rs`: built-in scalar functions.
 
 mod array;
+pub(crate) use array::numeric_rank;
 mod cast;
 pub(crate) mod compiled;
 mod functions;

@@ -1,8 +1,9 @@
 //! Access path choice for a single table: a point lookup through a unique index when the
 //! WHERE clause pins all of that index's columns with equalities to constants, else a
-//! sequential scan; a closed integer range on a one-column index reads through the
-//! index unless ANALYZE's statistics put more than [`RANGE_SCAN_MAX_SHARE`] of the rows
-//! in it (then the sequential scan is cheaper).
+//! sequential scan; an integer range on a one-column index reads through the index
+//! unless ANALYZE's statistics put more than [`RANGE_SCAN_MAX_SHARE`] of the rows in it
+//! (then the sequential scan is cheaper); a range open on one side needs statistics
+//! that put it under that share.
 
 use std::ops::Bound;
 
@@ -24,8 +25,9 @@ pub(crate) enum Access<'d> {
         key: Vec<Datum>,
     },
     /// The rows whose key in a one-column `index` over an integer column lies between
-    /// `lo` and `hi` (closed ranges only: without statistics an open range may well be
-    /// most of the table, which a sequential scan reads faster).
+    /// `lo` and `hi` (open on one side only when statistics say the range is small:
+    /// without them an open range may well be most of the table, which a sequential
+    /// scan reads faster).
     Range {
         index: &'d IndexDef,
         lo: Bound<Datum>,
@@ -88,7 +90,7 @@ pub(crate) fn choose_access<'d>(
 /// in index order) costs more than reading the whole heap in order.
 pub(crate) const RANGE_SCAN_MAX_SHARE: f64 = 0.2;
 
-/// A closed range on an integer column with a one-column index ([`Access::Range`]), from
+/// A range on an integer column with a one-column index ([`Access::Range`]), from
 /// `col BETWEEN a AND b` or `<`, `<=`, `>`, `>=` conjuncts with integer constants (on
 /// either side); otherwise a scan. Bounds that do not fit the column's type are not
 /// used (the WHERE clause is applied to what the range returns anyway).
@@ -122,7 +124,8 @@ fn range_access<'d>(
                 hi = tighter(hi, *b, false);
             }
         }
-        if matches!(lo, Bound::Unbounded) || matches!(hi, Bound::Unbounded) {
+        let open = matches!(lo, Bound::Unbounded) || matches!(hi, Bound::Unbounded);
+        if matches!(lo, Bound::Unbounded) && matches!(hi, Bound::Unbounded) {
             continue;
         }
         let typed = |b: Bound<i64>| -> Option<Bound<Datum>> {
@@ -145,8 +148,12 @@ fn range_access<'d>(
                 let share = stats().and_then(|st| {
                     super::estimate::range_fraction(st.column(&def.columns[c].name)?, f(lo), f(hi))
                 });
-                if share.is_some_and(|s| s > RANGE_SCAN_MAX_SHARE) {
-                    return Access::Scan;
+                // An open range is read through the index only when statistics put
+                // it under that share: without them it may well be most of the table.
+                match share {
+                    Some(s) if s > RANGE_SCAN_MAX_SHARE => return Access::Scan,
+                    None if open => continue,
+                    _ => {}
                 }
                 return Access::Range {
                     index: idx,

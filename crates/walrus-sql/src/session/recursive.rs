@@ -8,6 +8,13 @@
 //! themselves are run once and bound the same way. A recursive reference anywhere
 //! but the recursive term's FROM list, mutual recursion, and recursive WITH below the
 //! top level are 0A000.
+//!
+//! A recursive term that reads the working table alone (`SELECT exprs FROM cte [WHERE
+//! cond]`, every expression with a fast form: counters, integer series) is prepared
+//! once ([`WorkingTableStep`]) and each later round runs it row by row over the working
+//! table, with no planning per round; PostgreSQL likewise plans the term once. The
+//! first round, and any round where a value falls outside the fast form or an error
+//! is raised, runs through the executor, so every answer and error is the executor's.
 
 use std::collections::HashSet;
 use std::ops::ControlFlow;
@@ -18,6 +25,7 @@ use walrus_engine::access::datum::{Datum, TypeId};
 use super::Session;
 use crate::error::{SqlError, SqlResult};
 use crate::exec;
+use crate::expr::compiled::{Columns, Fast};
 use crate::names::ident;
 use crate::rel::{ColName, Rel};
 use crate::result::QueryResult;
@@ -165,6 +173,113 @@ fn bound_rel(cols: &[String], types: &[TypeId], rows: Vec<Vec<Datum>>) -> Rel {
     }
 }
 
+/// A recursive term over the working table alone, prepared once (see the module
+/// comment): its WHERE and select list in their fast forms over the working table's
+/// columns.
+struct WorkingTableStep {
+    filter: Option<Fast>,
+    items: Vec<Fast>,
+}
+
+impl WorkingTableStep {
+    /// The prepared form of `step` reading CTE `name` (columns `cols`), or `None` when
+    /// it has any other shape or an expression without a fast form.
+    fn prepare(step: &Query, name: &str, cols: &[String], params: &[Datum]) -> Option<Self> {
+        use sqlparser::ast::{GroupByExpr, SelectItem};
+        let SetExpr::Select(sel) = step.body.as_ref() else {
+            return None;
+        };
+        let plain_query = step.with.is_none()
+            && step.order_by.is_none()
+            && step.limit_clause.is_none()
+            && step.fetch.is_none()
+            && step.locks.is_empty();
+        let plain_select = sel.distinct.is_none()
+            && sel.top.is_none()
+            && sel.into.is_none()
+            && matches!(&sel.group_by, GroupByExpr::Expressions(g, m) if g.is_empty() && m.is_empty())
+            && sel.having.is_none()
+            && sel.named_window.is_empty()
+            && sel.qualify.is_none()
+            && sel.lateral_views.is_empty()
+            && sel.cluster_by.is_empty()
+            && sel.distribute_by.is_empty()
+            && sel.sort_by.is_empty()
+            && sel.connect_by.is_empty()
+            && sel.prewhere.is_none();
+        if !plain_query || !plain_select || sel.from.len() != 1 || !sel.from[0].joins.is_empty() {
+            return None;
+        }
+        let relation = &sel.from[0].relation;
+        let TableFactor::Table {
+            name: table, alias, ..
+        } = relation
+        else {
+            return None;
+        };
+        let reads_working_table = table.0.len() == 1
+            && table.0[0].as_ident().is_some_and(|i| ident(i) == name)
+            && !crate::names::table_has_extras(relation)
+            && alias.as_ref().is_none_or(|a| a.columns.is_empty());
+        if !reads_working_table {
+            return None;
+        }
+        let qual = alias
+            .as_ref()
+            .map_or_else(|| name.to_string(), |a| ident(&a.name));
+        let names: Vec<ColName> = cols
+            .iter()
+            .map(|c| ColName {
+                qual: Some(qual.clone()),
+                name: c.clone(),
+                ty: None,
+                bpchar: false,
+                hidden: false,
+                origin: None,
+            })
+            .collect();
+        let columns = Columns::Frame(&names);
+        let filter = match &sel.selection {
+            Some(e) => Some(Fast::compile(e, &columns, params)?),
+            None => None,
+        };
+        let items = sel
+            .projection
+            .iter()
+            .map(|item| match item {
+                SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                    Fast::compile(e, &columns, params)
+                }
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(WorkingTableStep { filter, items })
+    }
+
+    /// The rows one round adds before the UNION's checks, or `None` when the round must
+    /// run through the executor instead: a value outside the fast form, a WHERE value
+    /// that is not a boolean, or an error (the executor then raises its own).
+    fn run(&self, working: &[Vec<Datum>]) -> Option<Vec<Vec<Datum>>> {
+        let mut out = Vec::new();
+        for row in working {
+            if let Some(f) = &self.filter {
+                match f.eval(row) {
+                    Ok(Some(Datum::Bool(true))) => {}
+                    Ok(Some(Datum::Bool(false) | Datum::Null)) => continue,
+                    _ => return None,
+                }
+            }
+            let values = self
+                .items
+                .iter()
+                .map(|i| i.eval(row).ok().flatten())
+                .collect::<Option<Vec<_>>>()?;
+            out.push(values);
+        }
+        Some(out)
+    }
+}
+
 impl Session {
     /// Runs a SELECT whose WITH is RECURSIVE (see the module comment).
     pub(super) fn recursive_select(
@@ -250,42 +365,75 @@ impl Session {
             let mut seen: HashSet<String> = HashSet::new();
             // Rows equal by PostgreSQL's equality are duplicates for UNION.
             let key = |r: &Vec<Datum>| exec::row_key(r);
+            // The rows so far; the working table is their tail from `round_start`:
+            // the rows the last round added.
             let mut result: Vec<Vec<Datum>> = Vec::new();
-            let mut working: Vec<Vec<Datum>> = Vec::new();
             for r in first.rows {
                 if all || seen.insert(key(&r)) {
-                    working.push(r.clone());
                     result.push(r);
                 }
             }
-            // The working table: bound under the CTE's name while the recursive term
-            // runs over it, replaced by the rows that round added.
-            while !working.is_empty() {
+            let mut round_start = 0;
+            let fast_step = WorkingTableStep::prepare(&step, &name, &cols, params);
+            let mut first_round = true;
+            while round_start < result.len() {
                 if self.interrupt.load(std::sync::atomic::Ordering::Acquire) {
                     return Err(SqlError::new(
                         "57014",
                         "canceling statement due to user request",
                     ));
                 }
-                done.insert(
-                    name.clone(),
-                    bound_rel(&cols, &types, std::mem::take(&mut working)),
-                );
-                // What the round's evaluation held is given back; the rows kept are
-                // charged below.
-                let mark = self.memory.used();
-                let r = exec::select_with(self, &step, params, &done)?;
-                self.memory.release_to(mark);
-                for row in r.rows {
-                    // The recursive term's values take the non-recursive term's types.
-                    let row = row
-                        .into_iter()
-                        .zip(&types)
-                        .map(|(d, t)| crate::expr::coerce(d, *t))
-                        .collect::<SqlResult<Vec<_>>>()?;
+                let working = &result[round_start..];
+                // Past the first round (which checks the term as the executor does),
+                // a prepared term runs without the executor.
+                let prepared = match &fast_step {
+                    Some(f) if !first_round => f.run(working),
+                    _ => None,
+                };
+                first_round = false;
+                let rows = match prepared {
+                    Some(rows) => rows,
+                    None => {
+                        // The working table, bound under the CTE's name while the
+                        // recursive term runs over it.
+                        done.insert(name.clone(), bound_rel(&cols, &types, working.to_vec()));
+                        // What the round's evaluation held is given back; the rows
+                        // kept are charged below.
+                        let mark = self.memory.used();
+                        let r = exec::select_with(self, &step, params, &done)?;
+                        self.memory.release_to(mark);
+                        r.rows
+                    }
+                };
+                round_start = result.len();
+                for mut row in rows {
+                    if row.len() != types.len() {
+                        return Err(SqlError::new(
+                            "42601",
+                            "each UNION query must have the same number of columns",
+                        ));
+                    }
+                    // The recursive term's values take the non-recursive term's types;
+                    // a wider number is PostgreSQL's 42804, never rounded into them.
+                    for (i, (d, t)) in row.iter_mut().zip(&types).enumerate() {
+                        let rank = |t: TypeId| crate::expr::numeric_rank(t);
+                        if let (Some(step), Some(base)) = (d.type_id().and_then(rank), rank(*t)) {
+                            if step > base {
+                                return Err(SqlError::new(
+                                    "42804",
+                                    format!(
+                                        "recursive query \"{name}\" column {} has type {} in non-recursive term but type {} overall",
+                                        i + 1,
+                                        t.name(),
+                                        d.type_id().map_or("unknown", |t| t.name())
+                                    ),
+                                ));
+                            }
+                        }
+                        *d = crate::expr::coerce(std::mem::replace(d, Datum::Null), *t)?;
+                    }
                     if all || seen.insert(key(&row)) {
                         self.memory.charge_row(&row)?;
-                        working.push(row.clone());
                         result.push(row);
                     }
                 }

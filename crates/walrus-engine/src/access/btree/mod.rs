@@ -474,12 +474,24 @@ impl<'a> BTree<'a> {
 
     /// Entries with `lo <= key <= hi` (key without the tid), in key order.
     pub fn range(&self, lo: Bound<&[u8]>, hi: Bound<&[u8]>) -> Result<Vec<(Vec<u8>, Tid)>> {
+        let mut out = Vec::new();
+        self.range_visit(lo, hi, &mut |k, t| out.push((k.to_vec(), t)))?;
+        Ok(out)
+    }
+
+    /// [`BTree::range`] without a copy per entry: `f` sees each entry's key and tid in
+    /// key order, called under the leaf's shared latch (it must not read pages).
+    pub fn range_visit(
+        &self,
+        lo: Bound<&[u8]>,
+        hi: Bound<&[u8]>,
+        f: &mut dyn FnMut(&[u8], Tid),
+    ) -> Result<()> {
         let start: &[u8] = match lo {
             Bound::Included(k) | Bound::Excluded(k) => k,
             Bound::Unbounded => &[],
         };
         let mut block = self.descend(start, 0)?;
-        let mut out = Vec::new();
         loop {
             let pin = self.pool.read_page(self.pid(block))?;
             let r = pin.read();
@@ -505,12 +517,12 @@ impl<'a> BTree<'a> {
                     Bound::Unbounded => true,
                 };
                 if !before_hi {
-                    return Ok(out);
+                    return Ok(());
                 }
-                out.push((k.to_vec(), t));
+                f(k, t);
             }
             if is_rightmost(&r) {
-                return Ok(out);
+                return Ok(());
             }
             block = right_link(&r);
         }

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 use walrus_base::limits::HEAP_TUPLE_BYTES_MAX;
 use walrus_base::{PageId, RelFileId, Tid, Xid, PAGE_SIZE};
 
-use crate::buffer::{BufferPool, PageWrite, ScanRing};
+use crate::buffer::{BufferPool, PageWrite, PinnedPage, ScanRing};
 use crate::error::{Error, Result};
 use crate::storage::page::{self, LpState, PageKind, Placement};
 use crate::txn::clog::XidStatus;
@@ -558,41 +558,26 @@ impl<'a> Heap<'a> {
         result
     }
 
-    /// Index fetch: starting at the tid an index points to, follows redirects and the HOT
-    /// chain to the version visible to `v`.
-    pub fn fetch_visible(&self, root: Tid, v: &Viewer<'_>) -> Result<Fetched> {
-        if root.block >= self.nblocks()? {
-            return Ok(Fetched::Invisible);
-        }
-        let pin = self.pool.read_page(self.page_id(root.block))?;
-        let horizon = self.txn.prune_horizon();
-        let (found, walked, prunable) = {
-            let r = pin.read();
-            if page::is_new(&r) {
-                return Ok(Fetched::Invisible);
-            }
-            if root_is_dead(&r, root.offset) {
-                return Ok(Fetched::DeadRoot);
-            }
-            let (found, walked) = walk_chain(&r, root, v, self.txn);
-            let px = page::prune_xid(&r);
-            (found, walked, px != 0 && Xid(px) < horizon)
-        };
-        // Opportunistic pruning (PostgreSQL's heap_page_prune_opt): a long HOT chain makes
-        // every lookup of the row slower; shorten it when the page is not busy and some
-        // version on it died before every snapshot (its prune xid is below the horizon).
-        // Without that test, while many open snapshots kept the chain's versions alive,
-        // every lookup of a hot row took the page exclusively and re-planned a prune that
-        // removed nothing: 6 % of the server's CPU at 128 pgbench clients.
+    /// Opportunistic pruning after an index fetch walked `walked` chain members
+    /// (PostgreSQL's heap_page_prune_opt): a long HOT chain makes every lookup of the
+    /// row slower; shorten it when the page is not busy and some version on it died
+    /// before every snapshot (`prunable`: its prune xid is below the horizon). Without
+    /// that test, while many open snapshots kept the chain's versions alive, every
+    /// lookup of a hot row took the page exclusively and re-planned a prune that removed
+    /// nothing: 6 % of the server's CPU at 128 pgbench clients.
+    fn prune_long_chain(
+        &self,
+        pin: &PinnedPage<'_>,
+        walked: usize,
+        prunable: bool,
+        horizon: Xid,
+    ) -> Result<()> {
         if walked > PRUNE_CHAIN_LEN && prunable {
             if let Some(mut w) = pin.try_write() {
                 self.prune_with_horizon(&mut w, horizon)?;
             }
         }
-        Ok(match found {
-            Some((tid, row)) => Fetched::Visible(tid, row),
-            None => Fetched::Invisible,
-        })
+        Ok(())
     }
 
     /// Whether the line pointer an index entry points at is `DEAD`: pruning found its
@@ -954,16 +939,6 @@ pub struct VacuumCounts {
 
 /// Chain members a lookup may walk before it prunes the page.
 const PRUNE_CHAIN_LEN: usize = 4;
-
-/// What an index entry led to.
-pub enum Fetched {
-    /// The version visible to the viewer, and where it is.
-    Visible(Tid, Vec<u8>),
-    /// Nothing this viewer sees (another snapshot may).
-    Invisible,
-    /// A `DEAD` line pointer: nothing any snapshot sees; the entry can go.
-    DeadRoot,
-}
 
 /// The offsets on page `p` where a HOT chain starts (a redirect, or a normal tuple that
 /// is not heap-only): where an index entry for the chain's row points.

@@ -7,10 +7,11 @@ use std::ops::Range;
 
 use walrus_base::Tid;
 
-use super::tuple::Viewer;
-use super::Heap;
+use super::tuple::{Viewer, TUPLE_HEADER_SIZE};
+use super::{root_is_dead, visible_in_chain, Heap};
 use crate::buffer::ScanRing;
 use crate::error::Result;
+use crate::storage::page;
 
 /// The visible tuples of one page: their row bytes (headers stripped) back to back,
 /// and each one's tid and place in them. A batch made for a scan of a large table
@@ -64,5 +65,58 @@ impl Heap<'_> {
             bytes.extend_from_slice(row);
             rows.push((tid, start..bytes.len()));
         })
+    }
+}
+
+impl Heap<'_> {
+    /// Index fetch for the entries whose chains start on one `block` (at offsets
+    /// `roots`), under one pin and one shared latch (an index range over a table loaded
+    /// in key order lands on each heap page many times in a row): from each root,
+    /// redirects and the HOT chain are followed to the version `v` sees.
+    /// `batch` is replaced by the version of each chain visible to `v`, in `roots`
+    /// order (a chain with none adds nothing); the positions in `roots` of `DEAD` line
+    /// pointers (entries nothing can see, which the caller may remove) go to `dead`.
+    pub fn fetch_visible_batch(
+        &self,
+        block: u32,
+        roots: &[u16],
+        v: &Viewer<'_>,
+        batch: &mut PageBatch,
+        dead: &mut Vec<usize>,
+    ) -> Result<()> {
+        batch.bytes.clear();
+        batch.rows.clear();
+        if block >= self.nblocks()? {
+            return Ok(());
+        }
+        let pin = self.pool.read_page(self.page_id(block))?;
+        let horizon = self.txn.prune_horizon();
+        let (longest, prunable) = {
+            let r = pin.read();
+            if page::is_new(&r) {
+                return Ok(());
+            }
+            let mut longest = 0;
+            for (i, &off) in roots.iter().enumerate() {
+                if root_is_dead(&r, off) {
+                    dead.push(i);
+                    continue;
+                }
+                let (found, walked) = visible_in_chain(&r, Tid::new(block, off), v, self.txn);
+                longest = longest.max(walked);
+                if let Some(at) = found {
+                    let start = batch.bytes.len();
+                    batch
+                        .bytes
+                        .extend_from_slice(&page::item(&r, at)[TUPLE_HEADER_SIZE..]);
+                    batch
+                        .rows
+                        .push((Tid::new(block, at), start..batch.bytes.len()));
+                }
+            }
+            let px = page::prune_xid(&r);
+            (longest, px != 0 && walrus_base::Xid(px) < horizon)
+        };
+        self.prune_long_chain(&pin, longest, prunable, horizon)
     }
 }
