@@ -3,7 +3,9 @@
 //! Aggregate → Gather → Partial Aggregate → Parallel Seq Scan), really runs on helper
 //! threads (`walrus_stat_parallel`), and answers exactly what the serial plan answers
 //! (`max_parallel_workers_per_gather = 0`) — sums exact, the transaction's own changes
-//! seen, errors the serial scan's — while what it cannot merge exactly runs serially.
+//! seen, errors the serial scan's — while what it cannot merge exactly runs serially;
+//! and ORDER BY ... LIMIT over such a table runs as parallel top-N with the serial
+//! answer.
 
 mod common;
 
@@ -159,6 +161,68 @@ fn large_aggregates_run_in_parallel_with_the_serial_answer() {
     // One test, so no other test's scans move the process-wide counters meanwhile.
     own_changes(s);
     serial_reruns(s);
+    top_n(s);
+}
+
+/// ORDER BY ... LIMIT over the large table: PostgreSQL's Limit → Gather Merge → Sort →
+/// Parallel Seq Scan, each participant keeping its best rows; ties fall as in the
+/// serial scan (rows numbered by tid), offsets and WHERE as there.
+fn top_n(s: &mut Session) {
+    assert_eq!(
+        plan(
+            s,
+            "select id, g from big where id % 3 = 0 order by g desc, id limit 7"
+        ),
+        [
+            "Limit  (rows=7)",
+            "  ->  Gather Merge  (rows=300)",
+            "        Workers Planned: 1",
+            "        ->  Sort  (rows=176)",
+            "              Sort Key: g DESC, id",
+            "              Sort Method: top-N heapsort of 7 rows",
+            "              ->  Parallel Seq Scan on big  (rows=176)",
+            "                    Filter: (id % 3 = 0)",
+        ]
+    );
+    let queries = [
+        "select id, g from big order by g desc, id limit 7",
+        // Ties on the only key: the first rows of the scan win.
+        "select id from big order by g limit 4",
+        "select id, pad from big where id % 3 = 0 order by g, v desc limit 5 offset 2",
+        "select id * 2 as d, g from big order by 2 desc, d desc limit 3",
+        "select g, id from big where id > 59990 order by id % 4, g limit 20",
+    ];
+    let before = counters(s);
+    let parallel: Vec<Vec<String>> = queries.iter().map(|q| rows(s, q)).collect();
+    let after = counters(s);
+    assert_eq!(
+        after.0 - before.0,
+        queries.len() as i64,
+        "each ran in parallel"
+    );
+    assert_eq!(after.2, before.2, "none ran again serially");
+    assert_eq!(parallel[1], ["7", "14", "21", "28"]);
+    assert_eq!(parallel[4].len(), 10);
+    // Past the row bound, or an expression without a fast form: serial from the start.
+    for q in [
+        "select id from big order by g limit 20000",
+        "select id from big order by nullif(g, 0) limit 3",
+    ] {
+        assert_eq!(plan(s, q)[1], "  ->  Sort  (rows=60000)", "{q}");
+        rows(s, q);
+    }
+    assert_eq!(counters(s).0, after.0, "no parallel scan for those");
+    // An error in a participant: the serial plan's error.
+    assert_eq!(
+        err(s, "select id from big order by 1000 / (id - 30000) limit 1"),
+        "22012"
+    );
+    assert_eq!(counters(s).2, after.2 + 1, "the parallel plan fell back");
+    ok(s, "set max_parallel_workers_per_gather = 0");
+    for (q, want) in queries.iter().zip(&parallel) {
+        assert_eq!(&rows(s, q), want, "{q}");
+    }
+    ok(s, "reset max_parallel_workers_per_gather");
 }
 
 /// The transaction's own deletes and inserts are seen by every participant.

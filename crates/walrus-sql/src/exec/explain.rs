@@ -18,6 +18,7 @@ use walrus_engine::access::datum::Datum;
 
 use super::{dml, Env, Executor};
 use crate::error::{SqlError, SqlResult};
+use crate::expr::compiled::{Columns, Prepared};
 use crate::names::ident;
 use crate::plan::estimate::Estimator;
 use crate::plan::{
@@ -115,6 +116,21 @@ pub(crate) fn explain_query(
     // The input: one user table, or none.
     // GROUP BY as the executor resolves it (output positions and aliases).
     let mut resolved: Vec<Expr> = group.iter().map(|g| (*g).clone()).collect();
+    // The rows a top-N heap keeps (ORDER BY with LIMIT, no DISTINCT or aggregates).
+    let aggregated = !group.is_empty()
+        || sel.having.is_some()
+        || sel.projection.iter().any(|it| match it {
+            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
+                contains_aggregate(e)
+            }
+            _ => false,
+        });
+    let top_n_cap = match exec.limits(q, None)? {
+        (skip, take) if take != usize::MAX && !order.is_empty() => Some(skip.saturating_add(take)),
+        _ => None,
+    }
+    .filter(|_| !aggregated && sel.distinct.is_none());
+    let mut top_n_workers = 0;
     let (input, table_stats, workers) = match sel.from.as_slice() {
         [] => (
             Node {
@@ -159,6 +175,18 @@ pub(crate) fn explain_query(
             let get = move |n: &str| settings.get(n);
             let stats = dml::table_statistics(env, &def);
             let filter = sel.selection.as_ref();
+            // The executor's own test for parallel top-N (`parallel.rs`).
+            if let Some(cap) = top_n_cap {
+                let names: Vec<String> = items.iter().map(|(n, _)| n.clone()).collect();
+                let sort = super::SortKeys::new(q, &names, Some(&cols), params)?;
+                let prepared: Vec<Prepared<'_>> = items
+                    .iter()
+                    .map(|(_, e)| Prepared::new(e, &Columns::Frame(&cols), params))
+                    .collect();
+                top_n_workers = super::parallel::top_n_workers(
+                    env, &def, filter, &prepared, &sort, cap, params,
+                )?;
+            }
             let access = choose_access(&def, filter, params, now, &get, &mut || stats.clone());
             let assumed = TableStatistics {
                 reltuples: UNANALYZED_ROWS,
@@ -260,7 +288,7 @@ pub(crate) fn explain_query(
             level.extend(sel.having.as_ref());
             level.extend(order.iter().map(|o| &o.expr));
             let workers = match super::aggregate::streamable_calls(&level) {
-                Some(calls) => super::parallel::aggregate_workers(
+                Some(calls) => super::parallel::level_workers(
                     env,
                     &def,
                     super::parallel::RowShape::Table(&def),
@@ -277,15 +305,7 @@ pub(crate) fn explain_query(
     };
     let group: Vec<&Expr> = resolved.iter().collect();
     let mut node = input;
-    let grouped = !group.is_empty()
-        || sel.having.is_some()
-        || sel.projection.iter().any(|it| match it {
-            SelectItem::UnnamedExpr(e) | SelectItem::ExprWithAlias { expr: e, .. } => {
-                contains_aggregate(e)
-            }
-            _ => false,
-        });
-    if grouped {
+    if aggregated {
         let group_key = || {
             format!(
                 "Group Key: {}",
@@ -306,9 +326,8 @@ pub(crate) fn explain_query(
             // Seq Scan, the leader gathers and finishes the partial states. The scan's
             // rows are per participant (PostgreSQL's divisor, the leader counting for
             // what its gathering leaves it).
-            let divisor = workers as f64 + (1.0 - 0.3 * workers as f64).max(0.0);
             node.name = node.name.replacen("Seq Scan", "Parallel Seq Scan", 1);
-            node.rows /= divisor;
+            node.rows /= parallel_divisor(workers);
             let kind = if group.is_empty() {
                 "Aggregate"
             } else {
@@ -351,6 +370,12 @@ pub(crate) fn explain_query(
         }
         Some(ast::Distinct::On(_)) => return Err(refuse("SELECT DISTINCT ON")),
     }
+    if top_n_workers > 0 {
+        // PostgreSQL's shape: each participant sorts its share of a Parallel Seq Scan
+        // (keeping its best rows), the leader merges the sorted streams.
+        node.name = node.name.replacen("Seq Scan", "Parallel Seq Scan", 1);
+        node.rows /= parallel_divisor(top_n_workers);
+    }
     if !order.is_empty() {
         let rows = node.rows;
         node = Node::over("Sort", rows, node);
@@ -374,20 +399,30 @@ pub(crate) fn explain_query(
                 .join(", ")
         ));
     }
+    if let Some(cap) = top_n_cap.filter(|_| node.name == "Sort") {
+        node.details
+            .push(format!("Sort Method: top-N heapsort of {cap} rows"));
+        if top_n_workers > 0 {
+            let rows = node.rows * parallel_divisor(top_n_workers);
+            node = Node::over("Gather Merge", rows, node);
+            node.details
+                .push(format!("Workers Planned: {top_n_workers}"));
+        }
+    }
     if q.limit_clause.is_some() || q.fetch.is_some() {
         let (skip, take) = exec.limits(q, None)?;
-        if !order.is_empty() && take != usize::MAX {
-            node.details.push(format!(
-                "Sort Method: top-N heapsort of {} rows",
-                skip.saturating_add(take)
-            ));
-        }
         let rows = (node.rows - skip as f64).max(0.0).min(take as f64);
         node = Node::over("Limit", rows, node);
     }
     let mut out = Vec::new();
     node.lines(0, &mut out);
     Ok(out)
+}
+
+/// PostgreSQL's divisor of a parallel scan's rows per participant: the helpers, and
+/// the leader for what its gathering leaves it.
+fn parallel_divisor(workers: usize) -> f64 {
+    workers as f64 + (1.0 - 0.3 * workers as f64).max(0.0)
 }
 
 /// The estimated number of groups: the product of the grouping columns' distinct

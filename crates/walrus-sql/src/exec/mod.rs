@@ -67,6 +67,7 @@ use walrus_engine::Engine;
 
 use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
+use crate::expr::compiled::{Columns, Prepared};
 use crate::expr::{coerce, compare_values, eval, Hooks, Scope};
 use crate::memory::MemoryBudget;
 use crate::rel::{ColName, Frame, Rel};
@@ -555,15 +556,19 @@ impl<'s> Executor<'s> {
                 let mut rel = self.set_expr(body, outer)?;
                 let mut output = self.output_rows(q, false, outer)?;
                 let names: Vec<String> = rel.cols.iter().map(|c| c.name.clone()).collect();
+                let sort = SortKeys::new(q, &names, None, self.params)?;
                 for row in std::mem::take(&mut rel.rows) {
-                    let keys = self.sort_keys(q, &names, &row, &mut |e| {
-                        let frame = Frame {
-                            cols: &rel.cols,
-                            row: &row,
-                            outer,
-                        };
-                        self.eval_in(e, Some(&frame), self)
-                    })?;
+                    let frame = Frame {
+                        cols: &rel.cols,
+                        row: &row,
+                        outer,
+                    };
+                    let mut keys = Vec::new();
+                    sort.fill(
+                        &row,
+                        &mut |p| self.eval_in(p.expr, Some(&frame), self),
+                        &mut keys,
+                    )?;
                     output.push(self, keys, row)?;
                 }
                 rel.rows = output.finish(self)?;
@@ -726,8 +731,8 @@ impl<'s> Executor<'s> {
         }
     }
 
-    /// ORDER BY keys of one output row: an ordinal or an output column name picks the
-    /// output value (PostgreSQL's rule for bare names), anything else is evaluated.
+    /// ORDER BY keys of one output row (see [`SortKeys`], here resolved for the one
+    /// row: a group's output).
     fn sort_keys(
         &self,
         q: &Query,
@@ -736,69 +741,12 @@ impl<'s> Executor<'s> {
         eval_source: &mut dyn FnMut(&Expr) -> SqlResult<Datum>,
     ) -> SqlResult<Vec<Datum>> {
         let mut keys = Vec::new();
-        self.sort_keys_into(q, names, out, eval_source, &mut keys)?;
+        SortKeys::new(q, names, None, self.params)?.fill(
+            out,
+            &mut |p| eval_source(p.expr),
+            &mut keys,
+        )?;
         Ok(keys)
-    }
-
-    /// [`Executor::sort_keys`] into `keys` (cleared first): a scan's rows reuse one
-    /// buffer.
-    fn sort_keys_into(
-        &self,
-        q: &Query,
-        names: &[String],
-        out: &[Datum],
-        eval_source: &mut dyn FnMut(&Expr) -> SqlResult<Datum>,
-        keys: &mut Vec<Datum>,
-    ) -> SqlResult<()> {
-        keys.clear();
-        let Some(ob) = &q.order_by else {
-            return Ok(());
-        };
-        let ast::OrderByKind::Expressions(exprs) = &ob.kind else {
-            return Err(SqlError::unsupported("ORDER BY ALL is not supported"));
-        };
-        for o in exprs {
-            let picked = match &o.expr {
-                Expr::Value(v) => match &v.value {
-                    ast::Value::Number(n, _) => {
-                        let i: usize = n.parse().unwrap_or(0);
-                        Some(out.get(i.wrapping_sub(1)).cloned().ok_or_else(|| {
-                            SqlError::new(
-                                "42P10",
-                                format!("ORDER BY position {n} is not in select list"),
-                            )
-                        })?)
-                    }
-                    _ => None,
-                },
-                Expr::Identifier(id) => {
-                    let id = crate::names::ident_ref(id);
-                    names.iter().position(|n| *n == *id).map(|i| out[i].clone())
-                }
-                _ => None,
-            };
-            let key = match picked {
-                Some(k) => k,
-                None => eval_source(&o.expr)?,
-            };
-            // json has no ordering in PostgreSQL; jsonb's is not walrus's text order.
-            match &key {
-                Datum::Json(_) => {
-                    return Err(SqlError::new(
-                        "42883",
-                        "could not identify an ordering operator for type json",
-                    ))
-                }
-                Datum::Jsonb(_) => {
-                    return Err(SqlError::unsupported(
-                        "ORDER BY a jsonb value is not supported",
-                    ))
-                }
-                _ => {}
-            }
-            keys.push(key);
-        }
-        Ok(())
     }
 
     /// The collector of a query level's output rows: applies DISTINCT (first
@@ -905,6 +853,129 @@ impl<'s> Executor<'s> {
     }
 }
 
+/// A query level's ORDER BY keys, resolved once: an ordinal or an output column name
+/// picks the output value (PostgreSQL's rule for bare names), anything else is
+/// evaluated (through its fast form over the source row where it has one).
+struct SortKeys<'q> {
+    keys: Vec<SortKey<'q>>,
+}
+
+enum SortKey<'q> {
+    /// The output row's value at this position.
+    Output(usize),
+    /// An expression over the source row.
+    Eval(Prepared<'q>),
+}
+
+impl<'q> SortKeys<'q> {
+    /// The keys of `q`'s ORDER BY over output columns `names`; `source` resolves the
+    /// evaluated keys' column names for their fast forms (`None`: no fast forms). An
+    /// ordinal past the select list is 42P10, as PostgreSQL says before reading a row.
+    fn new(
+        q: &'q Query,
+        names: &[String],
+        source: Option<&[ColName]>,
+        params: &[Datum],
+    ) -> SqlResult<SortKeys<'q>> {
+        let Some(ob) = &q.order_by else {
+            return Ok(SortKeys { keys: Vec::new() });
+        };
+        let ast::OrderByKind::Expressions(exprs) = &ob.kind else {
+            return Err(SqlError::unsupported("ORDER BY ALL is not supported"));
+        };
+        let keys = exprs
+            .iter()
+            .map(|o| {
+                let picked = match &o.expr {
+                    Expr::Value(v) => match &v.value {
+                        ast::Value::Number(n, _) => {
+                            let i: usize = n.parse().unwrap_or(0);
+                            if i == 0 || i > names.len() {
+                                return Err(SqlError::new(
+                                    "42P10",
+                                    format!("ORDER BY position {n} is not in select list"),
+                                ));
+                            }
+                            Some(i - 1)
+                        }
+                        _ => None,
+                    },
+                    Expr::Identifier(id) => {
+                        let id = crate::names::ident_ref(id);
+                        names.iter().position(|n| *n == *id)
+                    }
+                    _ => None,
+                };
+                Ok(match picked {
+                    Some(i) => SortKey::Output(i),
+                    None => SortKey::Eval(match source {
+                        Some(cols) => Prepared::new(&o.expr, &Columns::Frame(cols), params),
+                        None => Prepared {
+                            expr: &o.expr,
+                            fast: None,
+                        },
+                    }),
+                })
+            })
+            .collect::<SqlResult<Vec<_>>>()?;
+        Ok(SortKeys { keys })
+    }
+
+    /// The keys as a parallel participant evaluates them, or `None` when one has no
+    /// fast form.
+    fn parallel_form(&self) -> Option<Vec<parallel::TopKey<'_>>> {
+        self.keys
+            .iter()
+            .map(|k| match k {
+                SortKey::Output(i) => Some(parallel::TopKey::Output(*i)),
+                SortKey::Eval(p) => p.fast.as_ref().map(parallel::TopKey::Eval),
+            })
+            .collect()
+    }
+
+    /// The expressions evaluated over the source row (not picked from the output).
+    fn evaluated(&self) -> impl Iterator<Item = &'q Expr> + '_ {
+        self.keys.iter().filter_map(|k| match k {
+            SortKey::Eval(p) => Some(p.expr),
+            SortKey::Output(_) => None,
+        })
+    }
+
+    /// The keys of one output row `out` into `keys` (cleared first); `eval` evaluates
+    /// an expression key (its fast form first, when the caller has the source row).
+    fn fill(
+        &self,
+        out: &[Datum],
+        eval: &mut dyn FnMut(&Prepared<'q>) -> SqlResult<Datum>,
+        keys: &mut Vec<Datum>,
+    ) -> SqlResult<()> {
+        keys.clear();
+        for k in &self.keys {
+            let key = match k {
+                SortKey::Output(i) => out[*i].clone(),
+                SortKey::Eval(p) => eval(p)?,
+            };
+            // json has no ordering in PostgreSQL; jsonb's is not walrus's text order.
+            match &key {
+                Datum::Json(_) => {
+                    return Err(SqlError::new(
+                        "42883",
+                        "could not identify an ordering operator for type json",
+                    ))
+                }
+                Datum::Jsonb(_) => {
+                    return Err(SqlError::unsupported(
+                        "ORDER BY a jsonb value is not supported",
+                    ))
+                }
+                _ => {}
+            }
+            keys.push(key);
+        }
+        Ok(())
+    }
+}
+
 /// A query level's output rows on their way to ORDER BY / LIMIT (see
 /// [`Executor::output_rows`]).
 pub(super) struct OutputRows {
@@ -949,6 +1020,24 @@ impl OutputRows {
             }
         }
         self.push(exec, keys.to_vec(), row.to_vec())
+    }
+
+    /// The rows a top-N heap keeps (`offset + limit`, with ORDER BY and LIMIT and no
+    /// DISTINCT), with the ORDER BY directions; `None` for any other collector.
+    fn top_n_cap(&self) -> Option<(usize, &[(bool, bool)])> {
+        match (&self.top, &self.dirs) {
+            (Some(_), Some(dirs)) if self.seen.is_none() => {
+                Some((self.skip.saturating_add(self.take), dirs))
+            }
+            _ => None,
+        }
+    }
+
+    /// [`OutputRows::push`] of an entry numbered elsewhere (a parallel participant's,
+    /// by tid): its number orders it among ties.
+    fn push_numbered(&mut self, exec: &Executor<'_>, e: sort::SortEntry) -> SqlResult<()> {
+        self.seq = e.seq;
+        self.push(exec, e.keys, e.row)
     }
 
     /// Whether rows pass through unchanged and all of them are kept, in arrival order

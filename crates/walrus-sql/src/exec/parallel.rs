@@ -1,7 +1,8 @@
 //! Parallel aggregation over one table: PostgreSQL's Finalize Aggregate → Gather →
 //! Partial Aggregate → Parallel Seq Scan (HashAggregate with GROUP BY), for a query
 //! level whose aggregates, WHERE clause and grouping keys are simple enough for the
-//! threads to evaluate alone.
+//! threads to evaluate alone; and parallel top-N ([`top_n`]): Limit → Gather Merge →
+//! Sort → Parallel Seq Scan, each participant keeping its own best rows.
 //!
 //! The session's thread and its helpers scan runs of blocks in turn
 //! ([`walrus_engine::engine::Transaction::scan_columns_parallel`]), each folding the
@@ -32,9 +33,10 @@ use walrus_engine::engine::MAX_PARALLEL_WORKERS;
 
 use super::aggregate::{AggState, StreamCall};
 use super::from::ProbeJoin;
+use super::sort::{SortEntry, TopN};
 use super::{dml, Env, KeyPart};
 use crate::error::SqlResult;
-use crate::expr::compiled::{Columns, Fast};
+use crate::expr::compiled::{Columns, Fast, Prepared};
 use crate::plan::{choose_access, Access};
 
 /// Parallel plans that fell back to the serial scan (`walrus_stat_parallel`).
@@ -128,18 +130,19 @@ impl RowShape<'_> {
     }
 }
 
-/// The helper threads an aggregate query level over `def` alone is planned with (0: it
-/// runs serially): every call runs in parallel ([`call_runs_in_parallel`]), WHERE and
-/// the GROUP BY keys are absent or compiled, the access path is a sequential scan, and
-/// the table is large enough. EXPLAIN and the executor both ask
-/// this, so the plan shown is the plan run.
+/// The helper threads an aggregate or top-N query level over `def` alone is planned
+/// with (0: it runs serially): every call runs in parallel ([`call_runs_in_parallel`]),
+/// WHERE and the `exprs` the participants evaluate (GROUP BY keys; a top-N level's
+/// select list and sort keys) are absent or compiled, the access path is a sequential
+/// scan, and the table is large enough. EXPLAIN and the executor both ask this, so the
+/// plan shown is the plan run.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn aggregate_workers(
+pub(super) fn level_workers(
     env: &mut dyn Env,
     def: &TableDef,
     row: RowShape<'_>,
     filter: Option<&Expr>,
-    group: &[&Expr],
+    exprs: &[&Expr],
     params: &[Datum],
     calls: &[StreamCall],
 ) -> SqlResult<usize> {
@@ -154,7 +157,7 @@ pub(super) fn aggregate_workers(
         return Ok(0);
     }
     let compiles = |e: &Expr| row.compile(e, params).is_some();
-    if filter.is_some_and(|f| !compiles(f)) || group.iter().any(|g| !compiles(g)) {
+    if filter.is_some_and(|f| !compiles(f)) || exprs.iter().any(|g| !compiles(g)) {
         return Ok(0);
     }
     let pages = env.txn().table_pages(def)?;
@@ -398,6 +401,153 @@ pub(super) fn aggregate(
     groups.sort_by_key(|g| g.first.0);
     Ok(Some(
         groups.into_iter().map(|g| (g.first.1, g.states)).collect(),
+    ))
+}
+
+/// Past this many rows (`offset + limit`) a top-N level runs serially: each
+/// participant would hold that many rows.
+pub(super) const PARALLEL_TOP_N_MAX_ROWS: usize = 10_000;
+
+/// The helpers a lone-table ORDER BY ... LIMIT level over `def` is planned with (0: it
+/// runs serially): at most [`PARALLEL_TOP_N_MAX_ROWS`] rows kept (`cap`: offset +
+/// limit), every select-list item and evaluated sort key with a fast form, and what
+/// [`level_workers`] asks of the scan. EXPLAIN and the executor both ask this.
+pub(super) fn top_n_workers(
+    env: &mut dyn Env,
+    def: &TableDef,
+    filter: Option<&Expr>,
+    items: &[Prepared<'_>],
+    sort: &super::SortKeys<'_>,
+    cap: usize,
+    params: &[Datum],
+) -> SqlResult<usize> {
+    if cap > PARALLEL_TOP_N_MAX_ROWS
+        || items.iter().any(|p| p.fast.is_none())
+        || sort.parallel_form().is_none()
+    {
+        return Ok(0);
+    }
+    let evaluated: Vec<&Expr> = items
+        .iter()
+        .map(|p| p.expr)
+        .chain(sort.evaluated())
+        .collect();
+    level_workers(
+        env,
+        def,
+        RowShape::Table(def),
+        filter,
+        &evaluated,
+        params,
+        &[],
+    )
+}
+
+/// A sort key of a parallel top-N level: an output column, or an expression over the
+/// table's row.
+pub(super) enum TopKey<'a> {
+    Output(usize),
+    Eval(&'a Fast),
+}
+
+/// What a top-N participant holds: its best rows so far and the buffers of the row
+/// being looked at.
+struct TopPartial {
+    top: TopN,
+    bail: bool,
+    out: Vec<Datum>,
+    keys: Vec<Datum>,
+}
+
+/// Parallel top-N (PostgreSQL's Gather Merge over per-worker sorts): each participant
+/// keeps the best `cap` rows it reads in a bounded heap, each row numbered by its tid —
+/// the serial scan's arrival order, so ties fall exactly as there. The entries of every
+/// participant are returned for the session's collector, which keeps the best `cap` of
+/// them by the same (keys, number) order: the serial answer. `None` (counted as a
+/// serial rerun) when a participant met a value or error only the serial scan may
+/// answer.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn top_n(
+    env: &mut dyn Env,
+    def: &TableDef,
+    params: &[Datum],
+    wanted: &[bool],
+    filter: Option<&Expr>,
+    items: &[&Fast],
+    keys: &[TopKey<'_>],
+    cap: usize,
+    dirs: &[(bool, bool)],
+    workers: usize,
+) -> SqlResult<Option<Vec<SortEntry>>> {
+    let where_fast = match filter {
+        Some(f) => match RowShape::Table(def).compile(f, params) {
+            Some(w) => Some(w),
+            None => return Ok(None),
+        },
+        None => None,
+    };
+    let init = || TopPartial {
+        top: TopN::new(cap, dirs.to_vec()),
+        bail: false,
+        out: Vec::with_capacity(items.len()),
+        keys: Vec::with_capacity(keys.len()),
+    };
+    let each = |p: &mut TopPartial, tid: Tid, row: &[Datum]| -> walrus_engine::Result<bool> {
+        let bail = |p: &mut TopPartial| {
+            p.bail = true;
+            Ok(false)
+        };
+        if let Some(w) = &where_fast {
+            match w.eval(row) {
+                Ok(Some(Datum::Bool(true))) => {}
+                Ok(Some(Datum::Bool(false) | Datum::Null)) => return Ok(true),
+                _ => return bail(p),
+            }
+        }
+        p.out.clear();
+        for f in items {
+            match f.eval(row) {
+                Ok(Some(v)) => p.out.push(v),
+                _ => return bail(p),
+            }
+        }
+        p.keys.clear();
+        for k in keys {
+            let v = match k {
+                TopKey::Output(i) => p.out[*i].clone(),
+                TopKey::Eval(f) => match f.eval(row) {
+                    Ok(Some(v)) => v,
+                    _ => return bail(p),
+                },
+            };
+            // json and jsonb keys: the serial path's error or refusal.
+            if matches!(v, Datum::Json(_) | Datum::Jsonb(_)) {
+                return bail(p);
+            }
+            p.keys.push(v);
+        }
+        let seq = ((tid.block as u64) << 16) | tid.offset as u64;
+        if !p.top.rejects(&p.keys, seq) {
+            p.top.push(SortEntry {
+                keys: p.keys.clone(),
+                seq,
+                row: p.out.clone(),
+            });
+        }
+        Ok(true)
+    };
+    let partials = env
+        .txn()
+        .scan_columns_parallel(def, wanted, workers, init, each)?;
+    if partials.iter().any(|p| p.bail) {
+        SERIAL_RERUNS.fetch_add(1, Ordering::Relaxed);
+        return Ok(None);
+    }
+    Ok(Some(
+        partials
+            .into_iter()
+            .flat_map(|p| p.top.into_sorted())
+            .collect(),
     ))
 }
 

@@ -883,6 +883,7 @@ impl Executor<'_> {
                 .iter()
                 .map(|(_, e)| Prepared::new(e, &Columns::Frame(cols), self.params))
                 .collect();
+            let sort = super::SortKeys::new(q, &names, Some(cols), self.params)?;
             // One output row and its keys at a time, copied only when kept.
             let (mut out, mut keys) = (Vec::new(), Vec::new());
             let mut project = |row: &[Datum], output: &mut OutputRows| -> SqlResult<()> {
@@ -895,11 +896,9 @@ impl Executor<'_> {
                 for p in &fast_items {
                     out.push(p.eval(row, |e| self.eval_in(e, Some(&frame), self))?);
                 }
-                self.sort_keys_into(
-                    q,
-                    &names,
+                sort.fill(
                     &out,
-                    &mut |e| self.eval_in(e, Some(&frame), self),
+                    &mut |p| p.eval(row, |e| self.eval_in(e, Some(&frame), self)),
                     &mut keys,
                 )?;
                 output.offer(self, &keys, &out)
@@ -947,6 +946,8 @@ impl Executor<'_> {
                 self.streamed.set(Some(sent));
             } else {
                 match &stream_source {
+                    Some(src)
+                        if self.parallel_top_n(src, sel, &fast_items, &sort, &mut output)? => {}
                     // LIMIT without ORDER BY stops the read once it has its rows.
                     Some(src) if !output.full() => self.read_table_with(src, sel, &mut |row| {
                         project(row, &mut output)?;
@@ -1044,7 +1045,7 @@ impl Executor<'_> {
         let group: Vec<&Expr> = pass.group_exprs.iter().collect();
         let gathered = {
             let mut env = self.env.borrow_mut();
-            let workers = super::parallel::aggregate_workers(
+            let workers = super::parallel::level_workers(
                 &mut **env,
                 &src.def,
                 row,
@@ -1078,6 +1079,72 @@ impl Executor<'_> {
             if let Some((keys, out)) = self.group_output(pass, &rep, &states)? {
                 output.push(self, keys, out)?;
             }
+        }
+        Ok(true)
+    }
+
+    /// A lone-table ORDER BY ... LIMIT level run as parallel top-N (`parallel::top_n`),
+    /// its participants' best rows pushed to `output`, which keeps the serial answer's
+    /// rows. False when the level does not qualify (a join, DISTINCT, a LIMIT past
+    /// [`super::parallel::PARALLEL_TOP_N_MAX_ROWS`], an expression without a fast form,
+    /// a small table) or a participant met what only the serial scan may answer:
+    /// nothing was output, and the caller runs it serially.
+    fn parallel_top_n(
+        &self,
+        src: &TableSource,
+        sel: &Select,
+        items: &[Prepared<'_>],
+        sort: &super::SortKeys<'_>,
+        output: &mut OutputRows,
+    ) -> SqlResult<bool> {
+        if src.probe.is_some() {
+            return Ok(false);
+        }
+        let Some((cap, dirs)) = output.top_n_cap() else {
+            return Ok(false);
+        };
+        let dirs = dirs.to_vec();
+        let filter = sel.selection.as_ref();
+        let gathered = {
+            let mut env = self.env.borrow_mut();
+            let workers = super::parallel::top_n_workers(
+                &mut **env,
+                &src.def,
+                filter,
+                items,
+                sort,
+                cap,
+                self.params,
+            )?;
+            let (Some(fast_items), Some(keys), true) = (
+                items
+                    .iter()
+                    .map(|p| p.fast.as_ref())
+                    .collect::<Option<Vec<_>>>(),
+                sort.parallel_form(),
+                workers > 0,
+            ) else {
+                return Ok(false);
+            };
+            let all = vec![true; src.def.columns.len()];
+            super::parallel::top_n(
+                &mut **env,
+                &src.def,
+                self.params,
+                src.wanted.as_deref().unwrap_or(&all),
+                filter,
+                &fast_items,
+                &keys,
+                cap,
+                &dirs,
+                workers,
+            )?
+        };
+        let Some(entries) = gathered else {
+            return Ok(false);
+        };
+        for e in entries {
+            output.push_numbered(self, e)?;
         }
         Ok(true)
     }
