@@ -822,15 +822,14 @@ pub fn decode_row_columns(
     Ok(out)
 }
 
-/// [`decode_row_columns`] into `out` (cleared first), so a scan reuses one row buffer
-/// instead of allocating a vector per row.
+/// [`decode_row_columns`] into `out` (its contents replaced), so a scan reuses one row
+/// buffer instead of allocating a vector per row.
 pub fn decode_row_columns_into(
     bytes: &[u8],
     types: &[TypeId],
     wanted: &[bool],
     out: &mut Vec<Datum>,
 ) -> Result<(), DatumError> {
-    out.clear();
     let (n, bitmap, mut at) = row_header(bytes, types)?;
     // Nothing past the last wanted column is read (a wide trailing text is not even
     // skipped); `wanted` shorter than `types` wants the rest.
@@ -839,14 +838,30 @@ pub fn decode_row_columns_into(
     } else {
         wanted.iter().rposition(|&w| w).map_or(0, |p| p + 1)
     };
-    for (i, ty) in types.iter().enumerate() {
+    // The previous row's slots are overwritten in place, and a slot already NULL is
+    // left alone: building each value in a temporary and pushing it cost a
+    // store-forwarding stall per column (40% of a filtered sum's scan).
+    if out.len() != types.len() {
+        out.clear();
+        out.resize(types.len(), Datum::Null);
+    }
+    let set_null = |slot: &mut Datum| {
+        if !matches!(slot, Datum::Null) {
+            *slot = Datum::Null;
+        }
+    };
+    for (i, (ty, slot)) in types.iter().zip(out.iter_mut()).enumerate() {
         if i >= last || i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0 {
-            out.push(Datum::Null);
+            set_null(slot);
         } else if wanted.get(i).copied().unwrap_or(true) {
-            out.push(decode_value(bytes, &mut at, *ty)?);
+            *slot = match ty {
+                TypeId::Int4 => Datum::Int4(i32::from_le_bytes(take_array::<4>(bytes, &mut at)?)),
+                TypeId::Int8 => Datum::Int8(i64::from_le_bytes(take_array::<8>(bytes, &mut at)?)),
+                _ => decode_value(bytes, &mut at, *ty)?,
+            };
         } else {
             skip_value(bytes, &mut at, *ty)?;
-            out.push(Datum::Null);
+            set_null(slot);
         }
     }
     // A row read to its end must end there.
