@@ -8,6 +8,7 @@
 
 use std::fmt;
 
+pub mod hash;
 pub mod limits;
 
 /// Size of every page in every file walrus writes (heap, btree, clog, double-write).

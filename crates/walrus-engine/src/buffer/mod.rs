@@ -55,30 +55,8 @@ fn unpack(v: u64) -> PageId {
     PageId::new(RelFileId((v >> 32) as u32), v as u32)
 }
 
-/// Hasher for the page table (and other sets of page and tuple addresses): page ids
-/// are already well-spread integers, SipHash's DoS resistance buys nothing here and
-/// costs ~20 ns per lookup.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct PageIdHasher(u64);
-
-impl std::hash::Hasher for PageIdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(5) ^ b as u64).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.0 = (self.0.rotate_left(5) ^ v as u64).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
-    }
-    fn write_u16(&mut self, v: u16) {
-        self.write_u32(v as u32)
-    }
-}
-
-type PageTable = HashMap<PageId, u32, std::hash::BuildHasherDefault<PageIdHasher>>;
+/// The page table: page ids are well-spread integers, SipHash buys nothing here.
+type PageTable = HashMap<PageId, u32, walrus_base::hash::WordHash>;
 
 struct Frame {
     latch: RwLock<PageSlot>,

@@ -7,7 +7,6 @@
 //! (`Transaction::before_write`).
 
 use std::collections::HashSet;
-use std::hash::BuildHasherDefault;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
@@ -19,7 +18,6 @@ use crate::access::btree::{BTree, UniqueCheck};
 use crate::access::datum::{self, encode_key, encode_row, Datum, EncodedRows};
 use crate::access::heap::tuple::{self, TupleHeader, Viewer};
 use crate::access::heap::{Heap, Modify, PageBatch};
-use crate::buffer::PageIdHasher;
 use crate::catalog::{IndexDef, TableDef};
 use crate::error::{Error, Result};
 use crate::txn::clog::XidStatus;
@@ -481,7 +479,7 @@ impl Transaction {
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
         let types = def.types();
-        let mut seen: HashSet<Tid, BuildHasherDefault<PageIdHasher>> =
+        let mut seen: HashSet<Tid, walrus_base::hash::WordHash> =
             HashSet::with_capacity_and_hasher(hits.len(), Default::default());
         let mut dead = Vec::new();
         let mut dead_at = Vec::new();

@@ -2,7 +2,6 @@
 //! (`generate_series`, `unnest`), derived tables, nested joins; and joins (nested loops,
 //! LATERAL items evaluated per left row).
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
@@ -15,7 +14,7 @@ use walrus_engine::catalog::TableDef;
 
 use super::dml::scan_rows;
 use super::spill::SpillFile;
-use super::{Executor, KeyPart};
+use super::{Executor, KeyMap, KeyPart};
 use crate::catalog_views;
 use crate::error::{SqlError, SqlResult};
 use crate::expr::coerce;
@@ -334,7 +333,7 @@ impl Executor<'_> {
     ) -> SqlResult<Option<Vec<(usize, usize)>>> {
         let mark = self.memory.used();
         let work_mem = self.work_mem();
-        let mut table: HashMap<Vec<KeyPart>, Vec<usize>> = HashMap::new();
+        let mut table: KeyMap<Vec<usize>> = KeyMap::default();
         let mut table_bytes = 0u64;
         let mut overflow = false;
         for (i, row) in build.iter().enumerate() {
@@ -429,7 +428,7 @@ impl Executor<'_> {
                 continue; // a partition with one side empty has no pairs
             };
             let mark = self.memory.used();
-            let mut table: HashMap<Vec<KeyPart>, Vec<usize>> = HashMap::new();
+            let mut table: KeyMap<Vec<usize>> = KeyMap::default();
             let mut rd = b.reader()?;
             while let Some(r) = rd.next_row()? {
                 let (at, k) = read(r)?;
@@ -489,7 +488,7 @@ impl Executor<'_> {
             }
         }
         let work_mem = self.work_mem();
-        let mut table: HashMap<Vec<KeyPart>, Vec<usize>> = HashMap::new();
+        let mut table: KeyMap<Vec<usize>> = KeyMap::default();
         let mut table_bytes = 0u64;
         for (i, row) in right.rows.iter().enumerate() {
             match side_key(&keys, &kinds, row, false) {
@@ -921,7 +920,7 @@ pub(super) struct ProbeJoin {
     pub(super) cols: Vec<ColName>,
     right: Vec<Vec<Datum>>,
     /// Right rows (positions, ascending) by key.
-    table: HashMap<Vec<KeyPart>, Vec<usize>>,
+    table: KeyMap<Vec<usize>>,
     keys: Vec<(usize, usize)>,
     kinds: Vec<HashKind>,
     on: Expr,

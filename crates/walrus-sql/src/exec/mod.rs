@@ -169,6 +169,10 @@ pub(crate) fn row_key(row: &[Datum]) -> String {
     format!("{norm:?}")
 }
 
+/// A hash table keyed by [`KeyPart`] rows (groups, hash-join sides), with walrus's
+/// word hasher: keys are the statement's own data.
+pub(super) type KeyMap<V> = HashMap<Vec<KeyPart>, V, walrus_base::hash::WordHash>;
+
 /// One value of a hash key (grouping, hash join) under the same equality as
 /// [`row_key`], without formatting the common integer case.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

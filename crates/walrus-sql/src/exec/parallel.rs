@@ -22,7 +22,7 @@
 //! that print differently), the level runs again serially and gives the serial answer
 //! or error. Helpers come from [`MAX_PARALLEL_WORKERS`] shared by all sessions.
 
-use std::collections::hash_map::{Entry, HashMap};
+use std::collections::hash_map::Entry;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use sqlparser::ast::Expr;
@@ -34,7 +34,7 @@ use walrus_engine::engine::MAX_PARALLEL_WORKERS;
 use super::aggregate::{AggState, StreamCall};
 use super::from::ProbeJoin;
 use super::sort::{SortEntry, TopN};
-use super::{dml, Env, KeyPart};
+use super::{dml, Env, KeyMap, KeyPart};
 use crate::error::SqlResult;
 use crate::expr::compiled::{Columns, Fast, Prepared};
 use crate::plan::{choose_access, Access};
@@ -191,7 +191,7 @@ struct Group {
 /// met something only the serial scan may answer.
 struct Partial {
     /// Each group's place in `groups` by key.
-    index: HashMap<Vec<KeyPart>, usize>,
+    index: KeyMap<usize>,
     groups: Vec<Group>,
     bytes: u64,
     bail: bool,
@@ -266,7 +266,7 @@ pub(super) fn aggregate(
         .sum();
     let work_mem = level.work_mem;
     let init = || Partial {
-        index: HashMap::new(),
+        index: KeyMap::default(),
         groups: Vec::new(),
         bytes: 0,
         bail: false,
@@ -369,7 +369,7 @@ pub(super) fn aggregate(
     if partials.iter().any(|p| p.bail) {
         return rerun();
     }
-    let mut total: HashMap<Vec<KeyPart>, Group> = HashMap::new();
+    let mut total: KeyMap<Group> = KeyMap::default();
     let mut held = 0u64;
     for p in partials {
         for (key, g) in p.into_groups() {

@@ -13,7 +13,7 @@ use super::aggregate::{AggState, StreamCall};
 use super::dml::{for_each_matching_row, matching_rows};
 use super::from::{ProbeJoin, ProbeScratch};
 use super::spill::SpillFile;
-use super::{row_key, Executor, GroupHooks, KeyPart, OutputRows, StreamHooks};
+use super::{row_key, Executor, GroupHooks, KeyMap, KeyPart, OutputRows, StreamHooks};
 use crate::error::{SqlError, SqlResult};
 use crate::expr::compiled::{Columns, Fast, Prepared};
 use crate::memory::row_bytes;
@@ -134,7 +134,7 @@ struct GroupTable {
     depth: u32,
     /// (position of the first row, that row, one running state per call) per group.
     groups: Vec<(usize, Vec<Datum>, Vec<AggState>)>,
-    index: HashMap<Vec<KeyPart>, usize>,
+    index: KeyMap<usize>,
     state_bytes: u64,
     table_bytes: u64,
     partitions: Vec<Option<SpillFile>>,
@@ -149,7 +149,7 @@ impl GroupTable {
             mark: exec.memory.used(),
             depth,
             groups: Vec::new(),
-            index: HashMap::new(),
+            index: KeyMap::default(),
             state_bytes: p.calls.iter().map(|c| c.start().bytes()).sum(),
             table_bytes: 0,
             partitions: Vec::new(),
