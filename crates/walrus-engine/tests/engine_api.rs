@@ -148,6 +148,55 @@ fn unique_violation_and_waiting_for_an_uncommitted_duplicate() {
     e.shutdown().unwrap();
 }
 
+/// An UPDATE that keeps the primary key but changes another indexed column (no HOT)
+/// adds a primary-key entry without a unique check; an inserter of that key meanwhile
+/// still waits for the updater, and fails whether it commits or rolls back.
+#[test]
+fn a_key_kept_by_an_update_still_excludes_a_concurrent_insert() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.create_index("t", "t_v", &[1], false, false).unwrap();
+    t.commit().unwrap();
+    let def = e.catalog_view().unwrap().table("t").unwrap();
+    assert_eq!(def.indexes.len(), 2);
+    let mut a = e.begin(Isolation::ReadCommitted);
+    a.insert(&def, &row(5, "a")).unwrap();
+    a.commit().unwrap();
+    for commit in [true, false] {
+        let mut up = e.begin(Isolation::ReadCommitted);
+        let (tid, _) = get(&mut up, &def, 5).unwrap();
+        let v = if commit { "b" } else { "never" };
+        assert!(matches!(
+            up.update(&def, tid, &row(5, v)).unwrap(),
+            walrus_engine::engine::RowChange::Done(_)
+        ));
+        let (e2, def2) = (e.clone(), def.clone());
+        let inserter = std::thread::spawn(move || {
+            let mut s = e2.begin(Isolation::ReadCommitted);
+            let r = s.insert(&def2, &row(5, "dup"));
+            s.rollback().unwrap();
+            r
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !inserter.is_finished(),
+            "the inserter waits for the updater"
+        );
+        if commit {
+            up.commit().unwrap();
+        } else {
+            up.rollback().unwrap();
+        }
+        let err = inserter.join().unwrap().unwrap_err();
+        assert_eq!(err.sqlstate(), "23505", "{err:?}");
+    }
+    let mut r = e.begin(Isolation::ReadCommitted);
+    assert_eq!(get(&mut r, &def, 5).unwrap().1, row(5, "b"));
+    e.shutdown().unwrap();
+}
+
 #[test]
 fn updaters_wait_then_follow_the_new_version_or_fail_in_repeatable_read() {
     let dir = tempfile::tempdir().unwrap();

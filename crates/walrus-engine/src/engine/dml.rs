@@ -89,7 +89,7 @@ impl Transaction {
         let tid = Heap::new(&self.inner.pool, &self.inner.txn, &rel).insert(xid, self.cid, &row)?;
         self.activity_of(&rel).inserted += 1;
         for idx in &def.indexes {
-            self.index_insert(def, idx, values, tid)?;
+            self.index_insert(def, idx, values, tid, true)?;
         }
         Ok(tid)
     }
@@ -202,7 +202,8 @@ impl Transaction {
                     .map_err(|e| Error::Internal(format!("encoded row: {e}")))
                     .map_err(at(i))?;
                 for idx in &def.indexes {
-                    self.index_insert(def, idx, &values, tid).map_err(at(i))?;
+                    self.index_insert(def, idx, &values, tid, true)
+                        .map_err(at(i))?;
                 }
             }
         }
@@ -252,7 +253,8 @@ impl Transaction {
         self.activity_of(&rel).inserted += tids.len() as u64;
         for (i, (values, &tid)) in good.iter().zip(&tids).enumerate() {
             for idx in &def.indexes {
-                self.index_insert(def, idx, values, tid).map_err(at(i))?;
+                self.index_insert(def, idx, values, tid, true)
+                    .map_err(at(i))?;
             }
         }
         if let Some(i) = bad {
@@ -316,12 +318,15 @@ impl Transaction {
         self.insert(def, values).map(Some)
     }
 
+    /// Adds `tid`'s entry to `idx`; a unique index checks the key first unless
+    /// `unique_check` is false (an UPDATE that kept the key: see [`Transaction::update`]).
     fn index_insert(
         &mut self,
         def: &TableDef,
         idx: &IndexDef,
         values: &[Datum],
         tid: Tid,
+        unique_check: bool,
     ) -> Result<()> {
         let keyvals: Vec<Datum> = idx.columns.iter().map(|&c| values[c].clone()).collect();
         let mut key = Vec::new();
@@ -332,7 +337,7 @@ impl Transaction {
         let heap = Heap::new(&inner.pool, &inner.txn, &rel);
         let tree = BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name);
         // NULLs never conflict (SQL semantics).
-        let unique = idx.unique && !keyvals.iter().any(|d| d.is_null());
+        let unique = unique_check && idx.unique && !keyvals.iter().any(|d| d.is_null());
         let mut check = |existing: Tid| -> Result<UniqueCheck> {
             if !unique || existing == tid {
                 return Ok(UniqueCheck::NotLive);
@@ -612,10 +617,9 @@ impl Transaction {
             };
             let old_values = datum::decode_row(&old_row, &def.types())
                 .map_err(|e| Error::InvalidInput(e.to_string()))?;
-            let hot_ok = def
-                .indexes
-                .iter()
-                .all(|i| i.columns.iter().all(|&c| old_values[c] == new_values[c]));
+            let unchanged =
+                |i: &IndexDef| i.columns.iter().all(|&c| old_values[c] == new_values[c]);
+            let hot_ok = def.indexes.iter().all(unchanged);
             let (m, hot) = heap.update(tid, xid, self.cid, &row, hot_ok)?;
             match m {
                 Modify::Done(new_tid) => {
@@ -624,7 +628,11 @@ impl Transaction {
                     a.hot_updated += hot as u64;
                     if !hot {
                         for idx in &def.indexes {
-                            self.index_insert(def, idx, new_values, new_tid)?;
+                            // An unchanged key cannot conflict: the only live entry with
+                            // it is this row's own, which the row lock we hold keeps
+                            // another inserter waiting on.
+                            let check = !unchanged(idx);
+                            self.index_insert(def, idx, new_values, new_tid, check)?;
                         }
                     }
                     return Ok(RowChange::Done(new_tid));

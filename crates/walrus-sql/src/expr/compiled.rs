@@ -141,8 +141,13 @@ impl Fast {
                 // A comparison of integer columns and constants, read in place: no
                 // value is built for the operands.
                 if let (Some(x), Some(y)) = (l.int_in_place(row), r.int_in_place(row)) {
-                    if let Some(holds) = comparison(op, x.cmp(&y)) {
+                    if let Some(holds) = comparison(op, x.0.cmp(&y.0)) {
                         return Ok(Some(Datum::Bool(holds)));
+                    }
+                    // Arithmetic that neither overflows its result type nor divides by
+                    // zero; anything else goes to `binary` below for its error.
+                    if let Some(v) = arithmetic(op, x, y) {
+                        return Ok(Some(v));
                     }
                 }
                 let Some(a) = l.eval(row)? else {
@@ -206,15 +211,41 @@ impl Fast {
 }
 
 impl Fast {
-    /// The integer a column or constant operand holds, read without building a value
-    /// (`None`: another kind of operand, or not an integer there, NULL included).
-    fn int_in_place(&self, row: &[Datum]) -> Option<i64> {
-        match self {
-            Fast::Column(i) => row.get(*i).and_then(int),
-            Fast::Int(d) => int(d),
+    /// The integer a column or constant operand holds and its width's rank (int2 0,
+    /// int4 1, int8 2), read without building a value (`None`: another kind of
+    /// operand, or not an integer there, NULL included).
+    fn int_in_place(&self, row: &[Datum]) -> Option<(i64, u8)> {
+        let d = match self {
+            Fast::Column(i) => row.get(*i)?,
+            Fast::Int(d) => d,
+            _ => return None,
+        };
+        match d {
+            Datum::Int2(x) => Some((*x as i64, 0)),
+            Datum::Int4(x) => Some((*x as i64, 1)),
+            Datum::Int8(x) => Some((*x, 2)),
             _ => None,
         }
     }
+}
+
+/// `x op y` for integer operands as [`binary`] computes it (the result has the wider
+/// operand's type), or `None` when `op` is not arithmetic or the result is an error
+/// there (overflow, division by zero), which `binary` then raises.
+fn arithmetic(op: &BinaryOperator, (x, xr): (i64, u8), (y, yr): (i64, u8)) -> Option<Datum> {
+    let v = match op {
+        BinaryOperator::Plus => x.checked_add(y)?,
+        BinaryOperator::Minus => x.checked_sub(y)?,
+        BinaryOperator::Multiply => x.checked_mul(y)?,
+        BinaryOperator::Divide => x.checked_div(y)?,
+        BinaryOperator::Modulo => x.checked_rem(y)?,
+        _ => return None,
+    };
+    Some(match xr.max(yr) {
+        0 => Datum::Int2(i16::try_from(v).ok()?),
+        1 => Datum::Int4(i32::try_from(v).ok()?),
+        _ => Datum::Int8(v),
+    })
 }
 
 /// Whether `ord` satisfies comparison operator `op`; `None` for arithmetic.
