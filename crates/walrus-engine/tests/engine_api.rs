@@ -155,7 +155,7 @@ fn unique_violation_and_waiting_for_an_uncommitted_duplicate() {
 fn a_key_kept_by_an_update_still_excludes_a_concurrent_insert() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(dir.path());
-    let def = table(&e);
+    table(&e);
     let mut t = e.begin(Isolation::ReadCommitted);
     t.create_index("t", "t_v", &[1], false, false).unwrap();
     t.commit().unwrap();
