@@ -198,7 +198,12 @@ impl Fast {
                 // in its order).
                 let mut v = [0i64; 3];
                 for (part, out) in parts.iter().zip(v.iter_mut()) {
-                    match part.eval(row)?.as_ref().and_then(int) {
+                    // Columns and constants read in place; other parts evaluated.
+                    let i = match part.int_in_place(row) {
+                        Some((i, _)) => Some(i),
+                        None => part.eval(row)?.as_ref().and_then(int),
+                    };
+                    match i {
                         Some(i) => *out = i,
                         None => return Ok(None),
                     }
