@@ -197,6 +197,79 @@ fn a_key_kept_by_an_update_still_excludes_a_concurrent_insert() {
     e.shutdown().unwrap();
 }
 
+/// Vacuum skips pages left settled (only live, committed, undeleted rows) by COPY
+/// FREEZE or by an earlier vacuum, counting their rows, and visits every page a change
+/// touched since: the counts are a full visit's, a delete on a settled page is found.
+#[test]
+fn vacuum_skips_settled_pages_and_visits_changed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    table(&e);
+    let rows: Vec<Vec<Datum>> = (0..3000).map(|i| row(i, &format!("r{i}"))).collect();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.truncate("t").unwrap();
+    let fresh = t.table("t").unwrap();
+    t.insert_batch_frozen(&fresh, &rows).unwrap();
+    t.commit().unwrap();
+    let def = e.catalog_view().unwrap().table("t").unwrap();
+    let report = |e: &Engine| e.vacuum_with(Some("t"), None).unwrap().remove(0);
+    let pages = |e: &Engine| {
+        let t = e.begin(Isolation::ReadCommitted);
+        let n = t.table_pages(&def).unwrap() as u64;
+        t.commit().unwrap();
+        n
+    };
+    let first = report(&e);
+    assert_eq!(
+        first.pages_skipped,
+        pages(&e),
+        "every page loaded frozen is settled"
+    );
+    assert_eq!(first.counts.live, 3000);
+    // Delete on one page, update on another (its new version on a third): those pages
+    // are visited, the rest skipped.
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let (deleted, _) = get(&mut t, &def, 5).unwrap();
+    t.delete(&def, deleted).unwrap();
+    let (old, _) = get(&mut t, &def, 2990).unwrap();
+    let walrus_engine::engine::RowChange::Done(new) =
+        t.update(&def, old, &row(2990, "changed")).unwrap()
+    else {
+        panic!("update failed")
+    };
+    t.commit().unwrap();
+    let changed: std::collections::BTreeSet<u32> =
+        [deleted.block, old.block, new.block].into_iter().collect();
+    let second = report(&e);
+    assert_eq!(
+        second.pages_skipped,
+        pages(&e) - changed.len() as u64,
+        "{second:?}"
+    );
+    assert_eq!(second.counts.live, 2999);
+    assert_eq!(second.removed, 1, "the deleted row's pointer: {second:?}");
+    // Visited pages with only live rows left are settled again, except the one whose
+    // dead pointer that vacuum freed after its visit: settled by the next.
+    let third = report(&e);
+    assert_eq!(third.pages_skipped, pages(&e) - 1, "{third:?}");
+    assert_eq!(third.counts.live, 2999);
+    let settled = report(&e);
+    assert_eq!(settled.pages_skipped, pages(&e), "{settled:?}");
+    // A new row unsettles its page.
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(5, "again")).unwrap();
+    t.commit().unwrap();
+    let fourth = report(&e);
+    assert_eq!(fourth.pages_skipped, pages(&e) - 1, "{fourth:?}");
+    assert_eq!(fourth.counts.live, 3000);
+    // A freeze pass visits every page, and counts the same rows.
+    e.vacuum_freeze(Some("t"), None).unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    assert_eq!(t.scan_all(&def).unwrap().len(), 3000);
+    t.commit().unwrap();
+    e.shutdown().unwrap();
+}
+
 #[test]
 fn updaters_wait_then_follow_the_new_version_or_fail_in_repeatable_read() {
     let dir = tempfile::tempdir().unwrap();

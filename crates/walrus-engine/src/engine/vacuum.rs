@@ -107,6 +107,8 @@ impl Throttle<'_> {
 pub struct VacuumReport {
     pub table: String,
     pub pages_scanned: u64,
+    /// Pages skipped as settled (`HeapRel::settled`): nothing to prune, rows counted.
+    pub pages_skipped: u64,
     pub pages_dirtied: u64,
     /// Dead line pointers freed (each a row version no snapshot could see).
     pub removed: u64,
@@ -452,7 +454,18 @@ fn vacuum_relation(
     let nblocks = heap.nblocks()?;
     let mut dead: Vec<Tid> = Vec::new();
     let mut counts = VacuumCounts::default();
+    let mut pages_skipped = 0;
     for b in 0..nblocks {
+        // A page unchanged since it held only live, settled tuples would prune nothing
+        // and count the same rows: skipped, as PostgreSQL's vacuum skips the pages its
+        // visibility map marks. A freeze pass visits every page.
+        if freeze.is_none() {
+            if let Some(live) = rel.settled_live(b) {
+                counts.live += live as u64;
+                pages_skipped += 1;
+                continue;
+            }
+        }
         let mut changed = heap.vacuum_collect(b, &mut dead, &mut counts)?;
         if let Some(cutoff) = freeze {
             changed |= heap.freeze_block(b, cutoff)?;
@@ -477,6 +490,7 @@ fn vacuum_relation(
     Ok(VacuumReport {
         table: def.name.clone(),
         pages_scanned: throttle.pages,
+        pages_skipped,
         pages_dirtied: throttle.dirtied,
         removed: dead.len() as u64,
         index_entries_removed,
@@ -514,9 +528,10 @@ fn autovacuum_table(engine: &Engine, def: &TableDef, rel: &crate::access::heap::
     }
     match contained(|| engine.vacuum_table(&def.name, VacuumKind::Auto, None, None)) {
         Ok(Some(r)) => tracing::info!(
-            "automatic vacuum of table \"{}\": pages: {} scanned, {} dirtied; tuples: {} pruned, {} remain, {} are dead but not yet removable; dead line pointers freed: {}, their index entries removed: {}; {:.1} ms",
+            "automatic vacuum of table \"{}\": pages: {} scanned, {} skipped as settled, {} dirtied; tuples: {} pruned, {} remain, {} are dead but not yet removable; dead line pointers freed: {}, their index entries removed: {}; {:.1} ms",
             r.table,
             r.pages_scanned,
+            r.pages_skipped,
             r.pages_dirtied,
             r.counts.pruned,
             r.counts.live,

@@ -46,6 +46,15 @@ pub struct HeapRel {
     fsm: Mutex<BTreeSet<u32>>,
     /// Row counts for `pg_stat_user_tables` and autovacuum.
     pub activity: activity::TableActivity,
+    /// Vacuum's skip list, PostgreSQL's visibility map kept in memory only: per block,
+    /// 0 = must be visited, `n + 1` = unchanged since a vacuum (or COPY FREEZE) found
+    /// only `n` live, settled tuples on it (inserter committed, no deleter or locker,
+    /// no dead line pointer), so a vacuum there would prune nothing and count `n`.
+    /// Set and cleared under the page's exclusive latch by every heap change; lost at
+    /// restart, when every page is visited again. Freeze passes visit every page.
+    settled: parking_lot::RwLock<Vec<std::sync::atomic::AtomicU16>>,
+    /// Nonzero entries of `settled`: a change skips the map while there are none.
+    settled_blocks: std::sync::atomic::AtomicUsize,
 }
 
 const INSERT_TARGETS: usize = 4;
@@ -62,7 +71,52 @@ impl HeapRel {
             last_block: (0..INSERT_TARGETS).map(|_| Mutex::new(None)).collect(),
             fsm: Mutex::new(BTreeSet::new()),
             activity: activity::TableActivity::default(),
+            settled: parking_lot::RwLock::new(Vec::new()),
+            settled_blocks: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// The live tuples of `block` if it is settled (see `settled`), else `None`.
+    pub fn settled_live(&self, block: u32) -> Option<u16> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.settled_blocks.load(Relaxed) == 0 {
+            return None;
+        }
+        let v = self.settled.read();
+        let n = v.get(block as usize)?.load(Relaxed);
+        n.checked_sub(1)
+    }
+
+    /// Marks `block` settled with `live` tuples (under its exclusive latch).
+    fn settle(&self, block: u32, live: usize) {
+        use std::sync::atomic::{AtomicU16, Ordering::Relaxed};
+        let Ok(entry) = u16::try_from(live + 1) else {
+            return;
+        };
+        let i = block as usize;
+        if self.settled.read().len() <= i {
+            let mut v = self.settled.write();
+            let want = (i + 1).max(v.len() * 2);
+            v.resize_with(want, || AtomicU16::new(0));
+        }
+        if self.settled.read()[i].swap(entry, Relaxed) == 0 {
+            self.settled_blocks.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Forgets `block`'s settled mark (under its exclusive latch, before changing it);
+    /// returns the live count the mark held.
+    fn unsettle(&self, block: u32) -> Option<u16> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.settled_blocks.load(Relaxed) == 0 {
+            return None;
+        }
+        let v = self.settled.read();
+        let old = v.get(block as usize)?.swap(0, Relaxed);
+        if old != 0 {
+            self.settled_blocks.fetch_sub(1, Relaxed);
+        }
+        old.checked_sub(1)
     }
 }
 
@@ -378,6 +432,7 @@ impl<'a> Heap<'a> {
             let first = tids.len();
             self.place(tuple_len(&fits[first]), None, |w, fresh| {
                 let id = w.id();
+                let settled_before = self.rel.unsettle(id.block.0);
                 let mut data = Vec::with_capacity(PAGE_SIZE);
                 data.extend_from_slice(&0u16.to_le_bytes());
                 let mut placed = 0u16;
@@ -411,6 +466,14 @@ impl<'a> Heap<'a> {
                 let mut rec = WalRecord::new(Rmgr::Heap, INFO_MULTI_INSERT, xid);
                 rec.block(id, fresh, data);
                 self.pool.log_change(&rec, &mut [w]);
+                // COPY FREEZE's rows are settled as they land: a fresh page of them, or
+                // a settled page they were added to, needs no vacuum.
+                if xmin_committed {
+                    let before = if fresh { Some(0) } else { settled_before };
+                    if let Some(n) = before {
+                        self.rel.settle(id.block.0, n as usize + placed as usize);
+                    }
+                }
                 Ok(tids[first])
             })?;
         }
@@ -425,6 +488,7 @@ impl<'a> Heap<'a> {
 
     fn insert_tuple(&self, xid: Xid, t: &[u8], avoid: Option<u32>) -> Result<Tid> {
         self.place(t.len(), avoid, |w, fresh| {
+            self.rel.unsettle(w.id().block.0);
             let off = page::add_item(w, t, Placement::Append { reuse_unused: true })
                 .expect("space was checked");
             let id = w.id();
@@ -574,6 +638,7 @@ impl<'a> Heap<'a> {
     ) -> Result<()> {
         if walked > PRUNE_CHAIN_LEN && prunable {
             if let Some(mut w) = pin.try_write() {
+                self.rel.unsettle(w.id().block.0);
                 self.prune_with_horizon(&mut w, horizon)?;
             }
         }
@@ -634,6 +699,7 @@ impl<'a> Heap<'a> {
     pub fn delete(&self, tid: Tid, xid: Xid, cid: u32) -> Result<Modify> {
         let pin = self.pool.read_page(self.page_id(tid.block))?;
         let mut w = pin.write();
+        self.rel.unsettle(tid.block);
         let off = resolve_offset(&w, tid.offset)
             .ok_or_else(|| Error::DataCorrupted(format!("no tuple at {tid}")))?;
         let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| {
@@ -672,6 +738,7 @@ impl<'a> Heap<'a> {
         {
             let pin = self.pool.read_page(self.page_id(tid.block))?;
             let mut w = pin.write();
+            self.rel.unsettle(tid.block);
             let off = resolve_offset(&w, tid.offset)
                 .ok_or_else(|| Error::DataCorrupted(format!("no tuple at {tid}")))?;
             let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| {
@@ -726,6 +793,8 @@ impl<'a> Heap<'a> {
             if !fresh && (page::is_new(&nw) || page::free_space(&nw) < t.len() + 8) {
                 continue;
             }
+            self.rel.unsettle(tid.block);
+            self.rel.unsettle(nb);
             let off = resolve_offset(&ow, tid.offset)
                 .ok_or_else(|| Error::DataCorrupted(format!("no tuple at {tid}")))?;
             let h = TupleHeader::read(page::item(&ow, off)).ok_or_else(|| {
@@ -846,26 +915,39 @@ impl<'a> Heap<'a> {
         if page::is_new(&w) {
             return Ok(false);
         }
+        self.rel.unsettle(block);
         let pruned = self.prune_latched(&mut w)?;
         counts.pruned += pruned as u64;
         let statuses = PageStatuses::read(&w, self.txn)?;
+        // Whether every tuple is live and settled (see `HeapRel::settled`).
+        let (mut settled, mut live) = (true, 0usize);
         for o in 1..=page::item_count(&w) {
             match page::line_pointer(&w, o).state {
-                LpState::Dead => dead.push(Tid::new(block, o)),
+                LpState::Dead => {
+                    dead.push(Tid::new(block, o));
+                    settled = false;
+                }
                 LpState::Normal => {
-                    if let Some(mut h) = TupleHeader::read(page::item(&w, o)) {
-                        tuple::set_hints(&mut h, &statuses);
-                        if h.has(tuple::XMIN_COMMITTED) {
-                            if h.xmax.is_valid() && h.has(tuple::XMAX_COMMITTED) {
-                                counts.dead_left += 1;
-                            } else {
-                                counts.live += 1;
-                            }
+                    let Some(mut h) = TupleHeader::read(page::item(&w, o)) else {
+                        settled = false;
+                        continue;
+                    };
+                    tuple::set_hints(&mut h, &statuses);
+                    settled &= h.has(tuple::XMIN_COMMITTED) && !h.xmax.is_valid();
+                    if h.has(tuple::XMIN_COMMITTED) {
+                        if h.xmax.is_valid() && h.has(tuple::XMAX_COMMITTED) {
+                            counts.dead_left += 1;
+                        } else {
+                            counts.live += 1;
+                            live += 1;
                         }
                     }
                 }
                 _ => {}
             }
+        }
+        if settled {
+            self.rel.settle(block, live);
         }
         Ok(pruned > 0)
     }
@@ -910,6 +992,7 @@ impl<'a> Heap<'a> {
         }
         let pin = self.pool.read_page(self.page_id(block))?;
         let mut w = pin.write();
+        self.rel.unsettle(block);
         let mut d = Vec::with_capacity(offs.len() * 2);
         for o in offs {
             d.extend_from_slice(&o.to_le_bytes());
