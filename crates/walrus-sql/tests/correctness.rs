@@ -3,29 +3,20 @@
 
 mod common;
 
-use common::{engine, err, ok};
+use common::{engine, err, ok, text_cells};
 use walrus_sql::{Outcome, Session};
 
-fn text_rows(s: &mut Session, sql: &str) -> Vec<Vec<String>> {
-    ok(s, sql)
-        .rows
-        .iter()
-        .map(|r| {
-            r.iter()
-                .map(|d| walrus_sql::value::format_text(d).unwrap_or_else(|| "NULL".into()))
-                .collect()
-        })
-        .collect()
-}
-
 fn one(s: &mut Session, sql: &str) -> String {
-    let r = text_rows(s, sql);
+    let r = text_cells(s, sql);
     assert_eq!(r.len(), 1, "{sql}: {r:?}");
     r[0].join("|")
 }
 
 fn col(s: &mut Session, sql: &str) -> Vec<String> {
-    text_rows(s, sql).into_iter().map(|r| r.join("|")).collect()
+    text_cells(s, sql)
+        .into_iter()
+        .map(|r| r.join("|"))
+        .collect()
 }
 
 fn error(s: &mut Session, sql: &str) -> (&'static str, String) {

@@ -31,17 +31,25 @@ pub fn err(s: &mut Session, sql: &str) -> &'static str {
     }
 }
 
-/// The rows `sql` returns, each as its values' text (`NULL` for null) joined by `|`.
+/// The rows `sql` returns, each as its values' text (`NULL` for null).
 #[allow(dead_code)] // not every test binary that includes this module uses it
-pub fn text_rows(s: &mut Session, sql: &str) -> Vec<String> {
+pub fn text_cells(s: &mut Session, sql: &str) -> Vec<Vec<String>> {
     ok(s, sql)
         .rows
         .iter()
         .map(|r| {
             r.iter()
                 .map(|d| walrus_sql::value::format_text(d).unwrap_or_else(|| "NULL".into()))
-                .collect::<Vec<_>>()
-                .join("|")
+                .collect()
         })
+        .collect()
+}
+
+/// [`text_cells`] with each row's values joined by `|`.
+#[allow(dead_code)]
+pub fn text_rows(s: &mut Session, sql: &str) -> Vec<String> {
+    text_cells(s, sql)
+        .into_iter()
+        .map(|r| r.join("|"))
         .collect()
 }
