@@ -622,6 +622,18 @@ impl<'a> Heap<'a> {
         result
     }
 
+    /// The exclusive latch on `pin`'s page for a change to it: the page's settled mark
+    /// (`HeapRel::settled`) is forgotten first, under the latch, so no vacuum skips a
+    /// changed page. Every heap change latches through here, except inserts (whose
+    /// bodies under `place` forget the mark, or keep it for COPY FREEZE's settled rows),
+    /// the opportunistic prune (`try_write`), and the freeze pass, which only adds hint
+    /// bits and so leaves a settled page settled.
+    fn latch_for_change<'p>(&self, pin: &'p PinnedPage<'_>) -> PageWrite<'p> {
+        let w = pin.write();
+        self.rel.unsettle(w.id().block.0);
+        w
+    }
+
     /// Opportunistic pruning after an index fetch walked `walked` chain members
     /// (PostgreSQL's heap_page_prune_opt): a long HOT chain makes every lookup of the
     /// row slower; shorten it when the page is not busy and some version on it died
@@ -698,8 +710,7 @@ impl<'a> Heap<'a> {
     /// Deletes the version at `tid` (stamps xmax).
     pub fn delete(&self, tid: Tid, xid: Xid, cid: u32) -> Result<Modify> {
         let pin = self.pool.read_page(self.page_id(tid.block))?;
-        let mut w = pin.write();
-        self.rel.unsettle(tid.block);
+        let mut w = self.latch_for_change(&pin);
         let off = resolve_offset(&w, tid.offset)
             .ok_or_else(|| Error::DataCorrupted(format!("no tuple at {tid}")))?;
         let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| {
@@ -737,8 +748,7 @@ impl<'a> Heap<'a> {
         // First try the same page.
         {
             let pin = self.pool.read_page(self.page_id(tid.block))?;
-            let mut w = pin.write();
-            self.rel.unsettle(tid.block);
+            let mut w = self.latch_for_change(&pin);
             let off = resolve_offset(&w, tid.offset)
                 .ok_or_else(|| Error::DataCorrupted(format!("no tuple at {tid}")))?;
             let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| {
@@ -784,17 +794,15 @@ impl<'a> Heap<'a> {
             };
             let nb = new_pin.id().block.0;
             let (mut ow, mut nw) = if nb < tid.block {
-                let n = new_pin.write();
-                (old_pin.write(), n)
+                let n = self.latch_for_change(&new_pin);
+                (self.latch_for_change(&old_pin), n)
             } else {
-                let o = old_pin.write();
-                (o, new_pin.write())
+                let o = self.latch_for_change(&old_pin);
+                (o, self.latch_for_change(&new_pin))
             };
             if !fresh && (page::is_new(&nw) || page::free_space(&nw) < t.len() + 8) {
                 continue;
             }
-            self.rel.unsettle(tid.block);
-            self.rel.unsettle(nb);
             let off = resolve_offset(&ow, tid.offset)
                 .ok_or_else(|| Error::DataCorrupted(format!("no tuple at {tid}")))?;
             let h = TupleHeader::read(page::item(&ow, off)).ok_or_else(|| {
@@ -911,11 +919,10 @@ impl<'a> Heap<'a> {
         counts: &mut VacuumCounts,
     ) -> Result<bool> {
         let pin = self.pool.read_page(self.page_id(block))?;
-        let mut w = pin.write();
+        let mut w = self.latch_for_change(&pin);
         if page::is_new(&w) {
             return Ok(false);
         }
-        self.rel.unsettle(block);
         let pruned = self.prune_latched(&mut w)?;
         counts.pruned += pruned as u64;
         let statuses = PageStatuses::read(&w, self.txn)?;
@@ -991,8 +998,7 @@ impl<'a> Heap<'a> {
             return Ok(());
         }
         let pin = self.pool.read_page(self.page_id(block))?;
-        let mut w = pin.write();
-        self.rel.unsettle(block);
+        let mut w = self.latch_for_change(&pin);
         let mut d = Vec::with_capacity(offs.len() * 2);
         for o in offs {
             d.extend_from_slice(&o.to_le_bytes());
