@@ -70,6 +70,14 @@ impl Executor<'_> {
         } else {
             Some(self.factor(right, outer)?)
         };
+        // A FROM list starts from the unit relation (no columns, one empty row):
+        // crossed with it, a side computed once is that side, rows not copied.
+        let unit = left.cols.is_empty() && matches!(left.rows.as_slice(), [r] if r.is_empty());
+        if unit && matches!(op, J::CrossJoin(JoinConstraint::None)) {
+            if let Some(r) = fixed {
+                return Ok(r);
+            }
+        }
         if let Some(r) = &fixed {
             if let Some(out) = self.hash_join(&left, r, kind, constraint, outer)? {
                 return Ok(out);
@@ -576,7 +584,7 @@ impl Executor<'_> {
             .map(ident)
             .collect();
         let (schema, table) = match parts.as_slice() {
-            [t] if self.ctes.contains_key(t) => return Ok(None),
+            [t] if self.ctes.is_some_and(|c| c.contains(t)) => return Ok(None),
             [t] => (None, t.as_str()),
             [s, t] => (Some(s.as_str()), t.as_str()),
             [_, s, t] => (Some(s.as_str()), t.as_str()),
@@ -630,11 +638,10 @@ impl Executor<'_> {
                             .filter_map(|p| p.as_ident())
                             .map(ident)
                             .collect();
-                        if let ([n], Some(bound)) = (
-                            parts.as_slice(),
-                            parts.first().and_then(|n| self.ctes.get(n)),
-                        ) {
-                            return self.cte_rel(n, bound, alias.as_ref());
+                        if let [n] = parts.as_slice() {
+                            if let Some(bound) = self.ctes.and_then(|c| c.read(n, &self.memory)) {
+                                return self.cte_rel(n, bound?, alias.as_ref());
+                            }
                         }
                         let table = parts.last().cloned().unwrap_or_default();
                         let schema = parts.len().checked_sub(2).map(|i| parts[i].as_str());
@@ -690,24 +697,21 @@ impl Executor<'_> {
 
     /// A FROM reference to a CTE bound by name: a copy of its rows (charged), its
     /// columns qualified by the alias or the CTE's name and renamed by the alias.
-    fn cte_rel(&self, name: &str, bound: &Rel, alias: Option<&ast::TableAlias>) -> SqlResult<Rel> {
-        self.memory.charge_rows(&bound.rows)?;
+    /// CTE `name`'s rows `bound` (see [`super::CteRels::read`]) as a FROM item.
+    fn cte_rel(
+        &self,
+        name: &str,
+        mut bound: Rel,
+        alias: Option<&ast::TableAlias>,
+    ) -> SqlResult<Rel> {
         let qual = alias
             .map(|a| ident(&a.name))
             .unwrap_or_else(|| name.to_string());
-        let mut rel = Rel {
-            cols: bound
-                .cols
-                .iter()
-                .map(|c| ColName {
-                    qual: Some(qual.clone()),
-                    ..c.clone()
-                })
-                .collect(),
-            rows: bound.rows.clone(),
-        };
-        rename(&mut rel, alias)?;
-        Ok(rel)
+        for c in &mut bound.cols {
+            c.qual = Some(qual.clone());
+        }
+        rename(&mut bound, alias)?;
+        Ok(bound)
     }
 
     /// A `pg_catalog` or `information_schema` table computed from the catalog snapshot.

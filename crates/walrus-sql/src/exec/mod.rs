@@ -127,7 +127,56 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
 /// The rows of a WITH query's CTEs, bound by name for the statement: a FROM item that
 /// names one (unqualified) reads these rows instead of a table (`session/recursive.rs`
 /// fills them; the working table of a recursive CTE is one).
-pub(crate) type CteRels = HashMap<String, Rel>;
+///
+/// A CTE the statement reads exactly once (one FROM reference at its top level) is
+/// bound *read once*: that read moves its rows out instead of copying them. A second
+/// read of such a binding is an internal error, never an empty relation.
+#[derive(Default)]
+pub(crate) struct CteRels {
+    shared: HashMap<String, Rel>,
+    read_once: RefCell<HashMap<String, Option<Rel>>>,
+}
+
+impl CteRels {
+    pub(crate) fn new() -> Self {
+        Self::default()
+    }
+
+    /// Binds `name` to `rel` for any number of reads.
+    pub(crate) fn insert(&mut self, name: String, rel: Rel) {
+        self.read_once.get_mut().remove(&name);
+        self.shared.insert(name, rel);
+    }
+
+    /// Binds `name` to `rel` for one read, which takes the rows.
+    pub(crate) fn insert_read_once(&mut self, name: String, rel: Rel) {
+        self.shared.remove(&name);
+        self.read_once.get_mut().insert(name, Some(rel));
+    }
+
+    pub(crate) fn contains(&self, name: &str) -> bool {
+        self.shared.contains_key(name) || self.read_once.borrow().contains_key(name)
+    }
+
+    /// The rows bound to `name` (copied, or moved out of a read-once binding), or
+    /// `None` when no CTE has that name.
+    pub(crate) fn read(&self, name: &str, memory: &MemoryBudget) -> Option<SqlResult<Rel>> {
+        if let Some(rel) = self.shared.get(name) {
+            return Some(memory.charge_rows(&rel.rows).map(|()| Rel {
+                cols: rel.cols.clone(),
+                rows: rel.rows.clone(),
+            }));
+        }
+        let mut once = self.read_once.borrow_mut();
+        let slot = once.get_mut(name)?;
+        Some(slot.take().ok_or_else(|| {
+            SqlError::new(
+                "XX000",
+                format!("WITH query \"{name}\" was bound for one read and read twice"),
+            )
+        }))
+    }
+}
 
 /// [`select`] with `ctes` visible to every FROM list of the query, subqueries included.
 pub(crate) fn select_with(
@@ -137,7 +186,7 @@ pub(crate) fn select_with(
     ctes: &CteRels,
 ) -> SqlResult<QueryResult> {
     let mut exec = Executor::new(env, params);
-    exec.ctes = ctes;
+    exec.ctes = Some(ctes);
     let rel = exec.run_query(q, None)?;
     Ok(QueryResult {
         tag: format!("SELECT {}", rel.rows.len()),
@@ -368,9 +417,6 @@ pub(crate) fn compare_keys(a: &[Datum], b: &[Datum], dirs: &[(bool, bool)]) -> O
     Ordering::Equal
 }
 
-/// The empty binding of statements without CTE rows.
-static NO_CTES: std::sync::LazyLock<CteRels> = std::sync::LazyLock::new(CteRels::new);
-
 /// Runs SELECTs for one statement of a session.
 pub(crate) struct Executor<'s> {
     env: RefCell<&'s mut dyn Env>,
@@ -384,8 +430,8 @@ pub(crate) struct Executor<'s> {
     /// While a FROM list of plain tables is read: the only column names the query level
     /// can use (see `select::used_names`); user-table scans decode just those.
     pruned_names: RefCell<Option<HashSet<String>>>,
-    /// CTE rows bound by name (see [`CteRels`]); empty outside WITH RECURSIVE.
-    ctes: &'s CteRels,
+    /// CTE rows bound by name (see [`CteRels`]); `None` outside WITH RECURSIVE.
+    ctes: Option<&'s CteRels>,
     /// Where the statement's own query level may stream its rows (see [`select`]), and
     /// that query (no other level, subqueries and derived tables included, uses it).
     sink: RefCell<Option<Box<dyn RowSink + Send>>>,
@@ -479,7 +525,7 @@ impl<'s> Executor<'s> {
             memory,
             catalog: RefCell::new(None),
             pruned_names: RefCell::new(None),
-            ctes: &NO_CTES,
+            ctes: None,
             sink: RefCell::new(None),
             sink_query: None,
             streamed: std::cell::Cell::new(None),

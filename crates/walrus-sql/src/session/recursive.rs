@@ -153,6 +153,29 @@ fn check_recursive_term(step: &Query, name: &str) -> SqlResult<()> {
     Ok(())
 }
 
+/// Whether statement `q` reads CTE `name` exactly once: its only reference is an item
+/// of the top-level FROM list of a plain SELECT, which the executor evaluates once (a
+/// reference in a subquery may be evaluated once per outer row).
+fn read_once_by(q: &Query, name: &str) -> bool {
+    let SetExpr::Select(sel) = q.body.as_ref() else {
+        return false;
+    };
+    let top_level = sel.from.iter().any(|twj| {
+        std::iter::once(&twj.relation)
+            .chain(twj.joins.iter().map(|j| &j.relation))
+            .any(|f| {
+                matches!(f, TableFactor::Table { name: t, args: None, .. }
+                if t.0.len() == 1 && t.0[0].as_ident().is_some_and(|i| ident(i) == name))
+            })
+    });
+    top_level && reference_count(q, name) == 1
+}
+
+/// Whether any of the CTEs after this one (`rest`) reads `name`.
+fn later_ctes_read(rest: &[&Query], name: &str) -> bool {
+    rest.iter().any(|q| refers_to(q, name))
+}
+
 /// A CTE's rows as the executor binds them (`exec::CteRels`): columns named `cols`,
 /// typed `types`.
 fn bound_rel(cols: &[String], types: &[TypeId], rows: Vec<Vec<Datum>>) -> Rel {
@@ -293,7 +316,9 @@ impl Session {
         };
         // Each CTE's rows, bound by name for the later CTEs and the statement.
         let mut done = exec::CteRels::new();
-        for cte in with.cte_tables {
+        let mut ctes = with.cte_tables.into_iter();
+        while let Some(cte) = ctes.next() {
+            let rest: Vec<_> = ctes.as_slice().iter().map(|c| &*c.query).collect();
             let name = ident(&cte.alias.name);
             let body = *cte.query;
             let alias_cols: Vec<String> =
@@ -438,7 +463,12 @@ impl Session {
                     }
                 }
             }
-            done.insert(name, bound_rel(&cols, &types, result));
+            let rel = bound_rel(&cols, &types, result);
+            if read_once_by(&q, &name) && !later_ctes_read(&rest, &name) {
+                done.insert_read_once(name, rel);
+            } else {
+                done.insert(name, rel);
+            }
         }
         exec::select_with(self, &q, params, &done)
     }
