@@ -10,7 +10,7 @@ use walrus_engine::access::datum::Datum;
 use walrus_engine::catalog::TableDef;
 
 use super::aggregate::{AggState, StreamCall};
-use super::dml::{for_each_matching_row, matching_rows};
+use super::dml::for_each_matching_row;
 use super::from::{ProbeJoin, ProbeScratch};
 use super::spill::SpillFile;
 use super::{row_key, Executor, GroupHooks, KeyMap, KeyPart, OutputRows, StreamHooks};
@@ -741,11 +741,7 @@ impl Executor<'_> {
                 Some(src)
             }
             Some(src) => {
-                rows = self.read_table(&src, sel)?;
-                if !windows.is_empty() {
-                    let width = cols.len();
-                    rows.iter_mut().for_each(|r| r.resize(width, Datum::Null));
-                }
+                rows = self.read_table(&src, sel, cols.len())?;
                 None
             }
             None => None,
@@ -1260,26 +1256,25 @@ impl Executor<'_> {
     }
 
     /// Every row of a lone table (or of its join) that satisfies WHERE, charged as held.
-    fn read_table(&self, src: &TableSource, sel: &Select) -> SqlResult<Vec<Vec<Datum>>> {
-        if src.probe.is_some() {
-            let mut rows = Vec::new();
-            self.read_table_with(src, sel, &mut |row| {
-                self.memory.charge_row(row)?;
-                rows.push(row.to_vec());
-                Ok(true)
-            })?;
-            return Ok(rows);
-        }
-        Ok(matching_rows(
-            &mut **self.env.borrow_mut(),
-            &src.def,
-            sel.selection.as_ref(),
-            self.params,
-            src.wanted.as_deref(),
-        )?
-        .into_iter()
-        .map(|(_, r)| r)
-        .collect())
+    /// The rows of a lone table that satisfy WHERE, each `width` wide: the columns past
+    /// the table's (a window's hidden columns) are NULL placeholders, allocated with
+    /// the row rather than grown into later.
+    fn read_table(
+        &self,
+        src: &TableSource,
+        sel: &Select,
+        width: usize,
+    ) -> SqlResult<Vec<Vec<Datum>>> {
+        let mut rows = Vec::new();
+        self.read_table_with(src, sel, &mut |row| {
+            let mut kept = Vec::with_capacity(width.max(row.len()));
+            kept.extend_from_slice(row);
+            kept.resize(width.max(row.len()), Datum::Null);
+            self.memory.charge_row(&kept)?;
+            rows.push(kept);
+            Ok(true)
+        })?;
+        Ok(rows)
     }
 
     /// Streams the rows of a lone table that satisfy WHERE to `each` (which returns

@@ -9,7 +9,7 @@ use std::cmp::Ordering;
 use sqlparser::ast::{self, Expr, Ident};
 use walrus_engine::access::datum::{Datum, TypeId};
 
-use super::{compare_keys, sort_dirs, Executor};
+use super::{compare_keys, sort_dirs, Executor, IntKeys};
 use crate::error::{SqlError, SqlResult};
 use crate::expr::compiled::{Columns, Prepared};
 use crate::expr::function_name;
@@ -148,16 +148,24 @@ pub(super) fn fill(
                 keys.push(p.eval(row, |e| exec.eval_in(e, Some(&frame), exec))?);
             }
         }
-        let key = |i: usize| &keys[i * width..(i + 1) * width];
         let mut dirs = vec![(false, false); parts];
         dirs.extend(sort_dirs(&w.order_by));
-        let same_partition = |a: usize, b: usize| {
-            compare_keys(&key(a)[..parts], &key(b)[..parts], &dirs[..parts]) == Ordering::Equal
+        let ints = IntKeys::new(&keys, &dirs);
+        // Rows `a` and `b` compared on key positions `cols`.
+        let compare = |a: usize, b: usize, cols: std::ops::Range<usize>| match &ints {
+            Some(k) => k.compare(a, b, cols),
+            None => compare_keys(
+                &keys[a * width..][cols.clone()],
+                &keys[b * width..][cols.clone()],
+                &dirs[cols],
+            ),
         };
-        // Stable: rows equal in both keys keep their order, as a sort in PostgreSQL
-        // leaves peers in an order row_number() numbers arbitrarily.
+        let same_partition = |a: usize, b: usize| compare(a, b, 0..parts) == Ordering::Equal;
+        // Stable (rows equal in both keys keep their order, as a sort in PostgreSQL
+        // leaves peers in an order row_number() numbers arbitrarily): ties broken by
+        // position, so an unstable sort gives the stable order.
         let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_by(|&a, &b| compare_keys(key(a), key(b), &dirs));
+        order.sort_unstable_by(|&a, &b| compare(a, b, 0..width).then(a.cmp(&b)));
         let (mut number, mut rank, mut dense) = (0i64, 0i64, 0i64);
         for k in 0..order.len() {
             let new_partition = k == 0 || !same_partition(order[k - 1], order[k]);
@@ -167,12 +175,7 @@ pub(super) fn fill(
                 dense = 0;
             }
             number += 1;
-            let peer = !new_partition
-                && compare_keys(
-                    &key(order[k - 1])[parts..],
-                    &key(order[k])[parts..],
-                    &dirs[parts..],
-                ) == Ordering::Equal;
+            let peer = !new_partition && compare(order[k - 1], order[k], parts..width).is_eq();
             if !peer {
                 rank = number;
                 dense += 1;
