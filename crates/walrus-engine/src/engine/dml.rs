@@ -335,38 +335,48 @@ impl Transaction {
         let inner = self.inner.clone();
         let rel = inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&inner.pool, &inner.txn, &rel);
-        let tree = BTree::open(&inner.pool, idx.relfile, idx.unique, &idx.name);
-        // NULLs never conflict (SQL semantics).
+        // NULLs never conflict (SQL semantics). Without a check the tree is not asked
+        // for one (its search of the key's entries would find nothing to refuse).
         let unique = unique_check && idx.unique && !keyvals.iter().any(|d| d.is_null());
+        let tree = BTree::open(&inner.pool, idx.relfile, unique, &idx.name);
         let mut check = |existing: Tid| -> Result<UniqueCheck> {
             if !unique || existing == tid {
                 return Ok(UniqueCheck::NotLive);
             }
             chain_liveness(&heap, existing, xid)
         };
+        let slot = match self.leaf_hints.iter().position(|h| h.0 == idx.relfile) {
+            Some(i) => i,
+            None => {
+                self.leaf_hints.push((idx.relfile, None));
+                self.leaf_hints.len() - 1
+            }
+        };
+        let mut hint = self.leaf_hints[slot].1;
         let how = self.lock_wait();
         let txn = &inner.txn;
         let mut wait = |holder: Xid| -> Result<()> { txn.wait_for(xid, holder, how) };
-        tree.insert(&key, tid, xid, &mut check, &mut wait)
-            .map_err(|e| match e {
-                Error::UniqueViolation { index, .. } => {
-                    let cols: Vec<&str> = idx
-                        .columns
-                        .iter()
-                        .map(|&c| def.columns[c].name.as_str())
-                        .collect();
-                    let vals: Vec<String> = keyvals.iter().map(datum_text).collect();
-                    Error::UniqueViolation {
-                        index,
-                        detail: format!(
-                            "Key ({})=({}) already exists.",
-                            cols.join(", "),
-                            vals.join(", ")
-                        ),
-                    }
+        let inserted = tree.insert_hinted(&key, tid, xid, &mut check, &mut wait, &mut hint);
+        self.leaf_hints[slot].1 = hint;
+        inserted.map_err(|e| match e {
+            Error::UniqueViolation { index, .. } => {
+                let cols: Vec<&str> = idx
+                    .columns
+                    .iter()
+                    .map(|&c| def.columns[c].name.as_str())
+                    .collect();
+                let vals: Vec<String> = keyvals.iter().map(datum_text).collect();
+                Error::UniqueViolation {
+                    index,
+                    detail: format!(
+                        "Key ({})=({}) already exists.",
+                        cols.join(", "),
+                        vals.join(", ")
+                    ),
                 }
-                other => other,
-            })
+            }
+            other => other,
+        })
     }
 
     pub(super) fn viewer_parts(&mut self) -> (Snapshot, Option<Xid>, u32) {

@@ -60,6 +60,9 @@ pub struct Transaction {
     /// (no other transaction's DDL can change them until it ends). A caller may still
     /// pass a definition it read earlier, before a concurrent CREATE INDEX committed.
     write_defs: Vec<Arc<TableDef>>,
+    /// Per index (a handful: searched linearly), the leaf its last insert went to, tried
+    /// first by the next (`BTree::insert_hinted`).
+    pub(super) leaf_hints: Vec<(RelFileId, Option<u32>)>,
 }
 
 impl Engine {
@@ -84,6 +87,7 @@ impl Engine {
             activity: Vec::new(),
             table_holds: Vec::new(),
             write_defs: Vec::new(),
+            leaf_hints: Vec::new(),
         }
     }
 }

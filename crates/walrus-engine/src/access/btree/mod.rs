@@ -234,6 +234,22 @@ impl<'a> BTree<'a> {
         check: &mut dyn FnMut(Tid) -> Result<UniqueCheck>,
         wait: &mut dyn FnMut(Xid) -> Result<()>,
     ) -> Result<()> {
+        self.insert_hinted(key, tid, xid, check, wait, &mut None)
+    }
+
+    /// [`BTree::insert`], trying first the leaf `leaf_hint` names (the leaf the caller's
+    /// previous insert into this index went to) and leaving there the leaf this insert
+    /// went to. A run of inserts in key order (an UPDATE or a COPY walking the table in
+    /// the index's order) then skips the descent from the root for most entries.
+    pub fn insert_hinted(
+        &self,
+        key: &[u8],
+        tid: Tid,
+        xid: Xid,
+        check: &mut dyn FnMut(Tid) -> Result<UniqueCheck>,
+        wait: &mut dyn FnMut(Xid) -> Result<()>,
+        leaf_hint: &mut Option<u32>,
+    ) -> Result<()> {
         if key.len() > BTREE_KEY_BYTES_MAX {
             return Err(Error::ProgramLimitExceeded(format!(
                 "index row size {} exceeds btree maximum {BTREE_KEY_BYTES_MAX} for index \"{}\"",
@@ -259,8 +275,44 @@ impl<'a> BTree<'a> {
                     }
                 }
             }
-            return self.insert_at_level(&item, 0, xid);
+            if let Some(block) = *leaf_hint {
+                if self.insert_at_leaf(block, &item, xid)? {
+                    return Ok(());
+                }
+            }
+            *leaf_hint = self.insert_at_level(&item, 0, xid)?;
+            return Ok(());
         }
+    }
+
+    /// Inserts leaf `item` into leaf `block` if the item certainly belongs there and
+    /// fits; `false` (nothing changed) otherwise. It belongs there when the page holds
+    /// an item below it (so it is above the page's low bound) and it is not beyond the
+    /// high key. Pages of a B-tree are never freed, so `block` is still a leaf of it.
+    fn insert_at_leaf(&self, block: u32, item: &[u8], xid: Xid) -> Result<bool> {
+        let key = item_key(item, 0);
+        let pin = self.pool.read_page(self.pid(block))?;
+        let mut w = pin.write();
+        if page::kind(&w) != Some(PageKind::BtreeNode) || level(&w) != 0 || beyond(&w, key) {
+            return Ok(false);
+        }
+        let first = first_data(&w);
+        let pos = page::lower_bound(&w, first, |it| item_key(it, 0).cmp(key));
+        if pos <= first || !page::fits(&w, item.len()) {
+            return Ok(false);
+        }
+        page::add_item(&mut w, item, Placement::Insert(pos)).expect("fits");
+        self.log_insert(&mut w, pos, item, xid);
+        Ok(true)
+    }
+
+    /// Logs the insert of `item` at `pos` on the latched page.
+    fn log_insert(&self, w: &mut PageWrite<'_>, pos: u16, item: &[u8], xid: Xid) {
+        let mut d = pos.to_le_bytes().to_vec();
+        d.extend_from_slice(item);
+        let mut rec = WalRecord::new(Rmgr::Btree, INFO_INSERT, xid);
+        rec.block(w.id(), false, d);
+        self.pool.log_change(&rec, &mut [w]);
     }
 
     /// Passes every entry whose key equals `key` to `check` (stopping at the first
@@ -306,11 +358,13 @@ impl<'a> BTree<'a> {
     }
 
     /// Inserts `item` into the level-`lvl` page covering it, splitting as needed.
-    fn insert_at_level(&self, item: &[u8], lvl: u16, xid: Xid) -> Result<()> {
+    /// Inserts `item` at level `lvl`, descending from the root. Returns the page it went
+    /// to when that was without a split.
+    fn insert_at_level(&self, item: &[u8], lvl: u16, xid: Xid) -> Result<Option<u32>> {
         let key = item_key(item, lvl).to_vec();
         let block = self.descend(&key, lvl)?;
         let pin = self.pool.read_page(self.pid(block))?;
-        let (pin, _) = self.latch_covering(pin, &key)?;
+        let (pin, block) = self.latch_covering(pin, &key)?;
         let mut w = pin.write();
         // Re-check after taking the exclusive latch: a split may have moved our range.
         if beyond(&w, &key) {
@@ -321,12 +375,8 @@ impl<'a> BTree<'a> {
         let pos = page::lower_bound(&w, first, |it| item_key(it, lvl).cmp(&key));
         if page::fits(&w, item.len()) {
             page::add_item(&mut w, item, Placement::Insert(pos)).expect("fits");
-            let mut d = pos.to_le_bytes().to_vec();
-            d.extend_from_slice(item);
-            let mut rec = WalRecord::new(Rmgr::Btree, INFO_INSERT, xid);
-            rec.block(w.id(), false, d);
-            self.pool.log_change(&rec, &mut [&mut w]);
-            return Ok(());
+            self.log_insert(&mut w, pos, item, xid);
+            return Ok(Some(block));
         }
         if lvl == 0 {
             // A leaf split is the last point where this insert can fail having changed
@@ -337,7 +387,8 @@ impl<'a> BTree<'a> {
                 .relfiles
                 .reserve(self.relfile, SPLIT_BLOCKS_RESERVED)?;
         }
-        self.split_and_insert(w, item, pos, xid)
+        self.split_and_insert(w, item, pos, xid)?;
+        Ok(None)
     }
 
     /// Splits the latched page, inserting `item` at `pos`, then adds the downlink for the
@@ -470,6 +521,7 @@ impl<'a> BTree<'a> {
         // Lehman–Yao: until the downlink exists, searches reach the new page through the
         // left page's right-link.
         self.insert_at_level(&downlink(&sep, new_block), lvl + 1, xid)
+            .map(|_| ())
     }
 
     /// Entries with `lo <= key <= hi` (key without the tid), in key order.

@@ -105,6 +105,46 @@ fn btree_matches_model_with_eviction() {
 }
 
 #[test]
+fn hinted_inserts_land_where_a_descent_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = pool(dir.path(), 1024);
+    BTree::create(&pool, REL, Xid(3)).unwrap();
+    let t = BTree::open(&pool, REL, false, "t_idx");
+    let mut model: BTreeMap<(Vec<u8>, Tid), ()> = BTreeMap::new();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    let mut hint = None;
+    for i in 0..20_000u32 {
+        // Ascending runs (the hint's case), a key out of order every 7th insert (the
+        // hinted leaf is the wrong one), and now and then a hint naming any block of
+        // the index: the meta page, an internal page, a leaf far away.
+        let key = if i % 7 == 0 {
+            wide(rng.gen_range(0..20_000))
+        } else {
+            wide(i as u64)
+        };
+        if i % 500 == 499 {
+            hint = Some(rng.gen_range(0..pool.relfiles.nblocks(REL).unwrap()));
+        }
+        let tid = Tid::new(i / 50, (i % 50 + 1) as u16);
+        t.insert_hinted(&key, tid, Xid(3), &mut no_check, &mut no_wait, &mut hint)
+            .unwrap();
+        model.insert((key, tid), ());
+    }
+    assert!(t.root_level().unwrap() >= 2, "tree grew past two levels");
+    assert!(hint.is_some(), "an insert without a split leaves its leaf");
+    let all = t.range(Bound::Unbounded, Bound::Unbounded).unwrap();
+    let want: Vec<(Vec<u8>, Tid)> = model.keys().cloned().collect();
+    assert_eq!(all, want);
+    for probe in [0u64, 6, 7, 9_999, 19_999] {
+        let want: Vec<Tid> = model
+            .range((wide(probe), Tid::new(0, 0))..=(wide(probe), Tid::new(u32::MAX, u16::MAX)))
+            .map(|((_, t), _)| *t)
+            .collect();
+        assert_eq!(t.lookup(&wide(probe)).unwrap(), want, "lookup {probe}");
+    }
+}
+
+#[test]
 fn btree_unique_checks_call_back() {
     let dir = tempfile::tempdir().unwrap();
     let pool = pool(dir.path(), 256);

@@ -55,6 +55,10 @@ pub struct HeapRel {
     settled: parking_lot::RwLock<Vec<std::sync::atomic::AtomicU16>>,
     /// Nonzero entries of `settled`: a change skips the map while there are none.
     settled_blocks: std::sync::atomic::AtomicUsize,
+    /// A lower bound of the heap file's block count, which only grows for a relfile
+    /// (TRUNCATE gives a new one): a block below it exists without asking the file
+    /// table (a lock and a lookup per fetch otherwise).
+    blocks_seen: std::sync::atomic::AtomicU32,
 }
 
 const INSERT_TARGETS: usize = 4;
@@ -73,6 +77,7 @@ impl HeapRel {
             activity: activity::TableActivity::default(),
             settled: parking_lot::RwLock::new(Vec::new()),
             settled_blocks: std::sync::atomic::AtomicUsize::new(0),
+            blocks_seen: std::sync::atomic::AtomicU32::new(0),
         }
     }
 
@@ -346,6 +351,18 @@ impl<'a> Heap<'a> {
         self.pool.relfiles.nblocks(self.rel.relfile)
     }
 
+    /// Whether `block` is inside the heap file (an index entry or a chain may point
+    /// past the end only after a crash lost the heap's extension).
+    pub fn has_block(&self, block: u32) -> Result<bool> {
+        use std::sync::atomic::Ordering;
+        if block < self.rel.blocks_seen.load(Ordering::Relaxed) {
+            return Ok(true);
+        }
+        let n = self.nblocks()?;
+        self.rel.blocks_seen.fetch_max(n, Ordering::Relaxed);
+        Ok(block < n)
+    }
+
     /// Space that inserts must leave free on a page (fillfactor), for later HOT updates.
     fn reserve_bytes(&self) -> usize {
         PAGE_SIZE * (100 - self.rel.fillfactor as usize) / 100
@@ -569,7 +586,7 @@ impl<'a> Heap<'a> {
     /// one latch (see [`chain_members`]).
     pub fn chain_headers(&self, root: Tid) -> Result<Vec<TupleHeader>> {
         let mut out = Vec::new();
-        if root.block < self.nblocks()? {
+        if self.has_block(root.block)? {
             self.with_block(root.block, None, |r| {
                 out.extend(chain_members(r, root.offset).map(|(_, h)| h));
             })?;
@@ -661,7 +678,7 @@ impl<'a> Heap<'a> {
     /// whole chain dead to every snapshot, and only the index entries keep it. A `DEAD`
     /// pointer is never reused until vacuum has removed those entries.
     pub fn root_is_dead(&self, root: Tid) -> Result<bool> {
-        if root.block >= self.nblocks()? {
+        if !self.has_block(root.block)? {
             return Ok(false);
         }
         let pin = self.pool.read_page(self.page_id(root.block))?;
@@ -671,7 +688,7 @@ impl<'a> Heap<'a> {
 
     /// Reads a version regardless of visibility (for following update chains).
     pub fn read_version(&self, tid: Tid) -> Result<Option<(TupleHeader, Vec<u8>)>> {
-        if tid.block >= self.nblocks()? {
+        if !self.has_block(tid.block)? {
             return Ok(None);
         }
         let pin = self.pool.read_page(self.page_id(tid.block))?;

@@ -86,7 +86,7 @@ impl Heap<'_> {
     ) -> Result<()> {
         batch.bytes.clear();
         batch.rows.clear();
-        if block >= self.nblocks()? {
+        if !self.has_block(block)? {
             return Ok(());
         }
         let pin = self.pool.read_page(self.page_id(block))?;
