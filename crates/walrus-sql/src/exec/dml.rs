@@ -549,8 +549,11 @@ pub(crate) fn for_each_matching_row(
     }
     let all = vec![true; def.columns.len()];
     let wanted = wanted.unwrap_or(all.as_slice());
-    // Every path returns what may match; WHERE decides, row by row as they come.
-    let filter = filter.map(|f| Prepared::new(f, &Columns::Table(&def.columns), params));
+    // Every path returns what may match; WHERE decides, row by row as they come
+    // (unless the path returns exactly what it matches).
+    let filter = filter
+        .filter(|_| !matches!(access, Access::Range { exact: true, .. }))
+        .map(|f| Prepared::new(f, &Columns::Table(&def.columns), params));
     let mut failed = None;
     let mut matching = |tid, row: &[Datum]| {
         let more = row_matches(filter.as_ref(), &def.columns, row, params, now, &get)
@@ -568,7 +571,7 @@ pub(crate) fn for_each_matching_row(
             let key = Bound::Included(key.as_slice());
             t.index_scan_borrowed(def, index, key, key, wanted, &mut matching)?
         }
-        Access::Range { index, lo, hi } => {
+        Access::Range { index, lo, hi, .. } => {
             t.index_scan_borrowed(def, index, b(lo), b(hi), wanted, &mut matching)?
         }
         Access::Scan => t.scan_columns_borrowed(def, wanted, &mut matching)?,

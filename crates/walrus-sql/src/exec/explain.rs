@@ -227,7 +227,7 @@ pub(crate) fn explain_query(
                     )],
                     input: None,
                 },
-                Access::Range { index, lo, hi } => {
+                Access::Range { index, lo, hi, .. } => {
                     let col = &def.columns[index.columns[0]].name;
                     let bound = |b: &std::ops::Bound<Datum>, lower: bool| match b {
                         std::ops::Bound::Included(d) => Some(format!(
@@ -269,7 +269,8 @@ pub(crate) fn explain_query(
                     input: None,
                 },
             };
-            if let (Some(f), false) = (filter, matches!(access, Access::Nothing)) {
+            let filtered = !matches!(access, Access::Nothing | Access::Range { exact: true, .. });
+            if let (Some(f), true) = (filter, filtered) {
                 node.details.push(format!("Filter: ({f})"));
             }
             let group_rows = group_estimate(&group, stats.as_ref(), node.rows);

@@ -32,6 +32,10 @@ pub(crate) enum Access<'d> {
         index: &'d IndexDef,
         lo: Bound<Datum>,
         hi: Bound<Datum>,
+        /// The filter is exactly this range: every conjunct compares the index column
+        /// with an integer constant and both ends are bounded (an open end would also
+        /// return NULL keys). The rows need no filter then.
+        exact: bool,
     },
     /// No row can match: a constant does not fit its column's type.
     Nothing,
@@ -159,6 +163,8 @@ fn range_access<'d>(
                     index: idx,
                     lo: typed_lo,
                     hi: typed_hi,
+                    exact: !open
+                        && filter.is_some_and(|w| only_bounds_on(w, c, def, params, now, get)),
                 };
             }
             // A bound past the column type's range: leave it to the scan.
@@ -274,6 +280,39 @@ fn collect_ranges(
             }
         }
         _ => {}
+    }
+}
+
+/// Whether WHERE clause `e` is nothing but conjuncts [`collect_ranges`] turns into
+/// bounds on column `c`.
+fn only_bounds_on(
+    e: &Expr,
+    c: usize,
+    def: &TableDef,
+    params: &[Datum],
+    now: i64,
+    get: &dyn Fn(&str) -> Option<String>,
+) -> bool {
+    match e {
+        Expr::BinaryOp {
+            left,
+            op: ast::BinaryOperator::And,
+            right,
+        } => {
+            only_bounds_on(left, c, def, params, now, get)
+                && only_bounds_on(right, c, def, params, now, get)
+        }
+        Expr::Nested(inner) => only_bounds_on(inner, c, def, params, now, get),
+        _ => {
+            let mut bounds = Vec::new();
+            collect_ranges(e, def, params, now, get, &mut bounds);
+            let expected = if matches!(e, Expr::Between { .. }) {
+                2
+            } else {
+                1
+            };
+            bounds.len() == expected && bounds.iter().all(|(bc, _, _)| *bc == c)
+        }
     }
 }
 
