@@ -143,3 +143,57 @@ fn a_table_within_a_quarter_of_the_pool_stays_cached() {
     assert_eq!(stats.misses.load(Ordering::Relaxed), misses);
     assert_eq!(stats.ring_reuses.load(Ordering::Relaxed), reuses);
 }
+
+/// VACUUM and ANALYZE of a table larger than a quarter of the pool read it through a
+/// ring too: a small table kept in the pool is still there after them.
+#[test]
+fn vacuum_and_analyze_of_a_large_table_leave_the_pool_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = {
+        let e = engine(dir.path());
+        let big = table(&e, "big");
+        fill(&e, &big, 6000, 1000);
+        // Hints set and written: the pages the later passes read are clean.
+        e.vacuum_with(Some("big"), None).unwrap();
+        e.shutdown().unwrap();
+        big
+    };
+    // After a restart no page is known settled: the vacuum visits every one.
+    let e = Engine::open(dir.path()).unwrap().0;
+    let hot = table(&e, "hot");
+    fill(&e, &hot, 400, 100);
+    assert_eq!(scan(&e, &hot).0, 400);
+    let stats = &e.pool().stats;
+    let (misses, reuses) = (
+        stats.misses.load(Ordering::Relaxed),
+        stats.ring_reuses.load(Ordering::Relaxed),
+    );
+    let report = e.vacuum_with(Some("big"), None).unwrap().remove(0);
+    assert_eq!(
+        report.pages_skipped, 0,
+        "every page visited after the restart"
+    );
+    assert_eq!(report.counts.live, 6000);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let sample = t.sample_rows(&big, 100_000, 7).unwrap();
+    t.commit().unwrap();
+    assert_eq!(
+        sample.blocks_read, sample.blocks,
+        "the sample read every block"
+    );
+    assert!(
+        stats.misses.load(Ordering::Relaxed) - misses > 1000,
+        "both passes read the big table in"
+    );
+    assert!(
+        stats.ring_reuses.load(Ordering::Relaxed) - reuses > 1000,
+        "both passes reused their ring frames"
+    );
+    let misses = stats.misses.load(Ordering::Relaxed);
+    assert_eq!(scan(&e, &hot).0, 400);
+    assert_eq!(
+        stats.misses.load(Ordering::Relaxed) - misses,
+        0,
+        "the small table's pages were evicted by vacuum or analyze"
+    );
+}

@@ -181,10 +181,11 @@ impl Transaction {
         let mut reservoir: Reservoir<(Tid, Vec<u8>)> = Reservoir::new(target);
         let mut rows_seen = 0u64;
         let mut blocks_read = 0u32;
+        let mut ring = self.inner.pool.ring_for_scan(want.min(blocks));
         while let Some(b) = chooser.next_block(&mut rng) {
             self.check_interrupt()?;
             blocks_read += 1;
-            heap.for_each_visible(b, &viewer, |tid, row| {
+            heap.for_each_visible(b, &viewer, ring.as_mut(), |tid, row| {
                 rows_seen += 1;
                 reservoir.offer(&mut rng, || (tid, row.to_vec()));
             })?;

@@ -455,6 +455,7 @@ fn vacuum_relation(
     let mut dead: Vec<Tid> = Vec::new();
     let mut counts = VacuumCounts::default();
     let mut pages_skipped = 0;
+    let mut ring = inner.pool.ring_for_scan(nblocks);
     for b in 0..nblocks {
         // A page unchanged since it held only live, settled tuples would prune nothing
         // and count the same rows: skipped, as PostgreSQL's vacuum skips the pages its
@@ -466,7 +467,7 @@ fn vacuum_relation(
                 continue;
             }
         }
-        let mut changed = heap.vacuum_collect(b, &mut dead, &mut counts)?;
+        let mut changed = heap.vacuum_collect(b, ring.as_mut(), &mut dead, &mut counts)?;
         if let Some(cutoff) = freeze {
             changed |= heap.freeze_block(b, cutoff)?;
         }

@@ -523,19 +523,22 @@ impl<'a> Heap<'a> {
         v: &Viewer<'_>,
         out: &mut Vec<(Tid, Vec<u8>)>,
     ) -> Result<()> {
-        self.for_each_visible(block, v, |tid, row| out.push((tid, row.to_vec())))
+        self.for_each_visible(block, v, None, |tid, row| out.push((tid, row.to_vec())))
     }
 
     /// Hands `f` every tuple version on `block` visible to `v`, as it lies on the page
     /// (under the page's shared latch: `f` must not touch the buffer pool), without
     /// copying it: ANALYZE's sample copies only the rows it keeps.
+    /// The page is read through `ring` when there is one (ANALYZE's sample of a large
+    /// table, like a sequential scan, must not push the pool's working set out).
     pub fn for_each_visible(
         &self,
         block: u32,
         v: &Viewer<'_>,
+        ring: Option<&mut ScanRing>,
         f: impl FnMut(Tid, &[u8]),
     ) -> Result<()> {
-        self.visible_in(block, v, None, f)
+        self.visible_in(block, v, ring, f)
     }
 
     /// [`Heap::for_each_visible`], reading the page through `ring` if there is one.
@@ -929,13 +932,23 @@ impl<'a> Heap<'a> {
     /// Vacuum, phase 1 for one block: prune it, push the tids of its dead line pointers
     /// onto `dead` (their index entries must go before the pointers can be reused) and
     /// count the rows left on it. Returns whether the prune changed the page.
+    ///
+    /// The page is read through `ring` when there is one: a vacuum of a large table
+    /// cycles its clean pages through a few frames (PostgreSQL's vacuum strategy) instead
+    /// of evicting the pool's working set; a page it dirties leaves the ring for the
+    /// pool, where the page writers flush it.
     pub fn vacuum_collect(
         &self,
         block: u32,
+        ring: Option<&mut ScanRing>,
         dead: &mut Vec<Tid>,
         counts: &mut VacuumCounts,
     ) -> Result<bool> {
-        let pin = self.pool.read_page(self.page_id(block))?;
+        let id = self.page_id(block);
+        let pin = match ring {
+            Some(ring) => self.pool.read_page_in_ring(id, ring)?,
+            None => self.pool.read_page(id)?,
+        };
         let mut w = self.latch_for_change(&pin);
         if page::is_new(&w) {
             return Ok(false);
