@@ -446,6 +446,30 @@ impl IntKeys {
         })
     }
 
+    /// The positions of the `rows` rows in key order, ties by position (so the stable order), for
+    /// keys of up to three columns: each row's keys packed with its position into one
+    /// tuple (a descending key bit-inverted, which reverses `i64` order exactly) and
+    /// the tuples sorted as plain integers. `None` for wider keys.
+    pub(crate) fn sorted_positions(&self, rows: usize) -> Option<Vec<usize>> {
+        const PACKED: usize = 3;
+        if self.width > PACKED {
+            return None;
+        }
+        debug_assert_eq!(self.keys.len(), rows * self.width);
+        let mut packed: Vec<([i64; PACKED], usize)> = (0..rows)
+            .map(|r| {
+                let mut k = [0i64; PACKED];
+                for (j, slot) in k.iter_mut().enumerate().take(self.width) {
+                    let v = self.keys[r * self.width + j];
+                    *slot = if self.desc[j] { !v } else { v };
+                }
+                (k, r)
+            })
+            .collect();
+        packed.sort_unstable();
+        Some(packed.into_iter().map(|(_, r)| r).collect())
+    }
+
     /// Rows `a` and `b` compared on key positions `cols`.
     pub(crate) fn compare(&self, a: usize, b: usize, cols: std::ops::Range<usize>) -> Ordering {
         let (ra, rb) = (a * self.width, b * self.width);

@@ -164,8 +164,14 @@ pub(super) fn fill(
         // Stable (rows equal in both keys keep their order, as a sort in PostgreSQL
         // leaves peers in an order row_number() numbers arbitrarily): ties broken by
         // position, so an unstable sort gives the stable order.
-        let mut order: Vec<usize> = (0..rows.len()).collect();
-        order.sort_unstable_by(|&a, &b| compare(a, b, 0..width).then(a.cmp(&b)));
+        let order = match ints.as_ref().and_then(|k| k.sorted_positions(rows.len())) {
+            Some(order) => order,
+            None => {
+                let mut order: Vec<usize> = (0..rows.len()).collect();
+                order.sort_unstable_by(|&a, &b| compare(a, b, 0..width).then(a.cmp(&b)));
+                order
+            }
+        };
         let (mut number, mut rank, mut dense) = (0i64, 0i64, 0i64);
         for k in 0..order.len() {
             let new_partition = k == 0 || !same_partition(order[k - 1], order[k]);
