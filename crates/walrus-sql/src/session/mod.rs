@@ -51,6 +51,8 @@ pub struct Session {
     block_isolation: Option<Isolation>,
     /// The block was started READ ONLY: statements that write fail with 25006.
     block_read_only: bool,
+    /// Whether the last transaction that ended had written (had an xid).
+    last_txn_wrote: bool,
     /// Shared with the statements running (an `Arc` clone each, not a map copy); `SET`
     /// copies on write.
     settings: Arc<BTreeMap<String, String>>,
@@ -227,6 +229,7 @@ impl Session {
             failed: false,
             block_isolation: None,
             block_read_only: false,
+            last_txn_wrote: false,
             settings: Arc::new(settings),
             now: now_micros(),
             interrupt: Arc::new(AtomicBool::new(false)),
@@ -270,6 +273,22 @@ impl Session {
     }
 
     /// PostgreSQL's ReadyForQuery status: `I` idle, `T` in a block, `E` failed block.
+    /// The running transaction, taken to be ended; notes whether it wrote.
+    fn take_txn(&mut self) -> Option<Transaction> {
+        let t = self.txn.take();
+        if let Some(t) = &t {
+            self.last_txn_wrote = t.xid().is_some();
+        }
+        t
+    }
+
+    /// Whether the last transaction that ended wrote anything: after one that did, the
+    /// WAL writer and page writers have work, which an idle session polling its socket
+    /// (`walrus-server`'s `ClientStream`) would take a core from.
+    pub fn last_transaction_wrote(&self) -> bool {
+        self.last_txn_wrote
+    }
+
     pub fn transaction_status(&self) -> u8 {
         match (self.in_block, self.failed) {
             (false, _) => b'I',
@@ -499,7 +518,7 @@ impl Session {
         };
         // Describe leaves no transaction behind outside a block.
         if !self.in_block {
-            if let Some(t) = self.txn.take() {
+            if let Some(t) = self.take_txn() {
                 let _ = t.rollback();
             }
         }
@@ -602,7 +621,7 @@ impl Session {
     fn fail_statement(&mut self) {
         if self.in_block {
             self.failed = true;
-        } else if let Some(t) = self.txn.take() {
+        } else if let Some(t) = self.take_txn() {
             self.note_rollback(&t);
             let _ = t.rollback();
         }
@@ -749,7 +768,7 @@ impl Session {
         match result {
             Ok(out) => {
                 if !self.in_block && !matches!(out, Outcome::CopyIn(_)) {
-                    if let Some(t) = self.txn.take() {
+                    if let Some(t) = self.take_txn() {
                         t.commit()?;
                     }
                 }
@@ -773,7 +792,7 @@ impl Session {
         self.failed = false;
         self.block_isolation = None;
         self.block_read_only = false;
-        match self.txn.take() {
+        match self.take_txn() {
             Some(t) if commit => t.commit().map_err(SqlError::from),
             Some(t) => {
                 self.note_rollback(&t);
@@ -1013,7 +1032,7 @@ impl Session {
         match loaded {
             Ok(n) => {
                 if !self.in_block {
-                    if let Some(t) = self.txn.take() {
+                    if let Some(t) = self.take_txn() {
                         t.commit()?;
                     }
                 }

@@ -314,7 +314,7 @@ impl Session {
             r = self.check_columns_exist(st);
         }
         if !self.in_block {
-            if let Some(t) = self.txn.take() {
+            if let Some(t) = self.take_txn() {
                 let _ = t.rollback();
             }
         }
