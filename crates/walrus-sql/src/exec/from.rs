@@ -1060,22 +1060,7 @@ fn hash_kind(l: &ColName, r: &ColName) -> Option<HashKind> {
 /// The `left column = right column` conjuncts of an ON condition as (left, right)
 /// positions (`nleft` columns on the left), and whether anything else is in it.
 fn equi_keys(on: &Expr, cols: &[ColName], nleft: usize) -> (Vec<(usize, usize)>, bool) {
-    let mut conjuncts = Vec::new();
-    let mut stack = vec![on];
-    while let Some(e) = stack.pop() {
-        match e {
-            Expr::BinaryOp {
-                left,
-                op: ast::BinaryOperator::And,
-                right,
-            } => {
-                stack.push(right);
-                stack.push(left);
-            }
-            Expr::Nested(x) => stack.push(x),
-            other => conjuncts.push(other),
-        }
-    }
+    let conjuncts = crate::plan::conjuncts(on);
     let resolve = |x: &Expr| -> Option<usize> {
         let (q, n) = crate::rel::col_ref(x)?;
         crate::rel::find_col(cols, q.as_deref(), &n).ok().flatten()

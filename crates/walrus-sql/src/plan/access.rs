@@ -293,27 +293,38 @@ fn only_bounds_on(
     now: i64,
     get: &dyn Fn(&str) -> Option<String>,
 ) -> bool {
-    match e {
-        Expr::BinaryOp {
-            left,
-            op: ast::BinaryOperator::And,
-            right,
-        } => {
-            only_bounds_on(left, c, def, params, now, get)
-                && only_bounds_on(right, c, def, params, now, get)
-        }
-        Expr::Nested(inner) => only_bounds_on(inner, c, def, params, now, get),
-        _ => {
-            let mut bounds = Vec::new();
-            collect_ranges(e, def, params, now, get, &mut bounds);
-            let expected = if matches!(e, Expr::Between { .. }) {
-                2
-            } else {
-                1
-            };
-            bounds.len() == expected && bounds.iter().all(|(bc, _, _)| *bc == c)
+    conjuncts(e).into_iter().all(|x| {
+        let mut bounds = Vec::new();
+        collect_ranges(x, def, params, now, get, &mut bounds);
+        let expected = if matches!(x, Expr::Between { .. }) {
+            2
+        } else {
+            1
+        };
+        bounds.len() == expected && bounds.iter().all(|(bc, _, _)| *bc == c)
+    })
+}
+
+/// The conjuncts of `e`, left to right: `a AND (b AND c)` gives `a`, `b`, `c`
+/// (parentheses looked through).
+pub(crate) fn conjuncts(e: &Expr) -> Vec<&Expr> {
+    let mut out = Vec::new();
+    let mut stack = vec![e];
+    while let Some(x) = stack.pop() {
+        match x {
+            Expr::BinaryOp {
+                left,
+                op: ast::BinaryOperator::And,
+                right,
+            } => {
+                stack.push(right);
+                stack.push(left);
+            }
+            Expr::Nested(inner) => stack.push(inner),
+            other => out.push(other),
         }
     }
+    out
 }
 
 /// Collects `column = constant` conjuncts of a WHERE clause.

@@ -22,7 +22,7 @@ pub(crate) mod estimate;
 mod params;
 mod types;
 
-pub(crate) use access::{choose_access, Access};
+pub(crate) use access::{choose_access, conjuncts, Access};
 pub(crate) use bind::{
     aggregate_calls, bind, check_grouped, contains_aggregate, contains_subquery,
 };
