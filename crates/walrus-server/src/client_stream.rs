@@ -14,6 +14,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,7 +37,7 @@ pub struct ClientStream {
 
 impl ClientStream {
     pub fn new(stream: TcpStream) -> ClientStream {
-        RUNNING.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        RUNNING.fetch_add(1, Ordering::AcqRel);
         ClientStream {
             stream,
             buf: vec![0u8; READ_BUFFER_BYTES].into_boxed_slice(),
@@ -109,11 +110,11 @@ impl ClientStream {
 const POLL_BEFORE_BLOCKING: Duration = Duration::from_micros(50);
 
 /// Whether a session is polling now: one at a time, so polling takes at most one core.
-static POLLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static POLLING: AtomicBool = AtomicBool::new(false);
 
 /// Sessions not blocked reading from their client (working, or polling). A session
 /// polls only while it is the only one: with others running, the core is theirs.
-static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
 
 impl ClientStream {
     /// Polls the socket for up to [`POLL_BEFORE_BLOCKING`] when no other session is
@@ -122,7 +123,6 @@ impl ClientStream {
     /// the sleep and wake-up of an idle CPU are most of a short statement's round trip.
     /// `None`: nothing came, block.
     fn poll_briefly(&mut self) -> io::Result<Option<usize>> {
-        use std::sync::atomic::Ordering;
         if RUNNING.load(Ordering::Acquire) > 1
             || POLLING
                 .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
@@ -142,7 +142,7 @@ impl ClientStream {
             match self.stream.read(&mut self.buf) {
                 Ok(n) => break Ok(Some(n)),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let others = RUNNING.load(std::sync::atomic::Ordering::Acquire) > 1;
+                    let others = RUNNING.load(Ordering::Acquire) > 1;
                     if others || start.elapsed() >= POLL_BEFORE_BLOCKING {
                         break Ok(None);
                     }
@@ -159,7 +159,7 @@ impl ClientStream {
 
 impl Drop for ClientStream {
     fn drop(&mut self) {
-        RUNNING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        RUNNING.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -178,9 +178,9 @@ impl Read for ClientStream {
             let n = match polled {
                 Some(n) => n,
                 None => {
-                    RUNNING.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                    RUNNING.fetch_sub(1, Ordering::AcqRel);
                     let read = self.stream.read(&mut self.buf);
-                    RUNNING.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    RUNNING.fetch_add(1, Ordering::AcqRel);
                     read?
                 }
             };

@@ -162,10 +162,7 @@ impl CteRels {
     /// `None` when no CTE has that name.
     pub(crate) fn read(&self, name: &str, memory: &MemoryBudget) -> Option<SqlResult<Rel>> {
         if let Some(rel) = self.shared.get(name) {
-            return Some(memory.charge_rows(&rel.rows).map(|()| Rel {
-                cols: rel.cols.clone(),
-                rows: rel.rows.clone(),
-            }));
+            return Some(memory.charge_rows(&rel.rows).map(|()| rel.clone()));
         }
         let mut once = self.read_once.borrow_mut();
         let slot = once.get_mut(name)?;
@@ -446,8 +443,8 @@ impl IntKeys {
         })
     }
 
-    /// The positions of the `rows` rows in key order, ties by position (so the stable order), for
-    /// keys of up to three columns: each row's keys packed with its position into one
+    /// The positions of the `rows` rows in key order, ties by position (the stable
+    /// order), for keys of up to three columns: each row's keys packed with its position into one
     /// tuple (a descending key bit-inverted, which reverses `i64` order exactly) and
     /// the tuples sorted as plain integers. `None` for wider keys.
     pub(crate) fn sorted_positions(&self, rows: usize) -> Option<Vec<usize>> {

@@ -1267,9 +1267,10 @@ impl Executor<'_> {
     ) -> SqlResult<Vec<Vec<Datum>>> {
         let mut rows = Vec::new();
         self.read_table_with(src, sel, &mut |row| {
-            let mut kept = Vec::with_capacity(width.max(row.len()));
+            let width = width.max(row.len());
+            let mut kept = Vec::with_capacity(width);
             kept.extend_from_slice(row);
-            kept.resize(width.max(row.len()), Datum::Null);
+            kept.resize(width, Datum::Null);
             self.memory.charge_row(&kept)?;
             rows.push(kept);
             Ok(true)

@@ -357,9 +357,8 @@ impl<'a> BTree<'a> {
         }
     }
 
-    /// Inserts `item` into the level-`lvl` page covering it, splitting as needed.
-    /// Inserts `item` at level `lvl`, descending from the root. Returns the page it went
-    /// to when that was without a split.
+    /// Inserts `item` into the level-`lvl` page covering it, found by a descent from the
+    /// root, splitting as needed. Returns the page it went to when there was no split.
     fn insert_at_level(&self, item: &[u8], lvl: u16, xid: Xid) -> Result<Option<u32>> {
         let key = item_key(item, lvl).to_vec();
         let block = self.descend(&key, lvl)?;
