@@ -445,10 +445,7 @@ fn run(
                     let res = run_portal(stream, s, out, &p.sql, &p.params)?;
                     match res {
                         Ok(q) => {
-                            if !q.columns.is_empty()
-                                || q.tag.starts_with("SELECT")
-                                || q.tag == "SHOW"
-                            {
+                            if q.returns_rows() {
                                 row_description(out, &q.columns, &p.result_formats)
                             } else {
                                 out.simple(b'n')
@@ -745,7 +742,7 @@ fn simple_query(
         match r {
             Ok(Outcome::Done(q)) => {
                 if !streamed {
-                    if !q.columns.is_empty() || q.tag.starts_with("SELECT") {
+                    if q.returns_rows() {
                         row_description(out, &q.columns, &[]);
                     }
                     if let Err(e) = send_rows(out, &q, &[]) {

@@ -52,9 +52,19 @@ pub struct QueryResult {
     /// Empty for statements that return no rows.
     pub columns: Vec<Column>,
     pub rows: Vec<Vec<Datum>>,
+    /// No RowDescription although the tag says `SELECT n`: CREATE TABLE AS.
+    pub tag_only: bool,
 }
 
 impl QueryResult {
+    /// Whether the client is sent a RowDescription (and rows): a result with columns,
+    /// SHOW, and a SELECT even without columns (`select from t`), as PostgreSQL does;
+    /// not CREATE TABLE AS, whose tag is also `SELECT n`.
+    pub fn returns_rows(&self) -> bool {
+        !self.columns.is_empty()
+            || (!self.tag_only && (self.tag.starts_with("SELECT") || self.tag == "SHOW"))
+    }
+
     pub(crate) fn tag(t: impl Into<String>) -> QueryResult {
         QueryResult {
             tag: t.into(),

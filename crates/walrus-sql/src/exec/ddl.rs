@@ -137,25 +137,7 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
             declared,
         });
     }
-    let mut fillfactor = 100u8;
-    let opts = ct.table_options.to_string().to_ascii_lowercase();
-    if let Some(i) = opts.find("fillfactor") {
-        let digits: String = opts[i..]
-            .chars()
-            .skip_while(|c| !c.is_ascii_digit())
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
-        let f: u32 = digits
-            .parse()
-            .map_err(|_| SqlError::syntax("invalid fillfactor"))?;
-        if !(10..=100).contains(&f) {
-            return Err(SqlError::new(
-                "22023",
-                format!("value {f} out of bounds for option \"fillfactor\""),
-            ));
-        }
-        fillfactor = f as u8;
-    }
+    let fillfactor = table_options(ct)?;
     match t.create_table(&name, columns, fillfactor) {
         Err(walrus_engine::Error::DuplicateTable(_)) if ct.if_not_exists => {
             return Ok(QueryResult::tag("CREATE TABLE"))
@@ -183,6 +165,70 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
         create_index(t, &name, cons, std::slice::from_ref(col), true, false)?;
     }
     Ok(QueryResult::tag("CREATE TABLE"))
+}
+
+/// What a CREATE TABLE may say besides its name, columns and constraints, refused with
+/// 0A000 unless walrus builds it (nothing is parsed and then dropped): TEMPORARY,
+/// UNLOGGED, LIKE, INHERITS, PARTITION BY / OF, ON COMMIT, TABLESPACE and every storage
+/// parameter but `fillfactor`, which it returns (100 when not given).
+pub(crate) fn table_options(ct: &ast::CreateTable) -> SqlResult<u8> {
+    let refused = [
+        (
+            ct.temporary || ct.global.is_some(),
+            "TEMPORARY tables are not supported",
+        ),
+        (ct.unlogged, "UNLOGGED tables are not supported"),
+        (ct.or_replace, "CREATE OR REPLACE TABLE is not supported"),
+        (
+            ct.external || ct.location.is_some(),
+            "external tables are not supported",
+        ),
+        (
+            ct.like.is_some() || ct.clone.is_some(),
+            "CREATE TABLE ... LIKE is not supported",
+        ),
+        (ct.inherits.is_some(), "INHERITS is not supported"),
+        (
+            ct.partition_by.is_some() || ct.partition_of.is_some() || ct.for_values.is_some(),
+            "partitioned tables are not supported",
+        ),
+        (ct.on_commit.is_some(), "ON COMMIT is not supported"),
+        (ct.comment.is_some(), "table comments are not supported"),
+    ];
+    if let Some((_, message)) = refused.iter().find(|(said, _)| *said) {
+        return Err(SqlError::unsupported(*message));
+    }
+    let options = match &ct.table_options {
+        ast::CreateTableOptions::None => return Ok(100),
+        ast::CreateTableOptions::With(options) => options,
+        other => {
+            return Err(SqlError::unsupported(format!(
+                "table option {other} is not supported"
+            )))
+        }
+    };
+    let mut fillfactor = 100u8;
+    for o in options {
+        let value = match o {
+            ast::SqlOption::KeyValue { key, value } if ident(key) == "fillfactor" => value,
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "storage parameter {other} is not supported"
+                )))
+            }
+        };
+        let f: u32 = value.to_string().trim_matches('\'').parse().map_err(|_| {
+            SqlError::new("22023", format!("invalid value for fillfactor: {value}"))
+        })?;
+        if !(10..=100).contains(&f) {
+            return Err(SqlError::new(
+                "22023",
+                format!("value {f} out of bounds for option \"fillfactor\""),
+            ));
+        }
+        fillfactor = f as u8;
+    }
+    Ok(fillfactor)
 }
 
 /// `CREATE [UNIQUE] INDEX [name] ON table (columns)`; the name defaults to `table_idx`.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use sqlparser::ast::{self, Expr, SetExpr, TableFactor};
 use walrus_base::Tid;
 use walrus_engine::access::datum::{Datum, TypeId};
-use walrus_engine::catalog::{ColumnDef, TableDef};
+use walrus_engine::catalog::{ColumnDef, DeclaredType, TableDef};
 use walrus_engine::engine::{RowChange, Transaction};
 
 use super::Env;
@@ -245,6 +245,7 @@ impl<'a> Returning<'a> {
         match r {
             None => QueryResult::tag(tag),
             Some(r) => QueryResult {
+                tag_only: false,
                 tag,
                 columns: returning_columns(&r.items, r.def),
                 rows: r.rows,
@@ -363,6 +364,92 @@ pub(crate) fn insert(
     }
     let n = sink.finish(env, returning.as_mut(), &scope)?;
     Ok(Returning::result(returning, format!("INSERT 0 {n}")))
+}
+
+/// `CREATE TABLE name [(names)] AS query`: a table with the query's result columns
+/// (names, types and type modifiers as the result describes them; `names` rename them
+/// in order), filled with its rows by the same batched path as INSERT ... SELECT. The
+/// tag is PostgreSQL's, `SELECT n`.
+pub(crate) fn create_table_as(
+    env: &mut dyn Env,
+    ct: &ast::CreateTable,
+    query: &ast::Query,
+    params: &[Datum],
+) -> SqlResult<QueryResult> {
+    let fillfactor = super::ddl::table_options(ct)?;
+    if !ct.constraints.is_empty()
+        || ct
+            .columns
+            .iter()
+            .any(|c| c.data_type != ast::DataType::Unspecified || !c.options.is_empty())
+    {
+        return Err(SqlError::syntax(
+            "CREATE TABLE AS takes column names only, without types or constraints",
+        ));
+    }
+    let name = object_name(&ct.name);
+    if ct.if_not_exists && env.txn().table(&name).is_ok() {
+        return Ok(QueryResult::tag("CREATE TABLE AS"));
+    }
+    let result = super::select(env, query, params)?;
+    if ct.columns.len() > result.columns.len() {
+        return Err(SqlError::syntax(
+            "CREATE TABLE AS specifies too many column names",
+        ));
+    }
+    let mut columns: Vec<ColumnDef> = Vec::with_capacity(result.columns.len());
+    for (i, c) in result.columns.iter().enumerate() {
+        let cname = ct
+            .columns
+            .get(i)
+            .map_or_else(|| c.name.clone(), |named| ident(&named.name));
+        if columns.iter().any(|d| d.name == cname) {
+            return Err(SqlError::new(
+                "42701",
+                format!("column \"{cname}\" specified more than once"),
+            ));
+        }
+        columns.push(ColumnDef {
+            name: cname,
+            ty: c.ty,
+            not_null: false,
+            typmod: c.typmod,
+            declared: match c.type_oid {
+                1043 => DeclaredType::Varchar,
+                1042 => DeclaredType::Char,
+                _ => DeclaredType::Plain,
+            },
+        });
+    }
+    env.txn().create_table(&name, columns, fillfactor)?;
+    let def = env.txn().table(&name)?;
+    let (now, settings) = (env.now(), env.settings());
+    let get = move |n: &str| settings.get(n);
+    let intr = env.interrupt();
+    let scope = Scope {
+        columns: &[],
+        row: None,
+        params,
+        now,
+        setting: &get,
+        interrupt: Some(&intr),
+        frame: None,
+        hooks: None,
+    };
+    let mut sink = RowSink::new(&def, None);
+    for r in result.rows {
+        let row = r
+            .into_iter()
+            .zip(&def.columns)
+            .map(|(v, c)| assign(v, c))
+            .collect::<SqlResult<Vec<Datum>>>();
+        sink.push(env, row, None, &scope)?;
+    }
+    let n = sink.finish(env, None, &scope)?;
+    Ok(QueryResult {
+        tag_only: true,
+        ..QueryResult::tag(format!("SELECT {n}"))
+    })
 }
 
 /// Which unique indexes `ON CONFLICT ... DO NOTHING` skips conflicts on: `None` without

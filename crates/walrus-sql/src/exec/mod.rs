@@ -118,6 +118,7 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
     }
     let rel = rel?;
     Ok(QueryResult {
+        tag_only: false,
         tag: format!("SELECT {}", streamed.unwrap_or(rel.rows.len())),
         columns: rel.cols.into_iter().map(|c| c.to_column()).collect(),
         rows: rel.rows,
@@ -186,6 +187,7 @@ pub(crate) fn select_with(
     exec.ctes = Some(ctes);
     let rel = exec.run_query(q, None)?;
     Ok(QueryResult {
+        tag_only: false,
         tag: format!("SELECT {}", rel.rows.len()),
         columns: rel.cols.into_iter().map(|c| c.to_column()).collect(),
         rows: rel.rows,

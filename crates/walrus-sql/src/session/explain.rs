@@ -87,6 +87,7 @@ impl Session {
                 };
                 let lines = crate::exec::explain::explain_query(self, q, &[])?;
                 return Ok(QueryResult {
+                    tag_only: false,
                     tag: "EXPLAIN".into(),
                     columns: vec![Column::new("QUERY PLAN", TypeId::Text)],
                     rows: lines.into_iter().map(|l| vec![Datum::Text(l)]).collect(),
@@ -148,6 +149,7 @@ impl Session {
         }
         let plan = "[\n  {\n    \"Plan\": {\n      \"Node Type\": \"Walrus\",\n      \"Parallel Aware\": false,\n      \"Async Capable\": false\n    }\n  }\n]";
         Ok(QueryResult {
+            tag_only: false,
             tag: "EXPLAIN".into(),
             columns: vec![Column::new("QUERY PLAN", TypeId::Json)],
             rows: vec![vec![Datum::Json(plan.into())]],

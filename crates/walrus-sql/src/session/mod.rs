@@ -1155,7 +1155,10 @@ impl Session {
             Statement::Insert(ins) => dml::insert(self, ins, params)?,
             Statement::Update(u) => dml::update(self, u, params)?,
             Statement::Delete(d) => dml::delete(self, d, params)?,
-            Statement::CreateTable(ct) => ddl::create_table(self.txn(), ct)?,
+            Statement::CreateTable(ct) => match &ct.query {
+                Some(q) => dml::create_table_as(self, ct, q, params)?,
+                None => ddl::create_table(self.txn(), ct)?,
+            },
             Statement::CreateIndex(ci) => ddl::create_index_statement(self.txn(), ci)?,
             Statement::Drop {
                 object_type: ObjectType::Table,

@@ -463,6 +463,7 @@ impl PointLookup {
             }
         }
         Some(Ok(QueryResult {
+            tag_only: false,
             tag: format!("SELECT {}", rows.len()),
             columns: self.columns.clone(),
             rows,

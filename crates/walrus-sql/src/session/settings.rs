@@ -59,6 +59,7 @@ impl Session {
                         .map(|(k, v)| vec![Datum::Text(k.clone()), Datum::Text(v.clone())])
                         .collect();
                     return Ok(QueryResult {
+                        tag_only: false,
                         tag: "SHOW".into(),
                         columns: vec![
                             Column::new("name", TypeId::Text),
@@ -76,6 +77,7 @@ impl Session {
                     .setting(name)
                     .ok_or_else(|| crate::guc::unrecognized(name))?;
                 Ok(QueryResult {
+                    tag_only: false,
                     tag: "SHOW".into(),
                     columns: vec![Column::new(name, TypeId::Text)],
                     rows: vec![vec![Datum::Text(v)]],
