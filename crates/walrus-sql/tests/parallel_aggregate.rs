@@ -49,6 +49,19 @@ fn setup(s: &mut Session) {
         s,
         "insert into small select i, 'g' || i from generate_series(1, 5) i",
     );
+    // Runs of 1,000 rows sharing a key (a table clustered on it), and a hashed side with
+    // several rows per key: a participant reuses the last key's group and join hits,
+    // and rebuilds the joined row in place.
+    ok(
+        s,
+        "create table runs as select id / 1000 as k, id, pad from big order by id",
+    );
+    ok(s, "analyze runs");
+    ok(s, "create table pair (g int, tag text)");
+    ok(
+        s,
+        "insert into pair values (1, 'a'), (1, 'b'), (3, 'c'), (3, 'd'), (3, 'e'), (7, 'f')",
+    );
 }
 
 const QUERIES: &[&str] = &[
@@ -66,6 +79,11 @@ const QUERIES: &[&str] = &[
     "select pad, count(*) from big where id <= 3000 group by pad order by pad limit 3",
     "select s.name, count(*), sum(b.id) from big b join small s on b.g = s.g group by s.name",
     "select count(*), max(b.v) from big b join small s on s.g = b.g where s.g < 3 and b.id > 10",
+    "select k, count(*), sum(id), max(pad) from runs group by k order by k",
+    "select s.name, count(*), sum(r.id) from runs r join small s on r.k = s.g group by s.name",
+    "select p.tag, count(*), min(r.id), max(r.pad) from runs r join pair p on r.k = p.g group by p.tag",
+    "select r.k, p.tag, count(*), sum(r.id) from runs r join pair p on p.g = r.k group by r.k, p.tag order by 1, 2",
+    "select b.g, p.tag, count(*), max(b.pad) from big b join pair p on b.g = p.g group by b.g, p.tag order by 1, 2",
 ];
 
 #[test]
@@ -149,6 +167,27 @@ fn large_aggregates_run_in_parallel_with_the_serial_answer() {
         "{:?}",
         parallel[12]
     );
+    // Runs of one key: 61 groups (k 0..60); the joins keep each pair row's matches.
+    assert_eq!(parallel[14].len(), 61);
+    let pad = |id: i64| format!("{}{id}", "x".repeat(160));
+    assert_eq!(
+        parallel[14][1],
+        format!("1|1000|{}|{}", (1000..2000).sum::<i64>(), pad(1999))
+    );
+    assert_eq!(parallel[15].len(), 5);
+    assert_eq!(
+        parallel[16],
+        [
+            format!("a|1000|1000|{}", pad(1999)),
+            format!("b|1000|1000|{}", pad(1999)),
+            format!("c|1000|3000|{}", pad(3999)),
+            format!("d|1000|3000|{}", pad(3999)),
+            format!("e|1000|3000|{}", pad(3999)),
+            format!("f|1000|7000|{}", pad(7999)),
+        ]
+    );
+    assert_eq!(parallel[17].len(), 6);
+    assert_eq!(parallel[18].len(), 5);
     // Groups come in the order of their first rows, as the serial scan gives them.
     assert_eq!(
         parallel[8]

@@ -937,25 +937,45 @@ impl ProbeJoin {
     /// The right rows `lrow` joins, in [`Executor::probe_row`]'s order, when the key
     /// equalities alone decide (no other ON conjunct, every key value of its column's
     /// kind): what a parallel participant can join without the executor. `None` when
-    /// ON must be evaluated. `key` is scratch.
+    /// ON must be evaluated. A row whose key equals the last one probed through `memo`
+    /// gets the last hits without hashing, so a run of rows sharing a key (a table clustered on it, as
+    /// pgbench's accounts are on `bid`) hashes once.
     pub(super) fn plain_hits<'a>(
         &'a self,
         lrow: &[Datum],
-        key: &mut Vec<KeyPart>,
+        memo: &mut ProbeMemo<'a>,
     ) -> Option<&'a [usize]> {
         if self.rest {
             return None;
         }
-        match side_key_into(&self.keys, &self.kinds, lrow, true, key)? {
-            false => Some(&[]),
-            true => Some(self.table.get(key.as_slice()).map_or(&[], |h| h.as_slice())),
+        if !side_key_into(&self.keys, &self.kinds, lrow, true, &mut memo.key)? {
+            return Some(&[]);
         }
+        if let Some(hits) = memo.hits.filter(|_| memo.key == memo.last) {
+            return Some(hits);
+        }
+        let hits = self
+            .table
+            .get(memo.key.as_slice())
+            .map_or(&[][..], |h| h.as_slice());
+        std::mem::swap(&mut memo.key, &mut memo.last);
+        memo.hits = Some(hits);
+        Some(hits)
     }
 
     /// Right row `i`.
     pub(super) fn right_row(&self, i: usize) -> &[Datum] {
         &self.right[i]
     }
+}
+
+/// What [`ProbeJoin::plain_hits`] keeps between the rows of one stream: the key
+/// being built, and the last key probed with its hits.
+#[derive(Default)]
+pub(super) struct ProbeMemo<'a> {
+    key: Vec<KeyPart>,
+    last: Vec<KeyPart>,
+    hits: Option<&'a [usize]>,
 }
 
 /// One side's key for the (left, right) column pairs `keys`: `None` when a value is not

@@ -32,7 +32,7 @@ use walrus_engine::catalog::{ColumnDef, TableDef};
 use walrus_engine::engine::MAX_PARALLEL_WORKERS;
 
 use super::aggregate::{AggState, StreamCall};
-use super::from::ProbeJoin;
+use super::from::{ProbeJoin, ProbeMemo};
 use super::sort::{SortEntry, TopN};
 use super::{dml, Env, KeyMap, KeyPart};
 use crate::error::SqlResult;
@@ -189,7 +189,7 @@ struct Group {
 
 /// One participant's share: its groups by key, the memory they take, and whether it
 /// met something only the serial scan may answer.
-struct Partial {
+struct Partial<'a> {
     /// Each group's place in `groups` by key.
     index: KeyMap<usize>,
     groups: Vec<Group>,
@@ -197,12 +197,19 @@ struct Partial {
     bail: bool,
     /// The current row's key, built here to look its group up without allocating.
     key: Vec<KeyPart>,
-    /// A probe join's key and joined row, likewise.
-    probe_key: Vec<KeyPart>,
+    /// The last row's key and group: a run of rows in one group (a table clustered on
+    /// the key) looks it up once.
+    last_key: Vec<KeyPart>,
+    last_group: Option<usize>,
+    /// A probe join's last key and hits, and its joined row, rebuilt in place: the left
+    /// table's wanted columns from each row (the others are NULL in every row), the right
+    /// side's only when the matched right row changes (`joined_right`).
+    probe: ProbeMemo<'a>,
     joined: Vec<Datum>,
+    joined_right: Option<usize>,
 }
 
-impl Partial {
+impl Partial<'_> {
     /// The groups with their keys.
     fn into_groups(self) -> impl Iterator<Item = (Vec<KeyPart>, Group)> {
         let mut keys: Vec<(Vec<KeyPart>, usize)> = self.index.into_iter().collect();
@@ -230,11 +237,11 @@ pub(super) struct ParallelLevel<'a> {
 }
 
 /// Runs the parallel plan with `workers` helpers.
-pub(super) fn aggregate(
+pub(super) fn aggregate<'a>(
     env: &mut dyn Env,
     def: &TableDef,
     params: &[Datum],
-    level: &ParallelLevel<'_>,
+    level: &ParallelLevel<'a>,
     workers: usize,
 ) -> SqlResult<Gathered> {
     let where_fast = match level.filter {
@@ -271,11 +278,37 @@ pub(super) fn aggregate(
         bytes: 0,
         bail: false,
         key: Vec::with_capacity(keys.len()),
-        probe_key: Vec::new(),
+        last_key: Vec::with_capacity(keys.len()),
+        last_group: None,
+        probe: ProbeMemo::default(),
         joined: Vec::new(),
+        joined_right: None,
+    };
+    // The group of the key in `p.key`, made for `row` when new; `None`: past
+    // `work_mem` (bailed).
+    let group_slot = |p: &mut Partial<'a>, at: (Tid, u32), row: &[Datum]| -> Option<usize> {
+        if let Some(&slot) = p.index.get(p.key.as_slice()) {
+            return Some(slot);
+        }
+        let bytes = super::select::group_entry_bytes(&p.key, row, state_bytes);
+        p.bytes += bytes;
+        if p.bytes > work_mem {
+            p.bail = true;
+            return None;
+        }
+        p.groups.push(Group {
+            bytes,
+            first: (at, row.to_vec()),
+            states: plan
+                .iter()
+                .map(|(name, _, _)| AggState::start(name))
+                .collect(),
+        });
+        p.index.insert(p.key.clone(), p.groups.len() - 1);
+        Some(p.groups.len() - 1)
     };
     // One row of the level (a joined row under a probe join); false: stop, bailed.
-    let fold = |p: &mut Partial, at: (Tid, u32), row: &[Datum]| -> bool {
+    let fold = |p: &mut Partial<'a>, at: (Tid, u32), row: &[Datum]| -> bool {
         if let Some(w) = &where_fast {
             match w.eval(row) {
                 Ok(Some(Datum::Bool(true))) => {}
@@ -297,25 +330,15 @@ pub(super) fn aggregate(
                 }
             }
         }
-        let slot = match p.index.get(p.key.as_slice()) {
-            Some(&slot) => slot,
-            None => {
-                let bytes = super::select::group_entry_bytes(&p.key, row, state_bytes);
-                p.bytes += bytes;
-                if p.bytes > work_mem {
-                    p.bail = true;
+        let slot = match p.last_group {
+            Some(slot) if p.key == p.last_key => slot,
+            _ => {
+                let Some(slot) = group_slot(p, at, row) else {
                     return false;
-                }
-                p.groups.push(Group {
-                    bytes,
-                    first: (at, row.to_vec()),
-                    states: plan
-                        .iter()
-                        .map(|(name, _, _)| AggState::start(name))
-                        .collect(),
-                });
-                p.index.insert(p.key.clone(), p.groups.len() - 1);
-                p.groups.len() - 1
+                };
+                std::mem::swap(&mut p.key, &mut p.last_key);
+                p.last_group = Some(slot);
+                slot
             }
         };
         let group = &mut p.groups[slot];
@@ -338,25 +361,36 @@ pub(super) fn aggregate(
         RowShape::Joined(pj) => Some(pj),
         RowShape::Table(_) => None,
     };
-    let each = |p: &mut Partial, tid: Tid, lrow: &[Datum]| {
+    let wanted_left: Vec<usize> = (0..level.wanted.len())
+        .filter(|&i| level.wanted[i])
+        .collect();
+    let each = |p: &mut Partial<'a>, tid: Tid, lrow: &[Datum]| {
         let Some(pj) = probe else {
             return Ok(fold(p, (tid, 0), lrow));
         };
-        let mut key = std::mem::take(&mut p.probe_key);
         let mut joined = std::mem::take(&mut p.joined);
-        let more = match pj.plain_hits(lrow, &mut key) {
+        let more = match pj.plain_hits(lrow, &mut p.probe) {
             None => {
                 p.bail = true;
                 false
             }
             Some(hits) => hits.iter().enumerate().all(|(i, &ri)| {
-                joined.clear();
-                joined.extend_from_slice(lrow);
-                joined.extend_from_slice(pj.right_row(ri));
+                if joined.is_empty() {
+                    joined.extend_from_slice(lrow);
+                    joined.extend_from_slice(pj.right_row(ri));
+                } else {
+                    for &c in &wanted_left {
+                        joined[c].clone_from(&lrow[c]);
+                    }
+                    if p.joined_right != Some(ri) {
+                        joined[lrow.len()..].clone_from_slice(pj.right_row(ri));
+                    }
+                }
+                p.joined_right = Some(ri);
                 fold(p, (tid, i as u32), &joined)
             }),
         };
-        (p.probe_key, p.joined) = (key, joined);
+        p.joined = joined;
         Ok(more)
     };
     let partials = env
