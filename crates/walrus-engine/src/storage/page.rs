@@ -101,6 +101,7 @@ impl std::ops::DerefMut for PageBuf {
     }
 }
 
+#[inline]
 fn rd16(p: &[u8], at: usize) -> u16 {
     u16::from_le_bytes([p[at], p[at + 1]])
 }
@@ -151,6 +152,7 @@ pub fn flags(p: &[u8]) -> u8 {
 pub fn set_flags(p: &mut [u8], f: u8) {
     p[21] = f;
 }
+#[inline]
 pub fn lower(p: &[u8]) -> usize {
     rd16(p, 22) as usize
 }
@@ -246,15 +248,18 @@ pub fn verify(p: &[u8], id: PageId) -> PageCheck {
 // ---- slotted-page item area -------------------------------------------------------------
 
 /// Number of line pointers (the highest offset number in use or unused).
+#[inline]
 pub fn item_count(p: &[u8]) -> u16 {
     ((lower(p) - HEADER_SIZE) / LP_SIZE) as u16
 }
 
+#[inline]
 fn lp_at(n: u16) -> usize {
     assert!(n >= 1, "offset numbers start at 1");
     HEADER_SIZE + (n as usize - 1) * LP_SIZE
 }
 
+#[inline]
 pub fn line_pointer(p: &[u8], n: u16) -> LinePointer {
     let raw_off = rd16(p, lp_at(n));
     let len = rd16(p, lp_at(n) + 2);
@@ -302,6 +307,7 @@ pub fn set_lp_state(p: &mut [u8], n: u16, state: LpState, target: u16) {
 }
 
 /// The bytes of a normal item.
+#[inline]
 pub fn item(p: &[u8], n: u16) -> &[u8] {
     let lp = line_pointer(p, n);
     debug_assert_eq!(lp.state, LpState::Normal);

@@ -492,6 +492,34 @@ impl AggState {
 impl AggState {
     /// Feeds a call's argument value (`Null` for `count(*)`) to the state: what
     /// [`Executor::stream_row`] does once FILTER passed and the argument is evaluated.
+    /// [`AggState::add`] of a value read in place, for the common cases: a NULL, any
+    /// count, an integer into a sum that has seen only integers. False: the caller
+    /// passes the value to `add`.
+    pub(super) fn add_in_place(&mut self, v: &Datum) -> bool {
+        if v.is_null() {
+            return true;
+        }
+        match self {
+            AggState::Count(n) => *n += 1,
+            AggState::Sum(s) if s.all_ints && s.failed.is_none() => {
+                let i = match v {
+                    Datum::Int2(x) => *x as i64,
+                    Datum::Int4(x) => *x as i64,
+                    Datum::Int8(x) => {
+                        s.any_int8 = true;
+                        *x
+                    }
+                    _ => return false,
+                };
+                s.n += 1;
+                s.ints += i as i128;
+                s.all_floats = false;
+            }
+            _ => return false,
+        }
+        true
+    }
+
     pub(super) fn add(&mut self, name: &str, star: bool, v: Datum) {
         let state = self;
         if star {
@@ -637,9 +665,19 @@ impl Executor<'_> {
                 return Ok(());
             }
         }
-        let v = match &call.arg {
-            None => Datum::Null,
-            Some(a) => match fast.map(|f| f.eval(frame.row)).transpose()?.flatten() {
+        let v = match (&call.arg, fast) {
+            (None, _) => Datum::Null,
+            // A column argument (`sum(x)`), the commonest: read in place, without
+            // `Fast::eval`'s result wrapping (what it would return), and copied only
+            // when the state needs more than a count or an integer sum.
+            (Some(_), Some(Fast::Column(i))) => {
+                let v = frame.row.get(*i).unwrap_or(&Datum::Null);
+                if state.add_in_place(v) {
+                    return Ok(());
+                }
+                v.clone()
+            }
+            (Some(a), _) => match fast.map(|f| f.eval(frame.row)).transpose()?.flatten() {
                 Some(v) => v,
                 None => self.eval_in(a, Some(frame), self)?,
             },
