@@ -404,6 +404,11 @@ pub(super) fn run_checkpoint(inner: &Inner, reason: CheckpointReason) -> Result<
         write_below_redo(inner, reason, redo, started)?
     };
     let write_done = Instant::now();
+    // Files dropped before the redo point go before the checkpoint completes: replay
+    // from it will not see their drop again (`storage::relfile` rule 6).
+    if let Err(e) = pool.relfiles.remove_queued() {
+        tracing::warn!("a dropped relation's file stays behind: {e}");
+    }
     let synced = pool.relfiles.sync_pending()?;
     let sync_ms = write_done.elapsed().as_millis() as u64;
     inner.txn.clog.flush_all().map_err(|e| {

@@ -9,8 +9,9 @@
 //! falls between them.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use super::Transaction;
+use super::{Inner, Transaction};
 use crate::error::Result;
 use crate::txn::clog::XidStatus;
 use crate::xlog;
@@ -42,15 +43,18 @@ impl Transaction {
             // The page holding this status is not written before WAL reaches `end`
             // (it may not be yet, with synchronous_commit = off).
             inner.txn.clog.set_status_at(xid, XidStatus::Committed, end);
+            // Under the barrier: a checkpoint whose redo point follows this commit
+            // record finds the files queued and removes them before it completes.
+            inner.pool.relfiles.queue_unlinks(&self.dropped);
         }
         inner.txn.finish(self.proc, true);
-        let mut unlinked = Ok(());
-        for r in self.dropped.drain(..) {
-            inner.pool.discard_relation(r);
-            if let Err(e) = inner.pool.relfiles.unlink(r) {
-                unlinked = unlinked.and(Err(e));
+        if !self.dropped.is_empty() {
+            for r in self.dropped.drain(..) {
+                inner.pool.discard_relation(r);
+                inner.pool.relfiles.forget(r);
+                inner.rels.write().remove(&r);
             }
-            inner.rels.write().remove(&r);
+            remove_dropped_files(&inner);
         }
         if self.catalog_changed {
             inner.catalog_version.fetch_add(1, Ordering::AcqRel);
@@ -58,7 +62,7 @@ impl Transaction {
         }
         // Last: a vacuum waiting for this DDL must find the new catalog.
         self.end_bookkeeping(true);
-        unlinked
+        Ok(())
     }
 
     pub fn rollback(mut self) -> Result<()> {
@@ -107,5 +111,22 @@ impl Drop for Transaction {
                 tracing::error!("rollback of an abandoned transaction failed: {e}");
             }
         }
+    }
+}
+
+/// Removes the queued files of committed drops on a helper thread (`storage::relfile`
+/// rule 6), or here when no thread can be started.
+fn remove_dropped_files(inner: &Arc<Inner>) {
+    let removing = |inner: &Inner| {
+        if let Err(e) = inner.pool.relfiles.remove_queued() {
+            tracing::warn!("a dropped relation's file stays behind: {e}");
+        }
+    };
+    let helper = inner.clone();
+    let spawned = std::thread::Builder::new()
+        .name("walrus-unlink".into())
+        .spawn(move || removing(&helper));
+    if spawned.is_err() {
+        removing(inner);
     }
 }

@@ -20,6 +20,12 @@
 //!    descriptor of the file with `RWF_ATOMIC` ([`io::write_page_atomic`]): the device
 //!    writes the whole page or none of it. Reads stay buffered; a direct write invalidates
 //!    the cached range, so they see it.
+//! 6. A committed DROP or TRUNCATE removes its files off the committing session's path:
+//!    unlinking a large file frees its extents and page cache (0.2 s for 640 MB here).
+//!    The commit queues them ([`RelFiles::queue_unlinks`]) under the commit barrier, a
+//!    helper thread removes them, and a checkpoint removes any still queued before it
+//!    completes: replay from its redo point would not see the drop again, so a file left
+//!    then would stay forever.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -61,6 +67,13 @@ pub struct RelFiles {
     atomic_writes: std::sync::atomic::AtomicBool,
     /// Pages written atomically (`pg_stat_bgwriter.atomic_page_writes`).
     pub atomic_page_writes: std::sync::atomic::AtomicU64,
+    /// Files of committed drops still to be removed (rule 6). A queued file that is not
+    /// open cannot be opened again.
+    unlink_queue: Mutex<Vec<RelFileId>>,
+    /// Held while queued files are removed, so a return from
+    /// [`RelFiles::remove_queued`] means every file queued before the call is gone,
+    /// those another thread was removing included.
+    unlinking: Mutex<()>,
 }
 
 impl RelFiles {
@@ -75,6 +88,8 @@ impl RelFiles {
             sync_pending: Mutex::new(HashSet::new()),
             atomic_writes: std::sync::atomic::AtomicBool::new(false),
             atomic_page_writes: std::sync::atomic::AtomicU64::new(0),
+            unlink_queue: Mutex::new(Vec::new()),
+            unlinking: Mutex::new(()),
         })
     }
 
@@ -105,6 +120,11 @@ impl RelFiles {
             return Ok(f.clone());
         }
         let path = self.path(relfile);
+        if self.unlink_queue.lock().contains(&relfile) {
+            // Dropped: a reader with a stale definition must not see the file again.
+            let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
+            return Err(Error::io("open file", path.display(), gone));
+        }
         let file = io::open_rw(FileKind::Data, &path, create, false)
             .map_err(|e| Error::io("open file", path.display(), e))?;
         let len = file
@@ -142,6 +162,42 @@ impl RelFiles {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(Error::io("remove file", path.display(), e)),
+        }
+    }
+
+    /// A committed DROP/TRUNCATE's files, queued for [`RelFiles::remove_queued`] (rule
+    /// 6). Queued before the commit lets a checkpoint choose its redo point, so that
+    /// checkpoint finds them.
+    pub fn queue_unlinks(&self, relfiles: &[RelFileId]) {
+        self.unlink_queue.lock().extend_from_slice(relfiles);
+    }
+
+    /// A dropped file leaves the open set: no more reads, writes or syncs. Its pages must
+    /// already be gone from the buffer pool; it stays on disk until removed.
+    pub fn forget(&self, relfile: RelFileId) {
+        self.files.write().remove(&relfile);
+        self.sync_pending.lock().remove(&relfile);
+    }
+
+    /// Removes every queued file. A file that cannot be removed is left behind (it only
+    /// takes space, as PostgreSQL leaves it with a warning) and named in the error.
+    pub fn remove_queued(&self) -> Result<()> {
+        let _one_at_a_time = self.unlinking.lock();
+        let mut result = Ok(());
+        loop {
+            let Some(relfile) = self.unlink_queue.lock().last().copied() else {
+                return result;
+            };
+            // Still queued while it is removed: until it is gone it cannot be reopened.
+            let path = self.path(relfile);
+            let removed = match io::remove_file(FileKind::Data, &path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(Error::io("remove file", path.display(), e))
+                }
+                _ => Ok(()),
+            };
+            self.unlink_queue.lock().retain(|&q| q != relfile);
+            result = result.and(removed);
         }
     }
 
@@ -358,5 +414,36 @@ mod tests {
         assert!(len >= (2 + EXTEND_CHUNK_BLOCKS as u64 + 10) * PAGE_SIZE as u64);
         assert_eq!(files.allocate_block_committed(rel).unwrap(), 2);
         assert_eq!(files.nblocks(rel).unwrap(), 3);
+    }
+
+    /// A dropped file, once forgotten, cannot be opened while it waits in the queue (a
+    /// reader with a stale definition gets "not found", never the old rows), and
+    /// `remove_queued` removes every queued file, a missing one included.
+    #[test]
+    fn queued_files_stay_closed_until_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = RelFiles::open(dir.path()).unwrap();
+        files.stop_creating_missing();
+        let (dropped, vanished, kept) = (RelFileId(16384), RelFileId(16385), RelFileId(16386));
+        for r in [dropped, vanished, kept] {
+            files.create(r).unwrap();
+            files.allocate_block(r).unwrap();
+        }
+        files.queue_unlinks(&[dropped, vanished]);
+        std::fs::remove_file(files.path(vanished)).unwrap();
+        // Still open: reads go on until the pages leave the pool and the file is forgotten.
+        assert_eq!(files.nblocks(dropped).unwrap(), 1);
+        files.forget(dropped);
+        files.forget(vanished);
+        let err = files.nblocks(dropped).unwrap_err();
+        assert_eq!(err.sqlstate(), "58P01", "{err}");
+        assert!(files.path(dropped).exists(), "removal is the queue's job");
+        files.remove_queued().unwrap();
+        assert!(!files.path(dropped).exists());
+        assert!(files.path(kept).exists());
+        assert_eq!(files.nblocks(kept).unwrap(), 1);
+        let err = files.nblocks(dropped).unwrap_err();
+        assert_eq!(err.sqlstate(), "58P01", "{err}");
+        files.remove_queued().unwrap();
     }
 }

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::catalog::{ColumnDef, DeclaredType};
 
 use super::{
     b, o, relfile_oid, t, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG, NS_INFORMATION_SCHEMA,
@@ -623,7 +624,10 @@ impl Snapshot {
                             Datum::Int4(i as i32 + 1),
                             Datum::Null,
                             t(if c.not_null { "NO" } else { "YES" }),
-                            t(c.ty.name()),
+                            t(information_schema_type(c)),
+                            information_schema_length(c).map_or(Datum::Null, Datum::Int4),
+                            information_schema_precision(c).map_or(Datum::Null, Datum::Int4),
+                            information_schema_scale(c).map_or(Datum::Null, Datum::Int4),
                         ]
                     })
                 })
@@ -683,5 +687,44 @@ impl Snapshot {
             .fold((0, 0, 0), |a, t| (a.0 + t.0, a.1 + t.1, a.2 + t.2));
         rows.push(shared(p, b, r, "total".into()));
         rows
+    }
+}
+
+/// `information_schema.columns.data_type`: the SQL standard's spelling, as PostgreSQL
+/// gives it (`character varying`, `character`, `ARRAY` for any array).
+fn information_schema_type(c: &ColumnDef) -> &'static str {
+    match (c.ty, c.declared) {
+        (TypeId::Array(_), _) => "ARRAY",
+        (TypeId::Text, DeclaredType::Varchar) => "character varying",
+        (TypeId::Text, DeclaredType::Char) => "character",
+        (ty, _) => ty.name(),
+    }
+}
+
+/// `character_maximum_length`: the declared length of `varchar(n)` / `char(n)`.
+fn information_schema_length(c: &ColumnDef) -> Option<i32> {
+    (c.ty == TypeId::Text && c.declared != DeclaredType::Plain && c.typmod >= 4)
+        .then_some(c.typmod - 4)
+}
+
+/// `numeric_precision`: bits for integers and float8 (radix 2), declared digits for
+/// `numeric(p,s)`, NULL for an unconstrained numeric and non-numeric types.
+fn information_schema_precision(c: &ColumnDef) -> Option<i32> {
+    match c.ty {
+        TypeId::Int2 => Some(16),
+        TypeId::Int4 => Some(32),
+        TypeId::Int8 => Some(64),
+        TypeId::Float8 => Some(53),
+        TypeId::Numeric if c.typmod >= 4 => Some(((c.typmod - 4) >> 16) & 0xffff),
+        _ => None,
+    }
+}
+
+/// `numeric_scale`: 0 for integers, the declared scale of `numeric(p,s)`, else NULL.
+fn information_schema_scale(c: &ColumnDef) -> Option<i32> {
+    match c.ty {
+        TypeId::Int2 | TypeId::Int4 | TypeId::Int8 => Some(0),
+        TypeId::Numeric if c.typmod >= 4 => Some((c.typmod - 4) & 0xffff),
+        _ => None,
     }
 }
