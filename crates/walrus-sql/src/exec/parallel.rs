@@ -345,6 +345,14 @@ pub(super) fn aggregate<'a>(
         for ((name, star, fast), state) in plan.iter().zip(group.states.iter_mut()) {
             let v = match fast {
                 None => Datum::Null,
+                // A column read in place, as the serial path does (`stream_row`).
+                Some(Fast::Column(i)) => {
+                    let v = row.get(*i).unwrap_or(&Datum::Null);
+                    if state.add_in_place(v) {
+                        continue;
+                    }
+                    v.clone()
+                }
                 Some(f) => match f.eval(row) {
                     Ok(Some(v)) => v,
                     _ => {
