@@ -1866,3 +1866,99 @@ fn frozen_bulk_insert_needs_a_table_of_this_transaction_and_survives_redo() {
     t.commit().unwrap();
     e.shutdown().unwrap();
 }
+
+/// CREATE INDEX over a table past 8 MB reads it on helper threads, each taking runs of
+/// blocks that are put back in block order: the index is a serial build's (every row
+/// once, in key order, rows loaded out of key order sorted), and a duplicate or a NULL
+/// primary key found by any participant fails the build.
+#[test]
+fn a_parallel_index_build_indexes_every_row_once_in_key_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let cols = vec![
+        ColumnDef {
+            name: "id".into(),
+            ty: TypeId::Int4,
+            not_null: false,
+            typmod: -1,
+            declared: Default::default(),
+        },
+        ColumnDef {
+            name: "v".into(),
+            ty: TypeId::Text,
+            not_null: false,
+            typmod: -1,
+            declared: Default::default(),
+        },
+    ];
+    t.create_table("p", cols, 100).unwrap();
+    t.commit().unwrap();
+    let def = e.catalog_view().unwrap().table("p").unwrap();
+    // 40,000 rows of ~230 bytes (past 1,024 pages), keys scrambled across the blocks.
+    const N: i32 = 40_000;
+    let pad = "x".repeat(200);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let rows: Vec<Vec<Datum>> = (0..N)
+        .map(|i| row((i * 7919) % N, &format!("{pad}{i}")))
+        .collect();
+    t.insert_many(&def, &rows).unwrap();
+    t.commit().unwrap();
+    assert!(e.pool().relfiles.nblocks(def.relfile).unwrap() >= 1024);
+
+    let scans = walrus_engine::engine::parallel_scan_counts().0;
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.create_index("p", "p_id", &[0], true, false).unwrap();
+    t.commit().unwrap();
+    assert!(
+        walrus_engine::engine::parallel_scan_counts().0 > scans,
+        "the build ran in parallel"
+    );
+    let def = e.catalog_view().unwrap().table("p").unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let mut ids = Vec::new();
+    t.index_scan_borrowed(
+        &def,
+        &def.indexes[0],
+        Bound::Unbounded,
+        Bound::Unbounded,
+        &[true, false],
+        &mut |_, r| {
+            ids.push(match r[0] {
+                Datum::Int4(x) => x,
+                ref other => panic!("{other:?}"),
+            });
+            Ok(true)
+        },
+    )
+    .unwrap();
+    assert_eq!(ids, (0..N).collect::<Vec<_>>());
+    for id in [0, 1, 7919 % N, N - 1] {
+        let (_, found) = get(&mut t, &def, id).expect("every key through the index");
+        assert_eq!(found[0], Datum::Int4(id));
+    }
+    t.commit().unwrap();
+
+    // A duplicate and a NULL key, far apart in the table: either fails its build.
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.drop_index("p_id").unwrap();
+    t.commit().unwrap();
+    let def = e.catalog_view().unwrap().table("p").unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(17, "duplicate")).unwrap();
+    t.insert(&def, &[Datum::Null, Datum::Text("null key".into())])
+        .unwrap();
+    t.commit().unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let err = t
+        .create_index("p", "p_unique", &[0], true, false)
+        .unwrap_err();
+    assert_eq!(err.sqlstate(), "23505", "{err}");
+    t.rollback().unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    let err = t
+        .create_index("p", "p_pkey", &[0], false, true)
+        .unwrap_err();
+    assert!(err.to_string().contains("contains null values"), "{err}");
+    t.rollback().unwrap();
+}

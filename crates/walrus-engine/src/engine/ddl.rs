@@ -5,7 +5,7 @@
 //! `ddl_lock`, after the table hold that keeps writers and vacuum away
 //! (`Transaction::lock_for_ddl`).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use walrus_base::{RelFileId, Tid};
@@ -52,6 +52,17 @@ impl Engine {
         Ok(v)
     }
 }
+
+/// Helper threads a CREATE INDEX over a large table asks for (PostgreSQL's default
+/// `max_parallel_maintenance_workers`), within the process-wide helper limit.
+const INDEX_BUILD_HELPERS: usize = 2;
+
+/// Tables smaller than this (8 MB, PostgreSQL's `min_parallel_table_scan_size`) are read
+/// by the building session alone.
+const PARALLEL_BUILD_MIN_BLOCKS: u32 = 1024;
+
+/// Blocks a build participant claims at a time (1 MiB).
+const BUILD_RUN_BLOCKS: u32 = 128;
 
 impl Transaction {
     /// Whether this transaction has changed the catalog (run DDL): rolling it back
@@ -241,31 +252,63 @@ impl Transaction {
         };
         let types = def.types();
         let nblocks = heap.nblocks()?;
-        // Committed rows counted so far: a hint for the buffers' size only.
-        let rows_hint = (rel.activity.live() as usize).min(1 << 24);
-        let mut entries = BuildEntries::with_capacity(rows_hint, 8 * columns.len());
-        let mut keyvals: Vec<Datum> = Vec::with_capacity(columns.len());
-        // A build reads the heap once: through a ring when it is large, so the pool
-        // keeps its working set (and the index pages the build is writing).
-        let mut ring = self.inner.pool.ring_for_scan(nblocks);
-        for b in 0..nblocks {
-            heap.for_each_root_row(b, &viewer, ring.as_mut(), |tid, row| {
-                keyvals.clear();
-                for &c in columns {
-                    keyvals.push(
-                        datum::decode_column(row, &types, c)
-                            .map_err(|e| Error::InvalidInput(e.to_string()))?,
-                    );
+        // A large table is read by the session and up to `INDEX_BUILD_HELPERS` helper
+        // threads (PostgreSQL's parallel B-tree build), each claiming runs of blocks and
+        // reading them through its own ring (so the pool keeps its working set and the
+        // index pages the build is writing). Each run's entries are kept apart and put
+        // back in block order, so a table loaded in key order needs no sort.
+        let helpers = if nblocks >= PARALLEL_BUILD_MIN_BLOCKS {
+            INDEX_BUILD_HELPERS
+        } else {
+            0
+        };
+        let next_block = AtomicU32::new(0);
+        let stop = AtomicBool::new(false);
+        let participate = || -> Result<Vec<(u32, BuildEntries)>> {
+            let mut runs = Vec::new();
+            let mut keyvals: Vec<Datum> = Vec::with_capacity(columns.len());
+            let mut ring = inner.pool.ring_for_scan(nblocks);
+            while !stop.load(Ordering::Relaxed) {
+                let first = next_block.fetch_add(BUILD_RUN_BLOCKS, Ordering::Relaxed);
+                if first >= nblocks {
+                    break;
                 }
-                if primary && keyvals.iter().any(|d| d.is_null()) {
-                    return Err(Error::InvalidInput(format!(
-                        "column \"{}\" of relation \"{table}\" contains null values",
-                        def.columns[columns[0]].name
-                    )));
+                let mut run = BuildEntries::default();
+                for b in first..nblocks.min(first + BUILD_RUN_BLOCKS) {
+                    heap.for_each_root_row(b, &viewer, ring.as_mut(), |tid, row| {
+                        keyvals.clear();
+                        for &c in columns {
+                            keyvals.push(
+                                datum::decode_column(row, &types, c)
+                                    .map_err(|e| Error::InvalidInput(e.to_string()))?,
+                            );
+                        }
+                        if primary && keyvals.iter().any(|d| d.is_null()) {
+                            return Err(Error::InvalidInput(format!(
+                                "column \"{}\" of relation \"{table}\" contains null values",
+                                def.columns[columns[0]].name
+                            )));
+                        }
+                        run.push_with(tid, |out| encode_key(&keyvals, out));
+                        Ok(())
+                    })?;
                 }
-                entries.push_with(tid, |out| encode_key(&keyvals, out));
-                Ok(())
-            })?;
+                runs.push((first, run));
+            }
+            Ok(runs)
+        };
+        let mut runs: Vec<(u32, BuildEntries)> = if helpers == 0 {
+            participate()?
+        } else {
+            super::scan::run_participants(helpers, &stop, participate)?
+                .into_iter()
+                .flatten()
+                .collect()
+        };
+        runs.sort_unstable_by_key(|(first, _)| *first);
+        let mut entries = BuildEntries::default();
+        for (_, run) in runs {
+            entries.append(run);
         }
         entries.sort();
         let tree = BTree::open(&inner.pool, relfile, unique, name);

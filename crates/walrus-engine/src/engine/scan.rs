@@ -182,7 +182,7 @@ impl Transaction {
 
 /// Runs `participate` on this thread and on up to `helpers` scoped threads (as many as
 /// [`WorkerGrant`] gives); one failing stops the others at their next page.
-fn run_participants<W: Send>(
+pub(super) fn run_participants<W: Send>(
     helpers: usize,
     stop: &AtomicBool,
     participate: impl Fn() -> Result<W> + Sync,

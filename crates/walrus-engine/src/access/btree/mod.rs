@@ -887,6 +887,18 @@ impl BuildEntries {
         self.push_with(tid, |b| b.extend_from_slice(key));
     }
 
+    /// Appends `other`'s entries after these, in their order (its buffers freed first
+    /// when this is empty: the first run is taken, not copied).
+    pub fn append(&mut self, other: BuildEntries) {
+        if self.is_empty() {
+            *self = other;
+            return;
+        }
+        let base = self.bytes.len();
+        self.bytes.extend_from_slice(&other.bytes);
+        self.ends.extend(other.ends.iter().map(|e| e + base));
+    }
+
     fn push_item(&mut self, item: &[u8]) {
         self.bytes.extend_from_slice(item);
         self.ends.push(self.bytes.len());
