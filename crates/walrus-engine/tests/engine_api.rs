@@ -50,13 +50,13 @@ fn engine_with(dir: &std::path::Path, sets: &[(&str, &str)]) -> Engine {
     Engine::open(dir).unwrap().0
 }
 
-fn table(e: &Engine) -> Arc<TableDef> {
-    let mut t = e.begin(Isolation::ReadCommitted);
-    let cols = vec![
+/// `(id int4, v text)`, `id` NOT NULL or not.
+fn id_v_columns(id_not_null: bool) -> Vec<ColumnDef> {
+    vec![
         ColumnDef {
             name: "id".into(),
             ty: TypeId::Int4,
-            not_null: true,
+            not_null: id_not_null,
             typmod: -1,
             declared: Default::default(),
         },
@@ -67,8 +67,12 @@ fn table(e: &Engine) -> Arc<TableDef> {
             typmod: -1,
             declared: Default::default(),
         },
-    ];
-    t.create_table("t", cols, 100).unwrap();
+    ]
+}
+
+fn table(e: &Engine) -> Arc<TableDef> {
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.create_table("t", id_v_columns(true), 100).unwrap();
     t.create_index("t", "t_pkey", &[0], true, true).unwrap();
     t.commit().unwrap();
     e.catalog_view().unwrap().table("t").unwrap()
@@ -1876,23 +1880,7 @@ fn a_parallel_index_build_indexes_every_row_once_in_key_order() {
     let dir = tempfile::tempdir().unwrap();
     let e = engine(dir.path());
     let mut t = e.begin(Isolation::ReadCommitted);
-    let cols = vec![
-        ColumnDef {
-            name: "id".into(),
-            ty: TypeId::Int4,
-            not_null: false,
-            typmod: -1,
-            declared: Default::default(),
-        },
-        ColumnDef {
-            name: "v".into(),
-            ty: TypeId::Text,
-            not_null: false,
-            typmod: -1,
-            declared: Default::default(),
-        },
-    ];
-    t.create_table("p", cols, 100).unwrap();
+    t.create_table("p", id_v_columns(false), 100).unwrap();
     t.commit().unwrap();
     let def = e.catalog_view().unwrap().table("p").unwrap();
     // 40,000 rows of ~230 bytes (past 1,024 pages), keys scrambled across the blocks.

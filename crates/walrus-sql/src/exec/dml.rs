@@ -302,68 +302,57 @@ pub(crate) fn insert(
         .source
         .as_ref()
         .ok_or_else(|| SqlError::unsupported("INSERT without VALUES is not supported"))?;
-    let (now, settings) = (env.now(), env.settings());
-    let get = move |n: &str| settings.get(n);
-    let intr = env.interrupt();
-    let scope = Scope {
-        columns: &[],
-        row: None,
-        params,
-        now,
-        setting: &get,
-        interrupt: Some(&intr),
-        frame: None,
-        hooks: None,
-    };
-    let values = match source.body.as_ref() {
-        SetExpr::Values(v) if source.order_by.is_none() && source.limit_clause.is_none() => v,
-        SetExpr::Select(_) | SetExpr::Values(_) | SetExpr::SetOperation { .. } => {
-            // INSERT ... SELECT (pgbench -I G generates its data this way).
-            let rows = super::select(env, source, params)?.rows;
-            let mut sink = RowSink::new(&def, skip_conflicts.as_ref());
-            for r in rows {
-                let row = (|| {
-                    if r.len() > targets.len() {
-                        return Err(SqlError::syntax(
-                            "INSERT has more expressions than target columns",
-                        ));
-                    }
-                    let mut row = vec![Datum::Null; def.columns.len()];
-                    for (v, &ci) in r.into_iter().zip(&targets) {
-                        row[ci] = assign(v, &def.columns[ci])?;
-                    }
-                    Ok(row)
-                })();
-                sink.push(env, row, returning.as_mut(), &scope)?;
+    with_statement_scope(env, params, |env, scope| {
+        let values = match source.body.as_ref() {
+            SetExpr::Values(v) if source.order_by.is_none() && source.limit_clause.is_none() => v,
+            SetExpr::Select(_) | SetExpr::Values(_) | SetExpr::SetOperation { .. } => {
+                // INSERT ... SELECT (pgbench -I G generates its data this way).
+                let rows = super::select(env, source, params)?.rows;
+                let mut sink = RowSink::new(&def, skip_conflicts.as_ref());
+                for r in rows {
+                    let row = (|| {
+                        if r.len() > targets.len() {
+                            return Err(SqlError::syntax(
+                                "INSERT has more expressions than target columns",
+                            ));
+                        }
+                        let mut row = vec![Datum::Null; def.columns.len()];
+                        for (v, &ci) in r.into_iter().zip(&targets) {
+                            row[ci] = assign(v, &def.columns[ci])?;
+                        }
+                        Ok(row)
+                    })();
+                    sink.push(env, row, returning.as_mut(), scope)?;
+                }
+                let n = sink.finish(env, returning.as_mut(), scope)?;
+                return Ok(Returning::result(returning, format!("INSERT 0 {n}")));
             }
-            let n = sink.finish(env, returning.as_mut(), &scope)?;
-            return Ok(Returning::result(returning, format!("INSERT 0 {n}")));
+            _ => return Err(SqlError::unsupported("this INSERT source is not supported")),
+        };
+        let mut sink = RowSink::new(&def, skip_conflicts.as_ref());
+        for row_exprs in &values.rows {
+            let row = (|| {
+                if row_exprs.len() > targets.len() {
+                    return Err(SqlError::syntax(
+                        "INSERT has more expressions than target columns",
+                    ));
+                }
+                if row_exprs.len() < targets.len() && !ins.columns.is_empty() {
+                    return Err(SqlError::syntax(
+                        "INSERT has more target columns than expressions",
+                    ));
+                }
+                let mut row = vec![Datum::Null; def.columns.len()];
+                for (e, &ci) in row_exprs.iter().zip(&targets) {
+                    row[ci] = assign(eval(e, scope)?, &def.columns[ci])?;
+                }
+                Ok(row)
+            })();
+            sink.push(env, row, returning.as_mut(), scope)?;
         }
-        _ => return Err(SqlError::unsupported("this INSERT source is not supported")),
-    };
-    let mut sink = RowSink::new(&def, skip_conflicts.as_ref());
-    for row_exprs in &values.rows {
-        let row = (|| {
-            if row_exprs.len() > targets.len() {
-                return Err(SqlError::syntax(
-                    "INSERT has more expressions than target columns",
-                ));
-            }
-            if row_exprs.len() < targets.len() && !ins.columns.is_empty() {
-                return Err(SqlError::syntax(
-                    "INSERT has more target columns than expressions",
-                ));
-            }
-            let mut row = vec![Datum::Null; def.columns.len()];
-            for (e, &ci) in row_exprs.iter().zip(&targets) {
-                row[ci] = assign(eval(e, &scope)?, &def.columns[ci])?;
-            }
-            Ok(row)
-        })();
-        sink.push(env, row, returning.as_mut(), &scope)?;
-    }
-    let n = sink.finish(env, returning.as_mut(), &scope)?;
-    Ok(Returning::result(returning, format!("INSERT 0 {n}")))
+        let n = sink.finish(env, returning.as_mut(), scope)?;
+        Ok(Returning::result(returning, format!("INSERT 0 {n}")))
+    })
 }
 
 /// `CREATE TABLE name [(names)] AS query`: a table with the query's result columns
@@ -423,6 +412,31 @@ pub(crate) fn create_table_as(
     }
     env.txn().create_table(&name, columns, fillfactor)?;
     let def = env.txn().table(&name)?;
+    with_statement_scope(env, params, |env, scope| {
+        let mut sink = RowSink::new(&def, None);
+        for r in result.rows {
+            let row = r
+                .into_iter()
+                .zip(&def.columns)
+                .map(|(v, c)| assign(v, c))
+                .collect::<SqlResult<Vec<Datum>>>();
+            sink.push(env, row, None, scope)?;
+        }
+        let n = sink.finish(env, None, scope)?;
+        Ok(QueryResult {
+            tag_only: true,
+            ..QueryResult::tag(format!("SELECT {n}"))
+        })
+    })
+}
+
+/// Runs `f` with the statement's expression scope: no row, only the parameters, the
+/// statement's clock, settings and interrupt (INSERT's values and RETURNING use it).
+fn with_statement_scope<R>(
+    env: &mut dyn Env,
+    params: &[Datum],
+    f: impl FnOnce(&mut dyn Env, &Scope<'_>) -> SqlResult<R>,
+) -> SqlResult<R> {
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let intr = env.interrupt();
@@ -436,20 +450,7 @@ pub(crate) fn create_table_as(
         frame: None,
         hooks: None,
     };
-    let mut sink = RowSink::new(&def, None);
-    for r in result.rows {
-        let row = r
-            .into_iter()
-            .zip(&def.columns)
-            .map(|(v, c)| assign(v, c))
-            .collect::<SqlResult<Vec<Datum>>>();
-        sink.push(env, row, None, &scope)?;
-    }
-    let n = sink.finish(env, None, &scope)?;
-    Ok(QueryResult {
-        tag_only: true,
-        ..QueryResult::tag(format!("SELECT {n}"))
-    })
+    f(env, &scope)
 }
 
 /// Which unique indexes `ON CONFLICT ... DO NOTHING` skips conflicts on: `None` without
