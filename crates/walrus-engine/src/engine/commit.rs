@@ -45,7 +45,9 @@ impl Transaction {
             inner.txn.clog.set_status_at(xid, XidStatus::Committed, end);
             // Under the barrier: a checkpoint whose redo point follows this commit
             // record finds the files queued and removes them before it completes.
-            inner.pool.relfiles.queue_unlinks(&self.dropped);
+            if !self.dropped.is_empty() {
+                inner.pool.relfiles.queue_unlinks(&self.dropped);
+            }
         }
         inner.txn.finish(self.proc, true);
         if !self.dropped.is_empty() {
