@@ -520,6 +520,15 @@ impl AggState {
         true
     }
 
+    /// [`AggState::add`] of `row`'s column `i` (NULL past the row's end), copied only
+    /// when [`AggState::add_in_place`] cannot take it as it lies.
+    pub(super) fn add_column(&mut self, name: &str, row: &[Datum], i: usize) {
+        let v = row.get(i).unwrap_or(&Datum::Null);
+        if !self.add_in_place(v) {
+            self.add(name, false, v.clone());
+        }
+    }
+
     pub(super) fn add(&mut self, name: &str, star: bool, v: Datum) {
         let state = self;
         if star {
@@ -671,11 +680,8 @@ impl Executor<'_> {
             // `Fast::eval`'s result wrapping (what it would return), and copied only
             // when the state needs more than a count or an integer sum.
             (Some(_), Some(Fast::Column(i))) => {
-                let v = frame.row.get(*i).unwrap_or(&Datum::Null);
-                if state.add_in_place(v) {
-                    return Ok(());
-                }
-                v.clone()
+                state.add_column(&call.name, frame.row, *i);
+                return Ok(());
             }
             (Some(a), _) => match fast.map(|f| f.eval(frame.row)).transpose()?.flatten() {
                 Some(v) => v,

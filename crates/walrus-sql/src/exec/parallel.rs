@@ -347,11 +347,8 @@ pub(super) fn aggregate<'a>(
                 None => Datum::Null,
                 // A column read in place, as the serial path does (`stream_row`).
                 Some(Fast::Column(i)) => {
-                    let v = row.get(*i).unwrap_or(&Datum::Null);
-                    if state.add_in_place(v) {
-                        continue;
-                    }
-                    v.clone()
+                    state.add_column(name, row, *i);
+                    continue;
                 }
                 Some(f) => match f.eval(row) {
                     Ok(Some(v)) => v,
