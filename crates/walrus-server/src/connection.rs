@@ -348,12 +348,13 @@ fn run(
                 );
             }
         }
-        // Idle after a read-only transaction: the next statement may come at once (a
-        // client running one query after another), so wait for it awake. Not inside
-        // a transaction nor after one that wrote: measured, polling then slowed a
-        // one-client TPC-B run (the WAL writer and page writers need the other core).
-        stream.poll_when_dry =
-            ready_sent && s.transaction_status() == b'I' && !s.last_transaction_wrote();
+        // Idle after a reply: the next statement may come at once (a client running
+        // one statement after another, in a transaction or not), so wait for it
+        // awake. On this project's 2-vCPU virtual machine a blocked session's wake-up
+        // was most of a short statement's round trip: polling after writes too took a
+        // one-client TPC-B run from 1.21 to 0.79 ms (BENCHMARKS.md, 2026-11-27 08:00);
+        // 16 clients unchanged (only a lone running session polls).
+        stream.poll_when_dry = ready_sent;
         let msg = read_message(stream)?;
         ready_sent = matches!(msg.kind, b'Q' | b'S');
         if skip_until_sync && msg.kind != b'S' && msg.kind != b'X' {

@@ -51,8 +51,6 @@ pub struct Session {
     block_isolation: Option<Isolation>,
     /// The block was started READ ONLY: statements that write fail with 25006.
     block_read_only: bool,
-    /// Whether the last transaction that ended had written (had an xid).
-    last_txn_wrote: bool,
     /// Shared with the statements running (an `Arc` clone each, not a map copy); `SET`
     /// copies on write.
     settings: Arc<BTreeMap<String, String>>,
@@ -229,7 +227,6 @@ impl Session {
             failed: false,
             block_isolation: None,
             block_read_only: false,
-            last_txn_wrote: false,
             settings: Arc::new(settings),
             now: now_micros(),
             interrupt: Arc::new(AtomicBool::new(false)),
@@ -272,23 +269,12 @@ impl Session {
         self.interrupt.clone()
     }
 
-    /// PostgreSQL's ReadyForQuery status: `I` idle, `T` in a block, `E` failed block.
-    /// The running transaction, taken to be ended; notes whether it wrote.
+    /// The running transaction, taken to be ended.
     fn take_txn(&mut self) -> Option<Transaction> {
-        let t = self.txn.take();
-        if let Some(t) = &t {
-            self.last_txn_wrote = t.xid().is_some();
-        }
-        t
+        self.txn.take()
     }
 
-    /// Whether the last transaction that ended wrote anything: after one that did, the
-    /// WAL writer and page writers have work, which an idle session polling its socket
-    /// (`walrus-server`'s `ClientStream`) would take a core from.
-    pub fn last_transaction_wrote(&self) -> bool {
-        self.last_txn_wrote
-    }
-
+    /// PostgreSQL's ReadyForQuery status: `I` idle, `T` in a block, `E` failed block.
     pub fn transaction_status(&self) -> u8 {
         match (self.in_block, self.failed) {
             (false, _) => b'I',
