@@ -493,6 +493,7 @@ impl Transaction {
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
         let types = def.types();
+        let columns = datum::RowColumns::new(&types, wanted);
         // No two entries lead to one version (a HOT chain has one root, and a line
         // pointer is reused only after vacuum removed its entries): checked in debug
         // builds, where a set of every tid is affordable.
@@ -522,7 +523,8 @@ impl Transaction {
                 let (tid, bytes) = batch.row(r);
                 #[cfg(debug_assertions)]
                 assert!(seen.insert(tid), "index range scan reached {tid} twice");
-                datum::decode_row_columns_into(bytes, &types, wanted, &mut row)
+                columns
+                    .decode_into(bytes, &mut row)
                     .map_err(|e| Error::InvalidInput(e.to_string()))?;
                 if !f(tid, &row)? {
                     break 'entries;

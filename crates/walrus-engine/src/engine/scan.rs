@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use walrus_base::Tid;
 
 use super::Transaction;
-use crate::access::datum::{self, Datum, TypeId};
+use crate::access::datum::{Datum, RowColumns};
 use crate::access::heap::tuple::Viewer;
 use crate::access::heap::{Heap, PageBatch};
 use crate::catalog::TableDef;
@@ -26,13 +26,12 @@ impl Transaction {
     ) -> Result<()> {
         self.with_scan(def, |t, heap, viewer| {
             let types = def.types();
+            let columns = RowColumns::new(&types, wanted);
             let mut batch = heap.scan_batch()?;
             let mut row = Vec::with_capacity(types.len());
             for b in 0..heap.nblocks()? {
                 t.check_interrupt()?;
-                if !lend_block(
-                    heap, viewer, b, &types, wanted, &mut batch, &mut row, &mut f,
-                )? {
+                if !lend_block(heap, viewer, b, &columns, &mut batch, &mut row, &mut f)? {
                     break;
                 }
             }
@@ -65,8 +64,7 @@ fn lend_block(
     heap: &Heap<'_>,
     viewer: &Viewer<'_>,
     block: u32,
-    types: &[TypeId],
-    wanted: &[bool],
+    columns: &RowColumns<'_>,
     batch: &mut PageBatch,
     row: &mut Vec<Datum>,
     f: &mut impl FnMut(Tid, &[Datum]) -> Result<bool>,
@@ -74,7 +72,8 @@ fn lend_block(
     heap.visible_batch(block, viewer, batch)?;
     for i in 0..batch.len() {
         let (tid, bytes) = batch.row(i);
-        datum::decode_row_columns_into(bytes, types, wanted, row)
+        columns
+            .decode_into(bytes, row)
             .map_err(|e| Error::InvalidInput(e.to_string()))?;
         if !f(tid, row)? {
             return Ok(false);
@@ -147,6 +146,7 @@ impl Transaction {
         self.with_scan(def, |t, heap, viewer| {
             let nblocks = heap.nblocks()?;
             let types = def.types();
+            let columns = RowColumns::new(&types, wanted);
             let next_block = AtomicU32::new(0);
             let stop = AtomicBool::new(false);
             let interrupt = t.interrupt.clone();
@@ -165,9 +165,8 @@ impl Transaction {
                         if stop.load(Ordering::Relaxed) {
                             break 'claims;
                         }
-                        if !lend_block(
-                            heap, viewer, b, &types, wanted, &mut batch, &mut row, &mut lend,
-                        )? {
+                        if !lend_block(heap, viewer, b, &columns, &mut batch, &mut row, &mut lend)?
+                        {
                             stop.store(true, Ordering::Relaxed);
                             break 'claims;
                         }
