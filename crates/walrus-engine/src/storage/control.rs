@@ -23,9 +23,12 @@ const MAGIC: u64 = 0x5741_4C52_5553_4331; // "WALRUSC1"
 /// (`clog_oldest` > 0). A binary that reads only version 2 knows no truncation point and
 /// would read the deleted segments' statuses as "in progress", hiding committed rows,
 /// so it must refuse such a directory; one never truncated stays readable by it.
-pub const FORMAT_VERSION: u32 = 3;
+/// 4: heap tuple headers of 32 bytes (versions 2 and 3 padded them to 40): every heap
+/// page changed, so versions 2 and 3 are no longer read.
+/// 5: version 4's layout once the commit-status log has been truncated (as 3 was to 2).
+pub const FORMAT_VERSION: u32 = 5;
 /// The oldest format this binary opens (see [`FORMAT_VERSION`]).
-pub const FORMAT_VERSION_OLDEST_READ: u32 = 2;
+pub const FORMAT_VERSION_OLDEST_READ: u32 = 4;
 const COPY_SIZE: usize = 512;
 const FILE_NAME: &str = "control";
 
@@ -308,7 +311,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let old = sample();
         ControlFile::create(dir.path(), old).unwrap();
-        // A directory from before WAL v2: patch the version in both copies, fixing
+        // A directory from before the 32-byte tuple header: patch the version in both copies, fixing
         // their checksums, as that binary would have written them.
         let path = dir.path().join(FILE_NAME);
         let mut bytes = std::fs::read(&path).unwrap();
@@ -334,8 +337,8 @@ mod tests {
         );
     }
 
-    /// A directory is written as version 2 until its clog is first truncated, then as
-    /// version 3, which binaries that know no truncation point refuse.
+    /// A directory is written as version 4 until its clog is first truncated, then as
+    /// version 5, which binaries that know no truncation point refuse.
     #[test]
     fn the_version_written_is_the_oldest_that_can_read_the_directory() {
         let dir = tempfile::tempdir().unwrap();

@@ -165,7 +165,7 @@ const OLD_SIDE_LEN: usize = 14;
 
 /// New-side forms: the whole tuple, or (almost always) its row with only `cmin` and
 /// `infomask` of the header, the rest being what every fresh version has (xmin = the
-/// record's xid, no xmax, cmax 0, no ctid) — 34 of the header's 40 bytes are not logged.
+/// record's xid, no xmax, cmax 0, no ctid) — 26 of the header's 32 bytes are not logged.
 const NEW_SIDE_FULL: u8 = 0;
 const NEW_SIDE_COMPACT: u8 = 1;
 

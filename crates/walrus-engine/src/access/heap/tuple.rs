@@ -1,11 +1,15 @@
 //! Heap tuple header and MVCC visibility (PostgreSQL's HeapTupleSatisfiesMVCC).
 //!
 //! ```text
-//!  0         8         16     20     24          28         30         32      40
-//!  +---------+---------+------+------+-----------+----------+----------+-------+------+
-//!  | xmin u64| xmax u64| cmin | cmax | ctid block| ctid off |infomask  | pad   | row  |
-//!  +---------+---------+------+------+-----------+----------+----------+-------+------+
+//!  0         8         16     20     24          28         30         32
+//!  +---------+---------+------+------+-----------+----------+----------+------+
+//!  | xmin u64| xmax u64| cmin | cmax | ctid block| ctid off |infomask  | row  |
+//!  +---------+---------+------+------+-----------+----------+----------+------+
 //! ```
+//! The row starts right after the 32 header bytes (no padding: values are read with
+//! unaligned loads). Format version 4 dropped the 8 padding bytes versions 2 and 3 kept
+//! there, which made a pgbench account row 148 bytes of page instead of 140 (55 rows a
+//! page instead of 58).
 //! Hint bits (`XMIN_COMMITTED`, …) cache clog answers. They are set only while the page
 //! is exclusively latched for a change that is WAL-logged anyway, so a hint never dirties
 //! a page on its own and every page write stays covered by the protection mode.
@@ -16,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::txn::clog::XidStatus;
 use crate::txn::{Snapshot, TxnManager};
 
-pub const TUPLE_HEADER_SIZE: usize = 40;
+pub const TUPLE_HEADER_SIZE: usize = 32;
 
 pub const XMIN_COMMITTED: u16 = 0x0001;
 pub const XMIN_INVALID: u16 = 0x0002;
@@ -75,7 +79,6 @@ impl TupleHeader {
         b[24..28].copy_from_slice(&self.ctid.block.to_le_bytes());
         b[28..30].copy_from_slice(&self.ctid.offset.to_le_bytes());
         b[30..32].copy_from_slice(&self.infomask.to_le_bytes());
-        b[32..40].fill(0);
     }
 
     pub fn has(&self, flag: u16) -> bool {
