@@ -203,6 +203,10 @@ pub(crate) fn is_catalog_function(name: &str) -> bool {
             | "::regproc"
             | "to_regtype"
             | "to_regclass"
+            | "pg_relation_size"
+            | "pg_table_size"
+            | "pg_indexes_size"
+            | "pg_total_relation_size"
     )
 }
 
@@ -401,6 +405,10 @@ pub(crate) struct Snapshot {
     /// `pg_database.datfrozenxid`: every xid below it is frozen (hint bits on every
     /// tuple) and its commit-status segment truncated.
     frozen_xid: u64,
+    /// Bytes of each user table's and index's file by OID (its logical blocks, those
+    /// extended in the pool but not yet written included, as PostgreSQL counts its
+    /// file's length): the `pg_*_size` functions.
+    relation_bytes: std::collections::HashMap<i64, u64>,
 }
 
 fn o(v: i64) -> Datum {
@@ -429,7 +437,19 @@ impl Snapshot {
         let wal = engine.wal();
         let pool = engine.pool();
         let activity = tables.iter().map(|t| engine.table_activity(t)).collect();
+        let relation_bytes = tables
+            .iter()
+            .flat_map(|t| std::iter::once(t.relfile).chain(t.indexes.iter().map(|i| i.relfile)))
+            .filter_map(|r| {
+                let blocks = pool.relfiles.nblocks(r).ok()?;
+                Some((
+                    relfile_oid(r),
+                    blocks as u64 * walrus_base::PAGE_SIZE as u64,
+                ))
+            })
+            .collect();
         Snapshot {
+            relation_bytes,
             tables,
             statistics,
             activity,
@@ -550,6 +570,59 @@ impl Snapshot {
         )
     }
 
+    /// PostgreSQL's `pg_relation_size(rel, fork)`, `pg_table_size`, `pg_indexes_size`
+    /// and `pg_total_relation_size` of the relation with `oid`, in bytes. walrus keeps
+    /// no free-space map, visibility map or TOAST files, so a table is its heap file
+    /// and those forks are empty (0, as PostgreSQL says of a fork that does not exist).
+    /// `None` (NULL): no relation has that OID, as in PostgreSQL. The catalog tables are
+    /// views here, with no file to measure: refused rather than answered 0.
+    fn relation_size(&self, function: &str, oid: i64, fork: &str) -> SqlResult<Option<u64>> {
+        if !matches!(fork, "main" | "fsm" | "vm" | "init") {
+            return Err(SqlError::new("22023", "invalid fork name")
+                .with_hint("Valid fork names are \"main\", \"fsm\", \"vm\", and \"init\"."));
+        }
+        if let Some((name, _)) = reg::CATALOG_TABLE_OIDS
+            .iter()
+            .find(|(_, o)| *o as i64 == oid)
+        {
+            return Err(SqlError::unsupported(format!(
+                "{function} of the catalog relation {name} is not supported (walrus's catalog tables are views with no file)"
+            )));
+        }
+        // A file the snapshot could not measure (dropped meanwhile): an error, not 0.
+        let bytes = |relfile| {
+            let oid = relfile_oid(relfile);
+            self.relation_bytes.get(&oid).copied().ok_or_else(|| {
+                SqlError::new(
+                    "58P01",
+                    format!("could not read the size of relation {oid}"),
+                )
+            })
+        };
+        if let Some(table) = self.tables.iter().find(|t| relfile_oid(t.relfile) == oid) {
+            let heap = bytes(table.relfile)?;
+            let mut indexes = 0;
+            for index in &table.indexes {
+                indexes += bytes(index.relfile)?;
+            }
+            return Ok(Some(match function {
+                "pg_relation_size" if fork != "main" => 0,
+                "pg_relation_size" | "pg_table_size" => heap,
+                "pg_indexes_size" => indexes,
+                _ => heap + indexes,
+            }));
+        }
+        if let Some((_, index)) = self.indexes().find(|(_, i)| relfile_oid(i.relfile) == oid) {
+            let size = bytes(index.relfile)?;
+            return Ok(Some(match function {
+                "pg_relation_size" if fork != "main" => 0,
+                "pg_indexes_size" => 0,
+                _ => size,
+            }));
+        }
+        Ok(None)
+    }
+
     /// Catalog-aware functions and casts; `None` for names that are not theirs
     /// (exactly those [`is_catalog_function`] accepts).
     pub(crate) fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
@@ -642,6 +715,27 @@ impl Snapshot {
                         Self::index_columns(tbl, idx)
                     )),
                     None => Datum::Null,
+                }
+            }
+            "pg_relation_size" | "pg_table_size" | "pg_indexes_size" | "pg_total_relation_size" => {
+                let oid = match (&args[0], reg_oid(0)) {
+                    (_, Some(oid)) => oid,
+                    (Datum::Text(text), _) => match self.regclass_from_name(text, false) {
+                        Ok(Datum::Reg(r)) => r.oid,
+                        Ok(_) => return Some(Ok(Datum::Null)),
+                        Err(e) => return Some(Err(e)),
+                    },
+                    _ => return Some(Err(reg_cast_error(&args[0], "regclass"))),
+                };
+                let fork = match args.get(1) {
+                    None => "main".to_string(),
+                    Some(Datum::Text(f)) => f.clone(),
+                    Some(_) => return Some(Ok(Datum::Null)),
+                };
+                match self.relation_size(name, oid as i64, &fork) {
+                    Ok(Some(bytes)) => Datum::Int8(bytes as i64),
+                    Ok(None) => Datum::Null,
+                    Err(e) => return Some(Err(e)),
                 }
             }
             // reg* casts: a name is looked up (reg.rs), an OID named.

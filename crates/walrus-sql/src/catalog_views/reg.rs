@@ -18,7 +18,7 @@ use crate::error::{SqlError, SqlResult};
 
 /// `pg_catalog` tables walrus shows, with PostgreSQL's fixed OIDs (checked against
 /// PostgreSQL 15: `select 'pg_class'::regclass::oid`).
-const CATALOG_TABLE_OIDS: &[(&str, u32)] = &[
+pub(super) const CATALOG_TABLE_OIDS: &[(&str, u32)] = &[
     ("pg_am", 2601),
     ("pg_attribute", 1249),
     ("pg_class", 1259),

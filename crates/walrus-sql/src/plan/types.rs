@@ -164,6 +164,9 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
             "current_setting" | "version" | "repeat" | "lower" | "upper" => Some(TypeId::Text),
             "to_regtype" => Some(TypeId::RegType),
             "to_regclass" => Some(TypeId::RegClass),
+            "pg_relation_size" | "pg_table_size" | "pg_indexes_size" | "pg_total_relation_size" => {
+                Some(TypeId::Int8)
+            }
             _ => None,
         },
         Expr::Value(v) => match &v.value {
