@@ -80,7 +80,11 @@ with cur.copy(f"copy (select {COLS} from c order by id) to stdout (format binary
     cp.set_types(TYPES)
     for r in cp.rows():
         # The zone object follows the server's TimeZone spelling: print the instant.
-        print("binary out:", tuple(v.isoformat() if isinstance(v, datetime.datetime) else v for v in r))
+        # A bytea comes back as a memoryview, whose repr is its address: print the bytes.
+        print("binary out:", tuple(
+            v.isoformat() if isinstance(v, datetime.datetime)
+            else bytes(v) if isinstance(v, memoryview) else v
+            for v in r))
 with cur.copy("copy c (id, t) to stdout (format binary)") as cp:
     raw = b"".join(bytes(x) for x in cp)
 print("binary header:", raw[:19].hex(), "trailer:", raw[-2:].hex(), "bytes:", len(raw))
