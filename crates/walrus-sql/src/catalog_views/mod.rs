@@ -405,10 +405,10 @@ pub(crate) struct Snapshot {
     /// `pg_database.datfrozenxid`: every xid below it is frozen (hint bits on every
     /// tuple) and its commit-status segment truncated.
     frozen_xid: u64,
-    /// Bytes of each user table's and index's file by OID (its logical blocks, those
-    /// extended in the pool but not yet written included, as PostgreSQL counts its
-    /// file's length): the `pg_*_size` functions.
-    relation_bytes: std::collections::HashMap<i64, u64>,
+    /// The relations' files, measured only when a `pg_*_size` function asks (their
+    /// logical blocks, those extended in the pool but not yet written included, as
+    /// PostgreSQL counts its file's length).
+    relfiles: std::sync::Arc<walrus_engine::storage::relfile::RelFiles>,
 }
 
 fn o(v: i64) -> Datum {
@@ -437,19 +437,8 @@ impl Snapshot {
         let wal = engine.wal();
         let pool = engine.pool();
         let activity = tables.iter().map(|t| engine.table_activity(t)).collect();
-        let relation_bytes = tables
-            .iter()
-            .flat_map(|t| std::iter::once(t.relfile).chain(t.indexes.iter().map(|i| i.relfile)))
-            .filter_map(|r| {
-                let blocks = pool.relfiles.nblocks(r).ok()?;
-                Some((
-                    relfile_oid(r),
-                    blocks as u64 * walrus_base::PAGE_SIZE as u64,
-                ))
-            })
-            .collect();
         Snapshot {
-            relation_bytes,
+            relfiles: pool.relfiles.clone(),
             tables,
             statistics,
             activity,
@@ -589,15 +578,18 @@ impl Snapshot {
                 "{function} of the catalog relation {name} is not supported (walrus's catalog tables are views with no file)"
             )));
         }
-        // A file the snapshot could not measure (dropped meanwhile): an error, not 0.
+        // A file that cannot be measured (dropped meanwhile): an error, not 0.
         let bytes = |relfile| {
-            let oid = relfile_oid(relfile);
-            self.relation_bytes.get(&oid).copied().ok_or_else(|| {
+            let blocks = self.relfiles.nblocks(relfile).map_err(|_| {
                 SqlError::new(
                     "58P01",
-                    format!("could not read the size of relation {oid}"),
+                    format!(
+                        "could not read the size of relation {}",
+                        relfile_oid(relfile)
+                    ),
                 )
-            })
+            })?;
+            Ok::<u64, SqlError>(blocks as u64 * walrus_base::PAGE_SIZE as u64)
         };
         if let Some(table) = self.tables.iter().find(|t| relfile_oid(t.relfile) == oid) {
             let heap = bytes(table.relfile)?;
