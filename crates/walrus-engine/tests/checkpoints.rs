@@ -288,7 +288,7 @@ fn replayed_after_crash(sets: &[(&str, &str)], mb: u64) -> (u64, f64) {
 
 /// `recovery_time_target` bounds what a crash replays: with a 1 s target and the default
 /// replay rate (20 MB/s, none measured yet) the budget is 20 MB, so after 48 MB of WAL a
-/// crash replays at most that (the page writers keep the redo lag at 90% of it, the
+/// crash replays at most that (the page writers keep the redo lag at 95% of it, the
 /// checkpointer records the point every twentieth); with the target off it replays nearly
 /// everything since the start.
 #[test]
