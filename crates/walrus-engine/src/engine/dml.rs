@@ -17,7 +17,7 @@ use crate::access::btree::{BTree, UniqueCheck};
 use crate::access::datum::{self, encode_key, encode_row, Datum, EncodedRows};
 use crate::access::heap::tuple::{self, TupleHeader, Viewer};
 use crate::access::heap::{Heap, Modify, PageBatch};
-use crate::catalog::{IndexDef, TableDef};
+use crate::catalog::{ColumnDef, IndexDef, TableDef};
 use crate::error::{Error, Result};
 use crate::txn::clog::XidStatus;
 use crate::txn::{Snapshot, TxnManager};
@@ -43,6 +43,14 @@ pub enum RowChange {
     SelfModified,
 }
 
+/// The new version an update writes: every column's value, or new values for some
+/// columns with the others kept from the version it replaces.
+#[derive(Clone, Copy)]
+enum NewVersion<'a> {
+    Whole(&'a [Datum]),
+    Columns(&'a [(usize, Datum)]),
+}
+
 impl Transaction {
     fn check_row(def: &TableDef, values: &[Datum]) -> Result<()> {
         if values.len() != def.columns.len() {
@@ -54,25 +62,42 @@ impl Transaction {
             )));
         }
         for (c, v) in def.columns.iter().zip(values) {
-            match v.type_id() {
-                None if c.not_null => {
-                    return Err(Error::NotNullViolation {
-                        column: c.name.clone(),
-                        table: def.name.clone(),
-                    })
-                }
-                Some(t) if t != c.ty => {
-                    return Err(Error::DatatypeMismatch(format!(
-                        "column \"{}\" is of type {} but expression is of type {}",
-                        c.name,
-                        c.ty.name(),
-                        t.name()
-                    )))
-                }
-                _ => {}
-            }
+            Transaction::check_value(def, c, v)?;
         }
         Ok(())
+    }
+
+    /// [`Transaction::check_row`] for the columns an update sets.
+    fn check_columns(def: &TableDef, sets: &[(usize, Datum)]) -> Result<()> {
+        for (i, v) in sets {
+            let c = def.columns.get(*i).ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "table \"{}\" has {} columns, got column number {}",
+                    def.name,
+                    def.columns.len(),
+                    i + 1
+                ))
+            })?;
+            Transaction::check_value(def, c, v)?;
+        }
+        Ok(())
+    }
+
+    /// A value fits column `c`: of its type, or NULL where the column allows it.
+    fn check_value(def: &TableDef, c: &ColumnDef, v: &Datum) -> Result<()> {
+        match v.type_id() {
+            None if c.not_null => Err(Error::NotNullViolation {
+                column: c.name.clone(),
+                table: def.name.clone(),
+            }),
+            Some(t) if t != c.ty => Err(Error::DatatypeMismatch(format!(
+                "column \"{}\" is of type {} but expression is of type {}",
+                c.name,
+                c.ty.name(),
+                t.name()
+            ))),
+            _ => Ok(()),
+        }
     }
 
     pub fn insert(&mut self, def: &TableDef, values: &[Datum]) -> Result<Tid> {
@@ -611,29 +636,71 @@ impl Transaction {
         self.index_scan(def, index, Bound::Included(key), Bound::Included(key))
     }
 
+    /// Replaces the row at `tid` with `new_values` (every column).
     pub fn update(&mut self, def: &TableDef, tid: Tid, new_values: &[Datum]) -> Result<RowChange> {
+        self.update_version(def, tid, NewVersion::Whole(new_values))
+    }
+
+    /// Gives the columns in `sets` new values in the row at `tid`; the other columns
+    /// keep their stored bytes, which are copied rather than decoded and re-encoded
+    /// ([`datum::splice_row`]): what an SQL UPDATE needs, without reading the columns it
+    /// neither sets nor tests.
+    pub fn update_columns(
+        &mut self,
+        def: &TableDef,
+        tid: Tid,
+        sets: &[(usize, Datum)],
+    ) -> Result<RowChange> {
+        self.update_version(def, tid, NewVersion::Columns(sets))
+    }
+
+    fn update_version(
+        &mut self,
+        def: &TableDef,
+        tid: Tid,
+        new: NewVersion<'_>,
+    ) -> Result<RowChange> {
         self.before_write()?;
         let fresh = self.lock_for_write(def)?;
         let def = fresh.as_deref().unwrap_or(def);
-        Transaction::check_row(def, new_values)?;
+        match new {
+            NewVersion::Whole(values) => Transaction::check_row(def, values)?,
+            NewVersion::Columns(sets) => Transaction::check_columns(def, sets)?,
+        }
         let xid = self.mark_write();
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let inner = self.inner.clone();
         let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let types = def.types();
+        let bad = |e: datum::DatumError| Error::InvalidInput(e.to_string());
         let mut row = Vec::new();
-        encode_row(new_values, &mut row);
+        if let NewVersion::Whole(values) = new {
+            encode_row(values, &mut row);
+        }
         loop {
             self.check_interrupt()?;
-            // HOT is allowed when no indexed column changes.
-            let old = heap.read_version(tid)?;
-            let Some((_, old_row)) = old else {
+            let Some((_, old_row)) = heap.read_version(tid)? else {
                 return Ok(RowChange::Gone);
             };
-            let old_values = datum::decode_row(&old_row, &def.types())
-                .map_err(|e| Error::InvalidInput(e.to_string()))?;
-            let unchanged =
-                |i: &IndexDef| i.columns.iter().all(|&c| old_values[c] == new_values[c]);
-            let hot_ok = def.indexes.iter().all(unchanged);
+            if let NewVersion::Columns(sets) = new {
+                datum::splice_row(&old_row, &types, sets, &mut row).map_err(bad)?;
+            }
+            // HOT is allowed when no indexed column changes; "changes" is a byte
+            // comparison of the stored values, as PostgreSQL's.
+            let mut unchanged_index = Vec::with_capacity(def.indexes.len());
+            for i in &def.indexes {
+                let mut same = true;
+                for &c in &i.columns {
+                    let was = datum::value_span(&old_row, &types, c).map_err(bad)?;
+                    let is = datum::value_span(&row, &types, c).map_err(bad)?;
+                    if was.map(|r| &old_row[r]) != is.map(|r| &row[r]) {
+                        same = false;
+                        break;
+                    }
+                }
+                unchanged_index.push(same);
+            }
+            let hot_ok = unchanged_index.iter().all(|&u| u);
             let (m, hot) = heap.update(tid, xid, self.cid, &row, hot_ok)?;
             match m {
                 Modify::Done(new_tid) => {
@@ -641,12 +708,25 @@ impl Transaction {
                     a.updated += 1;
                     a.hot_updated += hot as u64;
                     if !hot {
-                        for idx in &def.indexes {
+                        let decoded;
+                        let values = match new {
+                            NewVersion::Whole(values) => values,
+                            NewVersion::Columns(_) => {
+                                // Only the indexed columns are read from it.
+                                let mut wanted = vec![false; types.len()];
+                                for c in def.indexes.iter().flat_map(|i| &i.columns) {
+                                    wanted[*c] = true;
+                                }
+                                decoded = datum::decode_row_columns(&row, &types, &wanted)
+                                    .map_err(bad)?;
+                                &decoded[..]
+                            }
+                        };
+                        for (idx, unchanged) in def.indexes.iter().zip(unchanged_index) {
                             // An unchanged key cannot conflict: the only live entry with
                             // it is this row's own, which the row lock we hold keeps
                             // another inserter waiting on.
-                            let check = !unchanged(idx);
-                            self.index_insert(def, idx, new_values, new_tid, check)?;
+                            self.index_insert(def, idx, values, new_tid, !unchanged)?;
                         }
                     }
                     return Ok(RowChange::Done(new_tid));

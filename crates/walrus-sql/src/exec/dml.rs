@@ -11,6 +11,7 @@ use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::{ColumnDef, DeclaredType, TableDef};
 use walrus_engine::engine::{RowChange, Transaction};
 
+use super::select::mark_used_columns;
 use super::Env;
 use crate::error::{SqlError, SqlResult};
 use crate::expr::compiled::{Columns, Prepared};
@@ -796,12 +797,30 @@ pub(crate) fn update(
                 ),
             )
         })?;
+        if sets.iter().any(|(c, _)| *c == i) {
+            return Err(SqlError::new(
+                "42601",
+                format!("multiple assignments to same column \"{name}\""),
+            ));
+        }
         sets.push((i, a.value.clone()));
     }
-    let rows = matching_rows(env, &def, selection.as_ref(), params, None)?;
+    // The scan decodes only the columns WHERE and SET read (RETURNING may read any);
+    // the engine copies the others' stored bytes into the new version.
+    let wanted = returning.is_none().then(|| {
+        let mut wanted = vec![false; def.columns.len()];
+        let complete = mark_used_columns(selection, &def, &mut wanted)
+            && sets
+                .iter()
+                .all(|(_, e)| mark_used_columns(e, &def, &mut wanted));
+        complete.then_some(wanted)
+    });
+    let wanted = wanted.flatten();
+    let rows = matching_rows(env, &def, selection.as_ref(), params, wanted.as_deref())?;
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let intr = env.interrupt();
+    let mut values = Vec::with_capacity(sets.len());
     let n = change_rows(
         env,
         &def,
@@ -819,12 +838,16 @@ pub(crate) fn update(
                 frame: None,
                 hooks: None,
             };
-            let mut new = old.to_vec();
+            values.clear();
             for (i, e) in &sets {
-                new[*i] = assign(eval(e, &scope)?, &def.columns[*i])?;
+                values.push((*i, assign(eval(e, &scope)?, &def.columns[*i])?));
             }
-            let r = t.update(&def, tid, &new)?;
+            let r = t.update_columns(&def, tid, &values)?;
             if let (RowChange::Done(_), Some(ret)) = (&r, returning.as_mut()) {
+                let mut new = old.to_vec();
+                for (i, v) in &values {
+                    new[*i] = v.clone();
+                }
                 ret.push(&new, &scope)?;
             }
             Ok(r)

@@ -5,7 +5,9 @@ use std::collections::{HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::ops::ControlFlow;
 
-use sqlparser::ast::{self, visit_expressions, Expr, Query, Select, SelectItem, TableFactor};
+use sqlparser::ast::{
+    self, visit_expressions, Expr, Query, Select, SelectItem, TableFactor, Visit,
+};
 use walrus_engine::access::datum::Datum;
 use walrus_engine::catalog::TableDef;
 
@@ -418,6 +420,17 @@ fn used_columns(sel: &Select, q: &Query, def: &TableDef) -> Option<Vec<bool>> {
         return None;
     }
     let mut wanted = vec![false; def.columns.len()];
+    let complete = mark_used_columns(sel, def, &mut wanted)
+        && mark_used_columns(&q.order_by, def, &mut wanted)
+        && mark_used_columns(&q.limit_clause, def, &mut wanted)
+        && mark_used_columns(&q.fetch, def, &mut wanted);
+    complete.then_some(wanted)
+}
+
+/// Marks in `wanted` every column of `def` an expression in `node` names (by its last
+/// name part, so over-approximated). False when `node` holds a subquery, which may name
+/// columns in ways this does not look for: then the marks are not the whole story.
+pub(crate) fn mark_used_columns<V: Visit>(node: &V, def: &TableDef, wanted: &mut [bool]) -> bool {
     let mut mark = |name: &str| {
         if let Some(c) = def.column_index(name) {
             wanted[c] = true;
@@ -439,11 +452,8 @@ fn used_columns(sel: &Select, q: &Query, def: &TableDef) -> Option<Vec<bool>> {
         }
         ControlFlow::<()>::Continue(())
     };
-    let _ = visit_expressions(sel, &mut look);
-    let _ = visit_expressions(&q.order_by, &mut look);
-    let _ = visit_expressions(&q.limit_clause, &mut look);
-    let _ = visit_expressions(&q.fetch, &mut look);
-    (!subquery).then_some(wanted)
+    let _ = visit_expressions(node, &mut look);
+    !subquery
 }
 
 /// 42712: two FROM items with one name (`from t, t` needs an alias).

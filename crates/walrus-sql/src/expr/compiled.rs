@@ -216,13 +216,17 @@ impl Fast {
 }
 
 impl Fast {
-    /// The integer a column or constant operand holds and its width's rank (int2 0,
-    /// int4 1, int8 2), read without building a value (`None`: another kind of
-    /// operand, or not an integer there, NULL included).
+    /// The integer a column or constant operand holds, or integer arithmetic over such
+    /// operands computes (`aid % 10` in `aid % 10 = 0`), and its width's rank (int2 0,
+    /// int4 1, int8 2), without building a value (`None`: another kind of operand, not
+    /// an integer there, NULL included, or arithmetic that errs, which `eval` raises).
     fn int_in_place(&self, row: &[Datum]) -> Option<(i64, u8)> {
         let d = match self {
             Fast::Column(i) => row.get(*i)?,
             Fast::Int(d) => d,
+            Fast::Binary(l, op, r) => {
+                return integer_arithmetic(op, l.int_in_place(row)?, r.int_in_place(row)?)
+            }
             _ => return None,
         };
         match d {
@@ -237,7 +241,21 @@ impl Fast {
 /// `x op y` for integer operands as [`binary`] computes it (the result has the wider
 /// operand's type), or `None` when `op` is not arithmetic or the result is an error
 /// there (overflow, division by zero), which `binary` then raises.
-fn arithmetic(op: &BinaryOperator, (x, xr): (i64, u8), (y, yr): (i64, u8)) -> Option<Datum> {
+fn arithmetic(op: &BinaryOperator, x: (i64, u8), y: (i64, u8)) -> Option<Datum> {
+    let (v, rank) = integer_arithmetic(op, x, y)?;
+    Some(match rank {
+        0 => Datum::Int2(v as i16),
+        1 => Datum::Int4(v as i32),
+        _ => Datum::Int8(v),
+    })
+}
+
+/// [`arithmetic`]'s value and its type's rank, checked to fit that type.
+fn integer_arithmetic(
+    op: &BinaryOperator,
+    (x, xr): (i64, u8),
+    (y, yr): (i64, u8),
+) -> Option<(i64, u8)> {
     let v = match op {
         BinaryOperator::Plus => x.checked_add(y)?,
         BinaryOperator::Minus => x.checked_sub(y)?,
@@ -246,11 +264,13 @@ fn arithmetic(op: &BinaryOperator, (x, xr): (i64, u8), (y, yr): (i64, u8)) -> Op
         BinaryOperator::Modulo => x.checked_rem(y)?,
         _ => return None,
     };
-    Some(match xr.max(yr) {
-        0 => Datum::Int2(i16::try_from(v).ok()?),
-        1 => Datum::Int4(i32::try_from(v).ok()?),
-        _ => Datum::Int8(v),
-    })
+    let rank = xr.max(yr);
+    let fits = match rank {
+        0 => i16::try_from(v).is_ok(),
+        1 => i32::try_from(v).is_ok(),
+        _ => true,
+    };
+    fits.then_some((v, rank))
 }
 
 /// Whether `ord` satisfies comparison operator `op`; `None` for arithmetic.

@@ -758,10 +758,10 @@ impl<'a> Heap<'a> {
         hot_ok: bool,
     ) -> Result<(Modify, bool)> {
         let mut newh = TupleHeader::new(xid, cid, 0);
-        let probe = tuple::build(&newh, row);
-        if probe.len() > HEAP_TUPLE_BYTES_MAX {
+        let tuple_len = TUPLE_HEADER_SIZE + row.len();
+        if tuple_len > HEAP_TUPLE_BYTES_MAX {
             return Err(Error::RowTooBig {
-                size: probe.len(),
+                size: tuple_len,
                 max: HEAP_TUPLE_BYTES_MAX,
             });
         }
@@ -777,7 +777,7 @@ impl<'a> Heap<'a> {
             if let Some(m) = self.check_modifiable(&h, xid)? {
                 return Ok((m, false));
             }
-            let need = probe.len() + 8;
+            let need = tuple_len + 8;
             self.prune_if_short(&mut w, need)?;
             if page::free_space(&w) >= need {
                 // The old version is still at `off` (pruning never removes a version
