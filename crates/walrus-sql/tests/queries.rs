@@ -388,3 +388,36 @@ fn pg_stat_user_tables_counts_rows_and_vacuums() {
     );
     assert_eq!(flat(&rows(&mut s, "show autovacuum")), ["on"]);
 }
+
+/// `pg_stat_user_tables` counts scans as PostgreSQL does: each sequential scan and the
+/// rows it returned (`seq_scan`, `seq_tup_read`), each index scan and the live rows it
+/// fetched (`idx_scan`, `idx_tup_fetch`, NULL for a table with no index), a rolled-back
+/// transaction's scans included.
+#[test]
+fn pg_stat_user_tables_counts_scans() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = session(dir.path());
+    ok(&mut s, "create table t(id int primary key, v int)");
+    ok(
+        &mut s,
+        "insert into t select g, g % 7 from generate_series(1, 100) g",
+    );
+    ok(&mut s, "create table u(x int)");
+    ok(&mut s, "insert into u values (1), (2), (3)");
+    let stats = "select relname, seq_scan, seq_tup_read, idx_scan, idx_tup_fetch from pg_stat_user_tables where relname in ('t', 'u') order by relname";
+    assert_eq!(flat(&rows(&mut s, stats)), ["t|0|0|0|0", "u|0|0|-|-"]);
+    assert_eq!(flat(&rows(&mut s, "select v from t where id = 5")), ["5"]);
+    assert!(rows(&mut s, "select v from t where id = 1000").is_empty());
+    assert_eq!(flat(&rows(&mut s, "select sum(v) from t")), ["297"]);
+    ok(&mut s, "begin");
+    assert_eq!(
+        flat(&rows(&mut s, "select count(*) from u where x > 1")),
+        ["2"]
+    );
+    ok(&mut s, "rollback");
+    assert_eq!(
+        flat(&rows(&mut s, "select x from u order by x limit 1")),
+        ["1"]
+    );
+    assert_eq!(flat(&rows(&mut s, stats)), ["t|1|100|2|1", "u|2|6|-|-"]);
+}

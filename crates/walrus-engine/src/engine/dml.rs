@@ -15,6 +15,7 @@ use walrus_base::{Tid, Xid};
 use super::{Isolation, Transaction};
 use crate::access::btree::{BTree, UniqueCheck};
 use crate::access::datum::{self, encode_key, encode_row, Datum, EncodedRows};
+use crate::access::heap::activity::TableActivity;
 use crate::access::heap::tuple::{self, TupleHeader, Viewer};
 use crate::access::heap::{Heap, Modify, PageBatch};
 use crate::catalog::{ColumnDef, IndexDef, TableDef};
@@ -519,6 +520,14 @@ impl Transaction {
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
         let types = def.types();
         let columns = datum::RowColumns::new(&types, wanted);
+        // Counted however the scan ends (stopped early, failed, or done).
+        struct Fetched<'a>(&'a TableActivity, u64);
+        impl Drop for Fetched<'_> {
+            fn drop(&mut self) {
+                self.0.index_scanned(self.1);
+            }
+        }
+        let mut fetched = Fetched(&rel.activity, 0);
         // No two entries lead to one version (a HOT chain has one root, and a line
         // pointer is reused only after vacuum removed its entries): checked in debug
         // builds, where a set of every tid is affordable.
@@ -551,6 +560,7 @@ impl Transaction {
                 columns
                     .decode_into(bytes, &mut row)
                     .map_err(|e| Error::InvalidInput(e.to_string()))?;
+                fetched.1 += 1;
                 if !f(tid, &row)? {
                     break 'entries;
                 }

@@ -16,8 +16,10 @@ use crate::access::heap::activity::ActivitySnapshot;
 use crate::error::{Error, Result};
 
 const FILE: &str = "table_stats";
-const HEADER: &str = "walrus table stats v2";
-/// The previous format (no analyze counters), still read.
+const HEADER: &str = "walrus table stats v3";
+/// The previous formats (v2: no scan counters; v1: no analyze counters either), still
+/// read.
+const HEADER_V2: &str = "walrus table stats v2";
 const HEADER_V1: &str = "walrus table stats v1";
 
 /// Times as nanoseconds since the Unix epoch (0: never), exact until the year 2554.
@@ -30,14 +32,14 @@ fn time(ns: u64) -> Option<SystemTime> {
     (ns > 0).then(|| UNIX_EPOCH + Duration::from_nanos(ns))
 }
 
-/// One line per table: relfile and the sixteen counters (the rows last counted as
+/// One line per table: relfile and the twenty counters (the rows last counted as
 /// `n + 1`, 0 for never).
 fn encode(rows: &[(RelFileId, ActivitySnapshot)]) -> String {
     let mut out = format!("{HEADER}\n");
     for (r, a) in rows {
         let _ = writeln!(
             out,
-            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             r.0,
             a.inserted,
             a.updated,
@@ -54,7 +56,11 @@ fn encode(rows: &[(RelFileId, ActivitySnapshot)]) -> String {
             a.analyzes,
             a.autoanalyzes,
             nanos(a.last_analyze),
-            nanos(a.last_autoanalyze)
+            nanos(a.last_autoanalyze),
+            a.seq_scans,
+            a.seq_tup_read,
+            a.idx_scans,
+            a.idx_tup_fetch
         );
     }
     out
@@ -63,7 +69,8 @@ fn encode(rows: &[(RelFileId, ActivitySnapshot)]) -> String {
 fn decode(text: &str) -> std::result::Result<Vec<(RelFileId, ActivitySnapshot)>, String> {
     let mut lines = text.lines();
     let fields = match lines.next() {
-        Some(HEADER) => 17,
+        Some(HEADER) => 21,
+        Some(HEADER_V2) => 17,
         Some(HEADER_V1) => 11,
         _ => return Err("unknown header".into()),
     };
@@ -85,8 +92,10 @@ fn decode(text: &str) -> std::result::Result<Vec<(RelFileId, ActivitySnapshot)>,
             let Some(&[r, ins, upd, hot, del, live, dead, vac, avac, lv, lav]) = v.get(..11) else {
                 return Err(format!("line {}: too few fields", i + 2));
             };
-            // A v1 line has no analyze counters: zero, never analyzed.
+            // A v1 line has no analyze counters: zero, never analyzed; a v1 or v2 line
+            // has no scan counters: zero.
             let analyze = |k: usize| v.get(11 + k).copied().unwrap_or(0);
+            let scans = |k: usize| v.get(17 + k).copied().unwrap_or(0);
             let relfile = u32::try_from(r).map_err(|_| format!("line {}: relfile", i + 2))?;
             Ok((
                 RelFileId(relfile),
@@ -107,6 +116,10 @@ fn decode(text: &str) -> std::result::Result<Vec<(RelFileId, ActivitySnapshot)>,
                     autoanalyzes: analyze(3),
                     last_analyze: time(analyze(4)),
                     last_autoanalyze: time(analyze(5)),
+                    seq_scans: scans(0),
+                    seq_tup_read: scans(1),
+                    idx_scans: scans(2),
+                    idx_tup_fetch: scans(3),
                 },
             ))
         })
@@ -191,6 +204,10 @@ mod tests {
             autoanalyzes: 5,
             last_analyze: time(1_763_900_000_000_000_001),
             last_autoanalyze: None,
+            seq_scans: 9,
+            seq_tup_read: 900,
+            idx_scans: 13,
+            idx_tup_fetch: 17,
         };
         let text = encode(&[(RelFileId(16384), a.clone())]);
         assert_eq!(decode(&text).unwrap(), vec![(RelFileId(16384), a)]);
@@ -208,6 +225,15 @@ mod tests {
                 v1[0].1.counted
             ),
             (1, 0, None, None)
+        );
+        // v2: analyze counters, no scan counters.
+        let v2 = decode(&format!(
+            "{HEADER_V2}\n16384 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            (v2[0].1.analyzes, v2[0].1.seq_scans, v2[0].1.idx_tup_fetch),
+            (13, 0, 0)
         );
     }
 }

@@ -439,10 +439,19 @@ impl Snapshot {
                             o(relfile_oid(tbl.relfile)),
                             t("public"),
                             t(&tbl.name),
-                            n.clone(),
-                            n.clone(),
-                            n.clone(),
-                            n.clone(),
+                            l(a.seq_scans),
+                            l(a.seq_tup_read),
+                            // NULL for a table without indexes, as PostgreSQL's.
+                            if tbl.indexes.is_empty() {
+                                n.clone()
+                            } else {
+                                l(a.idx_scans)
+                            },
+                            if tbl.indexes.is_empty() {
+                                n.clone()
+                            } else {
+                                l(a.idx_tup_fetch)
+                            },
                             l(a.inserted),
                             l(a.updated),
                             l(a.deleted),

@@ -40,6 +40,14 @@ pub struct TableActivity {
     autoanalyzes: AtomicU64,
     last_analyze: Mutex<Option<SystemTime>>,
     last_autoanalyze: Mutex<Option<SystemTime>>,
+    /// Sequential scans started and the rows they returned (`seq_scan`,
+    /// `seq_tup_read`); index scans started and the live rows they fetched from the
+    /// heap (`idx_scan`, `idx_tup_fetch`). Counted when a scan ends, whether its
+    /// transaction commits or not, as PostgreSQL counts them.
+    seq_scans: AtomicU64,
+    seq_tup_read: AtomicU64,
+    idx_scans: AtomicU64,
+    idx_tup_fetch: AtomicU64,
 }
 
 impl Default for TableActivity {
@@ -61,6 +69,10 @@ impl Default for TableActivity {
             autoanalyzes: AtomicU64::new(0),
             last_analyze: Mutex::new(None),
             last_autoanalyze: Mutex::new(None),
+            seq_scans: AtomicU64::new(0),
+            seq_tup_read: AtomicU64::new(0),
+            idx_scans: AtomicU64::new(0),
+            idx_tup_fetch: AtomicU64::new(0),
         }
     }
 }
@@ -94,6 +106,10 @@ pub struct ActivitySnapshot {
     pub autoanalyzes: u64,
     pub last_analyze: Option<SystemTime>,
     pub last_autoanalyze: Option<SystemTime>,
+    pub seq_scans: u64,
+    pub seq_tup_read: u64,
+    pub idx_scans: u64,
+    pub idx_tup_fetch: u64,
 }
 
 impl TableActivity {
@@ -195,6 +211,22 @@ impl TableActivity {
         self.autoanalyzes.store(s.autoanalyzes, Ordering::Relaxed);
         *self.last_analyze.lock() = s.last_analyze;
         *self.last_autoanalyze.lock() = s.last_autoanalyze;
+        self.seq_scans.store(s.seq_scans, Ordering::Relaxed);
+        self.seq_tup_read.store(s.seq_tup_read, Ordering::Relaxed);
+        self.idx_scans.store(s.idx_scans, Ordering::Relaxed);
+        self.idx_tup_fetch.store(s.idx_tup_fetch, Ordering::Relaxed);
+    }
+
+    /// A sequential scan ended after returning `rows` rows.
+    pub fn seq_scanned(&self, rows: u64) {
+        self.seq_scans.fetch_add(1, Ordering::Relaxed);
+        self.seq_tup_read.fetch_add(rows, Ordering::Relaxed);
+    }
+
+    /// An index scan ended after fetching `rows` live rows from the heap.
+    pub fn index_scanned(&self, rows: u64) {
+        self.idx_scans.fetch_add(1, Ordering::Relaxed);
+        self.idx_tup_fetch.fetch_add(rows, Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> ActivitySnapshot {
@@ -215,6 +247,10 @@ impl TableActivity {
             autoanalyzes: self.autoanalyzes.load(Ordering::Relaxed),
             last_analyze: *self.last_analyze.lock(),
             last_autoanalyze: *self.last_autoanalyze.lock(),
+            seq_scans: self.seq_scans.load(Ordering::Relaxed),
+            seq_tup_read: self.seq_tup_read.load(Ordering::Relaxed),
+            idx_scans: self.idx_scans.load(Ordering::Relaxed),
+            idx_tup_fetch: self.idx_tup_fetch.load(Ordering::Relaxed),
         }
     }
 }
