@@ -118,6 +118,24 @@ fn aggregate_order_by_sorts_the_inputs() {
     );
 }
 
+/// An unknown function's error names the argument types, as PostgreSQL's does (it
+/// said `nosuchfn()` whatever the call passed).
+#[test]
+fn unknown_function_error_names_its_argument_types() {
+    let (_d, mut s) = session();
+    assert_eq!(
+        error(&mut s, "select nosuchfn(1, null, 2.5)"),
+        (
+            "42883",
+            "function nosuchfn(integer, unknown, numeric) does not exist".into()
+        )
+    );
+    assert_eq!(
+        error(&mut s, "select nosuchfn()"),
+        ("42883", "function nosuchfn() does not exist".into())
+    );
+}
+
 #[test]
 fn min_max_of_boolean_does_not_exist() {
     let (_d, mut s) = session();

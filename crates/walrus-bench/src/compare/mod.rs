@@ -1366,7 +1366,8 @@ fn scenario_recovery(ctx: &mut Ctx) -> anyhow::Result<String> {
         sleep_until(running.started + Duration::from_secs(seconds))?;
         // With a target, the kill comes in the steady state: once walrus's own estimate
         // of the replay is at 95% of the target or more (the page writers hold it at
-        // 100–105%) or stopped growing, however long the load needs to build that much
+        // 95–100% of the budget, which is the target less the restart's fixed part) or
+        // stopped growing, however long the load needs to build that much
         // WAL. Killing earlier would measure a recovery the writers had not yet let
         // grow to the target.
         let mut estimate = None;

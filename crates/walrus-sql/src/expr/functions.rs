@@ -553,10 +553,17 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             )))
         }
         other => {
+            // PostgreSQL names the argument types it resolved; these are the values'
+            // (a string literal reads `text` here, `unknown` there).
+            let types: Vec<&str> = args.iter().map(type_name).collect();
             return Err(SqlError::new(
                 "42883",
-                format!("function {other}() does not exist"),
-            ))
+                format!("function {other}({}) does not exist", types.join(", ")),
+            )
+            .with_hint(
+                "No function matches the given name and argument types. \
+                 You might need to add explicit type casts.",
+            ));
         }
     })
 }
