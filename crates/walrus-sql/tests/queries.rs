@@ -374,11 +374,16 @@ fn pg_stat_user_tables_counts_rows_and_vacuums() {
     ok(&mut s, "begin");
     ok(&mut s, "insert into t values (1000, 0)");
     ok(&mut s, "rollback");
-    let stats = "select relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, n_live_tup, n_dead_tup, vacuum_count, autovacuum_count, last_vacuum is null from pg_stat_user_tables";
+    let stats = "select relname, n_tup_ins, n_tup_upd, n_tup_hot_upd, n_tup_del, n_live_tup, n_dead_tup, vacuum_count, autovacuum_count, last_vacuum is null, n_ins_since_vacuum from pg_stat_user_tables";
     // Dead: 30 old versions + 10 deleted rows + 1 rolled-back insert.
-    assert_eq!(flat(&rows(&mut s, stats)), ["t|100|30|30|10|90|41|0|0|t"]);
+    assert_eq!(
+        flat(&rows(&mut s, stats)),
+        ["t|100|30|30|10|90|41|0|0|t|100"]
+    );
     ok(&mut s, "vacuum t");
-    assert_eq!(flat(&rows(&mut s, stats)), ["t|100|30|30|10|90|0|1|0|f"]);
+    assert_eq!(flat(&rows(&mut s, stats)), ["t|100|30|30|10|90|0|1|0|f|0"]);
+    ok(&mut s, "insert into t values (2000, 0), (2001, 0)");
+    assert_eq!(flat(&rows(&mut s, stats)), ["t|102|30|30|10|92|0|1|0|f|2"]);
     assert_eq!(
         flat(&rows(
             &mut s,

@@ -32,14 +32,14 @@ fn time(ns: u64) -> Option<SystemTime> {
     (ns > 0).then(|| UNIX_EPOCH + Duration::from_nanos(ns))
 }
 
-/// One line per table: relfile and the twenty counters (the rows last counted as
+/// One line per table: relfile and the twenty-one counters (the rows last counted as
 /// `n + 1`, 0 for never).
 fn encode(rows: &[(RelFileId, ActivitySnapshot)]) -> String {
     let mut out = format!("{HEADER}\n");
     for (r, a) in rows {
         let _ = writeln!(
             out,
-            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}",
             r.0,
             a.inserted,
             a.updated,
@@ -60,7 +60,8 @@ fn encode(rows: &[(RelFileId, ActivitySnapshot)]) -> String {
             a.seq_scans,
             a.seq_tup_read,
             a.idx_scans,
-            a.idx_tup_fetch
+            a.idx_tup_fetch,
+            a.ins_since_vacuum
         );
     }
     out
@@ -69,7 +70,7 @@ fn encode(rows: &[(RelFileId, ActivitySnapshot)]) -> String {
 fn decode(text: &str) -> std::result::Result<Vec<(RelFileId, ActivitySnapshot)>, String> {
     let mut lines = text.lines();
     let fields = match lines.next() {
-        Some(HEADER) => 21,
+        Some(HEADER) => 22,
         Some(HEADER_V2) => 17,
         Some(HEADER_V1) => 11,
         _ => return Err("unknown header".into()),
@@ -93,7 +94,7 @@ fn decode(text: &str) -> std::result::Result<Vec<(RelFileId, ActivitySnapshot)>,
                 return Err(format!("line {}: too few fields", i + 2));
             };
             // A v1 line has no analyze counters: zero, never analyzed; a v1 or v2 line
-            // has no scan counters: zero.
+            // has no scan or inserts-since-vacuum counters: zero.
             let analyze = |k: usize| v.get(11 + k).copied().unwrap_or(0);
             let scans = |k: usize| v.get(17 + k).copied().unwrap_or(0);
             let relfile = u32::try_from(r).map_err(|_| format!("line {}: relfile", i + 2))?;
@@ -120,6 +121,7 @@ fn decode(text: &str) -> std::result::Result<Vec<(RelFileId, ActivitySnapshot)>,
                     seq_tup_read: scans(1),
                     idx_scans: scans(2),
                     idx_tup_fetch: scans(3),
+                    ins_since_vacuum: scans(4),
                 },
             ))
         })
@@ -208,6 +210,7 @@ mod tests {
             seq_tup_read: 900,
             idx_scans: 13,
             idx_tup_fetch: 17,
+            ins_since_vacuum: 19,
         };
         let text = encode(&[(RelFileId(16384), a.clone())]);
         assert_eq!(decode(&text).unwrap(), vec![(RelFileId(16384), a)]);

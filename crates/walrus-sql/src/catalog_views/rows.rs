@@ -459,7 +459,7 @@ impl Snapshot {
                             l(a.live),
                             l(a.dead),
                             l(a.mod_since_analyze),
-                            n.clone(),
+                            l(a.ins_since_vacuum),
                             when(a.last_vacuum),
                             when(a.last_autovacuum),
                             when(a.last_analyze),

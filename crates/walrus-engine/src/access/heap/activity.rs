@@ -46,6 +46,9 @@ pub struct TableActivity {
     /// transaction commits or not, as PostgreSQL counts them.
     seq_scans: AtomicU64,
     seq_tup_read: AtomicU64,
+    /// Rows inserted by committed transactions since the last vacuum
+    /// (`n_ins_since_vacuum`).
+    ins_since_vacuum: AtomicU64,
     idx_scans: AtomicU64,
     idx_tup_fetch: AtomicU64,
 }
@@ -71,6 +74,7 @@ impl Default for TableActivity {
             last_autoanalyze: Mutex::new(None),
             seq_scans: AtomicU64::new(0),
             seq_tup_read: AtomicU64::new(0),
+            ins_since_vacuum: AtomicU64::new(0),
             idx_scans: AtomicU64::new(0),
             idx_tup_fetch: AtomicU64::new(0),
         }
@@ -108,6 +112,7 @@ pub struct ActivitySnapshot {
     pub last_autoanalyze: Option<SystemTime>,
     pub seq_scans: u64,
     pub seq_tup_read: u64,
+    pub ins_since_vacuum: u64,
     pub idx_scans: u64,
     pub idx_tup_fetch: u64,
 }
@@ -128,6 +133,8 @@ impl TableActivity {
                 .fetch_add((p.updated + p.deleted) as i64, Ordering::Relaxed);
             self.mod_since_analyze
                 .fetch_add(p.inserted + p.updated + p.deleted, Ordering::Relaxed);
+            self.ins_since_vacuum
+                .fetch_add(p.inserted, Ordering::Relaxed);
         } else {
             self.dead
                 .fetch_add((p.inserted + p.updated) as i64, Ordering::Relaxed);
@@ -140,6 +147,7 @@ impl TableActivity {
         self.live.store(live as i64, Ordering::Relaxed);
         self.counted.store(live as i64, Ordering::Relaxed);
         self.dead.store(dead_left as i64, Ordering::Relaxed);
+        self.ins_since_vacuum.store(0, Ordering::Relaxed);
         let now = Some(SystemTime::now());
         if auto {
             self.autovacuums.fetch_add(1, Ordering::Relaxed);
@@ -213,6 +221,8 @@ impl TableActivity {
         *self.last_autoanalyze.lock() = s.last_autoanalyze;
         self.seq_scans.store(s.seq_scans, Ordering::Relaxed);
         self.seq_tup_read.store(s.seq_tup_read, Ordering::Relaxed);
+        self.ins_since_vacuum
+            .store(s.ins_since_vacuum, Ordering::Relaxed);
         self.idx_scans.store(s.idx_scans, Ordering::Relaxed);
         self.idx_tup_fetch.store(s.idx_tup_fetch, Ordering::Relaxed);
     }
@@ -249,6 +259,7 @@ impl TableActivity {
             last_autoanalyze: *self.last_autoanalyze.lock(),
             seq_scans: self.seq_scans.load(Ordering::Relaxed),
             seq_tup_read: self.seq_tup_read.load(Ordering::Relaxed),
+            ins_since_vacuum: self.ins_since_vacuum.load(Ordering::Relaxed),
             idx_scans: self.idx_scans.load(Ordering::Relaxed),
             idx_tup_fetch: self.idx_tup_fetch.load(Ordering::Relaxed),
         }
