@@ -1052,44 +1052,75 @@ pub fn value_span(
     types: &[TypeId],
     index: usize,
 ) -> Result<Option<std::ops::Range<usize>>, DatumError> {
-    let (n, bitmap, mut at) = row_header(bytes, types)?;
-    let is_null = |i: usize| i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0;
+    let mut spans = ValueSpans::new(bytes, types)?;
     let Some(ty) = types.get(index) else {
         return Err(DatumError::ColumnCount {
             found: index + 1,
             expected: types.len(),
         });
     };
-    for (i, ty) in types.iter().enumerate().take(index) {
-        if !is_null(i) {
-            skip_value(bytes, &mut at, *ty)?;
+    for ty in &types[..index] {
+        spans.next(*ty)?;
+    }
+    spans.next(*ty)
+}
+
+/// [`value_span`] of each of the first `count` columns, in one walk of the row.
+pub fn value_spans(
+    bytes: &[u8],
+    types: &[TypeId],
+    count: usize,
+    out: &mut Vec<Option<std::ops::Range<usize>>>,
+) -> Result<(), DatumError> {
+    out.clear();
+    let mut spans = ValueSpans::new(bytes, types)?;
+    for ty in &types[..count.min(types.len())] {
+        out.push(spans.next(*ty)?);
+    }
+    Ok(())
+}
+
+/// A walk over a stored row's values, column by column.
+struct ValueSpans<'a> {
+    bytes: &'a [u8],
+    stored: usize,
+    bitmap: &'a [u8],
+    column: usize,
+    at: usize,
+}
+
+impl<'a> ValueSpans<'a> {
+    fn new(bytes: &'a [u8], types: &[TypeId]) -> Result<ValueSpans<'a>, DatumError> {
+        let (stored, bitmap, at) = row_header(bytes, types)?;
+        Ok(ValueSpans {
+            bytes,
+            stored,
+            bitmap,
+            column: 0,
+            at,
+        })
+    }
+
+    /// The next column's span (it has type `ty`).
+    fn next(&mut self, ty: TypeId) -> Result<Option<std::ops::Range<usize>>, DatumError> {
+        let i = self.column;
+        self.column += 1;
+        if i >= self.stored || self.bitmap[i / 8] & (1 << (i % 8)) != 0 {
+            return Ok(None);
         }
+        let start = self.at;
+        skip_value(self.bytes, &mut self.at, ty)?;
+        Ok(Some(start..self.at))
     }
-    if is_null(index) {
-        return Ok(None);
-    }
-    let start = at;
-    skip_value(bytes, &mut at, *ty)?;
-    Ok(Some(start..at))
 }
 
 /// Decodes only column `index`, skipping the ones before it.
 pub fn decode_column(bytes: &[u8], types: &[TypeId], index: usize) -> Result<Datum, DatumError> {
-    let (n, bitmap, mut at) = row_header(bytes, types)?;
-    let is_null = |i: usize| i >= n || bitmap[i / 8] & (1 << (i % 8)) != 0;
-    for (i, ty) in types.iter().enumerate().take(index) {
-        if !is_null(i) {
-            skip_value(bytes, &mut at, *ty)?;
-        }
-    }
-    let ty = *types.get(index).ok_or(DatumError::ColumnCount {
-        found: index + 1,
-        expected: types.len(),
-    })?;
-    if is_null(index) {
+    let Some(span) = value_span(bytes, types, index)? else {
         return Ok(Datum::Null);
-    }
-    decode_value(bytes, &mut at, ty)
+    };
+    let mut at = span.start;
+    decode_value(bytes, &mut at, types[index])
 }
 
 // ---- keys --------------------------------------------------------------------------
@@ -1489,8 +1520,11 @@ mod tests {
                 let mut want = Vec::new();
                 encode_row(&want_values, &mut want);
                 prop_assert_eq!(&out, &want);
+                let mut all = Vec::new();
+                value_spans(&out, &types, a.len(), &mut all).unwrap();
                 for i in 0..a.len() {
                     let (x, y) = (value_span(&old, &types, i).unwrap(), value_span(&out, &types, i).unwrap());
+                    prop_assert_eq!(&all[i], &y);
                     let (mut ex, mut ey) = (Vec::new(), Vec::new());
                     encode_row(std::slice::from_ref(&a[i]), &mut ex);
                     encode_row(std::slice::from_ref(&want_values[i]), &mut ey);

@@ -15,7 +15,6 @@ use walrus_base::{Tid, Xid};
 use super::{Isolation, Transaction};
 use crate::access::btree::{BTree, UniqueCheck};
 use crate::access::datum::{self, encode_key, encode_row, Datum, EncodedRows};
-use crate::access::heap::activity::TableActivity;
 use crate::access::heap::tuple::{self, TupleHeader, Viewer};
 use crate::access::heap::{Heap, Modify, PageBatch};
 use crate::catalog::{ColumnDef, IndexDef, TableDef};
@@ -520,14 +519,7 @@ impl Transaction {
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
         let types = def.types();
         let columns = datum::RowColumns::new(&types, wanted);
-        // Counted however the scan ends (stopped early, failed, or done).
-        struct Fetched<'a>(&'a TableActivity, u64);
-        impl Drop for Fetched<'_> {
-            fn drop(&mut self) {
-                self.0.index_scanned(self.1);
-            }
-        }
-        let mut fetched = Fetched(&rel.activity, 0);
+        let mut fetched = rel.activity.index_scan();
         // No two entries lead to one version (a HOT chain has one root, and a line
         // pointer is reused only after vacuum removed its entries): checked in debug
         // builds, where a set of every tid is affordable.
@@ -560,7 +552,7 @@ impl Transaction {
                 columns
                     .decode_into(bytes, &mut row)
                     .map_err(|e| Error::InvalidInput(e.to_string()))?;
-                fetched.1 += 1;
+                fetched.rows += 1;
                 if !f(tid, &row)? {
                     break 'entries;
                 }
@@ -687,6 +679,10 @@ impl Transaction {
         if let NewVersion::Whole(values) = new {
             encode_row(values, &mut row);
         }
+        // Spans of the columns up to the last indexed one, in the old and new version.
+        let indexed = def.indexes.iter().flat_map(|i| &i.columns);
+        let span_count = indexed.clone().max().map_or(0, |&c| c + 1);
+        let (mut was, mut is) = (Vec::new(), Vec::new());
         loop {
             self.check_interrupt()?;
             let Some((_, old_row)) = heap.read_version(tid)? else {
@@ -697,19 +693,15 @@ impl Transaction {
             }
             // HOT is allowed when no indexed column changes; "changes" is a byte
             // comparison of the stored values, as PostgreSQL's.
-            let mut unchanged_index = Vec::with_capacity(def.indexes.len());
-            for i in &def.indexes {
-                let mut same = true;
-                for &c in &i.columns {
-                    let was = datum::value_span(&old_row, &types, c).map_err(bad)?;
-                    let is = datum::value_span(&row, &types, c).map_err(bad)?;
-                    if was.map(|r| &old_row[r]) != is.map(|r| &row[r]) {
-                        same = false;
-                        break;
-                    }
-                }
-                unchanged_index.push(same);
-            }
+            datum::value_spans(&old_row, &types, span_count, &mut was).map_err(bad)?;
+            datum::value_spans(&row, &types, span_count, &mut is).map_err(bad)?;
+            let same =
+                |c: usize| was[c].clone().map(|r| &old_row[r]) == is[c].clone().map(|r| &row[r]);
+            let unchanged_index: Vec<bool> = def
+                .indexes
+                .iter()
+                .map(|i| i.columns.iter().all(|&c| same(c)))
+                .collect();
             let hot_ok = unchanged_index.iter().all(|&u| u);
             let (m, hot) = heap.update(tid, xid, self.cid, &row, hot_ok)?;
             match m {
@@ -724,8 +716,8 @@ impl Transaction {
                             NewVersion::Columns(_) => {
                                 // Only the indexed columns are read from it.
                                 let mut wanted = vec![false; types.len()];
-                                for c in def.indexes.iter().flat_map(|i| &i.columns) {
-                                    wanted[*c] = true;
+                                for &c in indexed.clone() {
+                                    wanted[c] = true;
                                 }
                                 decoded = datum::decode_row_columns(&row, &types, &wanted)
                                     .map_err(bad)?;

@@ -27,33 +27,28 @@ impl Transaction {
         self.with_scan(def, |t, heap, viewer| {
             let types = def.types();
             let columns = RowColumns::new(&types, wanted);
-            let mut rows = 0u64;
+            let mut count = heap.rel.activity.seq_scan();
             let mut counted = |tid: Tid, row: &[Datum]| {
-                rows += 1;
+                count.rows += 1;
                 f(tid, row)
             };
-            let mut scan = || -> Result<()> {
-                let mut batch = heap.scan_batch()?;
-                let mut row = Vec::with_capacity(types.len());
-                for b in 0..heap.nblocks()? {
-                    t.check_interrupt()?;
-                    if !lend_block(
-                        heap,
-                        viewer,
-                        b,
-                        &columns,
-                        &mut batch,
-                        &mut row,
-                        &mut counted,
-                    )? {
-                        break;
-                    }
+            let mut batch = heap.scan_batch()?;
+            let mut row = Vec::with_capacity(types.len());
+            for b in 0..heap.nblocks()? {
+                t.check_interrupt()?;
+                if !lend_block(
+                    heap,
+                    viewer,
+                    b,
+                    &columns,
+                    &mut batch,
+                    &mut row,
+                    &mut counted,
+                )? {
+                    break;
                 }
-                Ok(())
-            };
-            let r = scan();
-            heap.rel.activity.seq_scanned(rows);
-            r
+            }
+            Ok(())
         })
     }
 
@@ -168,45 +163,41 @@ impl Transaction {
             let next_block = AtomicU32::new(0);
             let stop = AtomicBool::new(false);
             let interrupt = t.interrupt.clone();
+            // One scan, however many participants; a participant that fails adds no
+            // rows (the statement fails anyway).
+            let mut count = heap.rel.activity.seq_scan();
             let rows = AtomicU64::new(0);
             let participate = || -> Result<W> {
                 let mut state = init();
+                let mut batch = heap.scan_batch()?;
+                let mut row = Vec::with_capacity(types.len());
                 let mut lent = 0u64;
-                let claimed = {
-                    let mut lend = |tid, row: &[Datum]| {
-                        lent += 1;
-                        each(&mut state, tid, row)
-                    };
-                    let mut claim_blocks = || -> Result<()> {
-                        let mut batch = heap.scan_batch()?;
-                        let mut row = Vec::with_capacity(types.len());
-                        'claims: while !stop.load(Ordering::Relaxed) {
-                            let first =
-                                next_block.fetch_add(PARALLEL_CHUNK_BLOCKS, Ordering::Relaxed);
-                            if first >= nblocks {
-                                break;
-                            }
-                            for b in first..nblocks.min(first + PARALLEL_CHUNK_BLOCKS) {
-                                super::transaction::interrupted(interrupt.as_deref())?;
-                                if stop.load(Ordering::Relaxed) {
-                                    break 'claims;
-                                }
-                                let (columns, batch, row) = (&columns, &mut batch, &mut row);
-                                if !lend_block(heap, viewer, b, columns, batch, row, &mut lend)? {
-                                    stop.store(true, Ordering::Relaxed);
-                                    break 'claims;
-                                }
-                            }
-                        }
-                        Ok(())
-                    };
-                    claim_blocks()
+                let mut lend = |tid, row: &[Datum]| {
+                    lent += 1;
+                    each(&mut state, tid, row)
                 };
+                'claims: while !stop.load(Ordering::Relaxed) {
+                    let first = next_block.fetch_add(PARALLEL_CHUNK_BLOCKS, Ordering::Relaxed);
+                    if first >= nblocks {
+                        break;
+                    }
+                    for b in first..nblocks.min(first + PARALLEL_CHUNK_BLOCKS) {
+                        super::transaction::interrupted(interrupt.as_deref())?;
+                        if stop.load(Ordering::Relaxed) {
+                            break 'claims;
+                        }
+                        if !lend_block(heap, viewer, b, &columns, &mut batch, &mut row, &mut lend)?
+                        {
+                            stop.store(true, Ordering::Relaxed);
+                            break 'claims;
+                        }
+                    }
+                }
                 rows.fetch_add(lent, Ordering::Relaxed);
-                claimed.map(|()| state)
+                Ok(state)
             };
             let states = run_participants(helpers, &stop, participate);
-            heap.rel.activity.seq_scanned(rows.load(Ordering::Relaxed));
+            count.rows = rows.load(Ordering::Relaxed);
             states
         })
     }

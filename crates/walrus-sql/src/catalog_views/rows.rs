@@ -435,23 +435,22 @@ impl Snapshot {
                     .iter()
                     .zip(&self.activity)
                     .map(|(tbl, a)| {
+                        // NULL for a table without indexes, as PostgreSQL's.
+                        let index_count = |v: u64| {
+                            if tbl.indexes.is_empty() {
+                                Datum::Null
+                            } else {
+                                l(v)
+                            }
+                        };
                         vec![
                             o(relfile_oid(tbl.relfile)),
                             t("public"),
                             t(&tbl.name),
                             l(a.seq_scans),
                             l(a.seq_tup_read),
-                            // NULL for a table without indexes, as PostgreSQL's.
-                            if tbl.indexes.is_empty() {
-                                n.clone()
-                            } else {
-                                l(a.idx_scans)
-                            },
-                            if tbl.indexes.is_empty() {
-                                n.clone()
-                            } else {
-                                l(a.idx_tup_fetch)
-                            },
+                            index_count(a.idx_scans),
+                            index_count(a.idx_tup_fetch),
                             l(a.inserted),
                             l(a.updated),
                             l(a.deleted),

@@ -807,15 +807,13 @@ pub(crate) fn update(
     }
     // The scan decodes only the columns WHERE and SET read (RETURNING may read any);
     // the engine copies the others' stored bytes into the new version.
-    let wanted = returning.is_none().then(|| {
-        let mut wanted = vec![false; def.columns.len()];
-        let complete = mark_used_columns(selection, &def, &mut wanted)
-            && sets
-                .iter()
-                .all(|(_, e)| mark_used_columns(e, &def, &mut wanted));
-        complete.then_some(wanted)
-    });
-    let wanted = wanted.flatten();
+    let mut wanted = vec![false; def.columns.len()];
+    let partial = returning.is_none()
+        && mark_used_columns(selection, &def, &mut wanted)
+        && sets
+            .iter()
+            .all(|(_, e)| mark_used_columns(e, &def, &mut wanted));
+    let wanted = partial.then_some(wanted);
     let rows = matching_rows(env, &def, selection.as_ref(), params, wanted.as_deref())?;
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);

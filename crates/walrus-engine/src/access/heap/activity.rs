@@ -32,6 +32,9 @@ pub struct TableActivity {
     /// Rows inserted, updated or deleted by committed transactions since the last
     /// ANALYZE (`n_mod_since_analyze`): what autovacuum's analyze rule reads.
     mod_since_analyze: AtomicU64,
+    /// Rows inserted by committed transactions since the last vacuum
+    /// (`n_ins_since_vacuum`).
+    ins_since_vacuum: AtomicU64,
     /// Live rows the last vacuum or analyze counted, -1 before the first (PostgreSQL's
     /// `pg_class.reltuples`, which autovacuum's analyze threshold scales with: unlike
     /// `live`, it does not move with every commit).
@@ -46,9 +49,6 @@ pub struct TableActivity {
     /// transaction commits or not, as PostgreSQL counts them.
     seq_scans: AtomicU64,
     seq_tup_read: AtomicU64,
-    /// Rows inserted by committed transactions since the last vacuum
-    /// (`n_ins_since_vacuum`).
-    ins_since_vacuum: AtomicU64,
     idx_scans: AtomicU64,
     idx_tup_fetch: AtomicU64,
 }
@@ -78,6 +78,28 @@ impl Default for TableActivity {
             idx_scans: AtomicU64::new(0),
             idx_tup_fetch: AtomicU64::new(0),
         }
+    }
+}
+
+/// One scan of a table, recorded in its [`TableActivity`] when dropped: however the
+/// scan ends (done, stopped by a LIMIT, or failed), as PostgreSQL counts it.
+pub struct ScanCount<'a> {
+    activity: &'a TableActivity,
+    index: bool,
+    /// Rows the scan returned (sequential) or fetched from the heap (index).
+    pub rows: u64,
+}
+
+impl Drop for ScanCount<'_> {
+    fn drop(&mut self) {
+        let a = self.activity;
+        let (scans, rows) = if self.index {
+            (&a.idx_scans, &a.idx_tup_fetch)
+        } else {
+            (&a.seq_scans, &a.seq_tup_read)
+        };
+        scans.fetch_add(1, Ordering::Relaxed);
+        rows.fetch_add(self.rows, Ordering::Relaxed);
     }
 }
 
@@ -227,16 +249,22 @@ impl TableActivity {
         self.idx_tup_fetch.store(s.idx_tup_fetch, Ordering::Relaxed);
     }
 
-    /// A sequential scan ended after returning `rows` rows.
-    pub fn seq_scanned(&self, rows: u64) {
-        self.seq_scans.fetch_add(1, Ordering::Relaxed);
-        self.seq_tup_read.fetch_add(rows, Ordering::Relaxed);
+    /// Counts a sequential scan starting now; its rows are added as it returns them.
+    pub fn seq_scan(&self) -> ScanCount<'_> {
+        ScanCount {
+            activity: self,
+            index: false,
+            rows: 0,
+        }
     }
 
-    /// An index scan ended after fetching `rows` live rows from the heap.
-    pub fn index_scanned(&self, rows: u64) {
-        self.idx_scans.fetch_add(1, Ordering::Relaxed);
-        self.idx_tup_fetch.fetch_add(rows, Ordering::Relaxed);
+    /// Counts an index scan starting now; add the live rows it fetches from the heap.
+    pub fn index_scan(&self) -> ScanCount<'_> {
+        ScanCount {
+            activity: self,
+            index: true,
+            rows: 0,
+        }
     }
 
     pub fn snapshot(&self) -> ActivitySnapshot {
