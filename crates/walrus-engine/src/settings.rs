@@ -122,9 +122,10 @@ impl Default for Settings {
 pub const CONFIG_FILE: &str = "walrus.toml";
 
 /// walrus.toml settings the engine keeps for the layers above it (`Settings::extra`).
-pub const SERVER_SETTINGS: [&str; 6] = [
+pub const SERVER_SETTINGS: [&str; 7] = [
     "port",
     "listen_addresses",
+    "unix_socket_directories",
     "max_connections",
     "password",
     "authentication_timeout",
@@ -231,6 +232,10 @@ vacuum_cost_limit = 200
 # Server settings.
 port = 5433
 listen_addresses = "127.0.0.1"
+# Directories (comma-separated) for the Unix-domain socket .s.PGSQL.<port>, PostgreSQL's
+# default: `psql -h /tmp -p 5433` and `pgbench -h /tmp` connect through it, cheaper than
+# loopback TCP. Empty: TCP only.
+unix_socket_directories = "/tmp"
 max_connections = 100
 # With a password, every client authenticates with SCRAM-SHA-256 (plain text here, or
 # PostgreSQL's stored form "SCRAM-SHA-256$4096:salt$StoredKey:ServerKey"); without one,

@@ -14,8 +14,8 @@
 //! With other sessions running it blocks at once: the core then belongs to them, and
 //! only one session polls at a time, so polling never takes more than one core.
 
+use crate::socket::Socket;
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,21 +24,21 @@ use std::time::Duration;
 const READ_BUFFER_BYTES: usize = 64 << 10;
 
 pub struct ClientStream {
-    stream: TcpStream,
+    stream: Socket,
     buf: Box<[u8]>,
     /// `buf[start..end]` is received and not yet consumed.
     start: usize,
     end: usize,
     /// A second handle on the socket for a writer that runs inside the session (a
     /// streamed SELECT's DataRows), made on first use.
-    writer: Option<Arc<TcpStream>>,
+    writer: Option<Arc<Socket>>,
     /// Whether a read that finds nothing buffered polls briefly before it blocks (see
     /// [`ClientStream::poll_briefly`]); the connection sets it per message.
     pub poll_when_dry: bool,
 }
 
 impl ClientStream {
-    pub fn new(stream: TcpStream) -> ClientStream {
+    pub fn new(stream: Socket) -> ClientStream {
         RUNNING.fetch_add(1, Ordering::AcqRel);
         ClientStream {
             stream,
@@ -50,9 +50,9 @@ impl ClientStream {
         }
     }
 
-    /// A handle on the socket that writes go through from elsewhere (`&TcpStream` is a
+    /// A handle on the socket that writes go through from elsewhere (`&Socket` is a
     /// writer); whoever uses it must have sent everything queued before.
-    pub fn writer(&mut self) -> io::Result<Arc<TcpStream>> {
+    pub fn writer(&mut self) -> io::Result<Arc<Socket>> {
         if self.writer.is_none() {
             self.writer = Some(Arc::new(self.stream.try_clone()?));
         }
@@ -63,23 +63,31 @@ impl ClientStream {
     }
 
     /// Waits up to `limit` for the client to send something; false when nothing came.
-    /// Bytes already buffered count as input.
-    pub fn wait_for_input(&self, limit: Duration) -> io::Result<bool> {
+    /// Bytes already buffered count as input; what arrives is buffered.
+    pub fn wait_for_input(&mut self, limit: Duration) -> io::Result<bool> {
         if self.start < self.end {
             return Ok(true);
         }
         self.stream.set_read_timeout(Some(limit))?;
-        let got = match self.stream.peek(&mut [0u8; 1]) {
-            Ok(_) => true,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                ) =>
-            {
-                false
+        let got = loop {
+            match self.stream.read(&mut self.buf) {
+                Ok(n) => {
+                    self.start = 0;
+                    self.end = n;
+                    // Zero bytes is the client closing: input the next read reports.
+                    break true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break false
+                }
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         };
         self.stream.set_read_timeout(None)?;
         Ok(got)
@@ -209,7 +217,7 @@ impl Write for ClientStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
 
     /// Many small messages in one packet are read back exactly, across buffer refills,
     /// and a read larger than the buffer still gets every byte.
@@ -224,7 +232,7 @@ mod tests {
             c.write_all(&to_send).unwrap();
         });
         let (s, _) = listener.accept().unwrap();
-        let mut client = ClientStream::new(s);
+        let mut client = ClientStream::new(Socket::Tcp(s));
         let mut got = Vec::new();
         let mut small = [0u8; 5];
         for _ in 0..10_000 {
@@ -257,7 +265,7 @@ mod tests {
             }
         });
         let (s, _) = listener.accept().unwrap();
-        let mut client = ClientStream::new(s);
+        let mut client = ClientStream::new(Socket::Tcp(s));
         client.poll_when_dry = true;
         // At once (within the poll when no other session runs), then long after it.
         for (i, delay) in [Duration::ZERO, Duration::from_millis(30)]
@@ -316,7 +324,7 @@ mod tests {
             c.write_all(&partial[7..]).unwrap();
         });
         let (s, _) = listener.accept().unwrap();
-        let mut client = ClientStream::new(s);
+        let mut client = ClientStream::new(Socket::Tcp(s));
         let mut header = [0u8; 1];
         client.read_exact(&mut header).unwrap();
         assert_eq!(header, [b'd']);

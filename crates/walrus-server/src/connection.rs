@@ -2,9 +2,9 @@
 //! COPY's sub-protocols (FROM STDIN, TO STDOUT; text, CSV or binary data, decoded and
 //! encoded by `walrus_sql`), until Terminate or an error.
 
+use crate::socket::Socket;
 use std::collections::HashMap;
 use std::io::{self, Write};
-use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 
 use crate::client_stream::ClientStream;
@@ -186,7 +186,7 @@ fn send_row_range(
 /// Reads startup packets until a real one arrives (answering SSL/GSS requests "no" and
 /// acting on a cancel request). `None`: the connection was a cancel request.
 pub fn read_startup_params(
-    stream: &mut TcpStream,
+    stream: &mut Socket,
     cancel: &CancelRegistry,
 ) -> io::Result<Option<Vec<(String, String)>>> {
     loop {
@@ -204,7 +204,7 @@ pub fn read_startup_params(
 /// A connection over `max_connections`: read its startup packet (a cancel request is
 /// still honoured) and refuse it with PostgreSQL's 53300, within `limit`. Runs on the
 /// server's one rejecting thread, never on a thread of its own.
-pub fn refuse(mut stream: TcpStream, cancel: &CancelRegistry, limit: Duration) -> io::Result<()> {
+pub fn refuse(mut stream: Socket, cancel: &CancelRegistry, limit: Duration) -> io::Result<()> {
     stream.set_read_timeout(Some(limit))?;
     stream.set_write_timeout(Some(limit))?;
     if read_startup_params(&mut stream, cancel)?.is_none() {
@@ -220,7 +220,7 @@ pub fn refuse(mut stream: TcpStream, cancel: &CancelRegistry, limit: Duration) -
 }
 
 pub fn serve(
-    mut stream: TcpStream,
+    mut stream: Socket,
     engine: Engine,
     pid: i32,
     cancel: &CancelRegistry,
@@ -653,7 +653,7 @@ const STREAM_FLUSH_BYTES: usize = 64 << 10;
 /// (`Session::execute_streaming`): RowDescription, then DataRows in text format, sent
 /// whenever [`STREAM_FLUSH_BYTES`] have gathered and once more when the statement ends.
 struct RowStream {
-    writer: Arc<TcpStream>,
+    writer: Arc<Socket>,
     out: Out,
     oids: Vec<u32>,
     /// Whether RowDescription went out (the statement's result is then in the stream).

@@ -20,18 +20,22 @@ pub mod auth;
 mod client_stream;
 mod connection;
 pub mod protocol;
+pub mod socket;
 
 /// Validates the SQL layer's `statement_memory_limit` (for `walrus serve` at startup).
 pub use walrus_sql::statement_memory_limit;
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::Mutex;
 use walrus_engine::Engine;
+
+use socket::{Socket, UnixSocketError, UnixSocketListener};
 
 pub struct ServerConfig {
     pub listen: SocketAddr,
@@ -41,6 +45,9 @@ pub struct ServerConfig {
     /// When set, every connection authenticates with SCRAM-SHA-256 against it;
     /// otherwise trust (PostgreSQL's `trust` method, loopback by default).
     pub password: Option<auth::ScramVerifier>,
+    /// Directories to create the Unix-domain socket `.s.PGSQL.<port>` in (PostgreSQL's
+    /// `unix_socket_directories`); empty: TCP only.
+    pub unix_socket_directories: Vec<PathBuf>,
 }
 
 /// Cancel keys of the live sessions: (pid, secret) → the session's interrupt flag.
@@ -75,20 +82,39 @@ const REFUSE_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Server {
     engine: Engine,
     listener: TcpListener,
+    /// One per directory of `unix_socket_directories` that took a socket.
+    unix_listeners: Vec<UnixSocketListener>,
     max_connections: usize,
     authentication_timeout: Duration,
     password: Option<Arc<auth::ScramVerifier>>,
     active: Arc<AtomicUsize>,
     /// Connections over `max_connections`, refused one at a time by one thread.
-    refuse_queue: std::sync::mpsc::SyncSender<std::net::TcpStream>,
+    refuse_queue: std::sync::mpsc::SyncSender<Socket>,
     next_pid: AtomicI32,
     cancel: Arc<CancelRegistry>,
 }
 
 impl Server {
-    pub fn bind(engine: Engine, cfg: &ServerConfig) -> std::io::Result<Server> {
-        let listener = TcpListener::bind(cfg.listen)?;
-        listener.set_nonblocking(true)?;
+    pub fn bind(engine: Engine, cfg: &ServerConfig) -> Result<Server, BindError> {
+        let listener = TcpListener::bind(cfg.listen).map_err(|source| BindError::Tcp {
+            addr: cfg.listen,
+            source,
+        })?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|source| BindError::Tcp {
+                addr: cfg.listen,
+                source,
+            })?;
+        // Named after the port actually bound (a configured port 0 picks a free one).
+        let port = listener
+            .local_addr()
+            .map_err(|source| BindError::Tcp {
+                addr: cfg.listen,
+                source,
+            })?
+            .port();
+        let unix_listeners = bind_unix_sockets(&cfg.unix_socket_directories, port)?;
         let cancel = Arc::new(CancelRegistry::default());
         let (refuse_queue, refused) = std::sync::mpsc::sync_channel(REFUSE_QUEUE_LEN);
         let registry = cancel.clone();
@@ -102,10 +128,12 @@ impl Server {
                         tracing::debug!("refused connection: {e}");
                     }
                 }
-            })?;
+            })
+            .map_err(BindError::Thread)?;
         Ok(Server {
             engine,
             listener,
+            unix_listeners,
             max_connections: cfg.max_connections,
             authentication_timeout: cfg.authentication_timeout,
             refuse_queue,
@@ -120,58 +148,45 @@ impl Server {
         self.listener.local_addr()
     }
 
+    /// The Unix-domain socket files this server listens on.
+    pub fn unix_socket_paths(&self) -> Vec<PathBuf> {
+        self.unix_listeners.iter().map(|u| u.path.clone()).collect()
+    }
+
     /// Accepts connections until `shutdown` is set, then waits (bounded) for sessions to
     /// end.
     pub fn run(&self, shutdown: &AtomicBool) {
         while !shutdown.load(Ordering::Acquire) {
+            let mut accepted = false;
             match self.listener.accept() {
                 Ok((stream, peer)) => {
+                    accepted = true;
                     let _ = stream.set_nonblocking(false);
                     let _ = stream.set_nodelay(true);
-                    if self.active.load(Ordering::Acquire) >= self.max_connections {
-                        // Over the limit: no thread of its own. When even the refusal
-                        // queue is full the connection is closed without a word.
-                        if let Err(std::sync::mpsc::TrySendError::Full(_)) =
-                            self.refuse_queue.try_send(stream)
-                        {
-                            tracing::warn!("too many connections: closed one from {peer}");
-                        }
-                        continue;
-                    }
-                    let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
-                    let engine = self.engine.clone();
-                    let auth_timeout = self.authentication_timeout;
-                    let active = self.active.clone();
-                    let cancel = self.cancel.clone();
-                    let password = self.password.clone();
-                    active.fetch_add(1, Ordering::AcqRel);
-                    let spawned = std::thread::Builder::new()
-                        .name(format!("walrus-conn-{pid}"))
-                        .spawn(move || {
-                            tracing::debug!("connection {pid} from {peer}");
-                            if let Err(e) = connection::serve(
-                                stream,
-                                engine,
-                                pid,
-                                &cancel,
-                                auth_timeout,
-                                password.as_deref(),
-                            ) {
-                                tracing::debug!("connection {pid} ended: {e}");
-                            }
-                            active.fetch_sub(1, Ordering::AcqRel);
-                        });
-                    if spawned.is_err() {
-                        self.active.fetch_sub(1, Ordering::AcqRel);
-                    }
+                    self.start_session(Socket::Tcp(stream), peer.to_string());
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(e) => {
                     tracing::warn!("accept failed: {e}");
                     std::thread::sleep(Duration::from_millis(50));
                 }
+            }
+            for unix in &self.unix_listeners {
+                match unix.listener.accept() {
+                    Ok((stream, _)) => {
+                        accepted = true;
+                        let _ = stream.set_nonblocking(false);
+                        self.start_session(Socket::Unix(stream), "[local]".into());
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(e) => {
+                        tracing::warn!("accept on {} failed: {e}", unix.path.display());
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+            }
+            if !accepted {
+                std::thread::sleep(Duration::from_millis(20));
             }
         }
         for _ in 0..250 {
@@ -181,4 +196,81 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+
+    /// Gives a new connection a thread of its own, or (over `max_connections`) to the
+    /// refusing thread.
+    fn start_session(&self, stream: Socket, peer: String) {
+        if self.active.load(Ordering::Acquire) >= self.max_connections {
+            // Over the limit: no thread of its own. When even the refusal queue is full
+            // the connection is closed without a word.
+            if let Err(std::sync::mpsc::TrySendError::Full(_)) = self.refuse_queue.try_send(stream)
+            {
+                tracing::warn!("too many connections: closed one from {peer}");
+            }
+            return;
+        }
+        let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
+        let engine = self.engine.clone();
+        let auth_timeout = self.authentication_timeout;
+        let active = self.active.clone();
+        let cancel = self.cancel.clone();
+        let password = self.password.clone();
+        active.fetch_add(1, Ordering::AcqRel);
+        let spawned = std::thread::Builder::new()
+            .name(format!("walrus-conn-{pid}"))
+            .spawn(move || {
+                tracing::debug!("connection {pid} from {peer}");
+                if let Err(e) = connection::serve(
+                    stream,
+                    engine,
+                    pid,
+                    &cancel,
+                    auth_timeout,
+                    password.as_deref(),
+                ) {
+                    tracing::debug!("connection {pid} ended: {e}");
+                }
+                active.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            self.active.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Why the server could not start listening.
+#[derive(Debug, thiserror::Error)]
+pub enum BindError {
+    #[error("could not listen on {addr}: {source}")]
+    Tcp {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Unix(UnixSocketError),
+    #[error("could not create any Unix-domain sockets ({0})")]
+    NoUnixSocket(String),
+    #[error("could not start the connection-refusing thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// PostgreSQL's rule: a directory that cannot take a socket is reported and skipped, but
+/// at least one of those listed must; a socket another server answers on stops startup.
+fn bind_unix_sockets(dirs: &[PathBuf], port: u16) -> Result<Vec<UnixSocketListener>, BindError> {
+    let mut bound = Vec::new();
+    let mut failures = Vec::new();
+    for dir in dirs {
+        match socket::bind_unix(dir, port) {
+            Ok(l) => bound.push(l),
+            Err(e @ UnixSocketError::InUse(_)) => return Err(BindError::Unix(e)),
+            Err(e) => {
+                tracing::warn!("{e}");
+                failures.push(e.to_string());
+            }
+        }
+    }
+    if bound.is_empty() && !dirs.is_empty() {
+        return Err(BindError::NoUnixSocket(failures.join("; ")));
+    }
+    Ok(bound)
 }

@@ -13,10 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use walrus_engine::Engine;
+use walrus_server::socket::Socket;
 use walrus_server::{Server, ServerConfig};
 
 struct Live {
     addr: SocketAddr,
+    /// The server's Unix-domain socket (in the test's own directory).
+    unix_socket: std::path::PathBuf,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
     engine: Engine,
@@ -49,15 +52,18 @@ fn start() -> Live {
             max_connections: 10,
             authentication_timeout: Duration::from_secs(5),
             password: None,
+            unix_socket_directories: vec![dir.path().to_path_buf()],
         },
     )
     .unwrap();
     let addr = server.local_addr().unwrap();
+    let unix_socket = server.unix_socket_paths().remove(0);
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
     let thread = std::thread::spawn(move || server.run(&flag));
     Live {
         addr,
+        unix_socket,
         stop,
         thread: Some(thread),
         engine,
@@ -86,7 +92,7 @@ enum Msg {
 }
 
 struct Client {
-    s: TcpStream,
+    s: Socket,
 }
 
 fn cstr(b: &mut Vec<u8>, s: &str) {
@@ -169,7 +175,10 @@ fn query(sql: &str) -> Vec<u8> {
 
 impl Client {
     fn connect(addr: SocketAddr) -> Client {
-        let mut s = TcpStream::connect(addr).unwrap();
+        Client::start(Socket::Tcp(TcpStream::connect(addr).unwrap()))
+    }
+
+    fn start(mut s: Socket) -> Client {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut body = 196_608i32.to_be_bytes().to_vec();
         for kv in ["user", "proto", "database", "proto", ""] {
@@ -939,4 +948,67 @@ fn missing_columns_of_joins_and_dml_are_reported_at_parse_before_sync() {
         c.send(&[sync()]);
         assert_eq!(c.until_ready(), vec![Msg::Ready('I')], "{sql}");
     }
+}
+
+/// The Unix-domain socket `.s.PGSQL.<port>` serves the same protocol as TCP: a session
+/// over it sees what a TCP session committed and the reverse, an extended-protocol
+/// round trip works, and the socket file is gone once the server has stopped.
+#[test]
+fn unix_domain_socket_serves_sessions_like_tcp() {
+    let live = start();
+    let name = live.unix_socket.file_name().unwrap().to_str().unwrap();
+    assert_eq!(name, format!(".s.PGSQL.{}", live.addr.port()));
+    let unix = || {
+        Client::start(Socket::Unix(
+            std::os::unix::net::UnixStream::connect(&live.unix_socket).unwrap(),
+        ))
+    };
+    let mut local = unix();
+    let mut tcp = Client::connect(live.addr);
+    local.simple("create table u (id int primary key, v text)");
+    local.simple("insert into u values (1, 'over the socket file')");
+    assert_eq!(
+        tcp.simple("select v from u where id = 1"),
+        vec![
+            Msg::Rows(vec![col("v", 2, 25, -1, -1)]),
+            Msg::Data(vec![Some("over the socket file".into())]),
+            Msg::Complete("SELECT 1".into()),
+            Msg::Ready('I')
+        ]
+    );
+    tcp.simple("insert into u values (2, 'over tcp')");
+    local.send(&[
+        parse("", "select v from u where id = $1", &[0]),
+        bind("", &[Some("2")]),
+        execute(),
+        sync(),
+    ]);
+    assert_eq!(
+        local.until_ready(),
+        vec![
+            Msg::ParseComplete,
+            Msg::BindComplete,
+            Msg::Data(vec![Some("over tcp".into())]),
+            Msg::Complete("SELECT 1".into()),
+            Msg::Ready('I')
+        ]
+    );
+    // Another server may not take over a socket this one answers on.
+    let other =
+        walrus_server::socket::bind_unix(live.unix_socket.parent().unwrap(), live.addr.port());
+    assert!(
+        matches!(other, Err(walrus_server::socket::UnixSocketError::InUse(_))),
+        "{other:?}"
+    );
+    drop(local);
+    drop(tcp);
+    let mut live = live;
+    assert!(live.unix_socket.exists());
+    live.stop.store(true, Ordering::Release);
+    live.thread.take().unwrap().join().unwrap();
+    assert!(
+        !live.unix_socket.exists(),
+        "{} left behind",
+        live.unix_socket.display()
+    );
 }

@@ -53,6 +53,7 @@ fn start() -> Live {
             max_connections: 50,
             authentication_timeout: Duration::from_secs(5),
             password: None,
+            unix_socket_directories: Vec::new(),
         },
     )
     .unwrap();

@@ -65,6 +65,14 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
             .parse()
             .with_context(|| format!("invalid listen_addresses \"{other}\""))?,
     };
+    // PostgreSQL's built-in default (Debian's packages use /var/run/postgresql).
+    let unix_socket_directories: Vec<PathBuf> = extra("unix_socket_directories")
+        .unwrap_or_else(|| "/tmp".into())
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
     let max_connections = match extra("max_connections") {
         Some(m) => m
             .parse()
@@ -110,15 +118,19 @@ pub fn serve(a: ServeArgs) -> anyhow::Result<()> {
             max_connections,
             authentication_timeout,
             password,
+            unix_socket_directories,
         },
-    )
-    .with_context(|| format!("could not listen on {ip}:{port}"))?;
+    )?;
     tracing::info!(
         "walrus listening on {}, data directory {}",
         server.local_addr()?,
         a.data.display()
     );
     println!("walrus listening on {}", server.local_addr()?);
+    for path in server.unix_socket_paths() {
+        tracing::info!("walrus listening on Unix-domain socket {}", path.display());
+        println!("walrus listening on Unix-domain socket {}", path.display());
+    }
 
     let shutdown = Arc::new(AtomicBool::new(false));
     let flag = shutdown.clone();

@@ -422,6 +422,89 @@ fn crash_pgbench_kill9_restart_keeps_invariant() {
     srv.stop();
 }
 
+/// psql and pgbench through the Unix-domain socket (`-h DIR`, as they connect to a local
+/// PostgreSQL): the socket file is `.s.PGSQL.<port>`, a kill -9 leaves it behind and the
+/// restarted server replaces it (nothing lost, the TPC-B invariant holds), and a clean
+/// stop removes it.
+#[test]
+fn psql_and_pgbench_over_the_unix_socket_across_a_kill9() {
+    if !clients_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let sock = tmp.path().join("sock");
+    std::fs::create_dir(&sock).unwrap();
+    let conf = tmp.path().join("extra.toml");
+    std::fs::write(
+        &conf,
+        format!("unix_socket_directories = \"{}\"\n", sock.display()),
+    )
+    .unwrap();
+    let data = tmp.path().join("data");
+    let port = free_port();
+    let start = || ServerProc::start_with(&data, port, &["--config", conf.to_str().unwrap()]);
+    let socket_file = sock.join(format!(".s.PGSQL.{port}"));
+    let over_socket = |tool: &str, args: &[&str]| {
+        let o = Command::new(tool)
+            .args(["-h", sock.to_str().unwrap(), "-p", &port.to_string()])
+            .args(["-U", "bench"])
+            .args(args)
+            .arg("bench")
+            .output()
+            .unwrap_or_else(|e| panic!("run {tool}: {e}"));
+        assert!(o.status.success(), "{tool} {args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    let mut srv = start();
+    assert!(socket_file.exists());
+    over_socket("pgbench", &["-i", "-s", "1"]);
+    over_socket("pgbench", &["-n", "-M", "prepared", "-c", "2", "-t", "100"]);
+    // What went in over the socket is what TCP reads.
+    let history = srv.scalar("select count(*) from pgbench_history");
+    assert_eq!(history, "200");
+    assert_eq!(
+        over_socket(
+            "psql",
+            &[
+                "-X",
+                "-A",
+                "-t",
+                "-c",
+                "select count(*) from pgbench_history"
+            ]
+        ),
+        history
+    );
+    srv.child.kill().expect("kill -9 the server");
+    srv.child.wait().unwrap();
+    assert!(
+        socket_file.exists(),
+        "a killed server cannot remove its socket"
+    );
+    let srv = start();
+    srv.invariant();
+    over_socket("pgbench", &["-n", "-c", "2", "-t", "50"]);
+    assert_eq!(
+        over_socket(
+            "psql",
+            &[
+                "-X",
+                "-A",
+                "-t",
+                "-c",
+                "select count(*) from pgbench_history"
+            ]
+        ),
+        "300"
+    );
+    srv.invariant();
+    srv.stop();
+    assert!(
+        !socket_file.exists(),
+        "a clean stop removes the socket file"
+    );
+}
+
 #[test]
 fn scram_sha_256_password_authentication_with_psql() {
     if !clients_available() {

@@ -119,6 +119,10 @@ pub struct CompareArgs {
     /// Keep the data directories and logs after the run.
     #[arg(long)]
     keep: bool,
+    /// How pgbench and psql reach both servers: `tcp` (loopback, 127.0.0.1) or `unix`
+    /// (a Unix-domain socket in a directory of the run, as pgbench does by default).
+    #[arg(long, default_value = "tcp", value_parser = ["tcp", "unix"])]
+    transport: String,
 }
 
 /// Paths of the programs and directories every part uses.
@@ -132,6 +136,28 @@ pub struct Tools {
     pub scratch: PathBuf,
     /// uid and gid PostgreSQL runs as (only when the harness is root).
     pub pg_user: Option<(u32, u32)>,
+    /// `--transport unix`: the directory both servers put their Unix-domain socket in,
+    /// which clients are given as host. `None`: loopback TCP only.
+    pub socket_dir: Option<PathBuf>,
+}
+
+impl Tools {
+    /// What clients pass as `-h`: the socket directory or the loopback address.
+    pub fn host(&self) -> String {
+        match &self.socket_dir {
+            Some(d) => d.display().to_string(),
+            None => "127.0.0.1".into(),
+        }
+    }
+
+    /// The transport, as the reports say it.
+    pub fn transport(&self) -> &'static str {
+        if self.socket_dir.is_some() {
+            "Unix-domain socket"
+        } else {
+            "loopback TCP"
+        }
+    }
 }
 
 /// The sizes of this invocation.
@@ -399,6 +425,16 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
     } else {
         None
     };
+    let socket_dir = if a.transport == "unix" {
+        // Both servers create their socket here: PostgreSQL runs as pg_user.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = work.path.join("sockets");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))?;
+        Some(dir)
+    } else {
+        None
+    };
     let tools = Tools {
         pg_bin: a.pg_bin.clone(),
         pgbench,
@@ -406,6 +442,7 @@ pub fn run(a: CompareArgs) -> anyhow::Result<()> {
         walrus: walrus_binary(&a.walrus_bin)?,
         scratch,
         pg_user,
+        socket_dir,
     };
     let charts = a
         .charts
@@ -570,8 +607,9 @@ fn header(ctx: &Ctx, fsync_rate: f64) -> String {
          Machine: {cores} cores ({cpu}), {mem_gib:.0} GiB memory, data on {}, Linux {}; \
          8 KiB pwrite+fdatasync on that disk: **{fsync_rate:.0} ops/s** (measured in this run).\n\
          PostgreSQL {} ({}); walrus {} build{rev}.\n\n\
-         Method: each configuration has its own data directory and loopback port and these \
-         settings written explicitly on both systems: `shared_buffers = 128MB`, `fsync = on`, \
+         Method: each configuration has its own data directory and loopback port; clients \
+         (pgbench, psql) reach both servers over {}. These \
+         settings are written explicitly on both systems: `shared_buffers = 128MB`, `fsync = on`, \
          `synchronous_commit = on`, `wal_sync_method = fdatasync`, `max_connections = 200`, plus \
          `max_wal_size`/`checkpoint_timeout` and page protection per scenario (PostgreSQL \
          `full_page_writes`, walrus `page_protection`). Each measured run: start the server, \
@@ -603,6 +641,7 @@ fn header(ctx: &Ctx, fsync_rate: f64) -> String {
         } else {
             "release"
         },
+        ctx.tools.transport(),
         p.warmup,
         p.duration,
         p.reps,

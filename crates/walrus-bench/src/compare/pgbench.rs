@@ -44,7 +44,7 @@ pub struct Outcome {
 pub fn initialize(tools: &Tools, port: u16, scale: u32) -> anyhow::Result<()> {
     let mut cmd = Command::new(&tools.pgbench);
     cmd.args(["-i", "-q", "-s", &scale.to_string()])
-        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "bench"])
+        .args(["-h", &tools.host(), "-p", &port.to_string(), "-U", "bench"])
         .arg("bench");
     let (status, out, err) = run_captured(
         "pgbench -i",
@@ -71,7 +71,7 @@ pub fn spawn(tools: &Tools, port: u16, o: &Options, dir: &Path) -> anyhow::Resul
     std::fs::create_dir_all(dir)?;
     let threads = o.clients.min(2);
     let mut cmd = Command::new(&tools.pgbench);
-    cmd.args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "bench"])
+    cmd.args(["-h", &tools.host(), "-p", &port.to_string(), "-U", "bench"])
         .args(["-M", "prepared", "-n"])
         .args(["-c", &o.clients.to_string(), "-j", &threads.to_string()])
         .args(["-T", &o.seconds.to_string()]);

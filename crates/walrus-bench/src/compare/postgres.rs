@@ -105,7 +105,7 @@ pub fn init(
         "\n# written by walrus-bench compare\n\
          port = {port}\n\
          listen_addresses = '127.0.0.1'\n\
-         unix_socket_directories = ''\n\
+         unix_socket_directories = '{}'\n\
          max_connections = {}\n\
          shared_buffers = {}\n\
          max_wal_size = {}\n\
@@ -118,6 +118,11 @@ pub fn init(
          log_checkpoints = on\n\
          logging_collector = off\n\
          dynamic_shared_memory_type = mmap\n",
+        tools
+            .socket_dir
+            .as_ref()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
         s.max_connections,
         s.shared_buffers,
         s.max_wal_size,

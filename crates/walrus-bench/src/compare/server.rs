@@ -201,7 +201,7 @@ impl Server {
     fn query_on(&self, db: &str, sql: &str, limit: Duration) -> anyhow::Result<String> {
         let mut cmd = Command::new(&self.tools.psql);
         cmd.args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1"])
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-h", &self.tools.host(), "-p", &self.port.to_string()])
             .args(["-U", "bench", "-d", db, "-c", sql])
             .env("PGCONNECT_TIMEOUT", "5");
         let (status, out, err) = run_captured("psql", &mut cmd, &self.tools.scratch, limit)?;

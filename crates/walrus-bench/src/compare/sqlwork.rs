@@ -40,7 +40,7 @@ fn timed(ctx: &Ctx, s: &Server, sql: &str) -> anyhow::Result<Result<f64, String>
 fn timed_output(ctx: &Ctx, s: &Server, sql: &str) -> anyhow::Result<Result<(f64, String), String>> {
     let mut cmd = Command::new(&ctx.tools.psql);
     cmd.args(["-X", "-A", "-v", "ON_ERROR_STOP=1"])
-        .args(["-h", "127.0.0.1", "-p", &s.port.to_string()])
+        .args(["-h", &ctx.tools.host(), "-p", &s.port.to_string()])
         .args(["-U", "bench", "-d", "bench"])
         .args(["-c", "\\timing on", "-c", sql])
         .env("PGCONNECT_TIMEOUT", "5");

@@ -35,6 +35,7 @@ pub fn init(tools: &Tools, data: &Path, s: &Settings, _root: &Path) -> anyhow::R
     let conf = format!(
         "# written by walrus-bench compare\n\
          listen_addresses = \"127.0.0.1\"\n\
+         unix_socket_directories = \"{}\"\n\
          max_connections = {}\n\
          shared_buffers = \"{}\"\n\
          max_wal_size = \"{}\"\n\
@@ -42,6 +43,11 @@ pub fn init(tools: &Tools, data: &Path, s: &Settings, _root: &Path) -> anyhow::R
          synchronous_commit = \"{}\"\n\
          page_protection = \"{}\"\n\
          wal_sync_method = \"{}\"\n",
+        tools
+            .socket_dir
+            .as_ref()
+            .map(|d| d.display().to_string())
+            .unwrap_or_default(),
         s.max_connections,
         s.shared_buffers,
         s.max_wal_size,
