@@ -226,6 +226,7 @@ pub fn serve(
     cancel: &CancelRegistry,
     authentication_timeout: Duration,
     password: Option<&crate::auth::ScramVerifier>,
+    server_settings: &[(String, String)],
 ) -> io::Result<()> {
     let mut out = Out::default();
     // Startup and authentication must finish within authentication_timeout (PostgreSQL's
@@ -268,6 +269,7 @@ pub fn serve(
         d => d,
     };
     session.set_identity(&user, &database);
+    session.set_server_settings(server_settings);
     // A TimeZone in the startup packet (pgjdbc sends the JVM's zone) is the session's
     // zone from the start, as in PostgreSQL; one it does not know ends the connection.
     let startup_zone = get("TimeZone");

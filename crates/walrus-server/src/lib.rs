@@ -92,6 +92,8 @@ pub struct Server {
     refuse_queue: std::sync::mpsc::SyncSender<Socket>,
     next_pid: AtomicI32,
     cancel: Arc<CancelRegistry>,
+    /// The server's own settings with the values in effect, for every session's SHOW.
+    shown_settings: Arc<Vec<(String, String)>>,
 }
 
 impl Server {
@@ -115,6 +117,7 @@ impl Server {
             })?
             .port();
         let unix_listeners = bind_unix_sockets(&cfg.unix_socket_directories, port)?;
+        let shown_settings = Arc::new(shown_settings(cfg, port));
         let cancel = Arc::new(CancelRegistry::default());
         let (refuse_queue, refused) = std::sync::mpsc::sync_channel(REFUSE_QUEUE_LEN);
         let registry = cancel.clone();
@@ -141,6 +144,7 @@ impl Server {
             active: Arc::new(AtomicUsize::new(0)),
             next_pid: AtomicI32::new(1000),
             cancel,
+            shown_settings,
         })
     }
 
@@ -215,6 +219,7 @@ impl Server {
         let active = self.active.clone();
         let cancel = self.cancel.clone();
         let password = self.password.clone();
+        let shown_settings = self.shown_settings.clone();
         active.fetch_add(1, Ordering::AcqRel);
         let spawned = std::thread::Builder::new()
             .name(format!("walrus-conn-{pid}"))
@@ -227,6 +232,7 @@ impl Server {
                     &cancel,
                     auth_timeout,
                     password.as_deref(),
+                    &shown_settings,
                 ) {
                     tracing::debug!("connection {pid} ended: {e}");
                 }
@@ -236,6 +242,35 @@ impl Server {
             self.active.fetch_sub(1, Ordering::AcqRel);
         }
     }
+}
+
+/// What SHOW says for the settings the server reads, spelled as PostgreSQL shows them.
+fn shown_settings(cfg: &ServerConfig, port: u16) -> Vec<(String, String)> {
+    let timeout = cfg.authentication_timeout.as_secs();
+    [
+        ("port", port.to_string()),
+        ("listen_addresses", cfg.listen.ip().to_string()),
+        (
+            "unix_socket_directories",
+            cfg.unix_socket_directories
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        ),
+        ("max_connections", cfg.max_connections.to_string()),
+        (
+            "authentication_timeout",
+            if timeout.is_multiple_of(60) {
+                format!("{}min", timeout / 60)
+            } else {
+                format!("{timeout}s")
+            },
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
 
 /// Why the server could not start listening.

@@ -993,6 +993,31 @@ fn unix_domain_socket_serves_sessions_like_tcp() {
             Msg::Ready('I')
         ]
     );
+    // SHOW gives the values in effect (the port actually bound), SET refuses them.
+    let shown = |c: &mut Client, name: &str| {
+        c.simple(&format!("show {name}"))
+            .into_iter()
+            .find_map(|m| match m {
+                Msg::Data(v) => v[0].clone(),
+                _ => None,
+            })
+    };
+    assert_eq!(
+        shown(&mut local, "port"),
+        Some(live.addr.port().to_string())
+    );
+    assert_eq!(
+        shown(&mut tcp, "unix_socket_directories"),
+        Some(live.unix_socket.parent().unwrap().display().to_string())
+    );
+    assert_eq!(
+        shown(&mut tcp, "listen_addresses"),
+        Some("127.0.0.1".into())
+    );
+    assert_eq!(
+        local.simple("set port = 1"),
+        vec![Msg::Error("55P02".into()), Msg::Ready('I')]
+    );
     // Another server may not take over a socket this one answers on.
     let other =
         walrus_server::socket::bind_unix(live.unix_socket.parent().unwrap(), live.addr.port());

@@ -1197,6 +1197,16 @@ impl Session {
         settings.insert("session_authorization".into(), user.to_string());
         settings.insert(DATABASE_KEY.into(), database.to_string());
     }
+
+    /// The settings the server, not the engine, reads at startup (`port`,
+    /// `listen_addresses`, `unix_socket_directories`, ...), with the values in effect, for
+    /// SHOW and `pg_settings`; SET refuses them as PostgreSQL does (55P02).
+    pub fn set_server_settings(&mut self, values: &[(String, String)]) {
+        let settings = Arc::make_mut(&mut self.settings);
+        for (name, value) in values {
+            settings.insert(name.clone(), value.clone());
+        }
+    }
 }
 
 impl Env for Session {
