@@ -59,6 +59,12 @@ pub struct Settings {
     pub autovacuum_naptime: Duration,
     pub autovacuum_vacuum_threshold: u64,
     pub autovacuum_vacuum_scale_factor: f64,
+    /// Autovacuum also vacuums a table once the rows inserted since its last vacuum
+    /// exceed `autovacuum_vacuum_insert_threshold + autovacuum_vacuum_insert_scale_factor
+    /// × reltuples` (PostgreSQL 13's rule: an insert-only table has no dead rows, but its
+    /// pages must still be marked settled and frozen). `None`: off (PostgreSQL's -1).
+    pub autovacuum_vacuum_insert_threshold: Option<u64>,
+    pub autovacuum_vacuum_insert_scale_factor: f64,
     /// Autovacuum analyzes a table once the rows changed since its last ANALYZE exceed
     /// `autovacuum_analyze_threshold + autovacuum_analyze_scale_factor × reltuples`
     /// (the rows its last vacuum or analyze counted).
@@ -107,6 +113,8 @@ impl Default for Settings {
             autovacuum_naptime: Duration::from_secs(60),
             autovacuum_vacuum_threshold: 50,
             autovacuum_vacuum_scale_factor: 0.2,
+            autovacuum_vacuum_insert_threshold: Some(1000),
+            autovacuum_vacuum_insert_scale_factor: 0.2,
             autovacuum_analyze_threshold: 50,
             autovacuum_analyze_scale_factor: 0.1,
             autovacuum_vacuum_cost_delay: Duration::from_millis(2),
@@ -216,6 +224,11 @@ autovacuum = "on"
 autovacuum_naptime = "1min"
 autovacuum_vacuum_threshold = 50
 autovacuum_vacuum_scale_factor = 0.2
+# ... and each table with more rows inserted since its last vacuum than
+# autovacuum_vacuum_insert_threshold + autovacuum_vacuum_insert_scale_factor * the rows its
+# last vacuum or analyze counted (-1: never for inserts alone).
+autovacuum_vacuum_insert_threshold = 1000
+autovacuum_vacuum_insert_scale_factor = 0.2
 # ... and analyze each table with more rows changed since its last ANALYZE than
 # autovacuum_analyze_threshold + autovacuum_analyze_scale_factor * the rows its
 # last vacuum or analyze counted.
@@ -479,16 +492,26 @@ impl Settings {
                     self.autovacuum_analyze_threshold = n;
                 }
             }
-            "autovacuum_vacuum_scale_factor" | "autovacuum_analyze_scale_factor" => {
+            "autovacuum_vacuum_scale_factor"
+            | "autovacuum_analyze_scale_factor"
+            | "autovacuum_vacuum_insert_scale_factor" => {
                 let f = value
                     .parse::<f64>()
                     .ok()
                     .filter(|f| (0.0..=100.0).contains(f))
                     .ok_or_else(|| bad("expected a number between 0 and 100"))?;
-                if name == "autovacuum_vacuum_scale_factor" {
-                    self.autovacuum_vacuum_scale_factor = f;
-                } else {
-                    self.autovacuum_analyze_scale_factor = f;
+                match name {
+                    "autovacuum_vacuum_scale_factor" => self.autovacuum_vacuum_scale_factor = f,
+                    "autovacuum_analyze_scale_factor" => self.autovacuum_analyze_scale_factor = f,
+                    _ => self.autovacuum_vacuum_insert_scale_factor = f,
+                }
+            }
+            "autovacuum_vacuum_insert_threshold" => {
+                // PostgreSQL's range: -1 (off) to INT_MAX.
+                self.autovacuum_vacuum_insert_threshold = match value.parse::<i64>() {
+                    Ok(-1) => None,
+                    Ok(n) if (0..=i32::MAX as i64).contains(&n) => Some(n as u64),
+                    _ => return Err(bad("expected -1 (off) or 0..2147483647")),
                 }
             }
             "autovacuum_vacuum_cost_delay" | "vacuum_cost_delay" => {
@@ -677,6 +700,14 @@ mod tests {
         let err = s.set("autovacuum_naptime", "0").unwrap_err();
         assert!(err.to_string().contains("autovacuum_naptime"), "{err}");
         assert!(s.set("autovacuum_vacuum_scale_factor", "-1").is_err());
+        assert!(s
+            .set("autovacuum_vacuum_insert_scale_factor", "101")
+            .is_err());
+        assert!(s.set("autovacuum_vacuum_insert_threshold", "-2").is_err());
+        s.set("autovacuum_vacuum_insert_threshold", "-1").unwrap();
+        assert_eq!(s.autovacuum_vacuum_insert_threshold, None);
+        s.set("autovacuum_vacuum_insert_threshold", "5").unwrap();
+        assert_eq!(s.autovacuum_vacuum_insert_threshold, Some(5));
         assert!(s.set("autovacuum_vacuum_cost_limit", "0").is_err());
         assert_eq!(s.autovacuum_freeze_max_age, 200_000_000);
         s.set("autovacuum_freeze_max_age", "1000000").unwrap();

@@ -729,6 +729,60 @@ fn autovacuum_reclaims_dead_rows_and_their_index_entries() {
     }
 }
 
+/// PostgreSQL 13's insert rule: an insert-only table (no dead rows at all) is
+/// autovacuumed once the rows inserted since its last vacuum exceed
+/// `autovacuum_vacuum_insert_threshold + autovacuum_vacuum_insert_scale_factor ×
+/// reltuples`, the bar rising with the rows the vacuum counted; at -1 it never is.
+#[test]
+fn autovacuum_vacuums_insert_only_tables_past_the_insert_threshold() {
+    for threshold in ["100", "-1"] {
+        let dir = tempfile::tempdir().unwrap();
+        let e = engine_with(
+            dir.path(),
+            &[
+                ("autovacuum_naptime", "\"50ms\""),
+                ("autovacuum_vacuum_insert_threshold", threshold),
+            ],
+        );
+        let def = table(&e);
+        let insert = |ids: std::ops::Range<i32>| {
+            let mut t = e.begin(Isolation::ReadCommitted);
+            for i in ids {
+                t.insert(&def, &row(i, "inserted only")).unwrap();
+            }
+            t.commit().unwrap();
+        };
+        // 150 > 100 + 0.2 × 0 (never counted).
+        insert(0..150);
+        if threshold == "-1" {
+            std::thread::sleep(Duration::from_millis(500));
+            let a = e.table_activity(&def);
+            assert_eq!((a.autovacuums, a.ins_since_vacuum), (0, 150), "{a:?}");
+            e.shutdown().unwrap();
+            continue;
+        }
+        wait_until(30, "autovacuum of the insert-only table", || {
+            e.table_activity(&def).autovacuums == 1
+        });
+        let a = e.table_activity(&def);
+        assert_eq!((a.ins_since_vacuum, a.dead, a.live), (0, 0, 150), "{a:?}");
+        // Now the bar is 100 + 0.2 × 150 = 130: 120 more rows stay under it...
+        insert(150..270);
+        std::thread::sleep(Duration::from_millis(500));
+        let a = e.table_activity(&def);
+        assert_eq!((a.autovacuums, a.ins_since_vacuum), (1, 120), "{a:?}");
+        // ... and 20 more cross it.
+        insert(270..290);
+        wait_until(30, "the second autovacuum", || {
+            e.table_activity(&def).autovacuums == 2
+        });
+        let mut t = e.begin(Isolation::ReadCommitted);
+        assert_eq!(t.scan_all(&def).unwrap().len(), 290);
+        t.commit().unwrap();
+        e.shutdown().unwrap();
+    }
+}
+
 /// DDL that changes a table's indexes cancels an autovacuum of it (which would
 /// otherwise free line pointers whose entries in the new index it never removed); the
 /// next autovacuum cleans the new index too.

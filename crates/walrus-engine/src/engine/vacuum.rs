@@ -27,8 +27,11 @@
 //!
 //! Autovacuum is one background thread. Every `autovacuum_naptime` it vacuums each
 //! table whose dead row versions exceed `autovacuum_vacuum_threshold +
-//! autovacuum_vacuum_scale_factor × live rows` (PostgreSQL's rule and defaults),
-//! skipping a table another vacuum or DDL holds. It throttles itself with PostgreSQL's
+//! autovacuum_vacuum_scale_factor × live rows`, or whose rows inserted since its last
+//! vacuum exceed `autovacuum_vacuum_insert_threshold +
+//! autovacuum_vacuum_insert_scale_factor × reltuples` (PostgreSQL's rules and defaults;
+//! the second marks an insert-only table's pages settled, so later vacuums and freeze
+//! passes skip them), skipping a table another vacuum or DDL holds. It throttles itself with PostgreSQL's
 //! cost model (a page visited costs 1, a page dirtied 20 more; after
 //! `autovacuum_vacuum_cost_limit` it sleeps `autovacuum_vacuum_cost_delay`), so it
 //! takes a bounded share of the page writers' and the WAL's bandwidth from the
@@ -516,15 +519,27 @@ fn contained<T>(work: impl FnOnce() -> Result<T>) -> Result<T> {
     })
 }
 
-/// Autovacuum's vacuum rule for one table: more dead row versions than
-/// `autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor × live rows`.
+/// Autovacuum's vacuum rules for one table: more dead row versions than
+/// `autovacuum_vacuum_threshold + autovacuum_vacuum_scale_factor × live rows`, or more
+/// rows inserted since the last vacuum than `autovacuum_vacuum_insert_threshold +
+/// autovacuum_vacuum_insert_scale_factor × reltuples` (PostgreSQL 13's insert rule).
+fn needs_autovacuum(
+    s: &crate::settings::Settings,
+    a: &crate::access::heap::activity::TableActivity,
+) -> bool {
+    let dead_threshold =
+        s.autovacuum_vacuum_threshold + (s.autovacuum_vacuum_scale_factor * a.live() as f64) as u64;
+    let by_inserts = s.autovacuum_vacuum_insert_threshold.is_some_and(|base| {
+        let threshold =
+            base + (s.autovacuum_vacuum_insert_scale_factor * a.counted() as f64) as u64;
+        a.ins_since_vacuum() > threshold
+    });
+    a.dead() > dead_threshold || by_inserts
+}
+
 fn autovacuum_table(engine: &Engine, def: &TableDef, rel: &crate::access::heap::HeapRel) {
     let inner = &engine.inner;
-    let s = &inner.settings;
-    let (dead, live) = (rel.activity.dead(), rel.activity.live());
-    let threshold =
-        s.autovacuum_vacuum_threshold + (s.autovacuum_vacuum_scale_factor * live as f64) as u64;
-    if dead <= threshold {
+    if !needs_autovacuum(&inner.settings, &rel.activity) {
         return;
     }
     match contained(|| engine.vacuum_table(&def.name, VacuumKind::Auto, None, None)) {

@@ -200,6 +200,15 @@ impl Session {
             s.autovacuum_vacuum_scale_factor.to_string(),
         );
         settings.insert(
+            "autovacuum_vacuum_insert_threshold".into(),
+            s.autovacuum_vacuum_insert_threshold
+                .map_or("-1".to_string(), |n| n.to_string()),
+        );
+        settings.insert(
+            "autovacuum_vacuum_insert_scale_factor".into(),
+            s.autovacuum_vacuum_insert_scale_factor.to_string(),
+        );
+        settings.insert(
             "autovacuum_analyze_threshold".into(),
             s.autovacuum_analyze_threshold.to_string(),
         );

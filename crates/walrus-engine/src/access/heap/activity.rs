@@ -32,8 +32,9 @@ pub struct TableActivity {
     /// Rows inserted, updated or deleted by committed transactions since the last
     /// ANALYZE (`n_mod_since_analyze`): what autovacuum's analyze rule reads.
     mod_since_analyze: AtomicU64,
-    /// Rows inserted by committed transactions since the last vacuum
-    /// (`n_ins_since_vacuum`).
+    /// Rows inserted since the last vacuum, committed or rolled back (`n_ins_since_vacuum`,
+    /// PostgreSQL's `inserts_since_vacuum`: a rolled-back insert left a dead version for
+    /// the vacuum to find too).
     ins_since_vacuum: AtomicU64,
     /// Live rows the last vacuum or analyze counted, -1 before the first (PostgreSQL's
     /// `pg_class.reltuples`, which autovacuum's analyze threshold scales with: unlike
@@ -140,23 +141,25 @@ pub struct ActivitySnapshot {
 }
 
 impl TableActivity {
-    /// Adds a finished transaction's changes. Committed: its deletes and the old
-    /// versions of its updates are dead. Rolled back: its inserts and the new versions
-    /// of its updates are dead, and nothing else changed.
+    /// Adds a finished transaction's changes. The row counts (`n_tup_ins`, `n_tup_upd`,
+    /// `n_tup_hot_upd`, `n_tup_del`, `n_ins_since_vacuum`) count attempted changes,
+    /// committed or not, as PostgreSQL's do. Committed: its deletes and the old versions
+    /// of its updates are dead. Rolled back: its inserts and the new versions of its
+    /// updates are dead, and no row is live, gone or changed for ANALYZE.
     pub fn end_transaction(&self, p: &PendingActivity, committed: bool) {
+        self.inserted.fetch_add(p.inserted, Ordering::Relaxed);
+        self.updated.fetch_add(p.updated, Ordering::Relaxed);
+        self.hot_updated.fetch_add(p.hot_updated, Ordering::Relaxed);
+        self.deleted.fetch_add(p.deleted, Ordering::Relaxed);
+        self.ins_since_vacuum
+            .fetch_add(p.inserted, Ordering::Relaxed);
         if committed {
-            self.inserted.fetch_add(p.inserted, Ordering::Relaxed);
-            self.updated.fetch_add(p.updated, Ordering::Relaxed);
-            self.hot_updated.fetch_add(p.hot_updated, Ordering::Relaxed);
-            self.deleted.fetch_add(p.deleted, Ordering::Relaxed);
             self.live
                 .fetch_add(p.inserted as i64 - p.deleted as i64, Ordering::Relaxed);
             self.dead
                 .fetch_add((p.updated + p.deleted) as i64, Ordering::Relaxed);
             self.mod_since_analyze
                 .fetch_add(p.inserted + p.updated + p.deleted, Ordering::Relaxed);
-            self.ins_since_vacuum
-                .fetch_add(p.inserted, Ordering::Relaxed);
         } else {
             self.dead
                 .fetch_add((p.inserted + p.updated) as i64, Ordering::Relaxed);
@@ -207,6 +210,11 @@ impl TableActivity {
     /// takes a never-counted table's `reltuples` as 0 in its thresholds).
     pub fn counted(&self) -> u64 {
         self.counted.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// Rows inserted since the last vacuum, committed or not (`n_ins_since_vacuum`).
+    pub fn ins_since_vacuum(&self) -> u64 {
+        self.ins_since_vacuum.load(Ordering::Relaxed)
     }
 
     /// Dead row versions (estimate, never negative).
@@ -317,9 +325,13 @@ mod tests {
         assert_eq!((s.live, s.dead), (8, 6));
         a.end_transaction(&p, false);
         let s = a.snapshot();
-        // A rollback adds no inserts or updates, only dead versions (10 new rows and
-        // 4 new versions).
-        assert_eq!((s.inserted, s.updated, s.live, s.dead), (10, 4, 8, 20));
+        // A rollback's changes count as attempted (PostgreSQL's n_tup_*), its new rows
+        // and versions as dead (10 + 4), and no row as live or gone.
+        assert_eq!(
+            (s.inserted, s.updated, s.hot_updated, s.deleted),
+            (20, 8, 6, 4)
+        );
+        assert_eq!((s.live, s.dead, s.ins_since_vacuum), (8, 20, 20));
         a.vacuumed(8, 1, true);
         let s = a.snapshot();
         assert_eq!((s.live, s.dead, s.autovacuums, s.vacuums), (8, 1, 1, 0));
