@@ -405,6 +405,15 @@ fn pg_stat_user_tables_counts_rows_and_vacuums() {
         ["1"]
     );
     assert_eq!(flat(&rows(&mut s, "show autovacuum")), ["on"]);
+    // PostgreSQL 15's defaults, spelled as it shows them.
+    assert_eq!(
+        flat(&rows(
+            &mut s,
+            "select current_setting('autovacuum_vacuum_insert_threshold'), \
+             current_setting('autovacuum_vacuum_insert_scale_factor')"
+        )),
+        ["1000|0.2"]
+    );
 }
 
 /// `pg_stat_user_tables` counts scans as PostgreSQL does: each sequential scan and the
