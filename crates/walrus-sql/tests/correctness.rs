@@ -803,3 +803,95 @@ fn pg_attribute_and_format_type_show_declared_types() {
         ]
     );
 }
+
+/// Unaliased columns are named as PostgreSQL 15 names them (a driver that reads results
+/// by column name would otherwise read a missing column): the SQL-syntax forms after the
+/// function they call, NOT EXISTS unnamed.
+#[test]
+fn sql_syntax_forms_are_named_as_postgresql_names_them() {
+    let (_d, mut s) = session();
+    let names = |s: &mut Session, sql: &str| -> Vec<String> {
+        ok(s, sql).columns.into_iter().map(|c| c.name).collect()
+    };
+    assert_eq!(
+        names(
+            &mut s,
+            "select ceil(1.5), floor(1.5), ceiling(1.5), substring('abc' from 2), \
+             trim(' x '), trim(leading 'x' from 'xax'), trim(trailing 'x' from 'xax')"
+        ),
+        [
+            "ceil",
+            "floor",
+            "ceiling",
+            "substring",
+            "btrim",
+            "ltrim",
+            "rtrim"
+        ]
+    );
+    assert_eq!(
+        names(&mut s, "select exists(select 1), not exists(select 1)"),
+        ["exists", "?column?"]
+    );
+}
+
+/// CURRENT_DATE, LOCALTIMESTAMP, LOCALTIME and CURRENT_TIME (were 42883 "function
+/// current_date() does not exist"): the transaction's start in the session's time zone,
+/// the same instant as now(); a precision is refused, never ignored.
+#[test]
+fn sql_datetime_value_functions_follow_now_in_the_session_zone() {
+    let (_d, mut s) = session();
+    ok(&mut s, "set timezone = 'Asia/Tokyo'");
+    ok(&mut s, "begin");
+    assert_eq!(
+        one(
+            &mut s,
+            "select current_date = (now() at time zone 'Asia/Tokyo')::date, \
+             localtimestamp = now()::timestamp, localtime = now()::time, \
+             current_time = now()::timetz"
+        ),
+        "t|t|t|t"
+    );
+    // date, timestamp, time, timetz.
+    let types: Vec<u32> = ok(
+        &mut s,
+        "select current_date, localtimestamp, localtime, current_time",
+    )
+    .columns
+    .iter()
+    .map(|c| c.type_oid)
+    .collect();
+    assert_eq!(types, [1082, 1114, 1083, 1266]);
+    // Taken at transaction start: the same later in the transaction.
+    let first = one(&mut s, "select localtimestamp::text");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(one(&mut s, "select localtimestamp::text"), first);
+    ok(&mut s, "commit");
+    assert_eq!(
+        names_of(
+            &mut s,
+            "select current_date, localtimestamp, localtime, current_time"
+        ),
+        [
+            "current_date",
+            "localtimestamp",
+            "localtime",
+            "current_time"
+        ]
+    );
+    for sql in [
+        "select localtimestamp(2)",
+        "select current_time(0)",
+        "select current_timestamp(0)",
+    ] {
+        assert_eq!(err(&mut s, sql), "0A000", "{sql}");
+    }
+    assert_eq!(
+        error(&mut s, "select now(1)"),
+        ("42883", "function now(integer) does not exist".into())
+    );
+}
+
+fn names_of(s: &mut Session, sql: &str) -> Vec<String> {
+    ok(s, sql).columns.into_iter().map(|c| c.name).collect()
+}

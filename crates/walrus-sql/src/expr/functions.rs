@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 
 use sqlparser::ast::{self, BinaryOperator};
-use walrus_engine::access::datum::Datum;
+use walrus_engine::access::datum::{Datum, TypeId};
 
 use super::cast::{as_f64, as_i64};
 use super::ops::{binary, compare_values, type_name};
@@ -202,8 +202,34 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
         // Unit tests only: a statement that panics midway (the session's panic path).
         #[cfg(test)]
         "walrus_test_panic" => panic!("walrus_test_panic() called"),
+        "current_timestamp" | "current_date" | "localtimestamp" | "localtime" | "current_time"
+            if !args.is_empty() =>
+        {
+            return Err(SqlError::unsupported(format!(
+                "{name} with a precision is not supported"
+            )));
+        }
+        "now" | "transaction_timestamp" | "statement_timestamp" if !args.is_empty() => {
+            let types: Vec<&str> = args.iter().map(type_name).collect();
+            return Err(SqlError::new(
+                "42883",
+                format!("function {name}({}) does not exist", types.join(", ")),
+            ));
+        }
         "now" | "current_timestamp" | "transaction_timestamp" | "statement_timestamp" => {
             Datum::TimestampTz(s.now)
+        }
+        // The SQL value functions of the other types: the transaction's start as a wall
+        // clock in the session's time zone, as PostgreSQL's (which also take them at
+        // transaction start). A precision argument is refused above (no rounding here).
+        "current_date" | "localtimestamp" | "localtime" | "current_time" => {
+            let ty = match name.as_str() {
+                "current_date" => TypeId::Date,
+                "localtimestamp" => TypeId::Timestamp,
+                "localtime" => TypeId::Time,
+                _ => TypeId::TimeTz,
+            };
+            super::cast::coerce(Datum::TimestampTz(s.now), ty)?
         }
         // timezone(zone, ts) is `ts AT TIME ZONE zone`.
         "timezone" if args.len() == 2 => crate::timezone::at_time_zone(arg(1), arg(0))?,

@@ -118,7 +118,21 @@ pub fn output_name(e: &Expr) -> String {
         Expr::Interval(_) => "interval".into(),
         Expr::Nested(i) => output_name(i),
         Expr::Case { .. } => "case".into(),
-        Expr::Exists { .. } => "exists".into(),
+        // NOT EXISTS is a NOT over the sublink: unnamed, as in PostgreSQL.
+        Expr::Exists { negated: false, .. } => "exists".into(),
+        // The SQL-syntax forms are named after the function PostgreSQL calls.
+        Expr::Ceil { .. } => "ceil".into(),
+        Expr::Floor { .. } => "floor".into(),
+        Expr::Substring { .. } => "substring".into(),
+        Expr::Position { .. } => "position".into(),
+        Expr::Overlay { .. } => "overlay".into(),
+        Expr::Extract { .. } => "extract".into(),
+        Expr::Trim { trim_where, .. } => match trim_where {
+            Some(ast::TrimWhereField::Leading) => "ltrim",
+            Some(ast::TrimWhereField::Trailing) => "rtrim",
+            _ => "btrim",
+        }
+        .into(),
         Expr::Array(_) => "array".into(),
         _ => "?column?".to_string(),
     }

@@ -152,6 +152,10 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
             "count" => Some(TypeId::Int8),
             "avg" => Some(TypeId::Numeric),
             "now" | "current_timestamp" => Some(TypeId::TimestampTz),
+            "current_date" => Some(TypeId::Date),
+            "localtimestamp" => Some(TypeId::Timestamp),
+            "localtime" => Some(TypeId::Time),
+            "current_time" => Some(TypeId::TimeTz),
             "min" | "max" => function_args(f).first().and_then(|a| static_type(a, cols)),
             "sum" => function_args(f)
                 .first()

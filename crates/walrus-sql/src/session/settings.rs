@@ -28,6 +28,10 @@ pub(crate) fn default_settings() -> BTreeMap<String, String> {
         ("server_version_num", "150018"),
         ("server_encoding", "UTF8"),
         ("client_encoding", "UTF8"),
+        // The database locale: byte-order comparison, ASCII-only case mapping
+        // (`lower`, `upper`, `initcap`), as a PostgreSQL database made with C.
+        ("lc_collate", "C"),
+        ("lc_ctype", "C"),
         ("datestyle", "ISO, MDY"),
         ("timezone", "Etc/UTC"),
         ("integer_datetimes", "on"),
