@@ -833,6 +833,13 @@ fn sql_syntax_forms_are_named_as_postgresql_names_them() {
         names(&mut s, "select exists(select 1), not exists(select 1)"),
         ["exists", "?column?"]
     );
+    assert_eq!(
+        names(
+            &mut s,
+            "select (select count(*) from (values (1)) v(x)), (select 1 as one), (select 1)"
+        ),
+        ["count", "one", "?column?"]
+    );
 }
 
 /// CURRENT_DATE, LOCALTIMESTAMP, LOCALTIME and CURRENT_TIME (were 42883 "function

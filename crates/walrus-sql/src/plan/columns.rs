@@ -118,6 +118,15 @@ pub fn output_name(e: &Expr) -> String {
         Expr::Interval(_) => "interval".into(),
         Expr::Nested(i) => output_name(i),
         Expr::Case { .. } => "case".into(),
+        // A scalar subquery is named after its one output column.
+        Expr::Subquery(q) => match q.body.as_ref() {
+            ast::SetExpr::Select(sel) => match sel.projection.first() {
+                Some(ast::SelectItem::UnnamedExpr(e)) => output_name(e),
+                Some(ast::SelectItem::ExprWithAlias { alias, .. }) => ident(alias),
+                _ => "?column?".into(),
+            },
+            _ => "?column?".into(),
+        },
         // NOT EXISTS is a NOT over the sublink: unnamed, as in PostgreSQL.
         Expr::Exists { negated: false, .. } => "exists".into(),
         // The SQL-syntax forms are named after the function PostgreSQL calls.
