@@ -299,6 +299,25 @@ fn bad(ty: TypeId, s: &str) -> SqlError {
     )
 }
 
+/// double precision input: a finite number too large or (not zero) too small to represent
+/// is out of range (22003), as in PostgreSQL, never stored as infinity or zero; only the
+/// spelled `Infinity`/`inf` and `NaN` give those values.
+fn parse_float8(t: &str, s: &str) -> Result<f64, SqlError> {
+    let v: f64 = t.parse().map_err(|_| bad(TypeId::Float8, s))?;
+    let lower = t.to_ascii_lowercase();
+    let spelled = lower.trim_start_matches(['+', '-']);
+    let overflow = v.is_infinite() && !spelled.starts_with("inf");
+    let mantissa = t.split(['e', 'E']).next().unwrap_or("");
+    let underflow = v == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+    if overflow || underflow {
+        return Err(SqlError::new(
+            "22003",
+            format!("\"{s}\" is out of range for type double precision"),
+        ));
+    }
+    Ok(v)
+}
+
 /// Parses PostgreSQL text input for `ty`.
 pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
     let t = s.trim();
@@ -307,7 +326,7 @@ pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
         TypeId::Int2 => Datum::Int2(t.parse().map_err(|_| out_of_range_or_bad(ty, t))?),
         TypeId::Int4 => Datum::Int4(t.parse().map_err(|_| out_of_range_or_bad(ty, t))?),
         TypeId::Int8 => Datum::Int8(t.parse().map_err(|_| out_of_range_or_bad(ty, t))?),
-        TypeId::Float8 => Datum::Float8(t.parse().map_err(|_| bad(ty, s))?),
+        TypeId::Float8 => Datum::Float8(parse_float8(t, s)?),
         TypeId::Numeric => Datum::Numeric(crate::numeric::canonical(t)?),
         TypeId::Text => Datum::Text(s.to_string()),
         // A zone written after a timestamp without time zone is ignored, as in
@@ -744,6 +763,41 @@ mod tests {
         ] {
             assert_eq!(parse_bool(t), want, "{t:?}");
         }
+    }
+
+    /// Checked against PostgreSQL 15's float8in: out-of-range input is 22003, spelled
+    /// infinities and NaN, zeros and subnormals are values.
+    #[test]
+    fn float8_input_refuses_what_it_cannot_represent() {
+        for t in ["1e400", "-1e400", "1e-400", "0.0001e-400", "123e999"] {
+            let e = parse_text(TypeId::Float8, t).unwrap_err();
+            assert_eq!(e.sqlstate, "22003", "{t}");
+            assert_eq!(
+                e.message,
+                format!("\"{t}\" is out of range for type double precision")
+            );
+        }
+        for (t, want) in [
+            ("Infinity", f64::INFINITY),
+            ("-inf", f64::NEG_INFINITY),
+            ("0e-400", 0.0),
+            ("-0.000", -0.0),
+            ("2.5e-320", 2.5e-320),
+            ("1e308", 1e308),
+        ] {
+            match parse_text(TypeId::Float8, t).unwrap() {
+                Datum::Float8(v) => assert_eq!(v.to_bits(), want.to_bits(), "{t}"),
+                other => panic!("{t}: {other:?}"),
+            }
+        }
+        assert!(matches!(
+            parse_text(TypeId::Float8, "nan").unwrap(),
+            Datum::Float8(v) if v.is_nan()
+        ));
+        assert_eq!(
+            parse_text(TypeId::Float8, "1e").unwrap_err().sqlstate,
+            "22P02"
+        );
     }
 
     #[test]

@@ -840,6 +840,20 @@ fn sql_syntax_forms_are_named_as_postgresql_names_them() {
         ),
         ["count", "one", "?column?"]
     );
+    // Casts and CASE keep a sure name from inside, else take their own.
+    assert_eq!(
+        names(
+            &mut s,
+            "select 1::int::text, x::text, array[1]::text, (case when true then 1 end)::text, \
+             date '2024-01-01', interval '1 day', (select 1::int), (select 1)::text, \
+             (x)::int8, -x, (-x)::text, case when true then 1 else x end, \
+             case when true then 1 else 2 end from (values (1)) v(x)"
+        ),
+        [
+            "text", "x", "array", "text", "date", "interval", "int4", "?column?", "x", "?column?",
+            "text", "x", "case"
+        ]
+    );
 }
 
 /// CURRENT_DATE, LOCALTIMESTAMP, LOCALTIME and CURRENT_TIME (were 42883 "function

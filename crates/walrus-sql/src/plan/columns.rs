@@ -93,57 +93,73 @@ pub(crate) fn rename(rel: &mut Rel, alias: Option<&ast::TableAlias>) -> SqlResul
 
 /// PostgreSQL's output column name for an unaliased select item.
 pub fn output_name(e: &Expr) -> String {
+    named(e).map_or_else(|| "?column?".to_string(), |(name, _)| name)
+}
+
+/// How sure a name is (PostgreSQL's FigureColname strengths): a cast's type name is
+/// `Weak`, given up for any `Strong` name inside it (`x::text` is `x`, `1::text` is
+/// `text`, `1::int::text` is `text`).
+#[derive(PartialEq)]
+enum Strength {
+    Weak,
+    Strong,
+}
+
+fn strong(name: &str) -> Option<(String, Strength)> {
+    Some((name.to_string(), Strength::Strong))
+}
+
+/// The name PostgreSQL gives `e`, if any.
+fn named(e: &Expr) -> Option<(String, Strength)> {
     match e {
-        Expr::Identifier(i) => ident(i),
-        Expr::CompoundIdentifier(ids) => ids.last().map(ident).unwrap_or_default(),
-        Expr::Function(f) => function_name(f),
+        Expr::Identifier(i) => Some((ident(i), Strength::Strong)),
+        Expr::CompoundIdentifier(ids) => ids.last().map(|i| (ident(i), Strength::Strong)),
+        Expr::Function(f) => Some((function_name(f), Strength::Strong)),
         Expr::Cast {
             expr, data_type, ..
-        } => match expr.as_ref() {
-            Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Function(_) => {
-                output_name(expr)
-            }
-            Expr::CompoundFieldAccess { .. } if output_name(expr) != "?column?" => {
-                output_name(expr)
-            }
-            _ => cast_name(data_type),
+        } => match named(expr) {
+            Some(inner @ (_, Strength::Strong)) => Some(inner),
+            _ => Some((cast_name(data_type), Strength::Weak)),
         },
+        // `date '2024-01-01'` and `interval '1 day'` are casts of a literal.
+        Expr::TypedString(ts) => Some((cast_name(&ts.data_type), Strength::Weak)),
+        Expr::Interval(_) => Some(("interval".into(), Strength::Weak)),
         // `t.a[i]` is named after the array (`a`), as PostgreSQL's A_Indirection.
         Expr::CompoundFieldAccess { root, access_chain } => {
-            match crate::expr::subscripted(root, access_chain) {
-                Some((array, _)) => output_name(&array),
-                None => "?column?".to_string(),
-            }
+            let (array, _) = crate::expr::subscripted(root, access_chain)?;
+            named(&array)
         }
-        Expr::Interval(_) => "interval".into(),
-        Expr::Nested(i) => output_name(i),
-        Expr::Case { .. } => "case".into(),
-        // A scalar subquery is named after its one output column.
+        Expr::Nested(i) => named(i),
+        // CASE takes its ELSE result's name when that one is sure.
+        Expr::Case { else_result, .. } => match else_result.as_deref().and_then(named) {
+            Some(inner @ (_, Strength::Strong)) => Some(inner),
+            _ => Some(("case".into(), Strength::Weak)),
+        },
+        Expr::Array(_) => strong("array"),
+        // A scalar subquery is named after its one output column, whatever that is.
         Expr::Subquery(q) => match q.body.as_ref() {
             ast::SetExpr::Select(sel) => match sel.projection.first() {
-                Some(ast::SelectItem::UnnamedExpr(e)) => output_name(e),
-                Some(ast::SelectItem::ExprWithAlias { alias, .. }) => ident(alias),
-                _ => "?column?".into(),
+                Some(ast::SelectItem::UnnamedExpr(e)) => strong(&output_name(e)),
+                Some(ast::SelectItem::ExprWithAlias { alias, .. }) => strong(&ident(alias)),
+                _ => None,
             },
-            _ => "?column?".into(),
+            _ => None,
         },
         // NOT EXISTS is a NOT over the sublink: unnamed, as in PostgreSQL.
-        Expr::Exists { negated: false, .. } => "exists".into(),
+        Expr::Exists { negated: false, .. } => strong("exists"),
         // The SQL-syntax forms are named after the function PostgreSQL calls.
-        Expr::Ceil { .. } => "ceil".into(),
-        Expr::Floor { .. } => "floor".into(),
-        Expr::Substring { .. } => "substring".into(),
-        Expr::Position { .. } => "position".into(),
-        Expr::Overlay { .. } => "overlay".into(),
-        Expr::Extract { .. } => "extract".into(),
-        Expr::Trim { trim_where, .. } => match trim_where {
+        Expr::Ceil { .. } => strong("ceil"),
+        Expr::Floor { .. } => strong("floor"),
+        Expr::Substring { .. } => strong("substring"),
+        Expr::Position { .. } => strong("position"),
+        Expr::Overlay { .. } => strong("overlay"),
+        Expr::Extract { .. } => strong("extract"),
+        Expr::Trim { trim_where, .. } => strong(match trim_where {
             Some(ast::TrimWhereField::Leading) => "ltrim",
             Some(ast::TrimWhereField::Trailing) => "rtrim",
             _ => "btrim",
-        }
-        .into(),
-        Expr::Array(_) => "array".into(),
-        _ => "?column?".to_string(),
+        }),
+        _ => None,
     }
 }
 
