@@ -916,3 +916,61 @@ fn sql_datetime_value_functions_follow_now_in_the_session_zone() {
 fn names_of(s: &mut Session, sql: &str) -> Vec<String> {
     ok(s, sql).columns.into_iter().map(|c| c.name).collect()
 }
+
+/// A text column compared with a number is PostgreSQL's 42883 (no implicit cast between
+/// them) in IN lists and BETWEEN too, indexed or not: walrus used to convert the text
+/// per row and answer (`s in (1, 3)` found the row whose s is '1').
+#[test]
+fn text_columns_have_no_comparison_with_numbers_in_in_and_between() {
+    let (_d, mut s) = session();
+    ok(
+        &mut s,
+        "create table tx (id int primary key, s text, u text unique)",
+    );
+    ok(&mut s, "insert into tx values (1, '1', '1'), (2, '2', '2')");
+    for c in ["s", "u"] {
+        for (sql, message) in [
+            (
+                format!("select id from tx where {c} in (1, 3)"),
+                "text = integer",
+            ),
+            (
+                format!("select id from tx where {c} not in (1, 3)"),
+                "text = integer",
+            ),
+            (
+                format!("select id from tx where {c} between 1 and 1"),
+                "text >= integer",
+            ),
+            (
+                format!("select id from tx where {c} not between 0 and 5"),
+                "text >= integer",
+            ),
+            (
+                format!("select id from tx where {c} = 1.5"),
+                "text = numeric",
+            ),
+        ] {
+            assert_eq!(
+                error(&mut s, &sql),
+                ("42883", format!("operator does not exist: {message}")),
+                "{sql}"
+            );
+        }
+        // Untyped literals are read as text, as in PostgreSQL.
+        assert_eq!(
+            col(
+                &mut s,
+                &format!("select id from tx where {c} in ('1', '3') order by id")
+            ),
+            ["1"]
+        );
+        assert_eq!(
+            col(
+                &mut s,
+                &format!("select id from tx where {c} between '1' and '2' order by id")
+            ),
+            ["1", "2"]
+        );
+    }
+}

@@ -429,40 +429,7 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                 }
             }
             if is_comparison(op) {
-                let numeric = |d: &Datum| {
-                    matches!(
-                        d,
-                        Datum::Int2(_)
-                            | Datum::Int4(_)
-                            | Datum::Int8(_)
-                            | Datum::Float8(_)
-                            | Datum::Numeric(_)
-                    )
-                };
-                // A text column (not an untyped literal) has no comparison with a
-                // number: no implicit cast between the two in PostgreSQL.
-                let text_column = |d: &Datum, e: &Expr| {
-                    matches!(d, Datum::Text(_)) && crate::rel::col_ref(e).is_some()
-                };
-                // time, timetz and interval read an untyped literal as their own type;
-                // a text value has no comparison with them (no implicit cast).
-                let timelike = |d: &Datum| {
-                    matches!(d, Datum::Time(_) | Datum::TimeTz(..) | Datum::Interval(_))
-                };
-                let typed_text = |d: &Datum, e: &Expr| matches!(d, Datum::Text(_)) && !untyped(e);
-                if (matches!(l, Datum::Bool(_)) && numeric(&r))
-                    || (numeric(&l) && matches!(r, Datum::Bool(_)))
-                    || (text_column(&l, left) && numeric(&r))
-                    || (numeric(&l) && text_column(&r, right))
-                    || (timelike(&l) && typed_text(&r, right))
-                    || (typed_text(&l, left) && timelike(&r))
-                {
-                    let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
-                    return Err(SqlError::new(
-                        "42883",
-                        format!("operator does not exist: {} {op} {}", name(&l), name(&r)),
-                    ));
-                }
+                check_comparable(&l, left, op, &r, right)?;
             }
             let (lc, rc) = (is_char_column(left, s), is_char_column(right, s));
             if is_comparison(op) && (lc || rc) {
@@ -521,8 +488,11 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             high,
         } => {
             let v = eval(expr, s)?;
-            let ge = binary(&v, &BinaryOperator::GtEq, &eval(low, s)?)?;
-            let le = binary(&v, &BinaryOperator::LtEq, &eval(high, s)?)?;
+            let (lo, hi) = (eval(low, s)?, eval(high, s)?);
+            check_comparable(&v, expr, &BinaryOperator::GtEq, &lo, low)?;
+            check_comparable(&v, expr, &BinaryOperator::LtEq, &hi, high)?;
+            let ge = binary(&v, &BinaryOperator::GtEq, &lo)?;
+            let le = binary(&v, &BinaryOperator::LtEq, &hi)?;
             let both = logic(ge, &BinaryOperator::And, || Ok(le))?;
             Ok(if *negated { eval_not(both) } else { both })
         }
@@ -534,7 +504,11 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             let v = eval(expr, s)?;
             let items = list
                 .iter()
-                .map(|i| eval(i, s))
+                .map(|i| {
+                    let item = eval(i, s)?;
+                    check_comparable(&v, expr, &BinaryOperator::Eq, &item, i)?;
+                    Ok(item)
+                })
                 .collect::<SqlResult<Vec<_>>>()?;
             in_values(&v, &items, *negated)
         }
@@ -955,4 +929,44 @@ fn in_values(v: &Datum, items: &[Datum], negated: bool) -> SqlResult<Datum> {
     } else {
         Datum::Bool(negated)
     })
+}
+
+/// The comparisons PostgreSQL has no operator for, refused with its 42883 rather than
+/// answered through a conversion it would not make: boolean with a number, a text
+/// column with a number (no implicit cast between them), time/timetz/interval with a
+/// typed text value. `=`, `<`, BETWEEN's bounds and IN's items all go through here.
+fn check_comparable(
+    l: &Datum,
+    left: &Expr,
+    op: &BinaryOperator,
+    r: &Datum,
+    right: &Expr,
+) -> SqlResult<()> {
+    let numeric = |d: &Datum| {
+        matches!(
+            d,
+            Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) | Datum::Float8(_) | Datum::Numeric(_)
+        )
+    };
+    // A text column (not an untyped literal) has no comparison with a number.
+    let text_column =
+        |d: &Datum, e: &Expr| matches!(d, Datum::Text(_)) && crate::rel::col_ref(e).is_some();
+    // time, timetz and interval read an untyped literal as their own type; a text value
+    // has no comparison with them (no implicit cast).
+    let timelike = |d: &Datum| matches!(d, Datum::Time(_) | Datum::TimeTz(..) | Datum::Interval(_));
+    let typed_text = |d: &Datum, e: &Expr| matches!(d, Datum::Text(_)) && !untyped(e);
+    if (matches!(l, Datum::Bool(_)) && numeric(r))
+        || (numeric(l) && matches!(r, Datum::Bool(_)))
+        || (text_column(l, left) && numeric(r))
+        || (numeric(l) && text_column(r, right))
+        || (timelike(l) && typed_text(r, right))
+        || (typed_text(l, left) && timelike(r))
+    {
+        let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
+        return Err(SqlError::new(
+            "42883",
+            format!("operator does not exist: {} {op} {}", name(l), name(r)),
+        ));
+    }
+    Ok(())
 }

@@ -71,6 +71,22 @@ pub(crate) fn choose_access<'d>(
                     .map(|(_, v)| v.clone())
                     .unwrap_or(Datum::Null);
                 let col = &def.columns[*c];
+                // A text column has no equality with a number or a boolean in
+                // PostgreSQL (42883): converting the constant to text would find rows.
+                // The scan evaluates the filter, which raises that error.
+                if col.ty == TypeId::Text
+                    && matches!(
+                        v,
+                        Datum::Int2(_)
+                            | Datum::Int4(_)
+                            | Datum::Int8(_)
+                            | Datum::Float8(_)
+                            | Datum::Numeric(_)
+                            | Datum::Bool(_)
+                    )
+                {
+                    return Access::Scan;
+                }
                 // A char(n) key is stored blank-padded: the constant is padded the same
                 // way (assign), so 'ab' finds 'ab  ' as PostgreSQL's bpchar equality.
                 let k = if col.declared == walrus_engine::catalog::DeclaredType::Char {
