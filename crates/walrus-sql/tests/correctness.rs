@@ -810,9 +810,7 @@ fn pg_attribute_and_format_type_show_declared_types() {
 #[test]
 fn sql_syntax_forms_are_named_as_postgresql_names_them() {
     let (_d, mut s) = session();
-    let names = |s: &mut Session, sql: &str| -> Vec<String> {
-        ok(s, sql).columns.into_iter().map(|c| c.name).collect()
-    };
+    let names = names_of;
     assert_eq!(
         names(
             &mut s,

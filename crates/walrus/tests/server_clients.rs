@@ -455,14 +455,7 @@ fn psql_and_pgbench_over_the_unix_socket_across_a_kill9() {
         assert!(o.status.success(), "{tool} {args:?}: {}", text(&o));
         String::from_utf8_lossy(&o.stdout).trim().to_string()
     };
-    let mut srv = start();
-    assert!(socket_file.exists());
-    over_socket("pgbench", &["-i", "-s", "1"]);
-    over_socket("pgbench", &["-n", "-M", "prepared", "-c", "2", "-t", "100"]);
-    // What went in over the socket is what TCP reads.
-    let history = srv.scalar("select count(*) from pgbench_history");
-    assert_eq!(history, "200");
-    assert_eq!(
+    let history_over_socket = || {
         over_socket(
             "psql",
             &[
@@ -470,11 +463,18 @@ fn psql_and_pgbench_over_the_unix_socket_across_a_kill9() {
                 "-A",
                 "-t",
                 "-c",
-                "select count(*) from pgbench_history"
-            ]
-        ),
-        history
-    );
+                "select count(*) from pgbench_history",
+            ],
+        )
+    };
+    let mut srv = start();
+    assert!(socket_file.exists());
+    over_socket("pgbench", &["-i", "-s", "1"]);
+    over_socket("pgbench", &["-n", "-M", "prepared", "-c", "2", "-t", "100"]);
+    // What went in over the socket is what TCP reads.
+    let history = srv.scalar("select count(*) from pgbench_history");
+    assert_eq!(history, "200");
+    assert_eq!(history_over_socket(), history);
     srv.child.kill().expect("kill -9 the server");
     srv.child.wait().unwrap();
     assert!(
@@ -484,19 +484,7 @@ fn psql_and_pgbench_over_the_unix_socket_across_a_kill9() {
     let srv = start();
     srv.invariant();
     over_socket("pgbench", &["-n", "-c", "2", "-t", "50"]);
-    assert_eq!(
-        over_socket(
-            "psql",
-            &[
-                "-X",
-                "-A",
-                "-t",
-                "-c",
-                "select count(*) from pgbench_history"
-            ]
-        ),
-        "300"
-    );
+    assert_eq!(history_over_socket(), "300");
     srv.invariant();
     srv.stop();
     assert!(
