@@ -827,6 +827,15 @@ fn sql_syntax_forms_are_named_as_postgresql_names_them() {
             "rtrim"
         ]
     );
+    // From a table too (another path than a constant select), substr is not substring.
+    ok(&mut s, "create table sn (name text)");
+    assert_eq!(
+        names(
+            &mut s,
+            "select substr(name, 1, 3), substring(name from 1 for 3), substring(name, 1) from sn"
+        ),
+        ["substr", "substring", "substring"]
+    );
     assert_eq!(
         names(&mut s, "select exists(select 1), not exists(select 1)"),
         ["exists", "?column?"]

@@ -150,6 +150,9 @@ fn named(e: &Expr) -> Option<(String, Strength)> {
         // The SQL-syntax forms are named after the function PostgreSQL calls.
         Expr::Ceil { .. } => strong("ceil"),
         Expr::Floor { .. } => strong("floor"),
+        Expr::Substring {
+            shorthand: true, ..
+        } => strong("substr"),
         Expr::Substring { .. } => strong("substring"),
         Expr::Position { .. } => strong("position"),
         Expr::Overlay { .. } => strong("overlay"),
