@@ -40,7 +40,10 @@ pub fn parse_timetz(s: &str) -> SqlResult<Datum> {
         _ => (None, t),
     };
     let days = match date {
-        Some(d) => parse_date_part(d).ok_or_else(|| bad_input(s))?,
+        Some(d) => parse_date_part(d).map_err(|why| match why {
+            TimestampInput::Bad => bad_input(s),
+            other => timestamp_error(TypeId::TimeTz, s, other),
+        })?,
         None => today(),
     };
     if !rest.starts_with(|c: char| c.is_ascii_digit()) {

@@ -48,17 +48,36 @@ pub fn system_time_to_pg(t: std::time::SystemTime) -> i64 {
     unix_micros_to_pg(us)
 }
 
-pub(crate) fn parse_date_part(s: &str) -> Option<i64> {
+/// A `YYYY-MM-DD` date as days since 2000-01-01. A month, day or year out of range
+/// (`2024-02-30`, `2024-13-01`, year 0) is 22008 as in PostgreSQL, never carried into the
+/// next month. A first field of one or two digits is a month or day under PostgreSQL's
+/// DateStyle (`01-02-03` is 2003-01-02 there), which walrus does not read: refused.
+pub(crate) fn parse_date_part(s: &str) -> Result<i64, TimestampInput> {
     let mut it = s.splitn(3, '-');
-    let (y, m, d) = (
-        it.next()?.parse().ok()?,
-        it.next()?.parse().ok()?,
-        it.next()?.parse().ok()?,
-    );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) {
-        return None;
+    let mut field = || -> Result<(i64, usize), TimestampInput> {
+        let p = it.next().ok_or(TimestampInput::Bad)?;
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(TimestampInput::Bad);
+        }
+        Ok((p.parse().map_err(|_| TimestampInput::FieldRange)?, p.len()))
+    };
+    let ((y, year_digits), (m, _), (d, _)) = (field()?, field()?, field()?);
+    if year_digits < 3 {
+        return Err(TimestampInput::ShortYear);
     }
-    Some(days_from_civil(y, m, d) - PG_EPOCH_DAYS)
+    if y < 1 || !(1..=12).contains(&m) || d < 1 || d > days_in_month(y, m) {
+        return Err(TimestampInput::FieldRange);
+    }
+    Ok(days_from_civil(y, m, d) - PG_EPOCH_DAYS)
+}
+
+fn days_in_month(y: i64, m: i64) -> i64 {
+    match m {
+        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        _ => 31,
+    }
 }
 
 /// Why a timestamp's text did not parse.
@@ -73,8 +92,10 @@ pub(crate) enum TimestampInput {
     UnknownZone(String),
     /// An offset beyond PostgreSQL's ±15:59:59 (22009).
     OffsetRange,
-    /// An hour, minute or second out of range (22008).
+    /// A date or time field out of range (22008).
     FieldRange,
+    /// A date whose first field has one or two digits, read by DateStyle (0A000).
+    ShortYear,
 }
 
 /// Largest zone offset PostgreSQL accepts, in seconds (15:59:59).
@@ -155,7 +176,7 @@ fn parse_timestamp(s: &str) -> Result<(i64, Option<SessionZone>), TimestampInput
         Some((d, t)) => (d, t.trim_start()),
         None => (s, "00:00:00"),
     };
-    let days = parse_date_part(date).ok_or(TimestampInput::Bad)?;
+    let days = parse_date_part(date)?;
     let (time, offset) = split_zone(time)?;
     let mut parts = time.split(':');
     let field = |p: Option<&str>, max: i64| -> Result<i64, TimestampInput> {
@@ -210,6 +231,10 @@ pub(crate) fn timestamp_error(ty: TypeId, s: &str, why: TimestampInput) -> SqlEr
             "22008",
             format!("date/time field value out of range: \"{s}\""),
         ),
+        TimestampInput::ShortYear => SqlError::unsupported(format!(
+            "dates whose first field has one or two digits (read by DateStyle) are not \
+             supported (\"{s}\"): write the year with at least three digits, as YYYY-MM-DD"
+        )),
         TimestampInput::UnknownZone(name) => SqlError::new(
             "22023",
             format!("time zone \"{name}\" not recognized"),
@@ -345,7 +370,9 @@ pub fn parse_text(ty: TypeId, s: &str) -> Result<Datum, SqlError> {
             };
             Datum::TimestampTz(local - offset as i64 * 1_000_000)
         }
-        TypeId::Date => Datum::Date(parse_date_part(t).ok_or_else(|| bad(ty, s))? as i32),
+        TypeId::Date => {
+            Datum::Date(parse_date_part(t).map_err(|why| timestamp_error(ty, s, why))? as i32)
+        }
         // bytea reads its text as given (leading spaces are data).
         TypeId::Bytea => Datum::Bytea(parse_bytea(s)?),
         TypeId::Uuid => Datum::Uuid(parse_uuid(t).ok_or_else(|| bad(ty, s))?),
@@ -763,6 +790,50 @@ mod tests {
         ] {
             assert_eq!(parse_bool(t), want, "{t:?}");
         }
+    }
+
+    /// Checked against PostgreSQL 15: a day past its month's end, month 0 or 13, day 0
+    /// and year 0 are 22008 (walrus used to roll `2024-02-30` over to March 1st); a
+    /// one- or two-digit first field (DateStyle's month) is refused.
+    #[test]
+    fn dates_out_of_range_are_errors_never_rolled_over() {
+        for t in [
+            "2024-02-30",
+            "2023-02-29",
+            "2024-04-31",
+            "2024-13-01",
+            "2024-00-10",
+            "2024-01-00",
+            "0000-01-01",
+        ] {
+            let e = parse_text(TypeId::Date, t).unwrap_err();
+            assert_eq!(e.sqlstate, "22008", "{t}");
+            let ts = format!("{t} 10:00");
+            assert_eq!(
+                parse_text(TypeId::Timestamp, &ts).unwrap_err().sqlstate,
+                "22008"
+            );
+        }
+        for t in ["01-02-03", "24-01-01", "1-2-3"] {
+            assert_eq!(
+                parse_text(TypeId::Date, t).unwrap_err().sqlstate,
+                "0A000",
+                "{t}"
+            );
+        }
+        for (t, want) in [
+            ("2024-02-29", "2024-02-29"),
+            ("2000-02-29", "2000-02-29"),
+            ("2024-1-5", "2024-01-05"),
+            ("10000-01-01", "10000-01-01"),
+        ] {
+            let d = parse_text(TypeId::Date, t).unwrap();
+            assert_eq!(format_text(&d).unwrap(), want, "{t}");
+        }
+        assert_eq!(
+            parse_text(TypeId::Date, "1900-02-29").unwrap_err().sqlstate,
+            "22008"
+        );
     }
 
     /// Checked against PostgreSQL 15's float8in: out-of-range input is 22003, spelled
