@@ -329,11 +329,16 @@ fn bad(ty: TypeId, s: &str) -> SqlError {
 /// spelled `Infinity`/`inf` and `NaN` give those values.
 fn parse_float8(t: &str, s: &str) -> Result<f64, SqlError> {
     let v: f64 = t.parse().map_err(|_| bad(TypeId::Float8, s))?;
-    let lower = t.to_ascii_lowercase();
-    let spelled = lower.trim_start_matches(['+', '-']);
-    let overflow = v.is_infinite() && !spelled.starts_with("inf");
-    let mantissa = t.split(['e', 'E']).next().unwrap_or("");
-    let underflow = v == 0.0 && mantissa.bytes().any(|b| (b'1'..=b'9').contains(&b));
+    // Looked at only for an infinite or zero result: COPY parses every field here.
+    let overflow = v.is_infinite()
+        && !t
+            .trim_start_matches(['+', '-'])
+            .get(..3)
+            .is_some_and(|p| p.eq_ignore_ascii_case("inf"));
+    let underflow = v == 0.0
+        && t.split(['e', 'E'])
+            .next()
+            .is_some_and(|m| m.bytes().any(|b| (b'1'..=b'9').contains(&b)));
     if overflow || underflow {
         return Err(SqlError::new(
             "22003",

@@ -419,7 +419,6 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             if arithmetic {
                 // A text value (not an untyped literal) has no arithmetic operators: no
                 // implicit cast from text to a number in PostgreSQL.
-                let typed_text = |d: &Datum, e: &Expr| matches!(d, Datum::Text(_)) && !untyped(e);
                 if typed_text(&l, left) || typed_text(&r, right) {
                     let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
                     return Err(SqlError::new(
@@ -931,6 +930,19 @@ fn in_values(v: &Datum, items: &[Datum], negated: bool) -> SqlResult<Datum> {
     })
 }
 
+/// A value of a number type (integers, double precision, numeric).
+pub(crate) fn is_number(d: &Datum) -> bool {
+    matches!(
+        d,
+        Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) | Datum::Float8(_) | Datum::Numeric(_)
+    )
+}
+
+/// A text value that is not an untyped literal (which PostgreSQL types by context).
+fn typed_text(d: &Datum, e: &Expr) -> bool {
+    matches!(d, Datum::Text(_)) && !untyped(e)
+}
+
 /// The comparisons PostgreSQL has no operator for, refused with its 42883 rather than
 /// answered through a conversion it would not make: boolean with a number, a text
 /// column with a number (no implicit cast between them), time/timetz/interval with a
@@ -942,23 +954,16 @@ fn check_comparable(
     r: &Datum,
     right: &Expr,
 ) -> SqlResult<()> {
-    let numeric = |d: &Datum| {
-        matches!(
-            d,
-            Datum::Int2(_) | Datum::Int4(_) | Datum::Int8(_) | Datum::Float8(_) | Datum::Numeric(_)
-        )
-    };
     // A text column (not an untyped literal) has no comparison with a number.
     let text_column =
         |d: &Datum, e: &Expr| matches!(d, Datum::Text(_)) && crate::rel::col_ref(e).is_some();
     // time, timetz and interval read an untyped literal as their own type; a text value
     // has no comparison with them (no implicit cast).
     let timelike = |d: &Datum| matches!(d, Datum::Time(_) | Datum::TimeTz(..) | Datum::Interval(_));
-    let typed_text = |d: &Datum, e: &Expr| matches!(d, Datum::Text(_)) && !untyped(e);
-    if (matches!(l, Datum::Bool(_)) && numeric(r))
-        || (numeric(l) && matches!(r, Datum::Bool(_)))
-        || (text_column(l, left) && numeric(r))
-        || (numeric(l) && text_column(r, right))
+    if (matches!(l, Datum::Bool(_)) && is_number(r))
+        || (is_number(l) && matches!(r, Datum::Bool(_)))
+        || (text_column(l, left) && is_number(r))
+        || (is_number(l) && text_column(r, right))
         || (timelike(l) && typed_text(r, right))
         || (typed_text(l, left) && timelike(r))
     {

@@ -75,15 +75,7 @@ pub(crate) fn choose_access<'d>(
                 // PostgreSQL (42883): converting the constant to text would find rows.
                 // The scan evaluates the filter, which raises that error.
                 if col.ty == TypeId::Text
-                    && matches!(
-                        v,
-                        Datum::Int2(_)
-                            | Datum::Int4(_)
-                            | Datum::Int8(_)
-                            | Datum::Float8(_)
-                            | Datum::Numeric(_)
-                            | Datum::Bool(_)
-                    )
+                    && (crate::expr::is_number(&v) || matches!(v, Datum::Bool(_)))
                 {
                     return Access::Scan;
                 }
