@@ -223,7 +223,10 @@ impl Server {
         active.fetch_add(1, Ordering::AcqRel);
         let spawned = std::thread::Builder::new()
             .name(format!("walrus-conn-{pid}"))
+            // Room for `max_stack_depth` and the slop beyond it (walrus_sql::stack).
+            .stack_size(walrus_sql::stack::SESSION_THREAD_STACK_BYTES)
             .spawn(move || {
+                walrus_sql::stack::mark_base();
                 tracing::debug!("connection {pid} from {peer}");
                 if let Err(e) = connection::serve(
                     stream,

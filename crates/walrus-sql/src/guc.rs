@@ -507,7 +507,7 @@ const SESSION_DEFAULTS: &[(&str, &str)] = &[
     ("max_parallel_maintenance_workers", "2"),
     ("max_parallel_workers", "8"),
     ("max_parallel_workers_per_gather", "2"),
-    ("max_stack_depth", "2MB"),
+    ("max_stack_depth", "8MB"),
     ("min_parallel_index_scan_size", "512kB"),
     ("min_parallel_table_scan_size", "8MB"),
     ("parallel_leader_participation", "on"),

@@ -52,10 +52,9 @@ impl Parser<'_> {
         syntax(self.text, format!("Token \"{}\" is invalid.", &rest[..end]))
     }
 
-    fn value(&mut self, depth: usize) -> Result<Json, SqlError> {
-        if depth > 6400 {
-            return Err(SqlError::new("54001", "stack depth limit exceeded"));
-        }
+    fn value(&mut self) -> Result<Json, SqlError> {
+        // Nesting is bounded by the stack-depth guard alone, as PostgreSQL's parser.
+        crate::stack::check()?;
         self.skip_ws();
         match self.b.get(self.at) {
             None => Err(self.token_error()),
@@ -78,7 +77,7 @@ impl Parser<'_> {
                         return Err(self.token_error());
                     }
                     self.at += 1;
-                    let v = self.value(depth + 1)?;
+                    let v = self.value()?;
                     items.push((key, v));
                     self.skip_ws();
                     match self.b.get(self.at) {
@@ -100,7 +99,7 @@ impl Parser<'_> {
                     return Ok(Json::Array(items));
                 }
                 loop {
-                    items.push(self.value(depth + 1)?);
+                    items.push(self.value()?);
                     self.skip_ws();
                     match self.b.get(self.at) {
                         Some(b',') => self.at += 1,
@@ -284,7 +283,7 @@ fn parse(s: &str, binary: bool) -> Result<Json, SqlError> {
         at: 0,
         binary,
     };
-    let v = p.value(0)?;
+    let v = p.value()?;
     p.skip_ws();
     if p.at < p.b.len() {
         return Err(p.token_error());
@@ -309,6 +308,7 @@ pub fn jsonb_in(s: &str) -> Result<String, SqlError> {
 /// jsonb's stored form: numbers as numeric, objects' keys sorted (length, then bytes)
 /// with the last of equal keys kept.
 fn normalize(v: Json) -> Result<Json, SqlError> {
+    crate::stack::check()?;
     Ok(match v {
         Json::Number(n) => Json::Number(crate::numeric::canonical(&n)?),
         Json::Array(items) => {

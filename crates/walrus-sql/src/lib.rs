@@ -49,6 +49,7 @@ mod result;
 mod rewrite;
 mod session;
 mod settings;
+pub mod stack;
 mod stats;
 mod timeout;
 pub mod timetz;

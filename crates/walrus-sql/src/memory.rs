@@ -175,20 +175,26 @@ impl MemoryBudget {
 /// kB; 22023 with PostgreSQL's messages otherwise, 0A000 for a fractional value
 /// (PostgreSQL rounds those; walrus does not).
 pub(crate) fn parse_work_mem_kb(value: &str) -> SqlResult<u64> {
+    parse_memory_kb("work_mem", value, 64)
+}
+
+/// A memory setting `name` given in kB by default, at least `min_kb` (PostgreSQL's
+/// rules and messages, as [`parse_work_mem_kb`]).
+pub(crate) fn parse_memory_kb(name: &str, value: &str, min_kb: u64) -> SqlResult<u64> {
     let v = value.trim();
     let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
     let (num, unit) = v.split_at(split);
     let invalid = || {
         SqlError::new(
             "22023",
-            format!("invalid value for parameter \"work_mem\": \"{value}\""),
+            format!("invalid value for parameter \"{name}\": \"{value}\""),
         )
         .with_hint("Valid units for this parameter are \"B\", \"kB\", \"MB\", \"GB\", and \"TB\".")
     };
     if unit.trim_start().starts_with('.') {
-        return Err(SqlError::unsupported(
-            "fractional work_mem values are not supported",
-        ));
+        return Err(SqlError::unsupported(format!(
+            "fractional {name} values are not supported"
+        )));
     }
     let n: u64 = num.parse().map_err(|_| invalid())?;
     let kb = match unit.trim() {
@@ -200,11 +206,11 @@ pub(crate) fn parse_work_mem_kb(value: &str) -> SqlResult<u64> {
         _ => return Err(invalid()),
     };
     match kb {
-        Some(kb) if (64..=2147483647).contains(&kb) => Ok(kb),
+        Some(kb) if (min_kb..=2147483647).contains(&kb) => Ok(kb),
         _ => Err(SqlError::new(
             "22023",
             format!(
-                "{} kB is outside the valid range for parameter \"work_mem\" (64 .. 2147483647)",
+                "{} kB is outside the valid range for parameter \"{name}\" ({min_kb} .. 2147483647)",
                 kb.map(|k| k.to_string()).unwrap_or_else(|| num.to_string())
             ),
         )),

@@ -249,8 +249,10 @@ fn div_to_scale(a: &BigDecimal, b: &BigDecimal, s: i64) -> BigDecimal {
 /// Exact `a op b` with PostgreSQL's result scale.
 pub fn arith(a: &BigDecimal, op: char, b: &BigDecimal) -> SqlResult<BigDecimal> {
     let r = match op {
-        '+' => a + b,
-        '-' => a - b,
+        // The result's scale is the larger operand scale (PostgreSQL's add_var): set
+        // explicitly, as bigdecimal's sum with a zero operand does not keep it.
+        '+' => (a + b).with_scale(scale(a).max(scale(b))),
+        '-' => (a - b).with_scale(scale(a).max(scale(b))),
         '*' => {
             let s = scale(a) + scale(b);
             let p = a * b;

@@ -87,6 +87,7 @@ struct Cte {
 }
 
 fn inline_with(q: &mut Query) -> SqlResult<()> {
+    crate::stack::check()?;
     let Some(with) = q.with.take() else {
         return Ok(());
     };
@@ -135,6 +136,7 @@ fn inline_with(q: &mut Query) -> SqlResult<()> {
 
 /// Replaces every FROM reference to one of `ctes` in `q` by a derived table.
 fn replace_refs(q: &mut Query, ctes: &[Cte]) -> SqlResult<()> {
+    crate::stack::check()?;
     if ctes.is_empty() {
         return Ok(());
     }

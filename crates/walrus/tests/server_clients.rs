@@ -1045,3 +1045,121 @@ fn connection_limit_and_authentication_timeout() {
     );
     srv.stop();
 }
+
+/// Issue 52: statements nested deeper than any stack (chains the parser builds in a loop:
+/// `+`, `||`, `AND`, `UNION ALL`; chained CTEs; deep JSON) are answered as PostgreSQL 15
+/// answers them (the expected values were read off PostgreSQL 15 at its default
+/// `max_stack_depth`) or refused with its 54001, in the same session, which goes on;
+/// another session, open all along, is undisturbed. Before the stack-depth guard each
+/// of these aborted the whole server (`thread 'walrus-conn-N' has overflowed its stack`).
+#[test]
+fn deep_statements_are_answered_or_refused_and_never_take_the_server_down() {
+    use std::io::{Read, Write};
+    if !clients_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = ServerProc::start(&tmp.path().join("data"), free_port());
+    let mut bystander = raw_session(srv.port);
+    let chain = |n: usize, item: &str, op: &str| vec![item; n].join(op);
+    let ctes = |n: usize| {
+        let links: Vec<String> = (1..n)
+            .map(|i| format!("c{i} as (select * from c{})", i - 1))
+            .collect();
+        format!(
+            "with c0 as (select 1 as x), {} select * from c{}",
+            links.join(", "),
+            n - 1
+        )
+    };
+    let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    // (statement, PostgreSQL 15's answer: its one value, or its SQLSTATE)
+    let cases: Vec<(String, Result<&str, &str>)> = vec![
+        (format!("select {}", chain(2156, "1", "+")), Ok("2156")),
+        (format!("select {}", chain(200_000, "1", "+")), Err("54001")),
+        (format!("select length({})", chain(1452, "'a'", "||")), Ok("1452")),
+        (format!("select length({})", chain(100_000, "'a'", "||")), Err("54001")),
+        (
+            format!(
+                "select count(*) from (select 1 as x) t where {}",
+                chain(50_000, "x = 1", " and ")
+            ),
+            Ok("1"),
+        ),
+        (
+            format!(
+                "select count(*) from (select 1 as x) t where {}",
+                chain(20_000, "x = 2", " or ")
+            ),
+            Ok("0"),
+        ),
+        (
+            format!(
+                "select count(*) from (select 1{}) s",
+                " union all select 1".repeat(2000)
+            ),
+            Ok("2001"),
+        ),
+        (
+            format!("select count(*) from (select 1{}) s", " union select 2".repeat(100_000)),
+            Err("54001"),
+        ),
+        (ctes(98), Ok("1")),
+        (ctes(1000), Ok("1")),
+        (format!("select '{}'::json is null", nested(5643)), Ok("f")),
+        (format!("select '{}'::jsonb is null", nested(5643)), Ok("f")),
+        (format!("select '{}'::jsonb", nested(200_000)), Err("54001")),
+        (format!("select '{}'::json", "[".repeat(5643)), Err("22P02")),
+    ];
+    for (sql, expect) in &cases {
+        let file = tmp.path().join("deep.sql");
+        std::fs::write(&file, format!("{sql};\nselect 'alive';\n")).unwrap();
+        let out = Command::new("psql")
+            .args(["-X", "-A", "-t", "-v", "VERBOSITY=verbose", "-h", "127.0.0.1", "-p"])
+            .arg(srv.port.to_string())
+            .args(["-U", "bench", "-d", "bench", "-f"])
+            .arg(&file)
+            .output()
+            .expect("run psql");
+        let shown = text(&out);
+        let head: String = sql.chars().take(60).collect();
+        match expect {
+            Ok(value) => assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                format!("{value}\nalive"),
+                "{head}...: {shown}"
+            ),
+            Err(code) => {
+                assert!(shown.contains(&format!("ERROR:  {code}")), "{head}...: {shown}");
+                // The session went on to its next statement.
+                assert_eq!(
+                    String::from_utf8_lossy(&out.stdout).trim(),
+                    "alive",
+                    "{head}...: {shown}"
+                );
+            }
+        }
+    }
+    // max_stack_depth is checked as PostgreSQL checks it.
+    assert_eq!(srv.scalar("show max_stack_depth"), "8MB");
+    let too_big = srv.psql("set max_stack_depth = '1TB'");
+    assert!(text(&too_big).contains("must not exceed"), "{}", text(&too_big));
+    let small = srv.psql(&format!(
+        "set max_stack_depth = '100kB'; select {}",
+        chain(2000, "1", "+")
+    ));
+    assert!(text(&small).contains("stack depth limit exceeded"), "{}", text(&small));
+    // The session that was open all along still answers.
+    bystander
+        .write_all(&[b'Q', 0, 0, 0, 13, b's', b'e', b'l', b'e', b'c', b't', b' ', b'1', 0])
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !seen.windows(6).any(|w| w == [b'Z', 0, 0, 0, 5, b'I']) {
+        let n = bystander.read(&mut buf).unwrap();
+        assert!(n > 0, "the bystander session was dropped");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert!(seen.windows(2).any(|w| w == [b'D', 0]), "no row for the bystander");
+    srv.stop();
+}

@@ -267,7 +267,7 @@ fn aggregate_result(
                     Datum::Float8(if name == "sum" {
                         total
                     } else {
-                        total / fs.len() as f64
+                        float_avg(total, fs.len())
                     })
                 }
                 None => {
@@ -831,7 +831,7 @@ impl SumState {
             return Ok(Datum::Float8(if name == "sum" {
                 self.floats
             } else {
-                self.floats / self.n as f64
+                float_avg(self.floats, self.n)
             }));
         }
         if let Some(e) = &self.failed {
@@ -844,4 +844,12 @@ impl SumState {
             numeric::avg(&total, self.n)?
         })))
     }
+}
+
+/// `avg(float8)` from the values' sum (which starts at `-0.0`, `Iterator::sum`'s
+/// identity, so a sum of negative zeros stays `-0` as PostgreSQL's `sum`, whose first
+/// value is its state). PostgreSQL's `avg` accumulates from `+0.0` (`float8_accum`'s
+/// initial state), so its mean of negative zeros is `0`: the `0.0 +` does that.
+fn float_avg(sum: f64, n: usize) -> f64 {
+    (0.0 + sum) / n as f64
 }

@@ -116,7 +116,8 @@ pub(crate) fn select(env: &mut dyn Env, q: &Query, params: &[Datum]) -> SqlResul
     if let Some(sink) = sink {
         env.return_row_sink(sink);
     }
-    let rel = rel?;
+    let mut rel = rel?;
+    check_result_types(&rel.cols, &mut rel.rows)?;
     Ok(QueryResult {
         tag_only: false,
         tag: format!("SELECT {}", streamed.unwrap_or(rel.rows.len())),
@@ -176,6 +177,70 @@ impl CteRels {
     }
 }
 
+/// Brings a query level's output values to their columns' types where PostgreSQL would
+/// have converted them: CASE, COALESCE, GREATEST/LEAST and NULLIF over an int and a
+/// numeric branch are numeric (`plan::types::static_type`), so the int branch's values
+/// are widened, as each input is converted to the common type. Only widening along
+/// PostgreSQL's implicit casts (int2 < int4 < int8 < numeric < float8, date <
+/// timestamp < timestamptz) happens here; any other difference is left to
+/// [`check_result_types`], which refuses to send it.
+pub(crate) fn conform_row(types: &[Option<TypeId>], row: &mut [Datum]) -> SqlResult<()> {
+    for (ty, v) in types.iter().zip(row.iter_mut()) {
+        let (Some(ty), Some(vt)) = (*ty, v.type_id()) else {
+            continue;
+        };
+        if vt != ty && widens(vt, ty) {
+            *v = crate::expr::coerce(std::mem::replace(v, Datum::Null), ty)?;
+        }
+    }
+    Ok(())
+}
+
+/// The last check before rows go to a client: every value has its column's declared
+/// type (after [`conform_row`]'s widening). A value of another type would be sent
+/// under the wrong type OID — in binary form, bytes the client decodes as something
+/// else — so it is an internal error (XX000) instead, never wrong data on the wire.
+fn check_result_types(cols: &[ColName], rows: &mut [Vec<Datum>]) -> SqlResult<()> {
+    let types: Vec<Option<TypeId>> = cols.iter().map(|c| c.ty).collect();
+    for row in rows.iter_mut() {
+        conform_row(&types, row)?;
+        for (c, v) in cols.iter().zip(row.iter()) {
+            let declared = c.ty.unwrap_or(TypeId::Text);
+            if let Some(vt) = v.type_id() {
+                if vt != declared {
+                    return Err(SqlError::new(
+                        "XX000",
+                        format!(
+                            "result column \"{}\" is declared {} but a value is {}",
+                            c.name,
+                            declared.name(),
+                            vt.name()
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether PostgreSQL converts `from` to `to` implicitly, towards the wider type.
+fn widens(from: TypeId, to: TypeId) -> bool {
+    const NUMBERS: [TypeId; 5] = [
+        TypeId::Int2,
+        TypeId::Int4,
+        TypeId::Int8,
+        TypeId::Numeric,
+        TypeId::Float8,
+    ];
+    const TIMES: [TypeId; 3] = [TypeId::Date, TypeId::Timestamp, TypeId::TimestampTz];
+    let up = |list: &[TypeId]| {
+        let rank = |t: TypeId| list.iter().position(|x| *x == t);
+        matches!((rank(from), rank(to)), (Some(a), Some(b)) if a < b)
+    };
+    up(&NUMBERS) || up(&TIMES)
+}
+
 /// [`select`] with `ctes` visible to every FROM list of the query, subqueries included.
 pub(crate) fn select_with(
     env: &mut dyn Env,
@@ -185,7 +250,8 @@ pub(crate) fn select_with(
 ) -> SqlResult<QueryResult> {
     let mut exec = Executor::new(env, params);
     exec.ctes = Some(ctes);
-    let rel = exec.run_query(q, None)?;
+    let mut rel = exec.run_query(q, None)?;
+    check_result_types(&rel.cols, &mut rel.rows)?;
     Ok(QueryResult {
         tag_only: false,
         tag: format!("SELECT {}", rel.rows.len()),
@@ -678,6 +744,7 @@ impl<'s> Executor<'s> {
     }
 
     pub(crate) fn run_query(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
+        crate::stack::check()?;
         select::check_query(q)?;
         match q.body.as_ref() {
             SetExpr::Select(sel) => self.select(sel, q, outer),
@@ -707,6 +774,7 @@ impl<'s> Executor<'s> {
     }
 
     fn set_expr(&self, body: &SetExpr, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
+        crate::stack::check()?;
         match body {
             SetExpr::Select(sel) => {
                 let q = Query {
@@ -754,110 +822,149 @@ impl<'s> Executor<'s> {
                 }
                 Ok(rel)
             }
-            SetExpr::SetOperation {
-                left,
-                op,
-                set_quantifier,
-                right,
-            } => {
-                let mut l = self.set_expr(left, outer)?;
-                let mut r = self.set_expr(right, outer)?;
-                if l.cols.len() != r.cols.len() {
-                    return Err(SqlError::new(
-                        "42601",
-                        format!("each {op} query must have the same number of columns"),
-                    ));
+            SetExpr::SetOperation { .. } => {
+                // `a UNION b UNION c ...` is a left-deep chain (the parser builds it in
+                // a loop): folded from its leftmost branch without recursing down it,
+                // so its length is not bounded by the stack.
+                let mut spine = Vec::new();
+                let mut leftmost = body;
+                while let SetExpr::SetOperation { left, .. } = leftmost {
+                    spine.push(leftmost);
+                    leftmost = left;
                 }
-                for (i, (a, b)) in l.cols.iter().zip(&r.cols).enumerate() {
-                    if let (Some(ta), Some(tb)) = (a.ty, b.ty) {
-                        if type_category(ta) != type_category(tb)
-                            && !literal_item(left, i)
-                            && !literal_item(right, i)
-                        {
-                            return Err(SqlError::new(
-                                "42804",
-                                format!(
-                                    "{op} types {} and {} cannot be matched",
-                                    ta.name(),
-                                    tb.name()
-                                ),
-                            ));
-                        }
+                let mut rel = self.set_expr(leftmost, outer)?;
+                for node in spine.into_iter().rev() {
+                    if let SetExpr::SetOperation {
+                        left,
+                        op,
+                        set_quantifier,
+                        right,
+                    } = node
+                    {
+                        self.check_interrupt()?;
+                        rel = self.set_operation(rel, left, op, set_quantifier, right, outer)?;
                     }
                 }
-                // An untyped literal column takes the other side's type, as PostgreSQL
-                // resolves `select 1 union select '1'` to integer (one row).
-                for i in 0..l.cols.len() {
-                    let (ta, tb) = (l.cols[i].ty, r.cols[i].ty);
-                    if string_literal_item(right, i) && !string_literal_item(left, i) {
-                        if let Some(t) = ta.filter(|t| *t != TypeId::Text) {
-                            retype_literals(&mut r, i, t)?;
-                        }
-                    } else if string_literal_item(left, i) && !string_literal_item(right, i) {
-                        if let Some(t) = tb.filter(|t| *t != TypeId::Text) {
-                            retype_literals(&mut l, i, t)?;
-                        }
-                    }
-                }
-                let all = matches!(set_quantifier, SetQuantifier::All);
-                if !all || !matches!(op, SetOperator::Union) {
-                    for x in l.rows.iter().chain(&r.rows) {
-                        check_keyable(x)?;
-                    }
-                }
-                // How many times each right row occurs (INTERSECT ALL and EXCEPT ALL
-                // match rows one for one, as multisets).
-                let mut right_keys: HashMap<String, usize> = HashMap::new();
-                if !matches!(op, SetOperator::Union) {
-                    for x in &r.rows {
-                        let k = row_key(x);
-                        self.charge_key(&k)?;
-                        *right_keys.entry(k).or_default() += 1;
-                    }
-                }
-                let mut take = |x: &Vec<Datum>| -> bool {
-                    match right_keys.get_mut(&row_key(x)) {
-                        Some(n) if *n > 0 => {
-                            if all {
-                                *n -= 1;
-                            }
-                            true
-                        }
-                        _ => false,
-                    }
-                };
-                l.rows = match op {
-                    SetOperator::Union => {
-                        let mut rows = l.rows;
-                        rows.extend(r.rows);
-                        rows
-                    }
-                    SetOperator::Intersect => l.rows.into_iter().filter(|x| take(x)).collect(),
-                    SetOperator::Except | SetOperator::Minus => {
-                        l.rows.into_iter().filter(|x| !take(x)).collect()
-                    }
-                };
-                if !all {
-                    let mut seen = HashSet::new();
-                    let mut charged = Ok(());
-                    l.rows.retain(|x| {
-                        let k = row_key(x);
-                        if charged.is_ok() {
-                            charged = self.charge_key(&k);
-                        }
-                        seen.insert(k)
-                    });
-                    charged?;
-                }
-                for (c, rc) in l.cols.iter_mut().zip(&r.cols) {
-                    c.ty = c.ty.or(rc.ty);
-                }
-                Ok(l)
+                Ok(rel)
             }
             other => Err(SqlError::unsupported(format!(
                 "{other} is not supported in a query"
             ))),
         }
+    }
+
+    /// One set operation of a chain: `l` (the chain so far, from the branches in
+    /// `left`) combined with the `right` branch.
+    fn set_operation(
+        &self,
+        mut l: Rel,
+        left: &SetExpr,
+        op: &SetOperator,
+        set_quantifier: &SetQuantifier,
+        right: &SetExpr,
+        outer: Option<&Frame<'_>>,
+    ) -> SqlResult<Rel> {
+        let mut r = self.set_expr(right, outer)?;
+        if l.cols.len() != r.cols.len() {
+            return Err(SqlError::new(
+                "42601",
+                format!("each {op} query must have the same number of columns"),
+            ));
+        }
+        for (i, (a, b)) in l.cols.iter().zip(&r.cols).enumerate() {
+            if let (Some(ta), Some(tb)) = (a.ty, b.ty) {
+                if type_category(ta) != type_category(tb)
+                    && !literal_item(left, i)
+                    && !literal_item(right, i)
+                {
+                    return Err(SqlError::new(
+                        "42804",
+                        format!(
+                            "{op} types {} and {} cannot be matched",
+                            ta.name(),
+                            tb.name()
+                        ),
+                    ));
+                }
+            }
+        }
+        // An untyped literal column takes the other side's type, as PostgreSQL
+        // resolves `select 1 union select '1'` to integer (one row).
+        for i in 0..l.cols.len() {
+            let (ta, tb) = (l.cols[i].ty, r.cols[i].ty);
+            if string_literal_item(right, i) && !string_literal_item(left, i) {
+                if let Some(t) = ta.filter(|t| *t != TypeId::Text) {
+                    retype_literals(&mut r, i, t)?;
+                }
+            } else if string_literal_item(left, i) && !string_literal_item(right, i) {
+                if let Some(t) = tb.filter(|t| *t != TypeId::Text) {
+                    retype_literals(&mut l, i, t)?;
+                }
+            }
+        }
+        let all = matches!(set_quantifier, SetQuantifier::All);
+        if !all || !matches!(op, SetOperator::Union) {
+            for x in l.rows.iter().chain(&r.rows) {
+                check_keyable(x)?;
+            }
+        }
+        // How many times each right row occurs (INTERSECT ALL and EXCEPT ALL
+        // match rows one for one, as multisets).
+        let mut right_keys: HashMap<String, usize> = HashMap::new();
+        if !matches!(op, SetOperator::Union) {
+            for x in &r.rows {
+                let k = row_key(x);
+                self.charge_key(&k)?;
+                *right_keys.entry(k).or_default() += 1;
+            }
+        }
+        let mut take = |x: &Vec<Datum>| -> bool {
+            match right_keys.get_mut(&row_key(x)) {
+                Some(n) if *n > 0 => {
+                    if all {
+                        *n -= 1;
+                    }
+                    true
+                }
+                _ => false,
+            }
+        };
+        l.rows = match op {
+            SetOperator::Union => {
+                let mut rows = l.rows;
+                rows.extend(r.rows);
+                rows
+            }
+            SetOperator::Intersect => l.rows.into_iter().filter(|x| take(x)).collect(),
+            SetOperator::Except | SetOperator::Minus => {
+                l.rows.into_iter().filter(|x| !take(x)).collect()
+            }
+        };
+        if !all {
+            let mut seen = HashSet::new();
+            let mut charged = Ok(());
+            l.rows.retain(|x| {
+                let k = row_key(x);
+                if charged.is_ok() {
+                    charged = self.charge_key(&k);
+                }
+                seen.insert(k)
+            });
+            charged?;
+        }
+        // Each column's type is the wider of the two sides' (PostgreSQL resolves a set
+        // operation's columns as CASE's: `select 1 union select 2.5` is numeric).
+        for (c, rc) in l.cols.iter_mut().zip(&r.cols) {
+            c.ty = match (c.ty, rc.ty) {
+                (Some(a), Some(b)) if widens(a, b) => Some(b),
+                (a, b) => a.or(b),
+            };
+        }
+        let types: Vec<Option<TypeId>> = l.cols.iter().map(|c| c.ty).collect();
+        for row in &mut l.rows {
+            conform_row(&types, row)?;
+        }
+        Ok(l)
     }
 
     /// ORDER BY keys of one output row (see [`SortKeys`], here resolved for the one

@@ -8,7 +8,7 @@ use std::ops::ControlFlow;
 use sqlparser::ast::{
     self, visit_expressions, Expr, Query, Select, SelectItem, TableFactor, Visit,
 };
-use walrus_engine::access::datum::Datum;
+use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::TableDef;
 
 use super::aggregate::{AggState, StreamCall};
@@ -930,6 +930,7 @@ impl Executor<'_> {
             };
             if let (Some(src), Some((mut sink, oc))) = (&stream_source, to_sink) {
                 let (mut sent, mut row_out) = (0usize, Vec::new());
+                let types: Vec<Option<TypeId>> = oc.iter().map(|c| c.ty).collect();
                 let streamed = sink
                     .columns(&oc.into_iter().map(|c| c.to_column()).collect::<Vec<_>>())
                     .and_then(|()| {
@@ -943,6 +944,7 @@ impl Executor<'_> {
                             for p in &fast_items {
                                 row_out.push(p.eval(row, |e| self.eval_in(e, Some(&frame), self))?);
                             }
+                            super::conform_row(&types, &mut row_out)?;
                             sink.row(&row_out)?;
                             Ok(true)
                         })
@@ -971,9 +973,14 @@ impl Executor<'_> {
                 }
             }
         }
-        let rows = output.finish(self)?;
+        let mut rows = output.finish(self)?;
+        let out_cols = output_cols(&items, cols, &rows);
+        let types: Vec<Option<TypeId>> = out_cols.iter().map(|c| c.ty).collect();
+        for row in &mut rows {
+            super::conform_row(&types, row)?;
+        }
         Ok(Rel {
-            cols: output_cols(&items, cols, &rows),
+            cols: out_cols,
             rows,
         })
     }
@@ -1012,12 +1019,16 @@ impl Executor<'_> {
     ) -> SqlResult<()> {
         let mut done = Vec::new();
         let mut table = GroupTable::new(self, pass, 0);
+        let mut any_row = false;
         feed(&mut |at, row| {
+            any_row = true;
             table.add(self, pass, at, row)?;
             Ok(true)
         })?;
         let spilled = table.finish(self, pass, &mut done)?;
-        if done.is_empty() && pass.group_exprs.is_empty() {
+        // No GROUP BY over no rows is one group of its own; over rows whose one group
+        // HAVING dropped it is no row at all (`done` is empty either way).
+        if !any_row && pass.group_exprs.is_empty() {
             let (nulls, states) = empty_group(pass);
             if let Some((keys, out)) = self.group_output(pass, &nulls, &states)? {
                 done.push((0, keys, out));

@@ -488,6 +488,9 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             format_text(&arg(1)),
             format_text(&arg(2)),
         ) {
+            // An empty search string matches nowhere in PostgreSQL (Rust's `replace`
+            // would insert `c` between every character).
+            (Some(a), Some(b), Some(_)) if b.is_empty() => Datum::Text(a),
             (Some(a), Some(b), Some(c)) => Datum::Text(a.replace(&b, &c)),
             _ => Datum::Null,
         },

@@ -119,6 +119,7 @@ pub fn is_aggregate_name(name: &str) -> bool {
 }
 
 pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
+    crate::stack::check()?;
     match e {
         Expr::Value(v) => match &v.value {
             Value::Placeholder(p) => {
@@ -387,96 +388,24 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             }
         }
         Expr::BinaryOp { left, op, right } => {
-            if matches!(op, BinaryOperator::And | BinaryOperator::Or) {
-                return logic(eval(left, s)?, op, || eval(right, s));
+            if !matches!(left.as_ref(), Expr::BinaryOp { .. }) {
+                let l = eval(left, s)?;
+                return binary_step(left, op, right, l, s);
             }
-            let arithmetic = matches!(
-                op,
-                BinaryOperator::Plus
-                    | BinaryOperator::Minus
-                    | BinaryOperator::Multiply
-                    | BinaryOperator::Divide
-                    | BinaryOperator::Modulo
-                    | BinaryOperator::BitwiseAnd
-            );
-            let null = |e: &Expr| matches!(e, Expr::Value(v) if matches!(v.value, Value::Null));
-            if arithmetic && null(left) && null(right) {
-                return Err(SqlError::new(
-                    "42725",
-                    format!("operator is not unique: unknown {op} unknown"),
-                ));
+            // A left-deep chain (`a + b + c ...`, `x || y || z ...`: the parser builds
+            // these in a loop) is folded from its leftmost operand without recursing
+            // down the chain, each step exactly as the node alone would evaluate.
+            let mut spine = Vec::new();
+            let mut leftmost = e;
+            while let Expr::BinaryOp { left, op, right } = leftmost {
+                spine.push((left.as_ref(), op, right.as_ref()));
+                leftmost = left;
             }
-            let (mut l, mut r) = (eval(left, s)?, eval(right, s)?);
-            if matches!(op, BinaryOperator::StringConcat) {
-                // `||` takes text: a char(n) operand loses its padding.
-                if is_char_column(left, s) {
-                    l = bpchar_text(l);
-                }
-                if is_char_column(right, s) {
-                    r = bpchar_text(r);
-                }
+            let mut v = eval(leftmost, s)?;
+            for (left, op, right) in spine.into_iter().rev() {
+                v = binary_step(left, op, right, v, s)?;
             }
-            if arithmetic {
-                // A text value (not an untyped literal) has no arithmetic operators: no
-                // implicit cast from text to a number in PostgreSQL.
-                if typed_text(&l, left) || typed_text(&r, right) {
-                    let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
-                    return Err(SqlError::new(
-                        "42883",
-                        format!("operator does not exist: {} {op} {}", name(&l), name(&r)),
-                    ));
-                }
-            }
-            if is_comparison(op) {
-                check_comparable(&l, left, op, &r, right)?;
-            }
-            let (lc, rc) = (is_char_column(left, s), is_char_column(right, s));
-            if is_comparison(op) && (lc || rc) {
-                // A char(n) column compares without its trailing spaces (bpchar); so does
-                // an untyped literal it is compared with (it becomes bpchar). Against a
-                // text value the column converts to text and the text keeps its spaces.
-                if lc || untyped(left) {
-                    l = bpchar_text(l);
-                }
-                if rc || untyped(right) {
-                    r = bpchar_text(r);
-                }
-            }
-            match op {
-                BinaryOperator::PGRegexMatch
-                | BinaryOperator::PGRegexIMatch
-                | BinaryOperator::PGRegexNotMatch
-                | BinaryOperator::PGRegexNotIMatch => regex_op(&l, op, &r),
-                BinaryOperator::PGCustomBinaryOperator(parts) => {
-                    let op = match parts.last().map(String::as_str) {
-                        Some("~") => BinaryOperator::PGRegexMatch,
-                        Some("~*") => BinaryOperator::PGRegexIMatch,
-                        Some("!~") => BinaryOperator::PGRegexNotMatch,
-                        Some("!~*") => BinaryOperator::PGRegexNotIMatch,
-                        Some("=") => BinaryOperator::Eq,
-                        Some("<>") => BinaryOperator::NotEq,
-                        Some("<") => BinaryOperator::Lt,
-                        Some(">") => BinaryOperator::Gt,
-                        Some("<=") => BinaryOperator::LtEq,
-                        Some(">=") => BinaryOperator::GtEq,
-                        Some("||") => BinaryOperator::StringConcat,
-                        _ => {
-                            return Err(SqlError::new(
-                                "42883",
-                                format!("operator does not exist: {}", parts.join(".")),
-                            ))
-                        }
-                    };
-                    match op {
-                        BinaryOperator::PGRegexMatch
-                        | BinaryOperator::PGRegexIMatch
-                        | BinaryOperator::PGRegexNotMatch
-                        | BinaryOperator::PGRegexNotIMatch => regex_op(&l, &op, &r),
-                        _ => binary(&l, &op, &r),
-                    }
-                }
-                _ => binary(&l, op, &r),
-            }
+            Ok(v)
         }
         Expr::IsNull(x) => Ok(Datum::Bool(eval(x, s)?.is_null())),
         Expr::IsNotNull(x) => Ok(Datum::Bool(!eval(x, s)?.is_null())),
@@ -911,7 +840,112 @@ fn hooks<'a>(s: &Scope<'a>) -> SqlResult<&'a dyn Hooks> {
 }
 
 /// `v IN (items)` with SQL's three-valued result.
+/// One binary operator node whose left operand `left` has been evaluated to `l`.
+fn binary_step(
+    left: &Expr,
+    op: &BinaryOperator,
+    right: &Expr,
+    l: Datum,
+    s: &Scope<'_>,
+) -> SqlResult<Datum> {
+    if matches!(op, BinaryOperator::And | BinaryOperator::Or) {
+        return logic(l, op, || eval(right, s));
+    }
+    let arithmetic = matches!(
+        op,
+        BinaryOperator::Plus
+            | BinaryOperator::Minus
+            | BinaryOperator::Multiply
+            | BinaryOperator::Divide
+            | BinaryOperator::Modulo
+            | BinaryOperator::BitwiseAnd
+    );
+    let null = |e: &Expr| matches!(e, Expr::Value(v) if matches!(v.value, Value::Null));
+    if arithmetic && null(left) && null(right) {
+        return Err(SqlError::new(
+            "42725",
+            format!("operator is not unique: unknown {op} unknown"),
+        ));
+    }
+    let (mut l, mut r) = (l, eval(right, s)?);
+    if matches!(op, BinaryOperator::StringConcat) {
+        // `||` takes text: a char(n) operand loses its padding.
+        if is_char_column(left, s) {
+            l = bpchar_text(l);
+        }
+        if is_char_column(right, s) {
+            r = bpchar_text(r);
+        }
+    }
+    if arithmetic {
+        // A text value (not an untyped literal) has no arithmetic operators: no
+        // implicit cast from text to a number in PostgreSQL.
+        if typed_text(&l, left) || typed_text(&r, right) {
+            let name = |d: &Datum| d.type_id().map(|t| t.name()).unwrap_or("unknown");
+            return Err(SqlError::new(
+                "42883",
+                format!("operator does not exist: {} {op} {}", name(&l), name(&r)),
+            ));
+        }
+    }
+    if is_comparison(op) {
+        check_comparable(&l, left, op, &r, right)?;
+    }
+    let (lc, rc) = (is_char_column(left, s), is_char_column(right, s));
+    if is_comparison(op) && (lc || rc) {
+        // A char(n) column compares without its trailing spaces (bpchar); so does
+        // an untyped literal it is compared with (it becomes bpchar). Against a
+        // text value the column converts to text and the text keeps its spaces.
+        if lc || untyped(left) {
+            l = bpchar_text(l);
+        }
+        if rc || untyped(right) {
+            r = bpchar_text(r);
+        }
+    }
+    match op {
+        BinaryOperator::PGRegexMatch
+        | BinaryOperator::PGRegexIMatch
+        | BinaryOperator::PGRegexNotMatch
+        | BinaryOperator::PGRegexNotIMatch => regex_op(&l, op, &r),
+        BinaryOperator::PGCustomBinaryOperator(parts) => {
+            let op = match parts.last().map(String::as_str) {
+                Some("~") => BinaryOperator::PGRegexMatch,
+                Some("~*") => BinaryOperator::PGRegexIMatch,
+                Some("!~") => BinaryOperator::PGRegexNotMatch,
+                Some("!~*") => BinaryOperator::PGRegexNotIMatch,
+                Some("=") => BinaryOperator::Eq,
+                Some("<>") => BinaryOperator::NotEq,
+                Some("<") => BinaryOperator::Lt,
+                Some(">") => BinaryOperator::Gt,
+                Some("<=") => BinaryOperator::LtEq,
+                Some(">=") => BinaryOperator::GtEq,
+                Some("||") => BinaryOperator::StringConcat,
+                _ => {
+                    return Err(SqlError::new(
+                        "42883",
+                        format!("operator does not exist: {}", parts.join(".")),
+                    ))
+                }
+            };
+            match op {
+                BinaryOperator::PGRegexMatch
+                | BinaryOperator::PGRegexIMatch
+                | BinaryOperator::PGRegexNotMatch
+                | BinaryOperator::PGRegexNotIMatch => regex_op(&l, &op, &r),
+                _ => binary(&l, &op, &r),
+            }
+        }
+        _ => binary(&l, op, &r),
+    }
+}
+
 fn in_values(v: &Datum, items: &[Datum], negated: bool) -> SqlResult<Datum> {
+    // `x IN ()` over an empty subquery is false whatever x is, NULL included (SQL's
+    // quantified comparison over an empty set; PostgreSQL's `ANY` answers so).
+    if items.is_empty() {
+        return Ok(Datum::Bool(negated));
+    }
     if v.is_null() {
         return Ok(Datum::Null);
     }

@@ -340,6 +340,16 @@ pub(crate) fn arith(l: &Datum, r: &Datum, op: &BinaryOperator) -> SqlResult<Datu
             if v.is_infinite() && a.is_finite() && b.is_finite() {
                 return Err(SqlError::new("22003", "value out of range: overflow"));
             }
+            // PostgreSQL's float8mul / float8div: a zero product of non-zero factors,
+            // or a zero quotient of a non-zero dividend by a finite divisor, underflowed.
+            let underflow = match op {
+                BinaryOperator::Multiply => v == 0.0 && a != 0.0 && b != 0.0,
+                BinaryOperator::Divide => v == 0.0 && a != 0.0 && b.is_finite(),
+                _ => false,
+            };
+            if underflow {
+                return Err(SqlError::new("22003", "value out of range: underflow"));
+            }
             Ok(Datum::Float8(v))
         }
         _ => Err(SqlError::new(

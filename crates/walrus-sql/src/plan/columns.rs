@@ -18,7 +18,20 @@ pub(crate) fn resolve_group_expr(
     cols: &[ColName],
 ) -> SqlResult<Expr> {
     if let Expr::Value(v) = e {
-        if let ast::Value::Number(n, _) = &v.value {
+        // A constant is a position, and only an integer can be one (PostgreSQL's
+        // findTargetlistEntrySQL92): `GROUP BY 'x'`, `false`, `1.5` or NULL are errors,
+        // not one group of everything.
+        let integer = match &v.value {
+            ast::Value::Number(n, _) if n.bytes().all(|b| b.is_ascii_digit()) => Some(n),
+            ast::Value::Placeholder(_) => None,
+            _ => {
+                return Err(SqlError::new(
+                    "42601",
+                    "non-integer constant in GROUP BY",
+                ))
+            }
+        };
+        if let Some(n) = integer {
             let i: usize = n.parse().unwrap_or(0);
             return items
                 .get(i.wrapping_sub(1))

@@ -150,7 +150,11 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
         Expr::Array(_) => None,
         Expr::Function(f) => match function_name(f).as_str() {
             "count" => Some(TypeId::Int8),
-            "avg" => Some(TypeId::Numeric),
+            // avg(float8) is float8; over integers and numeric it is numeric.
+            "avg" => match function_args(f).first().and_then(|a| static_type(a, cols)) {
+                Some(TypeId::Float8) => Some(TypeId::Float8),
+                _ => Some(TypeId::Numeric),
+            },
             "now" | "current_timestamp" => Some(TypeId::TimestampTz),
             "current_date" => Some(TypeId::Date),
             "localtimestamp" => Some(TypeId::Timestamp),
@@ -170,6 +174,10 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
             "to_regclass" => Some(TypeId::RegClass),
             "pg_relation_size" | "pg_table_size" | "pg_indexes_size" | "pg_total_relation_size" => {
                 Some(TypeId::Int8)
+            }
+            // NULLIF(a, b) resolves a and b to a common type as COALESCE does.
+            "coalesce" | "greatest" | "least" | "nullif" => {
+                common_type(function_args(f).into_iter(), cols)
             }
             _ => None,
         },
@@ -195,15 +203,106 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
             | ast::BinaryOperator::And
             | ast::BinaryOperator::Or => Some(TypeId::Bool),
             ast::BinaryOperator::StringConcat => Some(TypeId::Text),
-            _ => {
+            ast::BinaryOperator::Plus
+            | ast::BinaryOperator::Minus
+            | ast::BinaryOperator::Multiply
+            | ast::BinaryOperator::Divide
+            | ast::BinaryOperator::Modulo => {
                 let (l, r) = (static_type(left, cols)?, static_type(right, cols)?);
-                Some(if l == TypeId::Int8 || r == TypeId::Int8 {
-                    TypeId::Int8
-                } else {
-                    l
-                })
+                // Only number with number is typed here (an untyped string literal
+                // takes the other side's type); date/time arithmetic is left to the
+                // values.
+                let l = if untyped_literal(left) { r } else { l };
+                let r = if untyped_literal(right) { l } else { r };
+                let (lr, rr) = (number_rank(l)?, number_rank(r)?);
+                if matches!(op, ast::BinaryOperator::Modulo) && lr.max(rr) == FLOAT8_RANK {
+                    return None; // no float8 % float8 operator
+                }
+                Some(NUMBER_TYPES[lr.max(rr)])
             }
+            _ => None,
         },
+        Expr::Case {
+            conditions,
+            else_result,
+            ..
+        } => common_type(
+            conditions
+                .iter()
+                .map(|w| &w.result)
+                .chain(else_result.as_deref()),
+            cols,
+        ),
         _ => None,
     }
+}
+
+/// Numeric types from narrowest to widest: PostgreSQL's implicit casts go up this list,
+/// and its arithmetic and type resolution pick the wider of two.
+const NUMBER_TYPES: [TypeId; 5] = [
+    TypeId::Int2,
+    TypeId::Int4,
+    TypeId::Int8,
+    TypeId::Numeric,
+    TypeId::Float8,
+];
+const FLOAT8_RANK: usize = 4;
+
+fn number_rank(t: TypeId) -> Option<usize> {
+    NUMBER_TYPES.iter().position(|n| *n == t)
+}
+
+/// A NULL or a quoted string without a type: PostgreSQL's `unknown`, which takes its
+/// type from the other inputs.
+fn untyped_literal(e: &Expr) -> bool {
+    match e {
+        Expr::Value(v) => matches!(
+            v.value,
+            ast::Value::Null | ast::Value::SingleQuotedString(_)
+        ),
+        Expr::Nested(i) => untyped_literal(i),
+        _ => false,
+    }
+}
+
+/// The type PostgreSQL's `select_common_type` gives CASE / COALESCE / GREATEST / LEAST /
+/// NULLIF over `inputs`: unknown inputs (NULL, untyped strings) are skipped, all
+/// unknown is text; numbers resolve to the widest, date/time types to the widest of
+/// date < timestamp < timestamptz; otherwise every known input must have the same
+/// type. `None` when an input's type cannot be told statically or the types do not
+/// resolve (the evaluation then reports the error or types the values).
+fn common_type<'e>(inputs: impl Iterator<Item = &'e Expr>, cols: &[ColumnDef]) -> Option<TypeId> {
+    let mut known: Option<TypeId> = None;
+    for e in inputs {
+        if untyped_literal(e) {
+            continue;
+        }
+        let t = static_type(e, cols)?;
+        known = Some(match known {
+            None => t,
+            Some(k) if k == t => k,
+            Some(k) => match (number_rank(k), number_rank(t)) {
+                (Some(a), Some(b)) => NUMBER_TYPES[a.max(b)],
+                _ => {
+                    let rank = |t: TypeId| match t {
+                        TypeId::Date => Some(0),
+                        TypeId::Timestamp => Some(1),
+                        TypeId::TimestampTz => Some(2),
+                        _ => None,
+                    };
+                    match (rank(k), rank(t)) {
+                        (Some(a), Some(b)) => {
+                            if a >= b {
+                                k
+                            } else {
+                                t
+                            }
+                        }
+                        _ => return None,
+                    }
+                }
+            },
+        });
+    }
+    Some(known.unwrap_or(TypeId::Text))
 }

@@ -85,6 +85,8 @@ pub struct Session {
     /// The `TimeZone` setting, parsed; installed for value I/O (crate::timezone) when it
     /// changes and when the session starts work.
     time_zone: crate::timezone::SessionZone,
+    /// `max_stack_depth` in kB (kept in step with the setting by `put_setting`).
+    max_stack_depth_kb: u64,
     /// Set by [`Session::execute_streaming`] for its lone SELECT: where the rows go.
     row_sink: Option<Box<dyn RowSink + Send>>,
 }
@@ -250,6 +252,7 @@ impl Session {
             memory: Arc::new(MemoryBudget::new(memory_limit)),
             memory_setting_error,
             time_zone: Default::default(),
+            max_stack_depth_kb: crate::stack::DEFAULT_MAX_STACK_DEPTH_KB,
             row_sink: None,
         }
     }
@@ -299,6 +302,7 @@ impl Session {
     /// Executes a query string (possibly several statements); one result per statement.
     /// Execution stops at the first error, as PostgreSQL's simple query protocol does.
     pub fn execute(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        self.sync_stack_limit();
         let stmts = match parse(sql) {
             Ok(s) => s,
             Err(e) => {
@@ -320,6 +324,7 @@ impl Session {
         sql: &str,
         sink: Box<dyn RowSink + Send>,
     ) -> Vec<SqlResult<Outcome>> {
+        self.sync_stack_limit();
         let stmts = match parse(sql) {
             Ok(s) => s,
             Err(e) => {
@@ -344,6 +349,7 @@ impl Session {
     /// planned once and its plan reused until DDL (committed by anyone, or this
     /// session's own) invalidates it.
     pub fn execute_cached(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        self.sync_stack_limit();
         let key = self.plan_key();
         let (stmts, lookup) = match self.plan_cache.plan(sql, key, parse) {
             Ok(p) => p,
@@ -382,6 +388,14 @@ impl Session {
         }
     }
 
+    /// Gives this thread's stack-depth guard the session's `max_stack_depth`
+    /// (`crate::stack`); its base is the connection thread's entry when the server
+    /// marked it, else this call.
+    fn sync_stack_limit(&self) {
+        crate::stack::mark_base();
+        crate::stack::set_limit_kb(self.max_stack_depth_kb);
+    }
+
     /// What a plan made now is valid for.
     fn plan_key(&self) -> PlanKey {
         (self.engine.catalog_version(), self.own_ddl)
@@ -389,6 +403,7 @@ impl Session {
 
     /// The parse of `sql`, from the plan cache or parsed now (and kept).
     fn parsed(&mut self, sql: &str) -> SqlResult<Arc<Vec<Parsed>>> {
+        self.sync_stack_limit();
         let key = self.plan_key();
         self.plan_cache.parsed(sql, key, parse)
     }
@@ -397,6 +412,9 @@ impl Session {
         crate::timezone::install(&self.time_zone);
         let mut out = Vec::with_capacity(stmts.len());
         for st in stmts {
+            // A SET max_stack_depth (or its undo at a block's end) applies from the
+            // next statement on.
+            self.sync_stack_limit();
             let r = self.run(st, params);
             let failed = r.is_err();
             out.push(r);

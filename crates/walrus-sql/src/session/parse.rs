@@ -179,8 +179,9 @@ pub(crate) fn parse(sql: &str) -> SqlResult<Vec<Parsed>> {
     if let Some(u) = utility::parse(sql)? {
         return Ok(vec![Parsed::Utility(u)]);
     }
-    let stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+    let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql)
         .map_err(|e| SqlError::syntax(syntax_message(&e.to_string())))?;
+    crate::stack::walk_statements(&mut stmts)?;
     stmts
         .into_iter()
         .map(|mut s| {

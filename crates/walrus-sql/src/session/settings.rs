@@ -221,6 +221,9 @@ impl Session {
                 if name == "work_mem" {
                     value = crate::memory::show_kb(crate::memory::parse_work_mem_kb(&value)?);
                 }
+                if name == "max_stack_depth" {
+                    value = crate::memory::show_kb(crate::stack::parse_max_stack_depth_kb(&value)?);
+                }
                 if name == crate::exec::analyze::STATISTICS_TARGET {
                     value = crate::exec::analyze::statistics_target(&value)?.to_string();
                 }
@@ -267,6 +270,14 @@ impl Session {
     /// Sets a setting (`None`: removes it), keeping the parsed value of a time setting
     /// in step with its text. The text was validated when it was first set.
     pub(super) fn put_setting(&mut self, name: &str, value: Option<String>) {
+        if name == "max_stack_depth" {
+            // Validated when set; unset is PostgreSQL's default.
+            self.max_stack_depth_kb = value
+                .as_deref()
+                .and_then(|v| crate::memory::parse_memory_kb(name, v, 100).ok())
+                .unwrap_or(crate::stack::DEFAULT_MAX_STACK_DEPTH_KB);
+            crate::stack::set_limit_kb(self.max_stack_depth_kb);
+        }
         if name == "timezone" {
             // Validated when set; the default (and an unset value) is UTC.
             self.time_zone = value
