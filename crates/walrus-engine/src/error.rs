@@ -76,7 +76,9 @@ pub enum Error {
     #[error("{0}")]
     DependentObjects(String),
 
-    #[error("relation \"{0}\" was truncated or dropped and recreated by a concurrent transaction; retry the statement")]
+    /// A statement found the table's files replaced or gone: TRUNCATE or DROP TABLE
+    /// committed by another transaction since the statement read the definition.
+    #[error("relation \"{0}\" was truncated or dropped by a concurrent transaction; retry the statement")]
     TableRewritten(String),
 
     #[error("relation \"{0}\" already exists")]

@@ -418,6 +418,47 @@ fn hot_updates_vacuum_and_reopen() {
     e.shutdown().unwrap();
 }
 
+/// A statement still holding a table's definition from before a committed TRUNCATE or
+/// DROP TABLE (reads take no table lock yet) finds the table's files gone: the error
+/// names the table and asks for a retry (40001), never the missing file by the server's
+/// path (58P01 with the data directory, issue 52), for the heap and an index alike.
+#[test]
+fn reads_of_a_truncated_or_dropped_table_name_the_table_not_a_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let def = table(&e);
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.insert(&def, &row(1, "a")).unwrap();
+    t.commit().unwrap();
+    let check = |err: Error| {
+        assert_eq!(err.sqlstate(), "40001", "{err}");
+        let text = err.to_string();
+        assert!(text.contains("relation \"t\""), "{text}");
+        assert!(!text.contains(&*dir.path().to_string_lossy()), "{text}");
+    };
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.truncate("t").unwrap();
+    t.commit().unwrap();
+    assert!(removed_soon(&e.pool().relfiles.path(def.relfile)));
+    let mut stale = e.begin(Isolation::ReadCommitted);
+    check(stale.scan_all(&def).unwrap_err());
+    check(
+        stale
+            .index_lookup(&def, &def.indexes[0], &[Datum::Int4(1)])
+            .unwrap_err(),
+    );
+    stale.rollback().unwrap();
+    let def = e.catalog_view().unwrap().table("t").unwrap();
+    let mut t = e.begin(Isolation::ReadCommitted);
+    t.drop_table("t").unwrap();
+    t.commit().unwrap();
+    assert!(removed_soon(&e.pool().relfiles.path(def.relfile)));
+    let mut stale = e.begin(Isolation::ReadCommitted);
+    check(stale.scan_all(&def).unwrap_err());
+    stale.rollback().unwrap();
+    e.shutdown().unwrap();
+}
+
 #[test]
 fn ddl_is_transactional() {
     let dir = tempfile::tempdir().unwrap();
@@ -1128,7 +1169,8 @@ fn a_unique_check_on_a_damaged_heap_page_is_an_error_not_a_duplicate() {
 }
 
 /// A reader holding a table's definition from before a DROP committed (readers take no
-/// table lock) gets an error for the vanished file, and leaves no file behind: file
+/// table lock) gets an error for the vanished file (40001 naming the table, see
+/// `reads_of_a_truncated_or_dropped_table_name_the_table_not_a_path`), and leaves no file behind: file
 /// numbers are never reused, so before, it silently recreated an empty one that nothing
 /// ever removed. Recovery still recreates what its WAL touches (crash tests).
 #[test]
@@ -1151,14 +1193,14 @@ fn a_reader_racing_a_drop_gets_an_error_and_leaves_no_file() {
     let err = reader
         .scan_all(&def)
         .expect_err("a scan of a dropped table's file succeeded");
-    assert_eq!(err.sqlstate(), "58P01", "{err}");
+    assert_eq!(err.sqlstate(), "40001", "{err}");
     reader.rollback().unwrap();
     assert!(removed_soon(&path), "DROP removed the file");
     let mut reader = e.begin(Isolation::ReadCommitted);
     let err = reader
         .scan_all(&def)
         .expect_err("a scan of a dropped table's file succeeded");
-    assert_eq!(err.sqlstate(), "58P01", "{err}");
+    assert_eq!(err.sqlstate(), "40001", "{err}");
     reader.rollback().unwrap();
     assert!(
         !path.exists(),

@@ -91,6 +91,13 @@ pub enum AuthError {
     Io(io::Error),
 }
 
+impl From<crate::protocol::MessageError> for AuthError {
+    /// A malformed SASL message: the exchange fails (08P01 is no use before login).
+    fn from(e: crate::protocol::MessageError) -> Self {
+        AuthError::Io(e.into())
+    }
+}
+
 impl From<io::Error> for AuthError {
     fn from(e: io::Error) -> Self {
         AuthError::Io(e)

@@ -13,16 +13,18 @@ use std::time::Duration;
 
 use walrus_engine::access::datum::Datum;
 use walrus_engine::Engine;
-use walrus_sql::value::{format_text, parse_text, type_from_oid};
+use walrus_sql::value::{check_utf8, format_text, parse_text, type_from_oid};
 use walrus_sql::{Column, Outcome, QueryResult, RowSink, Session, SqlError};
 
 use crate::protocol::{
-    read_message, read_startup, FieldDescription, Message, Out, Reader, StartupPacket,
+    read_message, read_startup, FieldDescription, Message, MessageError, Out, Reader, StartupPacket,
 };
 use crate::CancelRegistry;
 
 struct Prepared {
     sql: String,
+    /// How many parameters a Bind must supply (PostgreSQL's `num_params`).
+    nparams: usize,
     /// Parameter type OIDs: as the client declared them in Parse (0: unspecified), then
     /// as Describe reported them (which Bind then reads values as).
     oids: Vec<u32>,
@@ -77,14 +79,11 @@ fn decode_param(bytes: &[u8], binary: bool, oid: u32) -> Result<Datum, SqlError>
         return if binary {
             walrus_sql::binary::decode(bytes, walrus_sql::binary::OID_OID)
         } else {
-            std::str::from_utf8(bytes)
-                .map(|s| Datum::Text(s.to_string()))
-                .map_err(|_| SqlError::new("22021", "invalid UTF-8 in parameter"))
+            check_utf8(bytes).map(|s| Datum::Text(s.to_string()))
         };
     }
     if !binary {
-        let s = std::str::from_utf8(bytes)
-            .map_err(|_| SqlError::new("22021", "invalid UTF-8 in parameter"))?;
+        let s = check_utf8(bytes)?;
         return match type_from_oid(oid) {
             Some(t) => parse_text(t, s),
             None => Ok(Datum::Text(s.to_string())),
@@ -94,6 +93,26 @@ fn decode_param(bytes: &[u8], binary: bool, oid: u32) -> Result<Datum, SqlError>
         return Err(SqlError::new("08P01", "binary parameter of unknown type"));
     }
     walrus_sql::binary::decode(bytes, oid)
+}
+
+/// A malformed or badly encoded field of a well-framed message: an ERROR with
+/// PostgreSQL's SQLSTATE (08P01 or 22021), after which the session goes on.
+fn message_error(e: MessageError) -> SqlError {
+    SqlError::new(e.sqlstate(), e.to_string())
+}
+
+/// A result format code: PostgreSQL knows 0 (text) and 1 (binary); any other is 22023,
+/// raised when a value is to be sent in it.
+fn result_binary(code: i16) -> Result<bool, SqlError> {
+    match code {
+        0 => Ok(false),
+        1 => Ok(true),
+        other => Err(unsupported_format(other)),
+    }
+}
+
+fn unsupported_format(code: i16) -> SqlError {
+    SqlError::new("22023", format!("unsupported format code: {code}"))
 }
 
 fn send_error(out: &mut Out, e: &SqlError) {
@@ -170,11 +189,11 @@ fn send_row_range(
     for r in &q.rows[range] {
         let mut vals = Vec::with_capacity(r.len());
         for (i, d) in r.iter().enumerate() {
-            let binary = match formats {
-                [] => false,
-                [one] => *one == 1,
-                many => many.get(i).copied().unwrap_or(0) == 1,
-            };
+            let binary = result_binary(match formats {
+                [] => 0,
+                [one] => *one,
+                many => many.get(i).copied().unwrap_or(0),
+            })?;
             let oid = q.columns.get(i).map_or(0, |c| c.type_oid);
             vals.push(encode(d, binary, oid)?);
         }
@@ -365,21 +384,38 @@ fn run(
         s.interrupt_flag().store(false, Ordering::Release);
         match msg.kind {
             b'Q' => {
-                let sql = Reader::new(&msg.body).cstr()?;
-                simple_query(stream, s, out, &sql)?;
+                let mut r = Reader::new(&msg.body);
+                match r.cstr().and_then(|sql| r.end().map(|()| sql)) {
+                    Ok(sql) => simple_query(stream, s, out, &sql)?,
+                    Err(e) => {
+                        send_error(out, &message_error(e));
+                        s.protocol_error();
+                    }
+                }
                 ready(s, out, reported_zone);
                 stream.write_all(&out.buf)?;
                 out.buf.clear();
             }
             b'P' => {
-                let mut r = Reader::new(&msg.body);
-                let name = r.cstr()?;
-                let sql = r.cstr()?;
-                let n = r.i16()?.max(0) as usize;
-                let mut oids = Vec::with_capacity(n);
-                for _ in 0..n {
-                    oids.push(r.i32()? as u32);
-                }
+                let decoded = (|| {
+                    let mut r = Reader::new(&msg.body);
+                    let name = r.cstr()?;
+                    let sql = r.cstr()?;
+                    let n = r.i16()?.max(0) as usize;
+                    let mut oids = Vec::with_capacity(n);
+                    for _ in 0..n {
+                        oids.push(r.i32()? as u32);
+                    }
+                    r.end()?;
+                    Ok((name, sql, oids))
+                })();
+                let (name, sql, oids) = match decoded {
+                    Ok(d) => d,
+                    Err(e) => {
+                        fail(stream, out, s, &message_error(e), &mut skip_until_sync)?;
+                        continue;
+                    }
+                };
                 let checked = check_declared(&oids).and_then(|()| {
                     if !name.is_empty() && prepared.contains_key(&name) {
                         return Err(SqlError::new(
@@ -387,18 +423,19 @@ fn run(
                             format!("prepared statement \"{name}\" already exists"),
                         ));
                     }
-                    s.check_parse(&sql)
+                    s.check_parse(&sql)?;
+                    s.param_count(&sql, oids.len())
                 });
                 match checked {
-                    Ok(()) => {
+                    Ok(nparams) => {
                         s.remember_protocol_statement(&name, &sql);
-                        prepared.insert(name, Prepared { sql, oids });
+                        prepared.insert(name, Prepared { sql, nparams, oids });
                         out.simple(b'1');
                     }
                     Err(e) => fail(stream, out, s, &e, &mut skip_until_sync)?,
                 }
             }
-            b'B' => match bind(&msg, &prepared, s) {
+            b'B' => match bind(&msg, &prepared, &portals, s) {
                 Ok((name, portal)) => {
                     portals.insert(name, portal);
                     out.simple(b'2');
@@ -406,9 +443,13 @@ fn run(
                 Err(e) => fail(stream, out, s, &e, &mut skip_until_sync)?,
             },
             b'D' => {
-                let mut r = Reader::new(&msg.body);
-                let what = r.u8()?;
-                let name = r.cstr()?;
+                let (what, name) = match kind_and_name(&msg, "DESCRIBE") {
+                    Ok(d) => d,
+                    Err(e) => {
+                        fail(stream, out, s, &e, &mut skip_until_sync)?;
+                        continue;
+                    }
+                };
                 if what == b'S' {
                     let Some(p) = prepared.get_mut(&name) else {
                         let e = SqlError::new(
@@ -472,14 +513,22 @@ fn run(
                 }
             }
             b'E' => {
-                let mut r = Reader::new(&msg.body);
-                let name = r.cstr()?;
+                let decoded = (|| {
+                    let mut r = Reader::new(&msg.body);
+                    let name = r.cstr()?;
+                    let max_rows = r.i32()?;
+                    r.end()?;
+                    Ok((name, max_rows))
+                })();
+                let (name, max_rows) = match decoded {
+                    Ok(d) => d,
+                    Err(e) => {
+                        fail(stream, out, s, &message_error(e), &mut skip_until_sync)?;
+                        continue;
+                    }
+                };
                 // The row limit: 0 (or less) for all rows.
-                let max_rows = r
-                    .i32()
-                    .ok()
-                    .and_then(|n| usize::try_from(n).ok())
-                    .unwrap_or(0);
+                let max_rows = usize::try_from(max_rows).unwrap_or(0);
                 let Some(p) = portals.get_mut(&name) else {
                     let e = SqlError::new("34000", format!("portal \"{name}\" does not exist"));
                     fail(stream, out, s, &e, &mut skip_until_sync)?;
@@ -529,9 +578,13 @@ fn run(
                 out.buf.clear();
             }
             b'C' => {
-                let mut r = Reader::new(&msg.body);
-                let what = r.u8()?;
-                let name = r.cstr()?;
+                let (what, name) = match kind_and_name(&msg, "CLOSE") {
+                    Ok(d) => d,
+                    Err(e) => {
+                        fail(stream, out, s, &e, &mut skip_until_sync)?;
+                        continue;
+                    }
+                };
                 if what == b'S' {
                     prepared.remove(&name);
                     s.forget_protocol_statement(&name);
@@ -554,57 +607,120 @@ fn run(
     }
 }
 
+/// Describe's and Close's body: `S` (statement) or `P` (portal) and a name; any other
+/// kind is PostgreSQL's 08P01 naming the message.
+fn kind_and_name(msg: &Message, message: &str) -> Result<(u8, String), SqlError> {
+    let mut r = Reader::new(&msg.body);
+    let what = r.u8().map_err(message_error)?;
+    let name = r.cstr().map_err(message_error)?;
+    r.end().map_err(message_error)?;
+    if !matches!(what, b'S' | b'P') {
+        return Err(SqlError::new(
+            "08P01",
+            format!("invalid {message} message subtype {what}"),
+        ));
+    }
+    Ok((what, name))
+}
+
+/// Bind, checked in the order PostgreSQL 15's `exec_bind_message` checks it: the
+/// statement exists, the parameter-format count is 0, 1 or the parameter count, the
+/// parameter count is the statement's, the block is not aborted, a named portal is new,
+/// each value's format code is 0 or 1 and its length fits the message, nothing trails,
+/// and several result formats match the result's columns. Every failure is an ERROR
+/// (the connection stays); the caller skips to Sync.
 fn bind(
     msg: &Message,
     prepared: &HashMap<String, Prepared>,
+    portals: &HashMap<String, Portal>,
     s: &mut Session,
 ) -> Result<(String, Portal), SqlError> {
-    let proto = |e: io::Error| SqlError::new("08P01", e.to_string());
     let mut r = Reader::new(&msg.body);
-    let portal = r.cstr().map_err(proto)?;
-    let stmt = r.cstr().map_err(proto)?;
+    let portal = r.cstr().map_err(message_error)?;
+    let stmt = r.cstr().map_err(message_error)?;
     let p = prepared.get(&stmt).ok_or_else(|| {
         SqlError::new(
             "26000",
             format!("prepared statement \"{stmt}\" does not exist"),
         )
     })?;
-    s.check_bind(&p.sql)?;
-    let nf = r.i16().map_err(proto)?.max(0) as usize;
+    let nf = r.i16().map_err(message_error)?.max(0) as usize;
     let mut fmts = Vec::with_capacity(nf);
     for _ in 0..nf {
-        fmts.push(r.i16().map_err(proto)?);
+        fmts.push(r.i16().map_err(message_error)?);
     }
-    let binary = |i: usize| match fmts.as_slice() {
-        [] => false,
-        [one] => *one == 1,
-        many => many.get(i).copied().unwrap_or(0) == 1,
+    let np = r.i16().map_err(message_error)?.max(0) as usize;
+    if nf > 1 && nf != np {
+        return Err(SqlError::new(
+            "08P01",
+            format!("bind message has {nf} parameter formats but {np} parameters"),
+        ));
+    }
+    if np != p.nparams {
+        return Err(SqlError::new(
+            "08P01",
+            format!(
+                "bind message supplies {np} parameters, but prepared statement \"{stmt}\" requires {}",
+                p.nparams
+            ),
+        ));
+    }
+    s.check_bind(&p.sql)?;
+    if !portal.is_empty() && portals.contains_key(&portal) {
+        return Err(SqlError::new(
+            "42P03",
+            format!("cursor \"{portal}\" already exists"),
+        ));
+    }
+    let format = |i: usize| match fmts.as_slice() {
+        [] => 0,
+        [one] => *one,
+        many => many.get(i).copied().unwrap_or(0),
     };
-    let np = r.i16().map_err(proto)?.max(0) as usize;
     let mut oids = p.oids.clone();
     // A binary value needs its type: infer the ones the client left to the server and
     // did not ask for with Describe.
-    if (0..np).any(|i| binary(i) && oids.get(i).copied().unwrap_or(0) == 0) {
+    if (0..np).any(|i| format(i) == 1 && oids.get(i).copied().unwrap_or(0) == 0) {
         oids = s.param_types(&p.sql, &oids)?;
     }
     let mut params = Vec::with_capacity(np);
     for i in 0..np {
-        let len = r.i32().map_err(proto)?;
-        if len < 0 {
-            params.push(Datum::Null);
-            continue;
-        }
-        let bytes = r.bytes(len as usize).map_err(proto)?;
-        params.push(decode_param(
-            bytes,
-            binary(i),
-            oids.get(i).copied().unwrap_or(0),
-        )?);
+        // -1 is NULL; any other negative length runs past the message (08P01).
+        let len = r.i32().map_err(message_error)?;
+        let bytes = match len {
+            -1 => None,
+            n => Some(r.bytes(n as u32 as usize).map_err(message_error)?),
+        };
+        let binary = match format(i) {
+            0 => false,
+            1 => true,
+            other => return Err(unsupported_format(other)),
+        };
+        params.push(match bytes {
+            None => Datum::Null,
+            Some(b) => decode_param(b, binary, oids.get(i).copied().unwrap_or(0))?,
+        });
     }
-    let nr = r.i16().map_err(proto)?.max(0) as usize;
+    let nr = r.i16().map_err(message_error)?.max(0) as usize;
     let mut result_formats = Vec::with_capacity(nr);
     for _ in 0..nr {
-        result_formats.push(r.i16().map_err(proto)?);
+        result_formats.push(r.i16().map_err(message_error)?);
+    }
+    r.end().map_err(message_error)?;
+    // Several result formats must be one per column; only then is the result's shape
+    // needed (a statement whose columns cannot be told beforehand is not checked).
+    if nr > 1 {
+        if let Ok((_, Some(cols))) = s.describe_static(&p.sql, &oids) {
+            if cols.len() != nr {
+                return Err(SqlError::new(
+                    "08P01",
+                    format!(
+                        "bind message has {nr} result formats but query has {} columns",
+                        cols.len()
+                    ),
+                ));
+            }
+        }
     }
     Ok((
         portal,
@@ -814,8 +930,10 @@ fn copy_in(
             b'd' => s.copy_data(&mut copy, &m.body),
             b'c' => return Ok(s.copy_done(copy)),
             b'f' => {
-                let why = Reader::new(&m.body).cstr().unwrap_or_default();
-                return Ok(s.copy_fail(copy, &why));
+                return Ok(match Reader::new(&m.body).cstr() {
+                    Ok(why) => s.copy_fail(copy, &why),
+                    Err(e) => s.copy_abort(copy, message_error(e)),
+                });
             }
             b'H' | b'S' => {}
             other => {

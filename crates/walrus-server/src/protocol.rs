@@ -4,7 +4,8 @@
 //! round trip (measured: pgwire needed four).
 //!
 //! Every length read from the network is checked against `MESSAGE_BYTES_MAX` before
-//! any allocation; a malformed message closes only its own connection.
+//! any allocation; a bad frame closes only its own connection, a bad field inside a
+//! frame is a [`MessageError`], answered with an ERROR as PostgreSQL does.
 
 use std::io::{self, Read};
 
@@ -98,6 +99,41 @@ pub fn read_message_upto(r: &mut impl Read, max: usize) -> io::Result<Message> {
     Ok(Message { kind: hdr[0], body })
 }
 
+/// What is wrong inside a well-framed message. PostgreSQL answers these with an ERROR,
+/// not FATAL: the message is dropped (in the extended protocol, with everything up to
+/// Sync) and the session goes on. Only a bad frame (length word) ends the connection.
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    /// A field runs past the message's end (`pq_getmsgbytes`), a negative length included.
+    #[error("insufficient data left in message")]
+    Short,
+    /// A string without its terminating zero byte (`pq_getmsgstring`).
+    #[error("invalid string in message")]
+    Unterminated,
+    /// Bytes left over after the last field (`pq_getmsgend`).
+    #[error("invalid message format")]
+    Trailing,
+    /// Text that is not valid UTF-8 (22021, PostgreSQL's message with the bytes).
+    #[error("{0}")]
+    Encoding(String),
+}
+
+impl MessageError {
+    /// PostgreSQL's SQLSTATE: 22021 for the encoding, 08P01 (protocol violation) else.
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            MessageError::Encoding(_) => "22021",
+            _ => "08P01",
+        }
+    }
+}
+
+impl From<MessageError> for io::Error {
+    fn from(e: MessageError) -> io::Error {
+        bad(e.to_string())
+    }
+}
+
 /// A cursor over a message body; every read is bounds-checked.
 pub struct Reader<'a> {
     b: &'a [u8],
@@ -108,38 +144,47 @@ impl<'a> Reader<'a> {
     pub fn new(b: &'a [u8]) -> Reader<'a> {
         Reader { b, at: 0 }
     }
-    pub fn cstr(&mut self) -> io::Result<String> {
+    /// A zero-terminated string, checked as UTF-8 (query text and object names).
+    pub fn cstr(&mut self) -> Result<String, MessageError> {
         let rest = &self.b[self.at..];
         let end = rest
             .iter()
             .position(|&c| c == 0)
-            .ok_or_else(|| bad("unterminated string"))?;
-        let s = std::str::from_utf8(&rest[..end])
-            .map_err(|_| bad("invalid UTF-8 in string"))?
+            .ok_or(MessageError::Unterminated)?;
+        let s = walrus_sql::value::check_utf8(&rest[..end])
+            .map_err(|e| MessageError::Encoding(e.message))?
             .to_string();
         self.at += end + 1;
         Ok(s)
     }
-    pub fn i16(&mut self) -> io::Result<i16> {
+    pub fn i16(&mut self) -> Result<i16, MessageError> {
         let s = self.bytes(2)?;
         Ok(i16::from_be_bytes([s[0], s[1]]))
     }
-    pub fn i32(&mut self) -> io::Result<i32> {
+    pub fn i32(&mut self) -> Result<i32, MessageError> {
         let s = self.bytes(4)?;
         Ok(i32::from_be_bytes([s[0], s[1], s[2], s[3]]))
     }
-    pub fn u8(&mut self) -> io::Result<u8> {
+    pub fn u8(&mut self) -> Result<u8, MessageError> {
         Ok(self.bytes(1)?[0])
     }
-    pub fn bytes(&mut self, n: usize) -> io::Result<&'a [u8]> {
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], MessageError> {
         let end = self
             .at
             .checked_add(n)
             .filter(|&e| e <= self.b.len())
-            .ok_or_else(|| bad("message too short"))?;
+            .ok_or(MessageError::Short)?;
         let s = &self.b[self.at..end];
         self.at = end;
         Ok(s)
+    }
+    /// The message must end here (`pq_getmsgend`).
+    pub fn end(&self) -> Result<(), MessageError> {
+        if self.at == self.b.len() {
+            Ok(())
+        } else {
+            Err(MessageError::Trailing)
+        }
     }
 }
 

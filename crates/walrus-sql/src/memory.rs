@@ -52,6 +52,91 @@ fn parse_limit(value: &str) -> SqlResult<u64> {
         })
 }
 
+/// PostgreSQL's `MaxAllocSize` (1 GB − 1): no single value, array or string buffer may
+/// be larger, its 4-byte varlena header included. Every function that can make a value
+/// of a caller-chosen size (`repeat`, `lpad`, `rpad`, `||`, `string_agg`, `array_agg`)
+/// computes the result's length first and refuses with PostgreSQL's error before
+/// allocating, so one statement cannot drive the server out of memory or hand a client a
+/// value PostgreSQL would never produce (the statement budget above counts rows, not one
+/// value's construction).
+pub(crate) const MAX_ALLOC_SIZE: usize = (1 << 30) - 1;
+
+/// PostgreSQL's `VARHDRSZ`: the length word every text, bytea and array value carries.
+const VARHDRSZ: usize = 4;
+
+/// Whether a text or bytea value of `data` bytes may exist (PostgreSQL's
+/// `AllocSizeIsValid(data + VARHDRSZ)`).
+pub(crate) fn value_size_ok(data: usize) -> bool {
+    data.checked_add(VARHDRSZ)
+        .is_some_and(|n| n <= MAX_ALLOC_SIZE)
+}
+
+/// `repeat`, `lpad` and `rpad` past the limit: PostgreSQL's 54000, raised from the
+/// requested length before anything is built.
+pub(crate) fn requested_length_too_large() -> SqlError {
+    SqlError::new("54000", "requested length too large")
+}
+
+/// `repeat(s, count)` of a `len`-byte `s`: checks the result's size (count ≤ 0 is '').
+pub(crate) fn check_repeat(len: usize, count: i64) -> SqlResult<()> {
+    let count = usize::try_from(count.max(0)).unwrap_or(usize::MAX);
+    match len.checked_mul(count) {
+        Some(n) if value_size_ok(n) => Ok(()),
+        _ => Err(requested_length_too_large()),
+    }
+}
+
+/// `lpad`/`rpad` to `chars` characters: PostgreSQL sizes the result for the encoding's
+/// longest character (4 bytes in UTF-8) whatever the fill, so the limit is on the
+/// requested length, not the bytes it would take (`chars` is already capped at the
+/// string's own length when there is nothing to pad with).
+pub(crate) fn check_pad(chars: usize) -> SqlResult<()> {
+    match chars.checked_mul(4) {
+        Some(n) if value_size_ok(n) => Ok(()),
+        _ => Err(requested_length_too_large()),
+    }
+}
+
+/// `a || b` (text or bytea) of `a` and `b` bytes: PostgreSQL's `textcat`/`byteacat`
+/// ask palloc for the sum and its header, which refuses with XX000 naming that size.
+pub(crate) fn check_concat(a: usize, b: usize) -> SqlResult<()> {
+    let total = a.saturating_add(b);
+    if value_size_ok(total) {
+        return Ok(());
+    }
+    Err(SqlError::new(
+        "XX000",
+        format!(
+            "invalid memory alloc request size {}",
+            total.saturating_add(VARHDRSZ)
+        ),
+    ))
+}
+
+/// Appending `more` bytes to a string buffer holding `len` (string_agg's state):
+/// PostgreSQL's `enlargeStringInfo` keeps room for a terminating zero byte and fails
+/// with 54000 and this detail.
+pub(crate) fn check_string_buffer(len: usize, more: usize) -> SqlResult<()> {
+    if more < MAX_ALLOC_SIZE.saturating_sub(len) {
+        return Ok(());
+    }
+    Err(SqlError::new("54000", "out of memory").with_detail(format!(
+        "Cannot enlarge string buffer containing {len} bytes by {more} more bytes."
+    )))
+}
+
+/// An array of `bytes` (PostgreSQL's `construct_md_array` total: header, null bitmap
+/// and elements): 54000 past the limit.
+pub(crate) fn check_array_size(bytes: usize) -> SqlResult<()> {
+    if bytes <= MAX_ALLOC_SIZE {
+        return Ok(());
+    }
+    Err(SqlError::new(
+        "54000",
+        format!("array size exceeds the maximum allowed ({MAX_ALLOC_SIZE})"),
+    ))
+}
+
 /// The estimated size of one materialised row: its vector's header, each datum's
 /// slot, and the heap bytes of text and numeric values. O(1) per datum, no allocation.
 #[inline]
@@ -239,6 +324,52 @@ pub(crate) fn work_mem_bytes(value: Option<&str>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The boundaries PostgreSQL 15 draws (checked on a 15.18 server): repeat up to
+    /// 1 GB − 5 bytes, lpad/rpad up to (1 GB − 5) / 4 characters, `||` XX000 with the
+    /// palloc size, string_agg 54000 with enlargeStringInfo's detail, arrays 54000.
+    #[test]
+    fn single_values_stop_at_max_alloc_size_with_postgres_errors() {
+        let state = |r: SqlResult<()>| r.err().map(|e| (e.sqlstate, e.message, e.detail));
+        assert!(check_repeat(1, (MAX_ALLOC_SIZE - 4) as i64).is_ok());
+        assert_eq!(
+            state(check_repeat(1, (MAX_ALLOC_SIZE - 3) as i64)),
+            Some(("54000", "requested length too large".into(), None))
+        );
+        assert!(check_repeat(2, i64::MAX).is_err());
+        assert!(check_repeat(0, i64::MAX).is_ok());
+        assert!(check_repeat(5, -3).is_ok());
+        assert!(check_pad(268_435_454).is_ok());
+        assert_eq!(state(check_pad(268_435_455)).unwrap().0, "54000");
+        assert_eq!(state(check_pad(usize::MAX)).unwrap().0, "54000");
+        assert!(check_concat(600_000_000, 473_741_819).is_ok());
+        assert_eq!(
+            state(check_concat(600_000_000, 600_000_000)),
+            Some((
+                "XX000",
+                "invalid memory alloc request size 1200000004".into(),
+                None
+            ))
+        );
+        assert_eq!(
+            state(check_string_buffer(900_000_000, 300_000_000)),
+            Some((
+                "54000",
+                "out of memory".into(),
+                Some(
+                    "Cannot enlarge string buffer containing 900000000 bytes by 300000000 more bytes."
+                        .into()
+                )
+            ))
+        );
+        assert!(check_string_buffer(900_000_000, 173_741_822).is_ok());
+        assert!(check_string_buffer(900_000_000, 173_741_823).is_err());
+        assert!(check_array_size(MAX_ALLOC_SIZE).is_ok());
+        assert_eq!(
+            state(check_array_size(1_200_000_024)).unwrap().1,
+            "array size exceeds the maximum allowed (1073741823)"
+        );
+    }
 
     #[test]
     fn limits_parse_with_postgres_size_units_and_a_range() {

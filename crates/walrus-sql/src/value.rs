@@ -266,6 +266,45 @@ fn format_timestamp(us: i64) -> String {
     }
 }
 
+/// PostgreSQL's check of client text in the database encoding (UTF8): valid UTF-8
+/// without NUL bytes, else 22021 `invalid byte sequence for encoding "UTF8": 0xff`
+/// showing the offending character's bytes (`0xe2 0x82`), as `pg_verify_mbstr`
+/// reports it. Query text, statement and portal names, text parameters and COPY data
+/// all go through it, so a client's bad byte is an error and never a closed connection.
+pub fn check_utf8(bytes: &[u8]) -> Result<&str, SqlError> {
+    check_utf8_within(bytes, bytes)
+}
+
+/// [`check_utf8`] of `bytes`, a prefix of `data`: a broken character at its end is
+/// shown with the bytes of `data` that follow, as PostgreSQL (which checks COPY data
+/// with its line ends) shows it.
+pub fn check_utf8_within<'a>(bytes: &'a [u8], data: &[u8]) -> Result<&'a str, SqlError> {
+    let at = match std::str::from_utf8(bytes) {
+        Ok(t) => match t.find('\0') {
+            None => return Ok(t),
+            Some(at) => at,
+        },
+        Err(e) => e.valid_up_to(),
+    };
+    let len = match bytes[at] {
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        0xf0..=0xf7 => 4,
+        _ => 1,
+    };
+    let shown: Vec<String> = data[at..(at + len).min(data.len())]
+        .iter()
+        .map(|b| format!("0x{b:02x}"))
+        .collect();
+    Err(SqlError::new(
+        "22021",
+        format!(
+            "invalid byte sequence for encoding \"UTF8\": {}",
+            shown.join(" ")
+        ),
+    ))
+}
+
 /// The engine type that holds values of the PostgreSQL type `oid` (`varchar`, `bpchar`
 /// and `text` are all text; `float4` values are kept as float8); `None` for a type
 /// walrus does not have.

@@ -480,6 +480,19 @@ impl Transaction {
         wanted: &[bool],
         f: &mut dyn FnMut(Tid, &[Datum]) -> Result<bool>,
     ) -> Result<()> {
+        self.index_scan_lending(def, index, lo, hi, wanted, f)
+            .map_err(|e| super::scan::file_gone_as_rewritten(e, def))
+    }
+
+    fn index_scan_lending(
+        &mut self,
+        def: &TableDef,
+        index: &IndexDef,
+        lo: Bound<&[Datum]>,
+        hi: Bound<&[Datum]>,
+        wanted: &[bool],
+        f: &mut dyn FnMut(Tid, &[Datum]) -> Result<bool>,
+    ) -> Result<()> {
         self.check_interrupt()?;
         let enc = |b: Bound<&[Datum]>| -> Bound<Vec<u8>> {
             let key = |v: &[Datum]| {

@@ -66,7 +66,28 @@ impl Transaction {
         };
         let rel = self.inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&self.inner.pool, &self.inner.txn, &rel);
-        f(self, &heap, &viewer)
+        f(self, &heap, &viewer).map_err(|e| file_gone_as_rewritten(e, def))
+    }
+}
+
+/// A read of `def` that found one of its files (heap or index) gone: a TRUNCATE or DROP
+/// TABLE committed since the statement read the table's definition (reads take no table
+/// lock yet, see `table_locks.rs`), and the file left with it. The error names the
+/// table and asks for a retry (40001, [`Error::TableRewritten`]) instead of reporting
+/// the missing file (58P01), which told the client nothing about its statement.
+pub(super) fn file_gone_as_rewritten(e: Error, def: &TableDef) -> Error {
+    let gone = |path: &str| {
+        std::iter::once(def.relfile)
+            .chain(def.indexes.iter().map(|i| i.relfile))
+            .any(|r| path == crate::storage::relfile::shown(r))
+    };
+    match &e {
+        Error::Io { cause, path, .. }
+            if cause.kind() == std::io::ErrorKind::NotFound && gone(path) =>
+        {
+            Error::TableRewritten(def.name.clone())
+        }
+        _ => e,
     }
 }
 

@@ -79,8 +79,7 @@ pub struct RelFiles {
 impl RelFiles {
     pub fn open(data_dir: &Path) -> Result<RelFiles> {
         let dir = data_dir.join("base");
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| Error::io("create directory", dir.display(), e))?;
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", "base", e))?;
         Ok(RelFiles {
             dir,
             create_missing: std::sync::atomic::AtomicBool::new(true),
@@ -92,7 +91,16 @@ impl RelFiles {
             unlinking: Mutex::new(()),
         })
     }
+}
 
+/// How errors name a relation's file: relative to the data directory (`base/16385`), as
+/// PostgreSQL names `base/16384/16385`. An error goes to the client, which must not
+/// learn where the server keeps its data.
+pub fn shown(relfile: RelFileId) -> String {
+    format!("base/{}", relfile.0)
+}
+
+impl RelFiles {
     pub fn path(&self, relfile: RelFileId) -> PathBuf {
         self.dir.join(relfile.0.to_string())
     }
@@ -123,13 +131,13 @@ impl RelFiles {
         if self.unlink_queue.lock().contains(&relfile) {
             // Dropped: a reader with a stale definition must not see the file again.
             let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
-            return Err(Error::io("open file", path.display(), gone));
+            return Err(Error::io("open file", shown(relfile), gone));
         }
         let file = io::open_rw(FileKind::Data, &path, create, false)
-            .map_err(|e| Error::io("open file", path.display(), e))?;
+            .map_err(|e| Error::io("open file", shown(relfile), e))?;
         let len = file
             .metadata()
-            .map_err(|e| Error::io("stat file", path.display(), e))?
+            .map_err(|e| Error::io("stat file", shown(relfile), e))?
             .len();
         let blocks = (len / PAGE_SIZE as u64) as u32;
         let rf = Arc::new(RelFile {
@@ -161,7 +169,7 @@ impl RelFiles {
         match io::remove_file(FileKind::Data, &path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io("remove file", path.display(), e)),
+            Err(e) => Err(Error::io("remove file", shown(relfile), e)),
         }
     }
 
@@ -192,7 +200,7 @@ impl RelFiles {
             let path = self.path(relfile);
             let removed = match io::remove_file(FileKind::Data, &path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    Err(Error::io("remove file", path.display(), e))
+                    Err(Error::io("remove file", shown(relfile), e))
                 }
                 _ => Ok(()),
             };
@@ -231,7 +239,7 @@ impl RelFiles {
             let len = (block as u64 + 1) * PAGE_SIZE as u64;
             if rf.file.metadata().map(|m| m.len()).unwrap_or(0) < len {
                 io::set_len(FileKind::Data, &rf.file, len)
-                    .map_err(|e| Error::io("extend file", self.path(relfile).display(), e))?;
+                    .map_err(|e| Error::io("extend file", shown(relfile), e))?;
             }
             rf.physical_blocks.fetch_max(block + 1, Ordering::AcqRel);
         }
@@ -269,7 +277,7 @@ impl RelFiles {
                 Ok(()) => break,
                 Err(e) if io::is_out_of_space(&e) && target > blocks => target = blocks,
                 Err(e) => {
-                    return Err(Error::io("extend file", self.path(relfile).display(), e));
+                    return Err(Error::io("extend file", shown(relfile), e));
                 }
             }
         }
@@ -288,7 +296,7 @@ impl RelFiles {
     pub fn read_page(&self, id: PageId, buf: &mut [u8]) -> Result<()> {
         let rf = self.get(id.relfile)?;
         io::read_page_at(&rf.file, buf, id.block.0 as u64 * PAGE_SIZE as u64)
-            .map_err(|e| Error::io("read block of", self.path(id.relfile).display(), e))
+            .map_err(|e| Error::io("read block of", shown(id.relfile), e))
     }
 
     /// Writes a sealed page home. Only `buffer::write_path` calls this.
@@ -301,7 +309,7 @@ impl RelFiles {
                 None => {
                     let path = self.path(id.relfile);
                     let d = io::open_direct(&path)
-                        .map_err(|e| Error::io("open (O_DIRECT) file", path.display(), e))?;
+                        .map_err(|e| Error::io("open (O_DIRECT) file", shown(id.relfile), e))?;
                     // A racing writer may have set it first: either descriptor works.
                     let _ = rf.direct.set(d);
                     rf.direct
@@ -309,17 +317,12 @@ impl RelFiles {
                         .ok_or_else(|| Error::Internal("O_DIRECT descriptor vanished".into()))?
                 }
             };
-            io::write_page_atomic(&rf.file, direct, buf, offset).map_err(|e| {
-                Error::io(
-                    "write block (RWF_ATOMIC) of",
-                    self.path(id.relfile).display(),
-                    e,
-                )
-            })?;
+            io::write_page_atomic(&rf.file, direct, buf, offset)
+                .map_err(|e| Error::io("write block (RWF_ATOMIC) of", shown(id.relfile), e))?;
             self.atomic_page_writes.fetch_add(1, Ordering::Relaxed);
         } else {
             io::write_page_at(&rf.file, buf, offset)
-                .map_err(|e| Error::io("write block of", self.path(id.relfile).display(), e))?;
+                .map_err(|e| Error::io("write block of", shown(id.relfile), e))?;
         }
         self.sync_pending.lock().insert(id.relfile);
         Ok(())
@@ -364,8 +367,8 @@ impl RelFiles {
     /// All relation files present on disk (for offline verification tools).
     pub fn list(&self) -> Result<Vec<RelFileId>> {
         let mut out = Vec::new();
-        let rd = std::fs::read_dir(&self.dir)
-            .map_err(|e| Error::io("read directory", self.dir.display(), e))?;
+        let rd =
+            std::fs::read_dir(&self.dir).map_err(|e| Error::io("read directory", "base", e))?;
         for ent in rd.flatten() {
             if let Some(id) = ent.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
                 out.push(RelFileId(id));

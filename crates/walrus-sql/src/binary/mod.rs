@@ -132,8 +132,7 @@ pub fn decode(bytes: &[u8], oid: u32) -> SqlResult<Datum> {
 }
 
 fn utf8(b: &[u8]) -> SqlResult<&str> {
-    std::str::from_utf8(b)
-        .map_err(|_| SqlError::new("22021", "invalid byte sequence for encoding \"UTF8\""))
+    crate::value::check_utf8(b)
 }
 
 /// PostgreSQL's array_recv for a one-dimensional array (lower bound 1) or an empty one;
@@ -226,11 +225,7 @@ pub fn decode_type(bytes: &[u8], ty: TypeId) -> SqlResult<Datum> {
         TypeId::Int4 => Datum::Int4(i32::from_be_bytes(array::<4>(fixed(4)?)?)),
         TypeId::Int8 => Datum::Int8(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
         TypeId::Float8 => Datum::Float8(f64::from_be_bytes(array::<8>(fixed(8)?)?)),
-        TypeId::Text => {
-            Datum::Text(String::from_utf8(bytes.to_vec()).map_err(|_| {
-                SqlError::new("22021", "invalid byte sequence for encoding \"UTF8\"")
-            })?)
-        }
+        TypeId::Text => Datum::Text(crate::value::check_utf8(bytes)?.to_string()),
         TypeId::Timestamp => Datum::Timestamp(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
         TypeId::TimestampTz => Datum::TimestampTz(i64::from_be_bytes(array::<8>(fixed(8)?)?)),
         TypeId::Date => Datum::Date(i32::from_be_bytes(array::<4>(fixed(4)?)?)),

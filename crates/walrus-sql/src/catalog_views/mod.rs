@@ -210,6 +210,21 @@ pub(crate) fn is_catalog_function(name: &str) -> bool {
     )
 }
 
+/// The argument counts PostgreSQL 15 has a catalog function (or reg* cast) for. Checked
+/// once before [`Snapshot::function`] looks at any argument, so a call with too few
+/// arguments is PostgreSQL's 42883 ("function ... does not exist") and never an index
+/// out of bounds; every name [`is_catalog_function`] accepts must be listed here.
+fn catalog_function_arity(name: &str) -> &'static [usize] {
+    match name {
+        "format_type" => &[2],
+        "pg_get_indexdef" => &[1, 3],
+        "pg_get_constraintdef" => &[1, 2],
+        "pg_relation_size" => &[1, 2],
+        // pg_get_userbyid, the reg* casts, to_regtype, to_regclass, and the other sizes.
+        _ => &[1],
+    }
+}
+
 /// PostgreSQL's type OIDs and `format_type` names for the ones walrus shows:
 /// (oid, typname, display name, typlen, array type OID, I/O function stem). The I/O
 /// function names are PostgreSQL's (`int4in`/`int4recv`, `date_in`/`date_recv`).
@@ -642,6 +657,19 @@ impl Snapshot {
         };
         if !is_catalog_function(name) {
             return None;
+        }
+        if !catalog_function_arity(name).contains(&args.len()) {
+            let types: Vec<&str> = args
+                .iter()
+                .map(|a| a.type_id().map_or("unknown", |t| t.name()))
+                .collect();
+            return Some(Err(SqlError::new(
+                "42883",
+                format!("function {name}({}) does not exist", types.join(", ")),
+            )
+            .with_hint(
+                "No function matches the given name and argument types. You might need to add explicit type casts.",
+            )));
         }
         if args.first().is_some_and(|a| a.is_null()) && name != "format_type" {
             return Some(Ok(Datum::Null)); // strict functions, as in PostgreSQL

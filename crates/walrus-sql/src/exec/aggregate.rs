@@ -150,6 +150,29 @@ fn no_bool_minmax(name: &str) -> SqlError {
 }
 
 /// Finishes an aggregate from the non-NULL argument values of its group.
+/// The size PostgreSQL's `construct_md_array` gives a one-dimensional array of `vals`:
+/// a 24-byte header (plus a null bitmap when a value is NULL, rounded to 8), each
+/// variable-length value with its 4-byte header rounded up to 4, and 8 bytes for any
+/// fixed-size one (the widest: an upper bound). Exact for the arrays of long text or
+/// bytea values that can reach the limit.
+fn array_bytes(vals: &[Datum]) -> usize {
+    let nulls = vals.iter().any(Datum::is_null);
+    let header = if nulls {
+        (24 + vals.len().div_ceil(8)).next_multiple_of(8)
+    } else {
+        24
+    };
+    vals.iter().fold(header, |n, v| {
+        let elem = match v {
+            Datum::Null => 0,
+            Datum::Text(s) | Datum::Numeric(s) => (s.len() + 4).next_multiple_of(4),
+            Datum::Bytea(b) => (b.len() + 4).next_multiple_of(4),
+            _ => 8,
+        };
+        n.saturating_add(elem)
+    })
+}
+
 fn aggregate_result(
     name: &str,
     star: bool,
@@ -208,12 +231,33 @@ fn aggregate_result(
             if vals.is_empty() {
                 return Ok(Datum::Null);
             }
-            let mut out = String::new();
-            for (i, v) in vals.iter().enumerate() {
+            let texts: Vec<(String, String)> = vals
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    (
+                        seps.get(i).and_then(format_text).unwrap_or_default(),
+                        format_text(v).unwrap_or_default(),
+                    )
+                })
+                .collect();
+            // PostgreSQL's state is one string buffer that also holds the first
+            // delimiter (skipped at the end): the same sizes fail here, before the
+            // result is built.
+            let mut len = 0usize;
+            for (sep, v) in &texts {
+                crate::memory::check_string_buffer(len, sep.len())?;
+                len += sep.len();
+                crate::memory::check_string_buffer(len, v.len())?;
+                len += v.len();
+            }
+            crate::memory::check_concat(len - texts[0].0.len(), 0)?;
+            let mut out = String::with_capacity(len - texts[0].0.len());
+            for (i, (sep, v)) in texts.iter().enumerate() {
                 if i > 0 {
-                    out.push_str(&seps.get(i).and_then(format_text).unwrap_or_default());
+                    out.push_str(sep);
                 }
-                out.push_str(&format_text(v).unwrap_or_default());
+                out.push_str(v);
             }
             Datum::Text(out)
         }
@@ -221,6 +265,7 @@ fn aggregate_result(
             if vals.is_empty() {
                 return Ok(Datum::Null);
             }
+            crate::memory::check_array_size(array_bytes(&vals))?;
             crate::expr::make_array(vals)?
         }
         "sum" | "avg" => {

@@ -237,9 +237,7 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             let (Some(t), Some(n)) = (format_text(&arg(0)), as_i64(&arg(1))) else {
                 return Ok(Datum::Null);
             };
-            if n > 100_000_000 / (t.len() as i64).max(1) {
-                return Err(SqlError::new("54000", "requested length too large"));
-            }
+            crate::memory::check_repeat(t.len(), n)?;
             Datum::Text(t.repeat(n.max(0) as usize))
         }
         "abs" => match arg(0) {
@@ -772,6 +770,12 @@ fn string_function(name: &str, args: &[Datum]) -> SqlResult<Datum> {
         "lpad" | "rpad" => {
             let len = int(1)?.max(0) as usize;
             let fill = if args.len() == 3 { text(2)? } else { vec![' '] };
+            // Refused from the requested length, before any padding is built.
+            crate::memory::check_pad(if fill.is_empty() {
+                s.len().min(len)
+            } else {
+                len
+            })?;
             if s.len() >= len || fill.is_empty() {
                 s.iter().take(len).collect()
             } else {

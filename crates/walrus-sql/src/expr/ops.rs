@@ -163,7 +163,8 @@ pub fn binary(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
             // literal typing rules, which walrus does not have: refused.
             match (l, r) {
                 (Datum::Bytea(a), Datum::Bytea(b)) => {
-                    return Ok(Datum::Bytea([a.as_slice(), b.as_slice()].concat()))
+                    crate::memory::check_concat(a.len(), b.len())?;
+                    return Ok(Datum::Bytea([a.as_slice(), b.as_slice()].concat()));
                 }
                 (Datum::Bytea(_), _) | (_, Datum::Bytea(_)) => {
                     return Err(SqlError::unsupported(
@@ -172,11 +173,12 @@ pub fn binary(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
                 }
                 _ => {}
             }
-            Ok(Datum::Text(format!(
-                "{}{}",
+            let (a, b) = (
                 format_text(l).unwrap_or_default(),
-                format_text(r).unwrap_or_default()
-            )))
+                format_text(r).unwrap_or_default(),
+            );
+            crate::memory::check_concat(a.len(), b.len())?;
+            Ok(Datum::Text(a + &b))
         }
         B::Plus | B::Minus | B::Multiply | B::Divide | B::Modulo => arith(l, r, op),
         B::BitwiseAnd => super::subscript::bitwise_and(l, r),

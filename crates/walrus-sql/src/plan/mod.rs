@@ -27,5 +27,5 @@ pub(crate) use bind::{
     aggregate_calls, bind, check_grouped, contains_aggregate, contains_subquery,
 };
 pub(crate) use columns::{output_name, qualified, rename, resolve_group_expr, table_cols};
-pub(crate) use params::infer_params;
+pub(crate) use params::{highest_param, infer_params};
 pub(crate) use types::{cast_origin, static_columns, static_type, typed_columns};

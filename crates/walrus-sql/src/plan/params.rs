@@ -25,6 +25,19 @@ fn placeholder(e: &Expr) -> Option<usize> {
     }
 }
 
+/// The highest `$n` a statement names (0: none): with the declared types, how many
+/// parameters its Bind must supply.
+pub(crate) fn highest_param(st: &Statement) -> usize {
+    let mut highest = 0;
+    let _ = ast::visit_expressions(st, |e| {
+        if let Some(n) = placeholder(e) {
+            highest = highest.max(n);
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+    highest
+}
+
 /// The type a `column <op> $n` comparison gives `$n`: text for `varchar` (PostgreSQL
 /// compares it with text's operators), `bpchar` for `char`.
 fn compared_oid(c: &ColumnDef) -> u32 {

@@ -499,6 +499,18 @@ impl Session {
         self.describe_with(sql, declared, Describe::Static)
     }
 
+    /// How many parameters a Bind of `sql` must supply: the `declared` types' count or
+    /// the highest `$n` the statement names, whichever is larger (PostgreSQL's
+    /// `num_params`), so Bind can refuse a wrong count with 08P01 as PostgreSQL does
+    /// instead of ignoring extra values or failing later on a missing one.
+    pub fn param_count(&mut self, sql: &str, declared: usize) -> SqlResult<usize> {
+        let parsed = self.parsed(sql)?;
+        Ok(match parsed.as_slice() {
+            [Parsed::Sql(st)] => declared.max(plan::highest_param(st)),
+            _ => declared,
+        })
+    }
+
     /// The parameter type OIDs alone ([`Session::describe`]'s first half): for Bind to
     /// read binary parameters the client sent without a type or a Describe.
     pub fn param_types(&mut self, sql: &str, declared: &[u32]) -> SqlResult<Vec<u32>> {

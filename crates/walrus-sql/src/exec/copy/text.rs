@@ -248,34 +248,10 @@ pub(super) fn check_utf8(bytes: &[u8]) -> SqlResult<&str> {
     check_utf8_within(bytes, bytes)
 }
 
-/// [`check_utf8`] of `bytes`, a prefix of `data`: a broken character at its end is
-/// shown with the bytes of `data` that follow, as PostgreSQL (which checks the data
-/// with its line ends) shows it.
+/// [`check_utf8`] of `bytes`, a prefix of `data` ([`crate::value::check_utf8_within`],
+/// shared with the server's protocol decoder).
 pub(super) fn check_utf8_within<'a>(bytes: &'a [u8], data: &[u8]) -> SqlResult<&'a str> {
-    let at = match std::str::from_utf8(bytes) {
-        Ok(t) => match t.find('\0') {
-            None => return Ok(t),
-            Some(at) => at,
-        },
-        Err(e) => e.valid_up_to(),
-    };
-    let len = match bytes[at] {
-        0xc0..=0xdf => 2,
-        0xe0..=0xef => 3,
-        0xf0..=0xf7 => 4,
-        _ => 1,
-    };
-    let shown: Vec<String> = data[at..(at + len).min(data.len())]
-        .iter()
-        .map(|b| format!("0x{b:02x}"))
-        .collect();
-    Err(SqlError::new(
-        "22021",
-        format!(
-            "invalid byte sequence for encoding \"UTF8\": {}",
-            shown.join(" ")
-        ),
-    ))
+    crate::value::check_utf8_within(bytes, data)
 }
 
 /// One record's fields, decoded into one reused buffer: no allocation per field or
