@@ -61,7 +61,8 @@
 //!   `gen::KNOWN_OPEN` (open classes of wrong answers) turned off; any wrong answer
 //!   fails the test. A missing PostgreSQL 15 fails under `CI`, is skipped elsewhere.
 //! - `WALRUS_RANDOM_SQL_QUERIES=n`, `WALRUS_RANDOM_SQL_SEED=s`: a long or other run.
-//! - `WALRUS_RANDOM_SQL_ALL=1`: the known-open constructs too.
+//! - `WALRUS_RANDOM_SQL_ALL=1`: the known-open constructs too;
+//!   `WALRUS_RANDOM_SQL_ENABLE=switch,...`: only the named ones (to count one class).
 //! - `WALRUS_RANDOM_SQL_ONLY=n`: only query number n of the run (to reproduce one).
 //! - `WALRUS_RANDOM_SQL_MINIMIZE=n`: minimize at most n cases (default 12; the rest are
 //!   printed unminimized).
@@ -86,13 +87,13 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use ast::Query;
+use ast::{Query, Ty};
 use common::servers::{postgres_installed, start_postgres, start_walrus, PG_BIN, START_TIMEOUT};
-use gen::{eval_order_sites, Features, Gen, Schema};
+use gen::{eval_order_sites, picks_representatives, Features, Gen, Schema};
 use oracle::{judge, Answer, Lenience, Outcome, Pair, RowOrder, Verdict};
 
 pub const DEFAULT_SEED: u64 = 0x51_5EED;
-pub const DEFAULT_QUERIES: usize = 5000;
+pub const DEFAULT_QUERIES: usize = 10_000;
 /// Queries per generated schema.
 pub const BATCH: usize = 250;
 /// Candidate runs one minimization may spend.
@@ -143,11 +144,22 @@ fn check(pair: &mut Pair, q: &Query, f: &Features) -> (Verdict, [Answer; 2]) {
         }
     }
     let od = eval_order_sites(q).order_dependent();
+    let picks = picks_representatives(q);
     let lenience = Lenience {
         describe_text_fallback: !f.on("describe_text_fallback"),
+        by_value: q
+            .types()
+            .iter()
+            .map(|t| picks && matches!(t, Ty::Numeric | Ty::Float8))
+            .collect(),
+        float_value: q
+            .types()
+            .iter()
+            .map(|t| *t == Ty::Float8 && !f.on("float_text_format"))
+            .collect(),
     };
     (
-        judge(&answers[0], &answers[1], row_order(q), od, lenience),
+        judge(&answers[0], &answers[1], row_order(q), od, &lenience),
         answers,
     )
 }
@@ -311,10 +323,19 @@ fn random_sql_walrus_answers_like_postgresql() {
     let only = env_num("WALRUS_RANDOM_SQL_ONLY").map(|n| n as usize);
     let max_minimize = env_num("WALRUS_RANDOM_SQL_MINIMIZE").map_or(12, |n| n as usize);
     let save = std::env::var("WALRUS_RANDOM_SQL_SAVE").is_ok_and(|v| v == "1");
+    let enable = std::env::var("WALRUS_RANDOM_SQL_ENABLE").unwrap_or_default();
+    let enable: Vec<&str> = enable.split(',').map(str::trim).collect();
+    for e in &enable {
+        assert!(
+            e.is_empty() || gen::SWITCHES.contains(e),
+            "WALRUS_RANDOM_SQL_ENABLE: unknown switch {e:?}; known: {:?}",
+            gen::SWITCHES
+        );
+    }
     let features = if std::env::var("WALRUS_RANDOM_SQL_ALL").is_ok_and(|v| v == "1") {
         Features::all()
     } else {
-        Features::ci()
+        Features::ci(&enable)
     };
 
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -335,6 +356,7 @@ fn random_sql_walrus_answers_like_postgresql() {
     let mut unminimized: Vec<String> = Vec::new();
     let mut minimized_per_category: BTreeMap<String, usize> = BTreeMap::new();
     let mut schema: Option<(usize, Schema)> = None;
+    let mut slowest: Vec<(Duration, usize)> = Vec::new();
     let range = match only {
         Some(n) => n..n + 1,
         None => 0..queries,
@@ -349,7 +371,11 @@ fn random_sql_walrus_answers_like_postgresql() {
         let (_, current) = schema.as_ref().expect("schema");
         let q = Gen::new(query_rng(seed, n), current, &features).top_query();
         counts.queries += 1;
+        let t0 = Instant::now();
         let (verdict, answers) = check(&mut pair, &q, &features);
+        slowest.push((t0.elapsed(), n));
+        slowest.sort_by(|a, b| b.cmp(a));
+        slowest.truncate(5);
         match verdict {
             Verdict::Same => counts.same += 1,
             Verdict::Refused(feature) => *counts.refused.entry(feature).or_default() += 1,
@@ -409,6 +435,15 @@ fn random_sql_walrus_answers_like_postgresql() {
         counts.same,
         counts.eval_order,
         started.elapsed().as_secs_f64()
+    );
+    let _ = writeln!(
+        report,
+        "slowest queries (both servers, both protocols): {}",
+        slowest
+            .iter()
+            .map(|(d, n)| format!("#{n} {:.2} s", d.as_secs_f64()))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     let _ = writeln!(report, "refused, by feature:");
     for (f, n) in &counts.refused {
