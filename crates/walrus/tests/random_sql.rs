@@ -22,8 +22,7 @@
 //! Not covered: DML, DDL beyond the setup, parameters ($1), window functions, WITH,
 //! LATERAL, NATURAL joins, intervals, arrays, json, time/timetz, LIKE ESCAPE, collations,
 //! float8 sum/avg over joins (their result depends on the order rows are added in),
-//! non-deterministic functions, and concurrency. TLP (ternary logic partitioning) is not
-//! built.
+//! non-deterministic functions, and concurrency.
 //!
 //! # Oracle
 //! Every query runs on both servers through the simple protocol (`simple_query`: column
@@ -49,6 +48,12 @@
 //! - *wrong*: anything else, by category (`rows`, `row order`, `column names`, `column
 //!   types`, `error X vs Y`, `PostgreSQL error X, walrus rows`, ..., prefixed
 //!   `extended:` when only the extended protocol differs).
+//!
+//! Besides, on walrus alone, TLP (ternary logic partitioning): for a query that is a
+//! plain SELECT with a WHERE `p` and no DISTINCT, grouping, aggregates or LIMIT, and
+//! that both servers answered alike, the rows without the WHERE must be the multiset
+//! union of those of `WHERE p`, `WHERE NOT p` and `WHERE (p) IS NULL`. An inconsistency
+//! fails the test (it is printed, not minimized).
 //!
 //! A wrong case is minimized (greedy reductions of the query tree: a set operation to
 //! one side, joins to one side, clauses and select items dropped, expressions replaced
@@ -168,6 +173,64 @@ fn setup(pair: &mut Pair, schema: &Schema) {
     for sql in schema.setup_sql() {
         pair.exec_both(&sql)
             .unwrap_or_else(|e| panic!("schema setup failed: {e}"));
+    }
+}
+
+/// Ternary logic partitioning on walrus alone: for a plain SELECT with a WHERE `p` (no
+/// DISTINCT, grouping, aggregates or LIMIT), the rows without the WHERE must be, as a
+/// multiset, those of `WHERE p`, `WHERE NOT p` and `WHERE (p) IS NULL` together.
+/// None when the query does not qualify or a part fails (an error is the differential
+/// oracle's business); Some(detail) on a mismatch.
+fn tlp(pair: &mut Pair, q: &Query) -> Option<Result<(), String>> {
+    let ast::Body::Select(s) = &q.body else {
+        return None;
+    };
+    let w = s.where_.as_ref()?;
+    if s.distinct
+        || !s.group_by.is_empty()
+        || s.having.is_some()
+        || q.limit.is_some()
+        || q.offset.is_some()
+        || s.items.iter().any(|i| gen::has_agg(&i.expr))
+    {
+        return None;
+    }
+    let with_where = |w: Option<ast::Expr>| {
+        let mut v = q.clone();
+        v.order_by.clear();
+        if let ast::Body::Select(vs) = &mut v.body {
+            vs.where_ = w;
+        }
+        v.to_sql()
+    };
+    let not = ast::Expr::new(ast::Kind::Prefix("NOT"), Ty::Bool, vec![w.clone()]);
+    let null = ast::Expr::new(ast::Kind::IsNull { not: false }, Ty::Bool, vec![w.clone()]);
+    let mut rows = Vec::new();
+    for sql in [
+        with_where(None),
+        with_where(Some(w.clone())),
+        with_where(Some(not)),
+        with_where(Some(null)),
+    ] {
+        match pair.walrus_simple(&sql) {
+            Ok(Outcome::Rows { rows: r, .. }) => rows.push(r),
+            _ => return None,
+        }
+    }
+    let mut all = rows[0].clone();
+    let mut parts: Vec<String> = rows[1..].concat();
+    all.sort();
+    parts.sort();
+    if all == parts {
+        Some(Ok(()))
+    } else {
+        Some(Err(format!(
+            "TLP: {} rows without the WHERE, {} + {} + {} in the partitions",
+            rows[0].len(),
+            rows[1].len(),
+            rows[2].len(),
+            rows[3].len()
+        )))
     }
 }
 
@@ -304,6 +367,8 @@ struct Counts {
     refused: BTreeMap<String, usize>,
     eval_order: usize,
     wrong: BTreeMap<String, usize>,
+    tlp_checked: usize,
+    tlp_failed: Vec<String>,
 }
 
 #[test]
@@ -376,6 +441,18 @@ fn random_sql_walrus_answers_like_postgresql() {
         slowest.push((t0.elapsed(), n));
         slowest.sort_by(|a, b| b.cmp(a));
         slowest.truncate(5);
+        if verdict == Verdict::Same {
+            match tlp(&mut pair, &q) {
+                None => {}
+                Some(Ok(())) => counts.tlp_checked += 1,
+                Some(Err(e)) => {
+                    counts.tlp_checked += 1;
+                    counts
+                        .tlp_failed
+                        .push(format!("--- TLP (query {n})\n  {}\n  {e}", q.to_sql()));
+                }
+            }
+        }
         match verdict {
             Verdict::Same => counts.same += 1,
             Verdict::Refused(feature) => *counts.refused.entry(feature).or_default() += 1,
@@ -445,6 +522,12 @@ fn random_sql_walrus_answers_like_postgresql() {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let _ = writeln!(
+        report,
+        "TLP on walrus: {} queries partitioned, {} inconsistent",
+        counts.tlp_checked,
+        counts.tlp_failed.len()
+    );
     let _ = writeln!(report, "refused, by feature:");
     for (f, n) in &counts.refused {
         let _ = writeln!(report, "  {n:6}  {f}");
@@ -459,6 +542,9 @@ fn random_sql_walrus_answers_like_postgresql() {
     }
     for c in &cases {
         eprint!("{}", describe(c));
+    }
+    for t in counts.tlp_failed.iter().take(20) {
+        eprintln!("{t}");
     }
     if save && !cases.is_empty() {
         let mut f = std::fs::OpenOptions::new()
@@ -476,6 +562,11 @@ fn random_sql_walrus_answers_like_postgresql() {
             regressions_path().display()
         );
     }
+    assert!(
+        counts.tlp_failed.is_empty(),
+        "random_sql: {} TLP inconsistencies in walrus (printed above)",
+        counts.tlp_failed.len()
+    );
     assert!(
         wrong == 0,
         "random_sql: {wrong} wrong answers from walrus (categories above; minimized cases printed)"

@@ -1785,3 +1785,8 @@ fn expr_picks(e: &Expr) -> bool {
     ) || e.args.iter().any(expr_picks)
         || e.sub().is_some_and(picks_representatives)
 }
+
+/// Whether an aggregate occurs in `e` (outside subqueries).
+pub fn has_agg(e: &Expr) -> bool {
+    matches!(e.kind, Kind::Agg { .. } | Kind::CountStar) || e.args.iter().any(has_agg)
+}

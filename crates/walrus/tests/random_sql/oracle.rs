@@ -238,6 +238,15 @@ impl Pair {
         Ok([a, b])
     }
 
+    /// One statement on walrus alone, simple protocol.
+    pub fn walrus_simple(&mut self, sql: &str) -> Result<Outcome, String> {
+        self.ensure()?;
+        let Some(w) = &self.clients[1] else {
+            unreachable!("connected")
+        };
+        Ok(self.rt.block_on(simple(w, sql)))
+    }
+
     /// Simple-protocol statement on both servers (setup); errors if either fails.
     pub fn exec_both(&mut self, sql: &str) -> Result<(), String> {
         self.ensure()?;
