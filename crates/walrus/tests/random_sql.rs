@@ -68,7 +68,8 @@
 //! - `WALRUS_RANDOM_SQL_QUERIES=n`, `WALRUS_RANDOM_SQL_SEED=s`: a long or other run.
 //! - `WALRUS_RANDOM_SQL_ALL=1`: the known-open constructs too;
 //!   `WALRUS_RANDOM_SQL_ENABLE=switch,...`: only the named ones (to count one class).
-//! - `WALRUS_RANDOM_SQL_ONLY=n`: only query number n of the run (to reproduce one).
+//! - `WALRUS_RANDOM_SQL_ONLY=n`: only query number n of the run (to reproduce one); its
+//!   schema and SQL are printed.
 //! - `WALRUS_RANDOM_SQL_MINIMIZE=n`: minimize at most n cases (default 12; the rest are
 //!   printed unminimized).
 //! - `WALRUS_RANDOM_SQL_SAVE=1`: append minimized cases to `random_regressions.slt`.
@@ -435,6 +436,12 @@ fn random_sql_walrus_answers_like_postgresql() {
         }
         let (_, current) = schema.as_ref().expect("schema");
         let q = Gen::new(query_rng(seed, n), current, &features).top_query();
+        if only.is_some() {
+            for st in current.setup_sql() {
+                eprintln!("{st};");
+            }
+            eprintln!("{};", q.to_sql());
+        }
         counts.queries += 1;
         let t0 = Instant::now();
         let (verdict, answers) = check(&mut pair, &q, &features);
