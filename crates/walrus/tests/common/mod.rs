@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod servers;
+
 use std::process::{Command, Output};
 
 pub fn walrus() -> Command {
