@@ -11,8 +11,8 @@
 use std::ops::ControlFlow;
 
 use sqlparser::ast::{
-    Expr, Function, FunctionArguments, Ident, ObjectName, Query, SetExpr, Statement, TableAlias,
-    TableFactor, VisitMut, VisitorMut,
+    Expr, Function, FunctionArguments, GroupByExpr, Ident, ObjectName, Query, SetExpr, Statement,
+    TableAlias, TableFactor, VisitMut, VisitorMut,
 };
 
 use crate::error::{SqlError, SqlResult};
@@ -71,6 +71,13 @@ impl VisitorMut for Rewriter {
 
     /// Queries are left in post-order, so an inner `WITH` is inlined before an outer one
     /// and an inner CTE shadows an outer one of the same name.
+    fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<SqlError> {
+        match check_group_by_constants(&q.body) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => ControlFlow::Break(e),
+        }
+    }
+
     fn post_visit_query(&mut self, q: &mut Query) -> ControlFlow<SqlError> {
         match inline_with(q) {
             Ok(()) => ControlFlow::Continue(()),
@@ -84,6 +91,33 @@ struct Cte {
     name: String,
     alias: TableAlias,
     query: Query,
+}
+
+/// A constant in GROUP BY is a select-list position, and only an integer can be one
+/// (`GROUP BY 'x'`, `false`, `1.5`, NULL: 42601, PostgreSQL's
+/// findTargetlistEntrySQL92). Checked here, for every SELECT of the statement before
+/// any row is read, as PostgreSQL checks it while parsing: the executor would meet a
+/// SELECT in a subquery that is never run, or after a data error, only too late.
+/// (Set-operation chains are walked without recursion: they can be long.)
+fn check_group_by_constants(body: &SetExpr) -> SqlResult<()> {
+    let mut pending = vec![body];
+    while let Some(set) = pending.pop() {
+        match set {
+            SetExpr::SetOperation { left, right, .. } => {
+                pending.push(left);
+                pending.push(right);
+            }
+            SetExpr::Select(sel) => {
+                if let GroupByExpr::Expressions(exprs, _) = &sel.group_by {
+                    for e in exprs {
+                        crate::plan::check_group_by_constant(e)?;
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 fn inline_with(q: &mut Query) -> SqlResult<()> {

@@ -418,7 +418,10 @@ mod tests {
     fn max_stack_depth_is_checked_like_postgresql() {
         assert_eq!(parse_max_stack_depth_kb("2MB").unwrap(), 2048);
         assert_eq!(parse_max_stack_depth_kb("500").unwrap(), 500);
-        assert_eq!(parse_max_stack_depth_kb("99kB").unwrap_err().sqlstate, "22023");
+        assert_eq!(
+            parse_max_stack_depth_kb("99kB").unwrap_err().sqlstate,
+            "22023"
+        );
         let e = parse_max_stack_depth_kb("100GB").unwrap_err();
         assert_eq!(e.sqlstate, "22023");
         assert!(e.message.contains("must not exceed"), "{}", e.message);

@@ -1077,8 +1077,14 @@ fn deep_statements_are_answered_or_refused_and_never_take_the_server_down() {
     let cases: Vec<(String, Result<&str, &str>)> = vec![
         (format!("select {}", chain(2156, "1", "+")), Ok("2156")),
         (format!("select {}", chain(200_000, "1", "+")), Err("54001")),
-        (format!("select length({})", chain(1452, "'a'", "||")), Ok("1452")),
-        (format!("select length({})", chain(100_000, "'a'", "||")), Err("54001")),
+        (
+            format!("select length({})", chain(1452, "'a'", "||")),
+            Ok("1452"),
+        ),
+        (
+            format!("select length({})", chain(100_000, "'a'", "||")),
+            Err("54001"),
+        ),
         (
             format!(
                 "select count(*) from (select 1 as x) t where {}",
@@ -1101,7 +1107,10 @@ fn deep_statements_are_answered_or_refused_and_never_take_the_server_down() {
             Ok("2001"),
         ),
         (
-            format!("select count(*) from (select 1{}) s", " union select 2".repeat(100_000)),
+            format!(
+                "select count(*) from (select 1{}) s",
+                " union select 2".repeat(100_000)
+            ),
             Err("54001"),
         ),
         (ctes(98), Ok("1")),
@@ -1115,7 +1124,16 @@ fn deep_statements_are_answered_or_refused_and_never_take_the_server_down() {
         let file = tmp.path().join("deep.sql");
         std::fs::write(&file, format!("{sql};\nselect 'alive';\n")).unwrap();
         let out = Command::new("psql")
-            .args(["-X", "-A", "-t", "-v", "VERBOSITY=verbose", "-h", "127.0.0.1", "-p"])
+            .args([
+                "-X",
+                "-A",
+                "-t",
+                "-v",
+                "VERBOSITY=verbose",
+                "-h",
+                "127.0.0.1",
+                "-p",
+            ])
             .arg(srv.port.to_string())
             .args(["-U", "bench", "-d", "bench", "-f"])
             .arg(&file)
@@ -1130,7 +1148,10 @@ fn deep_statements_are_answered_or_refused_and_never_take_the_server_down() {
                 "{head}...: {shown}"
             ),
             Err(code) => {
-                assert!(shown.contains(&format!("ERROR:  {code}")), "{head}...: {shown}");
+                assert!(
+                    shown.contains(&format!("ERROR:  {code}")),
+                    "{head}...: {shown}"
+                );
                 // The session went on to its next statement.
                 assert_eq!(
                     String::from_utf8_lossy(&out.stdout).trim(),
@@ -1143,15 +1164,25 @@ fn deep_statements_are_answered_or_refused_and_never_take_the_server_down() {
     // max_stack_depth is checked as PostgreSQL checks it.
     assert_eq!(srv.scalar("show max_stack_depth"), "8MB");
     let too_big = srv.psql("set max_stack_depth = '1TB'");
-    assert!(text(&too_big).contains("must not exceed"), "{}", text(&too_big));
-    let small = srv.psql(&format!(
-        "set max_stack_depth = '100kB'; select {}",
-        chain(2000, "1", "+")
-    ));
-    assert!(text(&small).contains("stack depth limit exceeded"), "{}", text(&small));
+    assert!(
+        text(&too_big).contains("must not exceed"),
+        "{}",
+        text(&too_big)
+    );
+    let small = srv.psql_with(
+        &["-c", "set max_stack_depth = '100kB'"],
+        &format!("select {}", chain(2000, "1", "+")),
+    );
+    assert!(
+        text(&small).contains("stack depth limit exceeded"),
+        "{}",
+        text(&small)
+    );
     // The session that was open all along still answers.
     bystander
-        .write_all(&[b'Q', 0, 0, 0, 13, b's', b'e', b'l', b'e', b'c', b't', b' ', b'1', 0])
+        .write_all(&[
+            b'Q', 0, 0, 0, 13, b's', b'e', b'l', b'e', b'c', b't', b' ', b'1', 0,
+        ])
         .unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 1024];
@@ -1160,6 +1191,9 @@ fn deep_statements_are_answered_or_refused_and_never_take_the_server_down() {
         assert!(n > 0, "the bystander session was dropped");
         seen.extend_from_slice(&buf[..n]);
     }
-    assert!(seen.windows(2).any(|w| w == [b'D', 0]), "no row for the bystander");
+    assert!(
+        seen.windows(2).any(|w| w == [b'D', 0]),
+        "no row for the bystander"
+    );
     srv.stop();
 }

@@ -21,17 +21,8 @@ pub(crate) fn resolve_group_expr(
         // A constant is a position, and only an integer can be one (PostgreSQL's
         // findTargetlistEntrySQL92): `GROUP BY 'x'`, `false`, `1.5` or NULL are errors,
         // not one group of everything.
-        let integer = match &v.value {
-            ast::Value::Number(n, _) if n.bytes().all(|b| b.is_ascii_digit()) => Some(n),
-            ast::Value::Placeholder(_) => None,
-            _ => {
-                return Err(SqlError::new(
-                    "42601",
-                    "non-integer constant in GROUP BY",
-                ))
-            }
-        };
-        if let Some(n) = integer {
+        check_group_by_constant(e)?;
+        if let ast::Value::Number(n, _) = &v.value {
             let i: usize = n.parse().unwrap_or(0);
             return items
                 .get(i.wrapping_sub(1))
@@ -53,6 +44,18 @@ pub(crate) fn resolve_group_expr(
         }
     }
     Ok(e.clone())
+}
+
+/// 42601 for a GROUP BY item that is a constant other than an integer (a position).
+pub(crate) fn check_group_by_constant(e: &Expr) -> SqlResult<()> {
+    let Expr::Value(v) = e else {
+        return Ok(());
+    };
+    match &v.value {
+        ast::Value::Number(n, _) if n.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
+        ast::Value::Placeholder(_) => Ok(()),
+        _ => Err(SqlError::new("42601", "non-integer constant in GROUP BY")),
+    }
 }
 
 /// A column reference that resolves to exactly `c`.

@@ -103,8 +103,11 @@ pub(crate) fn static_columns(
 
 /// The result type of an expression when it can be known without rows.
 /// The columns of known type among `cols`, in the form [`static_type`] reads.
+/// A name two columns share is left out (the lookups here go by name alone, and a
+/// wrong type is worse than none).
 pub(crate) fn typed_columns(cols: &[ColName]) -> Vec<ColumnDef> {
     cols.iter()
+        .filter(|c| cols.iter().filter(|o| o.name == c.name).count() == 1)
         .filter_map(|c| {
             c.ty.map(|ty| ColumnDef {
                 name: c.name.clone(),
@@ -151,9 +154,15 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
         Expr::Function(f) => match function_name(f).as_str() {
             "count" => Some(TypeId::Int8),
             // avg(float8) is float8; over integers and numeric it is numeric.
-            "avg" => match function_args(f).first().and_then(|a| static_type(a, cols)) {
-                Some(TypeId::Float8) => Some(TypeId::Float8),
-                _ => Some(TypeId::Numeric),
+            "avg" => match function_args(f)
+                .first()
+                .and_then(|a| static_type(a, cols))?
+            {
+                TypeId::Float8 => Some(TypeId::Float8),
+                TypeId::Int2 | TypeId::Int4 | TypeId::Int8 | TypeId::Numeric => {
+                    Some(TypeId::Numeric)
+                }
+                _ => None,
             },
             "now" | "current_timestamp" => Some(TypeId::TimestampTz),
             "current_date" => Some(TypeId::Date),
@@ -175,10 +184,12 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
             "pg_relation_size" | "pg_table_size" | "pg_indexes_size" | "pg_total_relation_size" => {
                 Some(TypeId::Int8)
             }
-            // NULLIF(a, b) resolves a and b to a common type as COALESCE does.
-            "coalesce" | "greatest" | "least" | "nullif" => {
-                common_type(function_args(f).into_iter(), cols)
-            }
+            "coalesce" | "greatest" | "least" => common_type(function_args(f).into_iter(), cols),
+            // NULLIF(a, b) is a's type (b is only compared with it).
+            "nullif" => match function_args(f).as_slice() {
+                [a, _] if !untyped_literal(a) => static_type(a, cols),
+                args => common_type(args.iter().copied(), cols),
+            },
             _ => None,
         },
         Expr::Value(v) => match &v.value {
