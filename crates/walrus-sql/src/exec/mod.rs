@@ -204,10 +204,14 @@ fn check_result_types(cols: &[ColName], rows: &mut [Vec<Datum>]) -> SqlResult<()
     let types: Vec<Option<TypeId>> = cols.iter().map(|c| c.ty).collect();
     for row in rows.iter_mut() {
         conform_row(&types, row)?;
-        for (c, v) in cols.iter().zip(row.iter()) {
+        for (c, v) in cols.iter().zip(row.iter_mut()) {
             let declared = c.ty.unwrap_or(TypeId::Text);
             if let Some(vt) = v.type_id() {
-                if vt != declared {
+                if vt != declared && declared == TypeId::Text {
+                    // A column typed text because its first value was an untyped
+                    // literal: its other values go out in their text form, as text.
+                    *v = Datum::Text(crate::value::format_text(v).unwrap_or_default());
+                } else if vt != declared {
                     return Err(SqlError::new(
                         "XX000",
                         format!(
@@ -819,6 +823,24 @@ impl<'s> Executor<'s> {
                     }
                     self.memory.charge_row(&row)?;
                     rel.rows.push(row);
+                }
+                // A VALUES column's type is the widest of its rows' (PostgreSQL resolves
+                // it as UNION's: `values (1), (2.5)` is numeric), and every row's value
+                // is widened to it.
+                for (i, col) in rel.cols.iter_mut().enumerate() {
+                    for row in &rel.rows {
+                        if let Some(t) = row[i].type_id() {
+                            col.ty = match col.ty {
+                                Some(a) if widens(a, t) => Some(t),
+                                None => Some(t),
+                                keep => keep,
+                            };
+                        }
+                    }
+                }
+                let types: Vec<Option<TypeId>> = rel.cols.iter().map(|c| c.ty).collect();
+                for row in &mut rel.rows {
+                    conform_row(&types, row)?;
                 }
                 Ok(rel)
             }
