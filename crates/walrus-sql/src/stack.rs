@@ -416,14 +416,21 @@ mod tests {
 
     #[test]
     fn max_stack_depth_is_checked_like_postgresql() {
-        assert_eq!(parse_max_stack_depth_kb("2MB").unwrap(), 2048);
-        assert_eq!(parse_max_stack_depth_kb("500").unwrap(), 500);
-        assert_eq!(
-            parse_max_stack_depth_kb("99kB").unwrap_err().sqlstate,
-            "22023"
-        );
-        let e = parse_max_stack_depth_kb("100GB").unwrap_err();
-        assert_eq!(e.sqlstate, "22023");
-        assert!(e.message.contains("must not exceed"), "{}", e.message);
+        // On a thread with a session's stack: at most half of it may be the limit.
+        std::thread::Builder::new()
+            .stack_size(SESSION_THREAD_STACK_BYTES)
+            .spawn(|| {
+                mark_base();
+                assert_eq!(parse_max_stack_depth_kb("2MB").unwrap(), 2048);
+                assert_eq!(parse_max_stack_depth_kb("8MB").unwrap(), 8192);
+                let low = parse_max_stack_depth_kb("99kB").unwrap_err();
+                assert_eq!(low.sqlstate, "22023");
+                let e = parse_max_stack_depth_kb("40MB").unwrap_err();
+                assert_eq!(e.sqlstate, "22023");
+                assert!(e.message.contains("must not exceed"), "{}", e.message);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }
