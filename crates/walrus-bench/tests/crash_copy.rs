@@ -19,103 +19,16 @@
 mod common;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{text, walrus, Rng};
-
-const PSQL: &str = "/usr/lib/postgresql/15/bin/psql";
+use common::{text, walrus, Rng, SqlServer as Server};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-struct Server {
-    data: PathBuf,
-    config: PathBuf,
-    port: u16,
-    child: Option<Child>,
-}
-
-impl Server {
-    fn start(&mut self) {
-        let child = walrus()
-            .args(["serve", "--data"])
-            .arg(&self.data)
-            .arg("--config")
-            .arg(&self.config)
-            .args(["--port", &self.port.to_string()])
-            .env("WALRUS_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn walrus serve");
-        self.child = Some(child);
-        let start = Instant::now();
-        loop {
-            let o = self.psql_command("select 1").output().expect("psql");
-            if o.status.success() {
-                return;
-            }
-            if let Some(s) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("walrus serve exited during startup/recovery: {s}");
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(60),
-                "server did not start: {}",
-                text(&o)
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kill(&mut self) {
-        let mut child = self.child.take().expect("server running");
-        child.kill().expect("SIGKILL the server");
-        child.wait().expect("reap server");
-    }
-
-    fn stop(&mut self) {
-        let out = walrus().arg("stop").arg(&self.data).output().unwrap();
-        assert!(out.status.success(), "walrus stop: {}", text(&out));
-        let mut child = self.child.take().expect("server running");
-        common::wait_exit(&mut child, Duration::from_secs(60));
-    }
-
-    fn psql_command(&self, command: &str) -> Command {
-        let mut c = Command::new(PSQL);
-        c.args(["-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1"])
-            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-U", "walrus", "-d", "walrus", "-c", command])
-            .env("PGCONNECT_TIMEOUT", "5")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    }
-
-    fn psql(&self, command: &str) -> Output {
-        let o = self.psql_command(command).output().expect("run psql");
-        assert!(o.status.success(), "{command}: {}", text(&o));
-        o
-    }
-
-    /// The single integer a query returns.
-    fn int(&self, query: &str) -> i64 {
-        let o = self.psql(query);
-        let s = String::from_utf8_lossy(&o.stdout);
-        s.trim()
-            .parse()
-            .unwrap_or_else(|_| panic!("{query}: not an integer: {s:?}"))
-    }
-
-    fn copy_command(&self, file: &Path) -> Command {
-        self.psql_command(&format!("\\copy t from '{}'", file.display()))
-    }
 }
 
 /// One COPY's rows: ids `first..first+rows`, all with `batch`; `k` runs backwards so the
@@ -186,19 +99,7 @@ fn crash_copy_cycles(settings: &str) {
     let cycles = env_or("WALRUS_COPY_CRASH_CYCLES", 8).max(2);
     let mut rng = Rng::from_env();
     let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("extra.toml");
-    std::fs::write(&config, settings).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut s = Server {
-        data: tmp.path().join("data"),
-        config,
-        port,
-        child: None,
-    };
+    let mut s = Server::new(tmp.path(), settings);
     s.start();
     s.psql("create table t (id int primary key, batch int not null, k int not null, note text)");
     s.psql("create index t_k on t (k)");

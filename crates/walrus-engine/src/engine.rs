@@ -49,6 +49,7 @@ mod dml;
 mod open;
 mod sample;
 mod scan;
+mod sequence;
 mod table_locks;
 mod table_stats;
 mod transaction;
@@ -114,6 +115,8 @@ struct Inner {
     /// `page_protection` differs from the one the control file recorded: the first
     /// checkpoint is a full one (cleared by it).
     protection_changed_pending: AtomicBool,
+    /// Each sequence's values in memory, by relation file (`access/sequence.rs`).
+    sequences: Mutex<HashMap<RelFileId, Arc<Mutex<crate::access::sequence::SeqCounter>>>>,
 }
 
 /// Analyzes one table by name for autovacuum (`Engine::set_analyzer`): the layer that

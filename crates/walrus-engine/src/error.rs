@@ -115,6 +115,14 @@ pub enum Error {
     #[error("{0}")]
     FeatureNotSupported(String),
 
+    /// `nextval` at a sequence's bound without CYCLE, or `setval` outside its bounds
+    /// (2200H, `sequence_generator_limit_exceeded`; 22003 for setval).
+    #[error("{message}")]
+    SequenceLimit {
+        message: String,
+        sqlstate: &'static str,
+    },
+
     #[error("row is too big: size {size}, maximum size {max}")]
     RowTooBig { size: usize, max: usize },
 
@@ -162,6 +170,7 @@ impl Error {
             Error::ProgramLimitExceeded(_) => "54000",
             Error::FeatureNotSupported(_) => "0A000",
             Error::RowTooBig { .. } => "54000",
+            Error::SequenceLimit { sqlstate, .. } => sqlstate,
             Error::Unusable(_) => "57P03",
             Error::Internal(_) => "XX000",
             // system_error: the machine lacks the library or the device.

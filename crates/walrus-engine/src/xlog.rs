@@ -34,6 +34,7 @@ pub fn kind_name(rmgr: Rmgr, info: u8) -> &'static str {
         (Rmgr::Btree, btree::INFO_NEW_ROOT) => "Btree/NEW_ROOT",
         (Rmgr::Btree, btree::INFO_DELETE) => "Btree/DELETE",
         (Rmgr::Btree, btree::INFO_PAGE_IMAGE) => "Btree/PAGE_IMAGE",
+        (Rmgr::Sequence, crate::access::sequence::INFO_SET) => "Sequence/SET",
         _ => "unknown",
     }
 }

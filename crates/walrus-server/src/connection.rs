@@ -298,6 +298,19 @@ pub fn serve(
             return send_fatal(&mut stream, &mut out, e.sqlstate, &e.message);
         }
     }
+    // `options`: command-line switches for the backend, of which PostgreSQL's clients
+    // send `-c name=value` (and `--name=value`); each is a SET, and a bad one ends the
+    // connection as in PostgreSQL.
+    match startup_options(&get("options")) {
+        Ok(options) => {
+            for (name, value) in options {
+                if let Err(e) = session.set_startup_option(&name, &value) {
+                    return send_fatal(&mut stream, &mut out, e.sqlstate, &e.message);
+                }
+            }
+        }
+        Err(message) => return send_fatal(&mut stream, &mut out, "42601", &message),
+    }
     let mut reported_zone = session.setting("timezone").unwrap_or_default();
     cancel.register((pid, secret), session.interrupt_flag());
     let result = (|| {
@@ -328,6 +341,56 @@ pub fn serve(
     })();
     cancel.remove((pid, secret));
     result
+}
+
+/// The `name=value` settings of a startup packet's `options`: words split at
+/// whitespace (a backslash keeps the next character, so `\ ` is a space in a value),
+/// each `-c name=value`, `-cname=value` or `--name=value`.
+fn startup_options(options: &str) -> Result<Vec<(String, String)>, String> {
+    let mut words = Vec::new();
+    let mut cur = String::new();
+    let mut chars = options.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some(n) = chars.next() {
+                    cur.push(n);
+                }
+            }
+            c if c.is_whitespace() => {
+                if !cur.is_empty() {
+                    words.push(std::mem::take(&mut cur));
+                }
+            }
+            c => cur.push(c),
+        }
+    }
+    if !cur.is_empty() {
+        words.push(cur);
+    }
+    let mut out = Vec::new();
+    let mut it = words.into_iter();
+    while let Some(w) = it.next() {
+        let setting = if w == "-c" {
+            it.next()
+                .ok_or_else(|| "invalid command-line argument for server process: -c".to_string())?
+        } else if let Some(s) = w.strip_prefix("--").or_else(|| w.strip_prefix("-c")) {
+            s.to_string()
+        } else {
+            return Err(format!(
+                "invalid command-line argument for server process: {w}"
+            ));
+        };
+        match setting.split_once('=') {
+            Some((n, v)) if !n.is_empty() => out.push((n.to_string(), v.to_string())),
+            _ => {
+                return Err(format!(
+                    "invalid command-line argument for server process: {setting}"
+                ))
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Sends a FATAL error and ends the session (the caller returns what this returns).
@@ -976,4 +1039,25 @@ fn copy_out(
         tag: copy.tag(),
         ..QueryResult::default()
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::startup_options;
+
+    #[test]
+    fn startup_options_are_read_as_libpq_sends_them() {
+        assert_eq!(
+            startup_options("-c TimeZone=UTC  --search_path=a\\ b -cjit=off").unwrap(),
+            vec![
+                ("TimeZone".to_string(), "UTC".to_string()),
+                ("search_path".to_string(), "a b".to_string()),
+                ("jit".to_string(), "off".to_string()),
+            ]
+        );
+        assert!(startup_options("").unwrap().is_empty());
+        assert!(startup_options("-c").is_err());
+        assert!(startup_options("-x foo").is_err());
+        assert!(startup_options("-c noequals").is_err());
+    }
 }

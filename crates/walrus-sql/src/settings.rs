@@ -25,7 +25,13 @@ pub(crate) struct SettingsView {
     engine: Engine,
     /// The session's plan-cache counters (`walrus_stat_plan_cache()`).
     plan_stats: Option<Arc<PlanCacheStats>>,
+    /// `set_config()` calls the running statement made, for the session to apply when
+    /// it ends (statements only read settings while they run).
+    pending: Option<PendingSettings>,
 }
+
+/// Settings changes a statement asked for: `(name, value, is_local)`.
+pub(crate) type PendingSettings = Arc<std::sync::Mutex<Vec<(String, String, bool)>>>;
 
 /// A session's extended-protocol plan cache counters (`session/plan_cache.rs`), shared
 /// with the statements it runs so `walrus_stat_plan_cache()` can report them.
@@ -57,13 +63,46 @@ impl SettingsView {
             map,
             engine,
             plan_stats: None,
+            pending: None,
         }
+    }
+
+    /// The view through which statements may ask for settings changes.
+    pub(crate) fn with_pending(mut self, pending: PendingSettings) -> SettingsView {
+        self.pending = Some(pending);
+        self
+    }
+
+    /// `set_config(name, value, is_local)`: the change is applied by the session when
+    /// the statement ends (checked then, as SET checks it); returns the value.
+    pub(crate) fn set_config(
+        &self,
+        name: &str,
+        value: &str,
+        local: bool,
+    ) -> crate::error::SqlResult<String> {
+        let Some(p) = &self.pending else {
+            return Err(crate::error::SqlError::unsupported(
+                "set_config() is not supported here",
+            ));
+        };
+        let name = name.to_ascii_lowercase();
+        crate::guc::check_settable(&name)?;
+        p.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((name, value.to_string(), local));
+        Ok(value.to_string())
     }
 
     /// The view with the session's plan-cache counters.
     pub(crate) fn with_plan_stats(mut self, stats: Arc<PlanCacheStats>) -> SettingsView {
         self.plan_stats = Some(stats);
         self
+    }
+
+    /// The engine the settings are read from.
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<String> {

@@ -392,3 +392,109 @@ pub fn atomic_cluster() -> Option<Cluster> {
     c.run_args = vec!["--checkpoint-ms".into(), "1000000".into()];
     Some(c)
 }
+
+/// psql from PostgreSQL 15 (the process tests drive `walrus serve` with it).
+pub const PSQL: &str = "/usr/lib/postgresql/15/bin/psql";
+
+/// A `walrus serve` on a scratch data directory, driven with psql.
+pub struct SqlServer {
+    pub data: PathBuf,
+    pub config: PathBuf,
+    pub port: u16,
+    pub child: Option<Child>,
+}
+
+impl SqlServer {
+    /// A server (not started) with its data directory and `settings` (walrus.toml
+    /// lines) under `dir`, on a free loopback port.
+    pub fn new(dir: &Path, settings: &str) -> SqlServer {
+        let config = dir.join("extra.toml");
+        std::fs::write(&config, settings).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        SqlServer {
+            data: dir.join("data"),
+            config,
+            port,
+            child: None,
+        }
+    }
+
+    pub fn start(&mut self) {
+        let child = walrus()
+            .args(["serve", "--data"])
+            .arg(&self.data)
+            .arg("--config")
+            .arg(&self.config)
+            .args(["--port", &self.port.to_string()])
+            .env("WALRUS_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn walrus serve");
+        self.child = Some(child);
+        let start = Instant::now();
+        loop {
+            let o = self.psql_command("select 1").output().expect("psql");
+            if o.status.success() {
+                return;
+            }
+            if let Some(s) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("walrus serve exited during startup/recovery: {s}");
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "server did not start: {}",
+                text(&o)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("server running");
+        child.kill().expect("SIGKILL the server");
+        child.wait().expect("reap server");
+    }
+
+    pub fn stop(&mut self) {
+        let out = walrus().arg("stop").arg(&self.data).output().unwrap();
+        assert!(out.status.success(), "walrus stop: {}", text(&out));
+        let mut child = self.child.take().expect("server running");
+        wait_exit(&mut child, Duration::from_secs(60));
+    }
+
+    pub fn psql_command(&self, command: &str) -> Command {
+        let mut c = Command::new(PSQL);
+        c.args(["-X", "-q", "-t", "-A", "-v", "ON_ERROR_STOP=1"])
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "walrus", "-d", "walrus", "-c", command])
+            .env("PGCONNECT_TIMEOUT", "5")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    pub fn psql(&self, command: &str) -> Output {
+        let o = self.psql_command(command).output().expect("run psql");
+        assert!(o.status.success(), "{command}: {}", text(&o));
+        o
+    }
+
+    /// The single integer a query returns.
+    pub fn int(&self, query: &str) -> i64 {
+        let o = self.psql(query);
+        let s = String::from_utf8_lossy(&o.stdout);
+        s.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{query}: not an integer: {s:?}"))
+    }
+
+    pub fn copy_command(&self, file: &Path) -> Command {
+        self.psql_command(&format!("\\copy t from '{}'", file.display()))
+    }
+}

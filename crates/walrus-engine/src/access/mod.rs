@@ -4,3 +4,4 @@
 pub mod btree;
 pub mod datum;
 pub mod heap;
+pub mod sequence;

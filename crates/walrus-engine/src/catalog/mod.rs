@@ -20,6 +20,10 @@ const KIND_INDEX: i16 = 2;
 /// namesake, are not the table's), the statistics themselves as text the SQL layer
 /// writes and reads.
 const KIND_STATS: i16 = 3;
+/// A sequence (`CREATE SEQUENCE`, `serial`, identity columns): its options. Its value
+/// lives in its own relation file's one page, changed outside transactions
+/// (`access/sequence.rs`).
+const KIND_SEQUENCE: i16 = 4;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ColumnDef {
@@ -96,9 +100,29 @@ pub struct TableDef {
     pub columns: Vec<ColumnDef>,
     pub fillfactor: u8,
     pub indexes: Vec<IndexDef>,
+    /// What an INSERT that leaves a column out (or says `DEFAULT`) writes there, by
+    /// column position; empty when no column has a default.
+    pub defaults: Vec<Option<ColumnDefault>>,
+}
+
+/// A column's default: an expression kept as SQL text (the SQL layer parses and
+/// evaluates it; the engine never does), or an identity column's sequence.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ColumnDefault {
+    Expr(String),
+    /// `GENERATED ALWAYS|BY DEFAULT AS IDENTITY`: values come from `sequence`.
+    Identity {
+        always: bool,
+        sequence: String,
+    },
 }
 
 impl TableDef {
+    /// The default of column `i`, if it has one.
+    pub fn default_of(&self, i: usize) -> Option<&ColumnDefault> {
+        self.defaults.get(i).and_then(|d| d.as_ref())
+    }
+
     pub fn column_index(&self, name: &str) -> Option<usize> {
         self.columns.iter().position(|c| c.name == name)
     }
@@ -113,6 +137,7 @@ pub enum CatalogEntry {
     Table { tid: Tid, def: TableDef },
     Index { tid: Tid, def: IndexDef },
     Stats { tid: Tid, stats: TableStatsEntry },
+    Sequence { tid: Tid, def: SequenceDef },
 }
 
 /// One table's stored statistics (see `KIND_STATS`).
@@ -153,6 +178,108 @@ const CATALOG_TYPES: [TypeId; 8] = [
     TypeId::Int2,
 ];
 
+/// A table's defaults as one text field: per column with a default, `position,kind,len:`
+/// then `len` bytes of text (kind `e` an expression, `a`/`d` an identity column ALWAYS /
+/// BY DEFAULT whose text is its sequence). Length-prefixed, so the text may hold any
+/// character.
+fn encode_defaults(defaults: &[Option<ColumnDefault>]) -> String {
+    let mut out = String::new();
+    for (i, d) in defaults.iter().enumerate() {
+        let (kind, text) = match d {
+            None => continue,
+            Some(ColumnDefault::Expr(e)) => ('e', e.as_str()),
+            Some(ColumnDefault::Identity { always, sequence }) => {
+                (if *always { 'a' } else { 'd' }, sequence.as_str())
+            }
+        };
+        out.push_str(&format!("{i},{kind},{}:{text}", text.len()));
+    }
+    out
+}
+
+fn decode_defaults(s: &str, ncols: usize) -> Result<Vec<Option<ColumnDefault>>> {
+    let mut out: Vec<Option<ColumnDefault>> = Vec::new();
+    let mut rest = s;
+    while !rest.is_empty() {
+        let (head, tail) = rest.split_once(':').ok_or_else(|| bad("bad default"))?;
+        let mut f = head.split(',');
+        let (Some(pos), Some(kind), Some(len), None) = (f.next(), f.next(), f.next(), f.next())
+        else {
+            return Err(bad("bad default header"));
+        };
+        let pos: usize = pos.parse().map_err(|_| bad("bad default column"))?;
+        let len: usize = len.parse().map_err(|_| bad("bad default length"))?;
+        if pos >= ncols || !tail.is_char_boundary(len.min(tail.len())) || len > tail.len() {
+            return Err(bad("default out of range"));
+        }
+        let text = tail[..len].to_string();
+        rest = &tail[len..];
+        let d = match kind {
+            "e" => ColumnDefault::Expr(text),
+            "a" | "d" => ColumnDefault::Identity {
+                always: kind == "a",
+                sequence: text,
+            },
+            _ => return Err(bad("bad default kind")),
+        };
+        if out.len() < ncols {
+            out.resize(ncols, None);
+        }
+        out[pos] = Some(d);
+    }
+    Ok(out)
+}
+
+/// A sequence's options (PostgreSQL's `pg_sequence` row) and its owner.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SequenceDef {
+    pub name: String,
+    pub relfile: RelFileId,
+    /// `smallint`, `integer` or `bigint` (`AS type`; bigint by default).
+    pub data_type: TypeId,
+    pub start: i64,
+    pub increment: i64,
+    pub min: i64,
+    pub max: i64,
+    pub cache: i64,
+    pub cycle: bool,
+    /// `OWNED BY table.column`: dropped with that table (serial and identity columns).
+    pub owned_by: Option<(String, String)>,
+}
+
+pub fn encode_sequence(q: &SequenceDef) -> Vec<u8> {
+    let opts = format!(
+        "{},{},{},{},{},{},{}",
+        q.data_type.to_u8(),
+        q.start,
+        q.increment,
+        q.min,
+        q.max,
+        q.cache,
+        q.cycle as u8
+    );
+    let owner = q
+        .owned_by
+        .as_ref()
+        .map(|(t, c)| format!("{t}\u{1f}{c}"))
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    encode_row(
+        &[
+            Datum::Int2(KIND_SEQUENCE),
+            Datum::Text(q.name.clone()),
+            Datum::Int8(q.relfile.0 as i64),
+            Datum::Text(owner),
+            Datum::Text(opts),
+            Datum::Bool(false),
+            Datum::Bool(false),
+            Datum::Int2(0),
+        ],
+        &mut out,
+    );
+    out
+}
+
 /// A table row's column spec: `name \x1f type \x1f not_null`, followed by
 /// `\x1f typmod \x1f declared` when the column has either. Rows written before the type
 /// modifier existed have three fields and decode as typmod -1, plain.
@@ -174,7 +301,7 @@ pub fn encode_table(t: &TableDef) -> Vec<u8> {
             Datum::Int2(KIND_TABLE),
             Datum::Text(t.name.clone()),
             Datum::Int8(t.relfile.0 as i64),
-            Datum::Text(String::new()),
+            Datum::Text(encode_defaults(&t.defaults)),
             Datum::Text(cols.join("\u{1e}")),
             Datum::Bool(false),
             Datum::Bool(false),
@@ -261,6 +388,7 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                     declared,
                 });
             }
+            let defaults = decode_defaults(&text(&v[3])?, columns.len())?;
             Ok(CatalogEntry::Table {
                 tid,
                 def: TableDef {
@@ -269,6 +397,7 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                     columns,
                     fillfactor: int(&v[7])? as u8,
                     indexes: Vec::new(),
+                    defaults,
                 },
             })
         }
@@ -299,6 +428,37 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                 data: text(&v[4])?,
             },
         }),
+        KIND_SEQUENCE => {
+            let opts = text(&v[4])?;
+            let f: Vec<&str> = opts.split(',').collect();
+            if f.len() != 7 {
+                return Err(bad("bad sequence options"));
+            }
+            let n = |i: usize| f[i].parse::<i64>().map_err(|_| bad("bad sequence option"));
+            let data_type = f[0]
+                .parse::<u8>()
+                .ok()
+                .and_then(TypeId::from_u8)
+                .ok_or_else(|| bad("bad sequence type"))?;
+            let owner = text(&v[3])?;
+            Ok(CatalogEntry::Sequence {
+                tid,
+                def: SequenceDef {
+                    name,
+                    relfile,
+                    data_type,
+                    start: n(1)?,
+                    increment: n(2)?,
+                    min: n(3)?,
+                    max: n(4)?,
+                    cache: n(5)?,
+                    cycle: n(6)? != 0,
+                    owned_by: owner
+                        .split_once('\u{1f}')
+                        .map(|(t, c)| (t.to_string(), c.to_string())),
+                },
+            })
+        }
         _ => Err(bad(format!("unknown catalog row kind {kind}"))),
     }
 }
@@ -311,6 +471,7 @@ pub struct CatalogView {
     /// Each table's statistics from its last ANALYZE, when they are of its current
     /// relation file.
     pub statistics: HashMap<String, Arc<TableStatsEntry>>,
+    pub sequences: HashMap<String, Arc<SequenceDef>>,
 }
 
 impl CatalogView {
@@ -339,10 +500,20 @@ impl CatalogView {
                 }
             }
         }
+        let sequences = entries
+            .iter()
+            .filter_map(|e| match e {
+                CatalogEntry::Sequence { def, .. } => {
+                    Some((def.name.clone(), Arc::new(def.clone())))
+                }
+                _ => None,
+            })
+            .collect();
         CatalogView {
             tables: tables.into_iter().map(|(k, v)| (k, Arc::new(v))).collect(),
             entries,
             statistics,
+            sequences,
         }
     }
 
@@ -351,6 +522,29 @@ impl CatalogView {
             .get(name)
             .cloned()
             .ok_or_else(|| Error::UndefinedTable(name.to_string()))
+    }
+
+    /// Whether a table, index or sequence is called `name` (they share one namespace, as
+    /// in PostgreSQL's `pg_class`).
+    pub fn relation_exists(&self, name: &str) -> bool {
+        self.tables.contains_key(name)
+            || self.sequences.contains_key(name)
+            || self.index_names().any(|n| n == name)
+    }
+
+    pub fn sequence(&self, name: &str) -> Result<Arc<SequenceDef>> {
+        self.sequences
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::UndefinedTable(name.to_string()))
+    }
+
+    /// Where the catalog row of sequence `name` lives.
+    pub fn sequence_tid(&self, name: &str) -> Option<Tid> {
+        self.entries.iter().find_map(|e| match e {
+            CatalogEntry::Sequence { tid, def } if def.name == name => Some(*tid),
+            _ => None,
+        })
     }
 
     pub fn index_names(&self) -> impl Iterator<Item = &str> {
@@ -414,6 +608,15 @@ mod tests {
             ],
             fillfactor: 100,
             indexes: vec![],
+            defaults: vec![
+                None,
+                Some(ColumnDefault::Expr("'a,b:c'::text".into())),
+                Some(ColumnDefault::Identity {
+                    always: true,
+                    sequence: "s\u{1e}q".into(),
+                }),
+                None,
+            ],
         };
         match decode_entry(Tid::new(0, 1), &encode_table(&t)).unwrap() {
             CatalogEntry::Table { def, .. } => assert_eq!(def, t),

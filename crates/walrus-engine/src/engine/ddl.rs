@@ -129,7 +129,7 @@ impl Transaction {
         self.catalog()?.table(name)
     }
 
-    fn new_relfile(&mut self) -> Result<RelFileId> {
+    pub(super) fn new_relfile(&mut self) -> Result<RelFileId> {
         let xid = self.mark_write();
         let r = RelFileId(self.inner.next_relfile.fetch_add(1, Ordering::AcqRel));
         let (_, end) = self
@@ -143,7 +143,7 @@ impl Transaction {
         Ok(r)
     }
 
-    fn catalog_insert(&mut self, row: &[u8]) -> Result<Tid> {
+    pub(super) fn catalog_insert(&mut self, row: &[u8]) -> Result<Tid> {
         let xid = self.mark_write();
         self.catalog_changed = true;
         self.own_catalog = None;
@@ -154,7 +154,7 @@ impl Transaction {
         Ok(tid)
     }
 
-    fn catalog_delete(&mut self, tid: Tid) -> Result<()> {
+    pub(super) fn catalog_delete(&mut self, tid: Tid) -> Result<()> {
         let xid = self.mark_write();
         self.catalog_changed = true;
         self.own_catalog = None;
@@ -175,6 +175,18 @@ impl Transaction {
         columns: Vec<ColumnDef>,
         fillfactor: u8,
     ) -> Result<Arc<TableDef>> {
+        self.create_table_with_defaults(name, columns, Vec::new(), fillfactor)
+    }
+
+    /// CREATE TABLE whose columns may have defaults (`defaults[i]` for column `i`;
+    /// shorter than the columns, or empty, when the rest have none).
+    pub fn create_table_with_defaults(
+        &mut self,
+        name: &str,
+        columns: Vec<ColumnDef>,
+        mut defaults: Vec<Option<catalog::ColumnDefault>>,
+        fillfactor: u8,
+    ) -> Result<Arc<TableDef>> {
         self.before_write()?;
         let inner = self.inner.clone();
         let _ddl = inner.ddl_lock.lock();
@@ -185,8 +197,13 @@ impl Transaction {
             )));
         }
         let view = self.catalog()?;
-        if view.tables.contains_key(name) || view.index_names().any(|n| n == name) {
+        if view.relation_exists(name) {
             return Err(Error::DuplicateTable(name.to_string()));
+        }
+        if defaults.iter().all(Option::is_none) {
+            defaults.clear();
+        } else {
+            defaults.resize(columns.len(), None);
         }
         let relfile = self.new_relfile()?;
         let def = TableDef {
@@ -195,6 +212,7 @@ impl Transaction {
             columns,
             fillfactor: fillfactor.clamp(10, 100),
             indexes: vec![],
+            defaults,
         };
         self.catalog_insert(&catalog::encode_table(&def))?;
         self.inner.pool.set_relation_name(relfile, name);
@@ -214,7 +232,7 @@ impl Transaction {
         self.before_write()?;
         let inner = self.inner.clone();
         let (_ddl, view, def) = self.lock_for_ddl(&inner, table)?;
-        if view.tables.contains_key(name) || view.index_names().any(|n| n == name) {
+        if view.relation_exists(name) {
             return Err(Error::DuplicateTable(name.to_string()));
         }
         if primary && def.indexes.iter().any(|i| i.primary) {
@@ -357,6 +375,15 @@ impl Transaction {
             self.catalog_delete(tid)?;
         }
         self.dropped.push(def.relfile);
+        // Sequences OWNED BY the table's columns (serial, identity) go with it.
+        for q in view.sequences.values() {
+            if q.owned_by.as_ref().is_some_and(|(t, _)| t == name) {
+                if let Some(tid) = view.sequence_tid(&q.name) {
+                    self.catalog_delete(tid)?;
+                    self.dropped.push(q.relfile);
+                }
+            }
+        }
         Ok(())
     }
 

@@ -337,6 +337,7 @@ impl Engine {
             rels: RwLock::new(HashMap::new()),
             next_relfile: AtomicU32::new(next_relfile),
             catalog_cache: RwLock::new(None),
+            sequences: Mutex::new(HashMap::new()),
             catalog_version: AtomicU64::new(0),
             catalog_reads: AtomicU64::new(0),
             checkpoint_lock: Mutex::new(()),
@@ -482,6 +483,7 @@ impl Engine {
         }
         self.request_checkpoint();
         if let Some(mut bg) = self.stop_threads_but_page_writers() {
+            self.log_exact_sequence_states()?;
             run_checkpoint(&self.inner, CheckpointReason::Shutdown)?;
             bg.page_writers.stop();
         }

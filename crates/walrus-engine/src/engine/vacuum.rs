@@ -283,6 +283,7 @@ impl Engine {
             columns: Vec::new(),
             fillfactor: 100,
             indexes: Vec::new(),
+            defaults: Vec::new(),
         };
         let mut throttle = Throttle::new(inner, kind, [interrupt, None]);
         let report = vacuum_relation(inner, &def, &mut throttle, None)?;

@@ -190,7 +190,7 @@ fn apply(
             pool.relfiles.create(relfile)?;
             out.max_relfile = out.max_relfile.max(relfile.0);
         }
-        Rmgr::Heap | Rmgr::Btree => {
+        Rmgr::Heap | Rmgr::Btree | Rmgr::Sequence => {
             let mut applied = false;
             for (i, b) in rec.blocks.iter().enumerate() {
                 if !pool.relfiles.exists(b.page.relfile) {
@@ -255,6 +255,7 @@ fn redo_block(rec: &DecodedRecord, i: usize, p: &mut [u8], id: PageId, init: boo
     let r = match rec.rmgr {
         Rmgr::Heap => crate::access::heap::redo_block(rec.xid, rec.info, i, b.data, p, id, init),
         Rmgr::Btree => crate::access::btree::redo_block(rec.info, i, b.data, rec.main, p, id),
+        Rmgr::Sequence => crate::access::sequence::redo_block(rec.info, i, b.data, p, id),
         _ => Err("not a page record".into()),
     };
     r.map_err(|e| bad_record(rec, &e))

@@ -30,6 +30,8 @@ pub enum PageKind {
     Heap = 1,
     BtreeMeta = 2,
     BtreeNode = 3,
+    /// A sequence's one page (`access/sequence.rs`).
+    Sequence = 4,
 }
 
 impl PageKind {
@@ -39,6 +41,7 @@ impl PageKind {
             1 => Some(PageKind::Heap),
             2 => Some(PageKind::BtreeMeta),
             3 => Some(PageKind::BtreeNode),
+            4 => Some(PageKind::Sequence),
             _ => None,
         }
     }

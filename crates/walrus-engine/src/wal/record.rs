@@ -36,6 +36,7 @@ pub enum Rmgr {
     Storage = 3,
     Heap = 4,
     Btree = 5,
+    Sequence = 6,
 }
 
 impl Rmgr {
@@ -46,6 +47,7 @@ impl Rmgr {
             3 => Some(Rmgr::Storage),
             4 => Some(Rmgr::Heap),
             5 => Some(Rmgr::Btree),
+            6 => Some(Rmgr::Sequence),
             _ => None,
         }
     }

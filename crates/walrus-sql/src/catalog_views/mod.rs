@@ -26,6 +26,7 @@ use walrus_engine::Engine;
 use crate::error::{SqlError, SqlResult};
 
 mod reg;
+pub(crate) use reg::qualified_name;
 mod rows;
 
 const NS_CATALOG: i64 = 11;
@@ -363,6 +364,8 @@ pub(crate) struct Source<'a> {
     pub tables: Vec<Arc<TableDef>>,
     /// The statistics of the analyzed ones, by table name.
     pub statistics: std::collections::HashMap<String, crate::stats::TableStatistics>,
+    /// The sequences visible to the statement's snapshot.
+    pub sequences: Vec<Arc<walrus_engine::catalog::SequenceDef>>,
     /// For the statistics views' counters.
     pub engine: &'a Engine,
     /// `session_authorization` (`current_user`; "walrus" when unset or empty).
@@ -375,6 +378,8 @@ pub(crate) struct Source<'a> {
 /// engine counters, read once per statement.
 pub(crate) struct Snapshot {
     tables: Vec<Arc<TableDef>>,
+    /// By name.
+    sequences: Vec<Arc<walrus_engine::catalog::SequenceDef>>,
     statistics: std::collections::HashMap<String, crate::stats::TableStatistics>,
     /// Each table's counters, in `tables` order.
     activity: Vec<ActivitySnapshot>,
@@ -443,18 +448,21 @@ impl Snapshot {
     pub(crate) fn take(source: Source<'_>) -> Snapshot {
         let Source {
             mut tables,
+            mut sequences,
             statistics,
             engine,
             user,
             database,
         } = source;
         tables.sort_by(|a, b| a.name.cmp(&b.name));
+        sequences.sort_by(|a, b| a.name.cmp(&b.name));
         let wal = engine.wal();
         let pool = engine.pool();
         let activity = tables.iter().map(|t| engine.table_activity(t)).collect();
         Snapshot {
             relfiles: pool.relfiles.clone(),
             tables,
+            sequences,
             statistics,
             activity,
             user: user
@@ -544,6 +552,12 @@ impl Snapshot {
                 self.indexes()
                     .find(|(_, i)| relfile_oid(i.relfile) == oid)
                     .map(|(_, i)| i.name.clone())
+            })
+            .or_else(|| {
+                self.sequences
+                    .iter()
+                    .find(|q| relfile_oid(q.relfile) == oid)
+                    .map(|q| q.name.clone())
             })
     }
 

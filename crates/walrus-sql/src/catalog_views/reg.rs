@@ -311,6 +311,12 @@ impl Snapshot {
                     .find(|(_, i)| i.name == name)
                     .map(|(_, i)| relfile_oid(i.relfile))
             })
+            .or_else(|| {
+                self.sequences
+                    .iter()
+                    .find(|q| q.name == name)
+                    .map(|q| relfile_oid(q.relfile))
+            })
     }
 }
 

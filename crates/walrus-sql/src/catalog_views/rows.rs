@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use walrus_engine::access::datum::{Datum, TypeId};
-use walrus_engine::catalog::{ColumnDef, DeclaredType};
+use walrus_engine::catalog::{ColumnDef, ColumnDefault, DeclaredType};
 
 use super::{
     b, o, relfile_oid, t, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG, NS_INFORMATION_SCHEMA,
@@ -54,8 +54,53 @@ impl Snapshot {
                         100,
                     ));
                 }
+                for q in &self.sequences {
+                    // A sequence's three columns (last_value, log_cnt, is_called), no AM.
+                    rows.push(self.class_row(
+                        relfile_oid(q.relfile),
+                        &q.name,
+                        "S",
+                        0,
+                        3,
+                        false,
+                        100,
+                    ));
+                }
                 rows
             }
+            // adbin is the default's SQL text (PostgreSQL: a node tree that only
+            // pg_get_expr reads; walrus's pg_get_expr returns it as is).
+            "pg_attrdef" => self
+                .tables
+                .iter()
+                .flat_map(|tbl| {
+                    (0..tbl.columns.len()).filter_map(move |i| match tbl.default_of(i) {
+                        Some(ColumnDefault::Expr(e)) => Some(vec![
+                            o(relfile_oid(tbl.relfile) * 1000 + i as i64 + 1),
+                            o(relfile_oid(tbl.relfile)),
+                            Datum::Int2(i as i16 + 1),
+                            t(e),
+                        ]),
+                        _ => None,
+                    })
+                })
+                .collect(),
+            "pg_sequence" => self
+                .sequences
+                .iter()
+                .map(|q| {
+                    vec![
+                        o(relfile_oid(q.relfile)),
+                        o(q.data_type.pg_oid() as i64),
+                        Datum::Int8(q.start),
+                        Datum::Int8(q.increment),
+                        Datum::Int8(q.max),
+                        Datum::Int8(q.min),
+                        Datum::Int8(q.cache),
+                        b(q.cycle),
+                    ]
+                })
+                .collect(),
             "pg_attribute" => {
                 let mut rows = Vec::new();
                 for tbl in &self.tables {
@@ -83,9 +128,13 @@ impl Snapshot {
                             t(if len > 0 { "p" } else { "x" }),
                             t(""),
                             b(c.not_null),
+                            b(tbl.default_of(i).is_some()),
                             b(false),
-                            b(false),
-                            t(""),
+                            t(match tbl.default_of(i) {
+                                Some(ColumnDefault::Identity { always: true, .. }) => "a",
+                                Some(ColumnDefault::Identity { always: false, .. }) => "d",
+                                _ => "",
+                            }),
                             t(""),
                             b(false),
                             b(true),
@@ -630,7 +679,10 @@ impl Snapshot {
                             t(&tbl.name),
                             t(&c.name),
                             Datum::Int4(i as i32 + 1),
-                            Datum::Null,
+                            match tbl.default_of(i) {
+                                Some(ColumnDefault::Expr(e)) => t(e),
+                                _ => Datum::Null,
+                            },
                             t(if c.not_null { "NO" } else { "YES" }),
                             t(information_schema_type(c)),
                             information_schema_length(c).map_or(Datum::Null, Datum::Int4),

@@ -81,9 +81,149 @@ fn create_index(
     Ok(())
 }
 
+/// What `serial`-like type name `dt` is: the integer type its column gets.
+fn serial_type(dt: &ast::DataType) -> Option<walrus_engine::access::datum::TypeId> {
+    use walrus_engine::access::datum::TypeId;
+    let ast::DataType::Custom(name, mods) = dt else {
+        return None;
+    };
+    if !mods.is_empty() || name.0.len() != 1 {
+        return None;
+    }
+    match name.to_string().to_ascii_lowercase().as_str() {
+        "serial" | "serial4" => Some(TypeId::Int4),
+        "bigserial" | "serial8" => Some(TypeId::Int8),
+        "smallserial" | "serial2" => Some(TypeId::Int2),
+        _ => None,
+    }
+}
+
+/// A column DEFAULT as PostgreSQL allows it: no column references, subqueries,
+/// aggregates or window functions; a default without function calls is evaluated now,
+/// so a value its column cannot take fails the CREATE as in PostgreSQL. Returns the
+/// text to keep: a constant as PostgreSQL's `pg_get_expr` prints its folded form
+/// (`0`, `'x'::text`, `'-1'::integer`), anything else as written; `None` for a NULL
+/// default, which PostgreSQL does not store.
+fn check_default(e: &ast::Expr, col: &ColumnDef) -> SqlResult<Option<String>> {
+    use sqlparser::ast::Visit;
+    let mut columns = false;
+    let mut subquery = false;
+    let mut calls = false;
+    let _ = e.visit(&mut ExprProbe(|x: &ast::Expr| {
+        match x {
+            ast::Expr::Identifier(i) if !crate::exec::defaults::is_default_keyword(x) => {
+                // CURRENT_DATE-style keywords parse as identifiers too.
+                let k = i.value.to_ascii_lowercase();
+                if i.quote_style.is_some()
+                    || !matches!(
+                        k.as_str(),
+                        "current_date"
+                            | "current_time"
+                            | "current_timestamp"
+                            | "localtime"
+                            | "localtimestamp"
+                            | "current_user"
+                            | "session_user"
+                            | "user"
+                            | "current_role"
+                            | "current_catalog"
+                            | "current_schema"
+                    )
+                {
+                    columns = true;
+                } else {
+                    calls = true;
+                }
+            }
+            ast::Expr::CompoundIdentifier(_) => columns = true,
+            ast::Expr::Subquery(_) | ast::Expr::Exists { .. } | ast::Expr::InSubquery { .. } => {
+                subquery = true
+            }
+            ast::Expr::Function(_) => calls = true,
+            _ => {}
+        }
+    }));
+    if crate::exec::defaults::is_default_keyword(e) {
+        return Err(SqlError::syntax("syntax error at or near \"DEFAULT\""));
+    }
+    if columns {
+        return Err(SqlError::new(
+            "0A000",
+            "cannot use column reference in DEFAULT expression",
+        ));
+    }
+    if subquery {
+        return Err(SqlError::new(
+            "0A000",
+            "cannot use subquery in DEFAULT expression",
+        ));
+    }
+    if crate::plan::contains_aggregate(e) {
+        return Err(SqlError::new(
+            "42803",
+            "aggregate functions are not allowed in DEFAULT expressions",
+        ));
+    }
+    if !calls {
+        let get = |_: &str| None;
+        let scope = crate::expr::Scope {
+            columns: &[],
+            row: None,
+            params: &[],
+            now: 0,
+            setting: &get,
+            interrupt: None,
+            frame: None,
+            hooks: None,
+        };
+        let v = crate::expr::assign(crate::expr::eval(e, &scope)?, col)?;
+        return Ok(constant_default(&v, col).or_else(|| (!v.is_null()).then(|| e.to_string())));
+    }
+    Ok(Some(e.to_string()))
+}
+
+/// A constant default as PostgreSQL deparses it (`get_const_expr`): non-negative
+/// integers and numerics bare, booleans as keywords, everything else quoted with a cast.
+fn constant_default(v: &walrus_engine::access::datum::Datum, col: &ColumnDef) -> Option<String> {
+    use walrus_engine::access::datum::{Datum, TypeId};
+    use walrus_engine::catalog::DeclaredType;
+    let text = crate::value::format_text(v)?;
+    let quoted = |ty: &str| format!("'{}'::{ty}", text.replace('\'', "''"));
+    Some(match (v, col.ty, col.declared) {
+        (Datum::Int4(x), ..) if *x >= 0 => text,
+        (Datum::Numeric(_), ..) if !text.starts_with('-') && text != "NaN" => text,
+        (Datum::Bool(_), ..) => text,
+        (_, TypeId::Int4, _) => quoted("integer"),
+        (_, TypeId::Int2, _) => quoted("smallint"),
+        (_, TypeId::Int8, _) => quoted("bigint"),
+        (_, TypeId::Numeric, _) => quoted("numeric"),
+        (_, TypeId::Float8, _) => quoted("double precision"),
+        (_, TypeId::Text, DeclaredType::Varchar) => quoted("character varying"),
+        (_, TypeId::Text, DeclaredType::Char) => quoted("bpchar"),
+        (_, TypeId::Text, _) => quoted("text"),
+        _ => return None,
+    })
+}
+
+/// Calls a closure on every expression a visit reaches.
+struct ExprProbe<F: FnMut(&ast::Expr)>(F);
+
+impl<F: FnMut(&ast::Expr)> sqlparser::ast::Visitor for ExprProbe<F> {
+    type Break = ();
+    fn pre_visit_expr(&mut self, e: &ast::Expr) -> std::ops::ControlFlow<()> {
+        (self.0)(e);
+        std::ops::ControlFlow::Continue(())
+    }
+}
+
 pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlResult<QueryResult> {
+    use walrus_engine::catalog::ColumnDefault;
     let name = object_name(&ct.name);
+    if ct.if_not_exists && t.catalog()?.relation_exists(&name) {
+        return Ok(QueryResult::tag("CREATE TABLE"));
+    }
     let mut columns = Vec::new();
+    let mut defaults: Vec<Option<ColumnDefault>> = Vec::new();
     let mut pk: Option<Vec<String>> = None;
     // Column-level UNIQUE: (constraint name, column), created after the table.
     let mut uniques: Vec<(String, String)> = Vec::new();
@@ -91,10 +231,72 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
         let cname = ident(&c.name);
         // varchar(n), char(n) and numeric(p,s) keep their type modifier in the catalog;
         // INSERT, UPDATE and COPY apply it (expr::assign).
-        let (ty, typmod, declared) = column_type(&c.data_type)?;
-        let mut not_null = false;
+        let serial = serial_type(&c.data_type);
+        let (ty, typmod, declared) = match serial {
+            Some(ty) => (ty, -1, walrus_engine::catalog::DeclaredType::Plain),
+            None => column_type(&c.data_type)?,
+        };
+        let mut not_null = serial.is_some();
+        let mut default: Option<ColumnDefault> = None;
+        if serial.is_some() {
+            let seq = crate::exec::sequence::create_column_sequence(t, &name, &cname, ty, &[])?;
+            default = Some(ColumnDefault::Expr(format!(
+                "nextval('{}'::regclass)",
+                crate::names::quote_ident(&seq).replace('\'', "''")
+            )));
+        }
+        let multiple = |what: &str| {
+            SqlError::syntax(format!(
+                "multiple {what} specified for column \"{cname}\" of table \"{name}\""
+            ))
+        };
         for o in &c.options {
             match &o.option {
+                ColumnOption::Default(e) => {
+                    if default.is_some() {
+                        return Err(multiple("default values"));
+                    }
+                    let probe = ColumnDef {
+                        name: cname.clone(),
+                        ty,
+                        not_null: false,
+                        typmod,
+                        declared,
+                    };
+                    default = check_default(e, &probe)?.map(ColumnDefault::Expr);
+                }
+                ColumnOption::Generated {
+                    generated_as:
+                        generated_as @ (ast::GeneratedAs::Always | ast::GeneratedAs::ByDefault),
+                    sequence_options,
+                    generation_expr: None,
+                    ..
+                } => {
+                    if default.is_some() {
+                        return Err(SqlError::syntax(format!(
+                            "both default and identity specified for column \"{cname}\" of table \"{name}\""
+                        )));
+                    }
+                    use walrus_engine::access::datum::TypeId;
+                    if !matches!(ty, TypeId::Int2 | TypeId::Int4 | TypeId::Int8) {
+                        return Err(SqlError::new(
+                            "22023",
+                            "identity column type must be smallint, integer, or bigint",
+                        ));
+                    }
+                    let seq = crate::exec::sequence::create_column_sequence(
+                        t,
+                        &name,
+                        &cname,
+                        ty,
+                        sequence_options.as_deref().unwrap_or(&[]),
+                    )?;
+                    not_null = true;
+                    default = Some(ColumnDefault::Identity {
+                        always: matches!(generated_as, ast::GeneratedAs::Always),
+                        sequence: seq,
+                    });
+                }
                 ColumnOption::NotNull => not_null = true,
                 ColumnOption::Null => {}
                 ColumnOption::PrimaryKey(_) => {
@@ -136,9 +338,10 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
             typmod,
             declared,
         });
+        defaults.push(default);
     }
     let fillfactor = table_options(ct)?;
-    match t.create_table(&name, columns, fillfactor) {
+    match t.create_table_with_defaults(&name, columns, defaults, fillfactor) {
         Err(walrus_engine::Error::DuplicateTable(_)) if ct.if_not_exists => {
             return Ok(QueryResult::tag("CREATE TABLE"))
         }

@@ -2,8 +2,12 @@
 //! and single-table SELECTs share: the rows matching a WHERE clause through the access
 //! path the planner chose, with READ COMMITTED's re-check of concurrently updated rows.
 
+use super::defaults::{
+    check_not_always, default_value, is_default_keyword, parse_default, DmlHooks,
+};
 use std::ops::Bound;
 use std::sync::Arc;
+use walrus_engine::catalog::ColumnDefault;
 
 use sqlparser::ast::{self, Expr, SetExpr, TableFactor};
 use walrus_base::Tid;
@@ -299,10 +303,20 @@ pub(crate) fn insert(
             ));
         }
     }
-    let source = ins
-        .source
-        .as_ref()
-        .ok_or_else(|| SqlError::unsupported("INSERT without VALUES is not supported"))?;
+    let Some(source) = ins.source.as_ref() else {
+        // INSERT ... DEFAULT VALUES: one row of defaults.
+        if !ins.columns.is_empty() {
+            return Err(SqlError::syntax("syntax error at or near \"DEFAULT\""));
+        }
+        return with_statement_scope(env, params, |env, scope| {
+            let mut row = vec![Datum::Null; def.columns.len()];
+            fill_defaults(&def, &[], &mut row, scope)?;
+            let mut sink = RowSink::new(&def, skip_conflicts.as_ref());
+            sink.push(env, Ok(row), returning.as_mut(), scope)?;
+            let n = sink.finish(env, returning.as_mut(), scope)?;
+            Ok(Returning::result(returning, format!("INSERT 0 {n}")))
+        });
+    };
     with_statement_scope(env, params, |env, scope| {
         let values = match source.body.as_ref() {
             SetExpr::Values(v) if source.order_by.is_none() && source.limit_clause.is_none() => v,
@@ -318,9 +332,12 @@ pub(crate) fn insert(
                             ));
                         }
                         let mut row = vec![Datum::Null; def.columns.len()];
+                        let given = &targets[..r.len()];
                         for (v, &ci) in r.into_iter().zip(&targets) {
+                            check_not_always(&def, ci)?;
                             row[ci] = assign(v, &def.columns[ci])?;
                         }
+                        fill_defaults(&def, given, &mut row, scope)?;
                         Ok(row)
                     })();
                     sink.push(env, row, returning.as_mut(), scope)?;
@@ -344,9 +361,17 @@ pub(crate) fn insert(
                     ));
                 }
                 let mut row = vec![Datum::Null; def.columns.len()];
+                let mut given = Vec::with_capacity(row_exprs.len());
                 for (e, &ci) in row_exprs.iter().zip(&targets) {
+                    // DEFAULT leaves the column to fill_defaults.
+                    if is_default_keyword(e) {
+                        continue;
+                    }
+                    check_not_always(&def, ci)?;
                     row[ci] = assign(eval(e, scope)?, &def.columns[ci])?;
+                    given.push(ci);
                 }
+                fill_defaults(&def, &given, &mut row, scope)?;
                 Ok(row)
             })();
             sink.push(env, row, returning.as_mut(), scope)?;
@@ -441,6 +466,7 @@ fn with_statement_scope<R>(
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let intr = env.interrupt();
+    let hooks = DmlHooks::new(env)?;
     let scope = Scope {
         columns: &[],
         row: None,
@@ -449,9 +475,28 @@ fn with_statement_scope<R>(
         setting: &get,
         interrupt: Some(&intr),
         frame: None,
-        hooks: None,
+        hooks: Some(&hooks),
     };
     f(env, &scope)
+}
+
+/// Writes each column's default into `row` where the statement gave the column no
+/// value (`given` are the columns it did).
+fn fill_defaults(
+    def: &TableDef,
+    given: &[usize],
+    row: &mut [Datum],
+    scope: &Scope<'_>,
+) -> SqlResult<()> {
+    if def.defaults.is_empty() {
+        return Ok(());
+    }
+    for (i, d) in def.defaults.iter().enumerate() {
+        if d.is_some() && !given.contains(&i) {
+            row[i] = assign(default_value(def, i, scope)?, &def.columns[i])?;
+        }
+    }
+    Ok(())
 }
 
 /// Which unique indexes `ON CONFLICT ... DO NOTHING` skips conflicts on: `None` without
@@ -803,7 +848,29 @@ pub(crate) fn update(
                 format!("multiple assignments to same column \"{name}\""),
             ));
         }
-        sets.push((i, a.value.clone()));
+        let value = if is_default_keyword(&a.value) {
+            match def.default_of(i) {
+                None => Expr::Value(ast::Value::Null.into()),
+                Some(ColumnDefault::Expr(text)) => (*parse_default(text)?).clone(),
+                Some(ColumnDefault::Identity { sequence, .. }) => (*parse_default(&format!(
+                    "nextval('{}')",
+                    crate::names::quote_ident(sequence).replace('\'', "''")
+                ))?)
+                .clone(),
+            }
+        } else {
+            if let Some(ColumnDefault::Identity { always: true, .. }) = def.default_of(i) {
+                return Err(SqlError::new(
+                    "428C9",
+                    format!("column \"{name}\" can only be updated to DEFAULT"),
+                )
+                .with_detail(format!(
+                    "Column \"{name}\" is an identity column defined as GENERATED ALWAYS."
+                )));
+            }
+            a.value.clone()
+        };
+        sets.push((i, value));
     }
     // The scan decodes only the columns WHERE and SET read (RETURNING may read any);
     // the engine copies the others' stored bytes into the new version.
@@ -815,6 +882,7 @@ pub(crate) fn update(
             .all(|(_, e)| mark_used_columns(e, &def, &mut wanted));
     let wanted = partial.then_some(wanted);
     let rows = matching_rows(env, &def, selection.as_ref(), params, wanted.as_deref())?;
+    let hooks = DmlHooks::new(env)?;
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let intr = env.interrupt();
@@ -834,7 +902,7 @@ pub(crate) fn update(
                 setting: &get,
                 interrupt: Some(&intr),
                 frame: None,
-                hooks: None,
+                hooks: Some(&hooks),
             };
             values.clear();
             for (i, e) in &sets {

@@ -43,11 +43,13 @@ mod aggregate;
 pub(crate) mod analyze;
 pub mod copy;
 pub(crate) mod ddl;
+pub(crate) mod defaults;
 pub(crate) mod dml;
 pub(crate) mod explain;
 mod from;
 pub(crate) mod parallel;
 mod select;
+pub(crate) mod sequence;
 mod sort;
 mod spill;
 mod window;
@@ -93,6 +95,10 @@ pub(crate) trait Env {
         None
     }
     fn return_row_sink(&mut self, _sink: Box<dyn RowSink + Send>) {}
+    /// The session's `currval` / `lastval` state.
+    fn sequences(&self) -> sequence::SharedSessionSequences {
+        Default::default()
+    }
 }
 
 /// Runs a SELECT (or VALUES, or set operation) and returns its rows with a `SELECT n`
@@ -573,6 +579,8 @@ pub(crate) struct Executor<'s> {
     sink_query: Option<*const Query>,
     /// How many rows went to the sink, once the level streamed.
     streamed: std::cell::Cell<Option<usize>>,
+    /// The session's `currval` state.
+    sequences: sequence::SharedSessionSequences,
 }
 
 /// The hooks in force while evaluating over one group of rows.
@@ -624,6 +632,29 @@ impl Hooks for Executor<'_> {
         None
     }
     fn function(&self, name: &str, args: &[Datum]) -> Option<SqlResult<Datum>> {
+        if sequence::is_sequence_function(name) {
+            return Some(self.sequence_function(name, args));
+        }
+        if name == "set_config" {
+            return Some(match args {
+                [Datum::Null, ..] => Err(SqlError::new("22023", "SET requires parameter name")),
+                [n, v, l] => {
+                    let text = |d: &Datum| crate::value::format_text(d).unwrap_or_default();
+                    let local = matches!(l, Datum::Bool(true))
+                        || matches!(l, Datum::Text(t) if matches!(t.as_str(), "t" | "true" | "on" | "1"));
+                    self.settings
+                        .set_config(&text(n), &text(v), local)
+                        .map(Datum::Text)
+                }
+                _ => Err(SqlError::new(
+                    "42883",
+                    format!(
+                        "function set_config with {} arguments does not exist",
+                        args.len()
+                    ),
+                )),
+            });
+        }
         if !catalog_views::is_catalog_function(name) {
             return None; // now(), repeat(), ...: no catalog snapshot needed
         }
@@ -651,7 +682,9 @@ impl<'s> Executor<'s> {
     pub(crate) fn new(env: &'s mut dyn Env, params: &'s [Datum]) -> Executor<'s> {
         let (now, settings, interrupt) = (env.now(), env.settings(), env.interrupt());
         let memory = env.memory();
+        let sequences = env.sequences();
         Executor {
+            sequences,
             env: RefCell::new(env),
             params,
             now,
@@ -665,6 +698,33 @@ impl<'s> Executor<'s> {
             sink_query: None,
             streamed: std::cell::Cell::new(None),
         }
+    }
+
+    /// `nextval` and the other sequence functions, over the transaction's catalog (the
+    /// committed one while a streamed scan holds the transaction).
+    fn sequence_function(&self, name: &str, args: &[Datum]) -> SqlResult<Datum> {
+        let (engine, catalog, session) = match self.env.try_borrow_mut() {
+            Ok(mut env) => {
+                let catalog = env.txn().catalog()?;
+                (env.engine().clone(), catalog, env.sequences())
+            }
+            Err(_) => {
+                let engine = self.settings.engine().clone();
+                let catalog = engine.catalog_view()?;
+                (engine, catalog, self.sequences.clone())
+            }
+        };
+        let cx = sequence::SequenceContext {
+            engine: &engine,
+            catalog: &catalog,
+            session: &session,
+        };
+        sequence::function(&cx, name, args).unwrap_or_else(|| {
+            Err(SqlError::new(
+                "42883",
+                format!("function {name} does not exist"),
+            ))
+        })
     }
 
     fn catalog_snapshot(&self) -> SqlResult<()> {
@@ -687,6 +747,7 @@ impl<'s> Executor<'s> {
                 .collect();
             let snap = catalog_views::Snapshot::take(catalog_views::Source {
                 tables,
+                sequences: view.sequences.values().cloned().collect(),
                 statistics,
                 engine: env.engine(),
                 user: self.settings.get("session_authorization"),

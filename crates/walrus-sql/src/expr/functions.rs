@@ -553,8 +553,14 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
         }
         "pg_encoding_to_char" => Datum::Text("UTF8".into()),
         "pg_table_is_visible" | "pg_type_is_visible" => Datum::Bool(!arg(0).is_null()),
-        "obj_description" | "col_description" | "shobj_description" | "pg_get_expr"
-        | "pg_get_partkeydef" => Datum::Null,
+        "obj_description" | "col_description" | "shobj_description" | "pg_get_partkeydef" => {
+            Datum::Null
+        }
+        // pg_attrdef.adbin holds the default's SQL text already (catalog_views).
+        "pg_get_expr" => match arg(0) {
+            Datum::Text(e) => Datum::Text(e),
+            _ => Datum::Null,
+        },
         "has_table_privilege" | "has_schema_privilege" | "has_database_privilege" => {
             Datum::Bool(true)
         }

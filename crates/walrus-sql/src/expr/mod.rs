@@ -26,6 +26,7 @@ pub use cast::{
     assign, cast_to, coerce, column_type, declared_limit, declared_type_name, numeric_typmod,
     sql_type_oid, type_from_sql,
 };
+pub(crate) use ops::type_name as ops_type_name;
 pub use ops::{binary, compare_values, like_match};
 pub(crate) use subscript::subscripted;
 

@@ -178,7 +178,14 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
                     TypeId::Int8 => TypeId::Numeric,
                     other => other,
                 }),
-            "current_setting" | "version" | "repeat" | "lower" | "upper" => Some(TypeId::Text),
+            "current_setting"
+            | "version"
+            | "repeat"
+            | "lower"
+            | "upper"
+            | "set_config"
+            | "pg_get_serial_sequence" => Some(TypeId::Text),
+            "nextval" | "currval" | "setval" | "lastval" => Some(TypeId::Int8),
             "to_regtype" => Some(TypeId::RegType),
             "to_regclass" => Some(TypeId::RegClass),
             "pg_relation_size" | "pg_table_size" | "pg_indexes_size" | "pg_total_relation_size" => {

@@ -71,6 +71,10 @@ pub struct Session {
     protocol_statements: std::collections::HashMap<String, String>,
     /// Plans of extended-protocol statements by SQL text ([`Session::execute_cached`]).
     plan_cache: PlanCache,
+    /// `currval` / `lastval` state (shared with the statements running).
+    sequences: crate::exec::sequence::SharedSessionSequences,
+    /// `set_config()` calls of the running statement (applied when it ends).
+    pending_settings: crate::settings::PendingSettings,
     /// Counts this session's DDL statements and its rollbacks of transactions that
     /// ran DDL: with the engine's committed catalog version, what a cached plan is
     /// valid for ([`PlanKey`]).
@@ -248,6 +252,8 @@ impl Session {
             prepared: BTreeMap::new(),
             protocol_statements: Default::default(),
             plan_cache: PlanCache::default(),
+            sequences: Default::default(),
+            pending_settings: Default::default(),
             own_ddl: 0,
             memory: Arc::new(MemoryBudget::new(memory_limit)),
             memory_setting_error,
@@ -873,6 +879,10 @@ impl Session {
 
     fn utility(&mut self, u: Utility) -> SqlResult<Outcome> {
         match u {
+            Utility::Sequence(sql) => Ok(Outcome::Done(crate::exec::sequence::sequence_statement(
+                self.txn(),
+                &sql,
+            )?)),
             Utility::Checkpoint => {
                 self.engine.checkpoint(CheckpointReason::Requested)?;
                 Ok(Outcome::Done(QueryResult::tag("CHECKPOINT")))
@@ -1176,7 +1186,11 @@ impl Session {
             Statement::Query(q) if q.with.as_ref().is_some_and(|w| w.recursive) => {
                 self.recursive_select(q, params)?
             }
-            Statement::Query(q) => exec::select(self, q, params)?,
+            Statement::Query(q) => {
+                let r = exec::select(self, q, params);
+                self.apply_pending_settings()?;
+                r?
+            }
             Statement::Insert(ins) => dml::insert(self, ins, params)?,
             Statement::Update(u) => dml::update(self, u, params)?,
             Statement::Delete(d) => dml::delete(self, d, params)?,
@@ -1191,6 +1205,13 @@ impl Session {
                 names,
                 ..
             } => ddl::drop_objects(self.txn(), names, *if_exists, false)?,
+            Statement::Drop {
+                object_type: ObjectType::Sequence,
+                if_exists,
+                names,
+                cascade,
+                ..
+            } => crate::exec::sequence::drop_sequences(self.txn(), names, *if_exists, *cascade)?,
             Statement::Drop {
                 object_type: ObjectType::Index,
                 cascade: true,
@@ -1224,10 +1245,33 @@ impl Session {
         Ok(Outcome::Done(r))
     }
 
+    /// Applies the `set_config()` calls the statement made (the first bad one fails
+    /// the statement, as it would have in PostgreSQL).
+    fn apply_pending_settings(&mut self) -> SqlResult<()> {
+        let pending: Vec<_> = std::mem::take(
+            &mut *self
+                .pending_settings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for (name, value, local) in pending {
+            self.apply_set(&name, value, local)?;
+        }
+        Ok(())
+    }
+
     /// The settings as expressions read them (shares the map; no copy).
     pub(crate) fn settings_view(&self) -> SettingsView {
         SettingsView::new(self.settings.clone(), self.engine.clone())
             .with_plan_stats(self.plan_cache.stats.clone())
+            .with_pending(self.pending_settings.clone())
+    }
+
+    /// A `-c name=value` of the startup packet's `options` (libpq's `PGOPTIONS`):
+    /// applied as `SET name = value` before the first statement.
+    pub fn set_startup_option(&mut self, name: &str, value: &str) -> Result<(), SqlError> {
+        let name = name.trim().to_ascii_lowercase().replace('-', "_");
+        self.apply_set(&name, value.to_string(), false).map(|_| ())
     }
 
     /// Records who connected to what (`current_user`, `current_database()`).
@@ -1279,6 +1323,10 @@ impl Env for Session {
 
     fn return_row_sink(&mut self, sink: Box<dyn RowSink + Send>) {
         self.row_sink = Some(sink);
+    }
+
+    fn sequences(&self) -> crate::exec::sequence::SharedSessionSequences {
+        self.sequences.clone()
     }
 }
 

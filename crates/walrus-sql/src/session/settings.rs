@@ -178,8 +178,26 @@ impl Session {
                 if name.is_empty() || value.is_empty() {
                     return Err(SqlError::syntax("syntax error at end of input"));
                 }
-                let mut value = value.trim_matches('\'').to_string();
+                let value = value.trim_matches('\'').to_string();
                 let name = name.trim_matches('"').to_ascii_lowercase();
+                self.apply_set(&name, value, local)?;
+                Ok(QueryResult::tag("SET"))
+            }
+        }
+    }
+
+    /// `SET [LOCAL] name = value` once the statement is read (also `set_config()` and
+    /// the startup packet's options): checks the value as PostgreSQL does and stores
+    /// it in the form SHOW gives back; returns that form.
+    pub(crate) fn apply_set(
+        &mut self,
+        name: &str,
+        mut value: String,
+        local: bool,
+    ) -> SqlResult<String> {
+        let name = name.to_string();
+        {
+            {
                 crate::guc::check_settable(&name)?;
                 // Accepted but not honoured would be a silent difference: refused.
                 let v = value.to_ascii_lowercase();
@@ -200,7 +218,7 @@ impl Session {
                 if local && !self.in_block {
                     // PostgreSQL warns and changes nothing: there is no transaction for
                     // the value to last until.
-                    return Ok(QueryResult::tag("SET"));
+                    return Ok(value);
                 }
                 if self.time_setting(&name).is_some() {
                     value = crate::timeout::show_ms(crate::timeout::parse_ms(&name, &value)?);
@@ -231,8 +249,8 @@ impl Session {
                     value = crate::exec::parallel::workers_per_gather_setting(&value)?.to_string();
                 }
                 self.remember_for_block(&name, local);
-                self.put_setting(&name, Some(value));
-                Ok(QueryResult::tag("SET"))
+                self.put_setting(&name, Some(value.clone()));
+                Ok(value)
             }
         }
     }

@@ -24,6 +24,8 @@ pub enum Utility {
     },
     Checkpoint,
     Copy(CopyStatement),
+    /// `CREATE SEQUENCE ...` / `ALTER SEQUENCE ...`, read by `exec/sequence.rs`: its text.
+    Sequence(String),
 }
 
 fn words(sql: &str) -> Vec<String> {
@@ -68,6 +70,19 @@ pub fn parse(sql: &str) -> SqlResult<Option<Utility>> {
         return Ok(None);
     };
     match first.as_str() {
+        "alter" | "create"
+            if w.get(1).is_some_and(|s| s.eq_ignore_ascii_case("sequence"))
+                || (first == "create"
+                    && w.get(1).is_some_and(|s| {
+                        matches!(
+                            s.to_ascii_lowercase().as_str(),
+                            "temp" | "temporary" | "unlogged"
+                        )
+                    })
+                    && w.get(2).is_some_and(|s| s.eq_ignore_ascii_case("sequence"))) =>
+        {
+            Ok(Some(Utility::Sequence(sql.trim().to_string())))
+        }
         "checkpoint" => {
             if w.len() > 1 {
                 return Err(SqlError::syntax(format!(
