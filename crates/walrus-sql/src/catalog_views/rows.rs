@@ -128,7 +128,8 @@ impl Snapshot {
                             t(if len > 0 { "p" } else { "x" }),
                             t(""),
                             b(c.not_null),
-                            b(tbl.default_of(i).is_some()),
+                            // Identity columns have no pg_attrdef row.
+                            b(matches!(tbl.default_of(i), Some(ColumnDefault::Expr(_)))),
                             b(false),
                             t(match tbl.default_of(i) {
                                 Some(ColumnDefault::Identity { always: true, .. }) => "a",

@@ -176,33 +176,137 @@ fn check_default(e: &ast::Expr, col: &ColumnDef) -> SqlResult<Option<String>> {
             frame: None,
             hooks: None,
         };
-        let v = crate::expr::assign(crate::expr::eval(e, &scope)?, col)?;
-        return Ok(constant_default(&v, col).or_else(|| (!v.is_null()).then(|| e.to_string())));
+        // The type modifier is applied when a row gets the value, not here
+        // (PostgreSQL accepts `varchar(2) default 'toolong'` and fails the INSERT).
+        let unlimited = ColumnDef {
+            typmod: -1,
+            ..col.clone()
+        };
+        let v = crate::expr::assign(crate::expr::eval(e, &scope)?, &unlimited)?;
+        if v.is_null() {
+            return Ok(None);
+        }
+        return Ok(Some(
+            constant_default(e, &v, col).unwrap_or_else(|| deparse(e)),
+        ));
     }
-    Ok(Some(e.to_string()))
+    Ok(Some(deparse(e)))
 }
 
-/// A constant default as PostgreSQL deparses it (`get_const_expr`): non-negative
-/// integers and numerics bare, booleans as keywords, everything else quoted with a cast.
-fn constant_default(v: &walrus_engine::access::datum::Datum, col: &ColumnDef) -> Option<String> {
+/// An expression default as PostgreSQL's `pg_get_expr` prints the common forms: an
+/// operator in parentheses, a string literal with its resolved type (`'x'::text`, and
+/// `'s'::regclass` as nextval's argument), function calls with their arguments so
+/// printed; anything else as written.
+fn deparse(e: &ast::Expr) -> String {
+    fn string(s: &str, ty: &str) -> String {
+        format!("'{}'::{ty}", s.replace('\'', "''"))
+    }
+    match e {
+        ast::Expr::Value(v) => match &v.value {
+            ast::Value::SingleQuotedString(s) => string(s, "text"),
+            _ => e.to_string(),
+        },
+        ast::Expr::BinaryOp { left, op, right } => {
+            format!("({} {op} {})", deparse(left), deparse(right))
+        }
+        ast::Expr::Nested(inner) => deparse(inner),
+        ast::Expr::Function(f) => {
+            let name = f.name.to_string().to_ascii_lowercase();
+            let ast::FunctionArguments::List(list) = &f.args else {
+                return e.to_string();
+            };
+            if !list.clauses.is_empty() || list.duplicate_treatment.is_some() {
+                return e.to_string();
+            }
+            let mut args = Vec::new();
+            for a in &list.args {
+                let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) = a else {
+                    return e.to_string();
+                };
+                args.push(match (name.as_str(), x) {
+                    ("nextval", ast::Expr::Value(v)) => match &v.value {
+                        ast::Value::SingleQuotedString(s) => string(s, "regclass"),
+                        _ => deparse(x),
+                    },
+                    _ => deparse(x),
+                });
+            }
+            format!("{name}({})", args.join(", "))
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// A literal default as PostgreSQL's `pg_get_expr` prints it: a number literal as its
+/// own type's constant (bare when not negative, `'-3'::integer` when negative; the
+/// cast to the column's type is implicit and not shown), TRUE / FALSE as keywords, a
+/// string literal as a constant of the column's type (`0`, `'x'::text`,
+/// `'abc'::character varying`). `None` for anything else (kept as written).
+fn constant_default(
+    e: &ast::Expr,
+    v: &walrus_engine::access::datum::Datum,
+    col: &ColumnDef,
+) -> Option<String> {
     use walrus_engine::access::datum::{Datum, TypeId};
     use walrus_engine::catalog::DeclaredType;
-    let text = crate::value::format_text(v)?;
-    let quoted = |ty: &str| format!("'{}'::{ty}", text.replace('\'', "''"));
-    Some(match (v, col.ty, col.declared) {
-        (Datum::Int4(x), ..) if *x >= 0 => text,
-        (Datum::Numeric(_), ..) if !text.starts_with('-') && text != "NaN" => text,
-        (Datum::Bool(_), ..) => text,
-        (_, TypeId::Int4, _) => quoted("integer"),
-        (_, TypeId::Int2, _) => quoted("smallint"),
-        (_, TypeId::Int8, _) => quoted("bigint"),
-        (_, TypeId::Numeric, _) => quoted("numeric"),
-        (_, TypeId::Float8, _) => quoted("double precision"),
-        (_, TypeId::Text, DeclaredType::Varchar) => quoted("character varying"),
-        (_, TypeId::Text, DeclaredType::Char) => quoted("bpchar"),
-        (_, TypeId::Text, _) => quoted("text"),
-        _ => return None,
-    })
+    let number = |text: &str, negative: bool| -> Option<String> {
+        let signed = if negative {
+            format!("-{text}")
+        } else {
+            text.to_string()
+        };
+        let ty = match signed.parse::<i64>() {
+            Ok(x) if i32::try_from(x).is_ok() => "integer",
+            Ok(_) => "bigint",
+            Err(_) => "numeric",
+        };
+        let shown = match ty {
+            "numeric" => crate::value::format_text(
+                &crate::value::parse_text(TypeId::Numeric, &signed).ok()?,
+            )?,
+            _ => signed.parse::<i64>().ok()?.to_string(),
+        };
+        Some(match (negative, ty) {
+            (false, "integer" | "numeric") => shown,
+            _ => format!("'{shown}'::{ty}"),
+        })
+    };
+    match e {
+        ast::Expr::Value(vs) => match &vs.value {
+            ast::Value::Number(n, _) => number(n, false),
+            ast::Value::Boolean(b) => Some(b.to_string()),
+            ast::Value::SingleQuotedString(_) => {
+                let text = crate::value::format_text(v)?;
+                let quoted = |ty: &str| format!("'{}'::{ty}", text.replace('\'', "''"));
+                Some(match (v, col.ty, col.declared) {
+                    (Datum::Bool(b), ..) => b.to_string(),
+                    (Datum::Int4(x), ..) if *x >= 0 => text,
+                    (Datum::Numeric(_), ..) if !text.starts_with('-') && text != "NaN" => text,
+                    (_, TypeId::Int4, _) => quoted("integer"),
+                    (_, TypeId::Int2, _) => quoted("smallint"),
+                    (_, TypeId::Int8, _) => quoted("bigint"),
+                    (_, TypeId::Numeric, _) => quoted("numeric"),
+                    (_, TypeId::Float8, _) => quoted("double precision"),
+                    (_, TypeId::Text, DeclaredType::Varchar) => quoted("character varying"),
+                    (_, TypeId::Text, DeclaredType::Char) => quoted("bpchar"),
+                    (_, TypeId::Text, _) => quoted("text"),
+                    _ => return None,
+                })
+            }
+            _ => None,
+        },
+        ast::Expr::UnaryOp {
+            op: ast::UnaryOperator::Minus,
+            expr,
+        } => match expr.as_ref() {
+            ast::Expr::Value(vs) => match &vs.value {
+                ast::Value::Number(n, _) => number(n, true),
+                _ => None,
+            },
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Calls a closure on every expression a visit reaches.

@@ -111,6 +111,87 @@ pub(crate) fn isolation_of(sql: &str) -> Option<Isolation> {
     }
 }
 
+/// `sql` with each `AS IDENTITY (options)` list put in the order sqlparser reads
+/// (INCREMENT, MINVALUE, MAXVALUE, START, CACHE, CYCLE); `None` when there is none or
+/// nothing moved.
+fn reorder_identity_options(sql: &str) -> Option<String> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let word = |t: &Token| match t {
+        Token::Word(w) if w.quote_style.is_none() => Some(w.value.to_ascii_lowercase()),
+        _ => None,
+    };
+    let mut out: Vec<String> = Vec::new();
+    let mut moved = false;
+    let mut i = 0;
+    while i < tokens.len() {
+        out.push(tokens[i].to_string());
+        let opens_list = word(&tokens[i]).as_deref() == Some("identity")
+            && tokens[..i]
+                .iter()
+                .rev()
+                .find(|t| !matches!(t, Token::Whitespace(_)))
+                .and_then(word)
+                .as_deref()
+                == Some("as");
+        i += 1;
+        if !opens_list {
+            continue;
+        }
+        let Some(open) = (i..tokens.len()).find(|&k| !matches!(tokens[k], Token::Whitespace(_)))
+        else {
+            break;
+        };
+        if tokens[open] != Token::LParen {
+            continue;
+        }
+        let close = (open..tokens.len()).find(|&k| tokens[k] == Token::RParen)?;
+        // Options, each starting at its keyword.
+        let mut options: Vec<(u8, Vec<String>)> = Vec::new();
+        let mut k = open + 1;
+        while k < close {
+            if matches!(tokens[k], Token::Whitespace(_)) {
+                k += 1;
+                continue;
+            }
+            let w = word(&tokens[k]);
+            let next = (k + 1..close)
+                .find(|&m| !matches!(tokens[m], Token::Whitespace(_)))
+                .and_then(|m| word(&tokens[m]));
+            let rank = match (w.as_deref(), next.as_deref()) {
+                (Some("increment"), _) => Some(0),
+                (Some("minvalue"), _) | (Some("no"), Some("minvalue")) => Some(1),
+                (Some("maxvalue"), _) | (Some("no"), Some("maxvalue")) => Some(2),
+                (Some("start"), _) => Some(3),
+                (Some("cache"), _) => Some(4),
+                (Some("cycle"), _) | (Some("no"), Some("cycle")) => Some(5),
+                _ => None,
+            };
+            match (rank, options.last_mut()) {
+                (Some(r), _) => options.push((r, vec![tokens[k].to_string()])),
+                (None, Some((_, words))) => words.push(tokens[k].to_string()),
+                (None, None) => return None,
+            }
+            k += 1;
+        }
+        let before: Vec<u8> = options.iter().map(|(r, _)| *r).collect();
+        options.sort_by_key(|(r, _)| *r);
+        moved |= options.iter().map(|(r, _)| *r).collect::<Vec<_>>() != before;
+        out.extend(tokens[i..open].iter().map(|t| t.to_string()));
+        out.push("(".into());
+        out.push(
+            options
+                .into_iter()
+                .map(|(_, w)| w.join(" "))
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        out.push(")".into());
+        i = close + 1;
+    }
+    moved.then(|| out.concat())
+}
+
 pub(crate) fn syntax_message(e: &str) -> String {
     // sqlparser: "sql parser error: Expected: ..., found: X at Line: 1, Column: 5"
     let e = e.trim_start_matches("sql parser error: ");
@@ -180,6 +261,12 @@ pub(crate) fn parse(sql: &str) -> SqlResult<Vec<Parsed>> {
         return Ok(vec![Parsed::Utility(u)]);
     }
     let mut stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .or_else(|e| match reorder_identity_options(sql) {
+            // sqlparser reads an identity column's sequence options in one order only;
+            // PostgreSQL in any.
+            Some(reordered) => Parser::parse_sql(&PostgreSqlDialect {}, &reordered),
+            None => Err(e),
+        })
         .map_err(|e| SqlError::syntax(syntax_message(&e.to_string())))?;
     crate::stack::walk_statements(&mut stmts)?;
     stmts
