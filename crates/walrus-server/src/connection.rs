@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use walrus_engine::access::datum::Datum;
 use walrus_engine::Engine;
-use walrus_sql::value::{check_utf8, format_text, parse_text, type_from_oid};
+use walrus_sql::value::{check_utf8, format_text_as, parse_text, type_from_oid};
 use walrus_sql::{Column, Outcome, QueryResult, RowSink, Session, SqlError};
 
 use crate::protocol::{
@@ -63,7 +63,7 @@ fn check_declared(oids: &[u32]) -> Result<(), SqlError> {
 /// described (an array's binary form names its element type: 1043 for `varchar[]`).
 fn encode(d: &Datum, binary: bool, type_oid: u32) -> Result<Option<Vec<u8>>, SqlError> {
     if !binary {
-        return Ok(format_text(d).map(String::into_bytes));
+        return Ok(format_text_as(d, type_oid).map(String::into_bytes));
     }
     walrus_sql::binary::encode_as(d, type_oid)
 }

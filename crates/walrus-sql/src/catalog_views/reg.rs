@@ -355,6 +355,21 @@ pub(super) fn regproc_from_name(text: &str) -> SqlResult<Datum> {
     }
 }
 
+/// A `regproc` column's value for a function the catalog rows name (`-`: none, OID 0).
+/// Every name given must be one of [`PROCS`] (a unit test checks `pg_type`'s).
+pub(super) fn regproc_named(name: &str) -> Datum {
+    let oid = PROCS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, o)| *o);
+    debug_assert!(oid != 0 || name == "-", "no OID for function {name}");
+    reg(
+        TypeId::RegProc,
+        oid,
+        if oid == 0 { "-".into() } else { name.into() },
+    )
+}
+
 /// `oid::regproc`.
 pub(super) fn regproc_from_oid(oid: u32) -> Datum {
     let name = PROCS

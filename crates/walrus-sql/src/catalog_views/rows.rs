@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::access::datum::{ArrayValue, Datum, TypeId};
 use walrus_engine::catalog::{ColumnDef, DeclaredType};
 
 use super::{
-    b, o, relfile_oid, t, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG, NS_INFORMATION_SCHEMA,
-    NS_PUBLIC, ROLE_OID, TYPES,
+    b, o, proc, relfile_oid, t, xid, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG,
+    NS_INFORMATION_SCHEMA, NS_PUBLIC, ROLE_OID, TYPES,
 };
 
 impl Snapshot {
@@ -139,7 +139,7 @@ impl Snapshot {
                         b(true),
                         t(","),
                         o(0),
-                        t(if array || vector {
+                        proc(if array || vector {
                             "array_subscript_handler"
                         } else {
                             "-"
@@ -152,11 +152,11 @@ impl Snapshot {
                             0
                         }),
                         o(if array { 0 } else { array_oid }),
-                        t(&fun("in")),
-                        t(&fun("out")),
-                        t(&fun("recv")),
-                        t(&fun("send")),
-                        t(match oid {
+                        proc(&fun("in")),
+                        proc(&fun("out")),
+                        proc(&fun("recv")),
+                        proc(&fun("send")),
+                        proc(match oid {
                             1042 => "bpchartypmodin",
                             1043 => "varchartypmodin",
                             1700 => "numerictypmodin",
@@ -167,7 +167,7 @@ impl Snapshot {
                             1186 => "intervaltypmodin",
                             _ => "-",
                         }),
-                        t(match oid {
+                        proc(match oid {
                             1042 => "bpchartypmodout",
                             1043 => "varchartypmodout",
                             1700 => "numerictypmodout",
@@ -178,7 +178,7 @@ impl Snapshot {
                             1186 => "intervaltypmodout",
                             _ => "-",
                         }),
-                        t(if array { "array_typanalyze" } else { "-" }),
+                        proc(if array { "array_typanalyze" } else { "-" }),
                         t(align),
                         t(if len > 0 || vector { "p" } else { "x" }),
                         b(false),
@@ -246,13 +246,16 @@ impl Snapshot {
                         b(true),
                         Datum::Int4(0),
                         b(true),
-                        t(&crate::value::format_array(&key)),
+                        Datum::Array(Box::new(ArrayValue {
+                            elem: TypeId::Int2,
+                            items: key,
+                        })),
                     ]
                 })
                 .collect(),
             "pg_am" => vec![
-                vec![o(AM_HEAP), t("heap"), t("heap_tableam_handler"), t("t")],
-                vec![o(AM_BTREE), t("btree"), t("bthandler"), t("i")],
+                vec![o(AM_HEAP), t("heap"), proc("heap_tableam_handler"), t("t")],
+                vec![o(AM_BTREE), t("btree"), proc("bthandler"), t("i")],
             ],
             "pg_database" => vec![vec![
                 o(5),
@@ -263,8 +266,8 @@ impl Snapshot {
                 b(false),
                 b(true),
                 Datum::Int4(-1),
-                Datum::Int8(self.frozen_xid as i64),
-                Datum::Int8(1),
+                xid(self.frozen_xid),
+                xid(1),
                 o(1663),
                 t("C.UTF-8"),
                 t("C.UTF-8"),
@@ -525,7 +528,6 @@ impl Snapshot {
             "pg_control_checkpoint" => {
                 let c = &self.control;
                 let seg = self.flush_segment_name(c.redo_lsn);
-                let xid = |x: u64| t(&x.to_string());
                 vec![vec![
                     t(&c.checkpoint_lsn.to_string()),
                     t(&c.redo_lsn.to_string()),
@@ -570,7 +572,10 @@ impl Snapshot {
         fillfactor: u8,
     ) -> Vec<Datum> {
         let options = if fillfactor < 100 {
-            t(&format!("{{fillfactor={fillfactor}}}"))
+            Datum::Array(Box::new(ArrayValue {
+                elem: TypeId::Text,
+                items: vec![t(&format!("fillfactor={fillfactor}"))],
+            }))
         } else {
             Datum::Null
         };
@@ -603,8 +608,8 @@ impl Snapshot {
             t("d"),
             b(false),
             o(0),
-            Datum::Int8(0),
-            Datum::Int8(0),
+            xid(0),
+            xid(0),
             Datum::Null,
             options,
         ]

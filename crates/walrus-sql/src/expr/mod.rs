@@ -23,8 +23,8 @@ mod subscript;
 pub use array::{array_items, format_array_text, make_array, parse_array_text};
 pub(crate) use cast::as_i64;
 pub use cast::{
-    assign, cast_to, coerce, column_type, declared_limit, declared_type_name, numeric_typmod,
-    sql_type_oid, type_from_sql,
+    assign, cast_to, coerce, column_type, declared_limit, declared_type_name, kept_type_oid,
+    numeric_typmod, sql_type_oid, type_from_sql,
 };
 pub use ops::{binary, compare_values, like_match};
 pub(crate) use subscript::subscripted;
@@ -475,7 +475,22 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                             .unwrap_or_else(|| Err(SqlError::unsupported(format!("cast to {n}"))));
                     }
                     "oid" | "xid" | "regrole" => return coerce(v, TypeId::Int8),
-                    "name" | "bpchar" => return coerce(v, TypeId::Text),
+                    "bpchar" => return coerce(v, TypeId::Text),
+                    // A name holds at most 63 bytes (NAMEDATALEN - 1), cut at a
+                    // character boundary as PostgreSQL's namein does.
+                    "name" => {
+                        return Ok(match coerce(v, TypeId::Text)? {
+                            Datum::Text(mut t) if t.len() > 63 => {
+                                let mut end = 63;
+                                while !t.is_char_boundary(end) {
+                                    end -= 1;
+                                }
+                                t.truncate(end);
+                                Datum::Text(t)
+                            }
+                            other => other,
+                        })
+                    }
                     // The one-byte internal type: its first character.
                     "char" => {
                         return Ok(match coerce(v, TypeId::Text)? {
