@@ -967,6 +967,30 @@ mod tests {
         );
     }
 
+    /// Checked against PostgreSQL 15 (`select 1e6::float4, ...`).
+    #[test]
+    fn float4_text_is_postgresql_form() {
+        for (v, want) in [
+            (1e6f32, "1e+06"),
+            (123456.0, "123456"),
+            (1234567.0, "1.234567e+06"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1.0 / 3.0, "0.33333334"),
+            (-1.0, "-1"),
+        ] {
+            assert_eq!(float4_text(v), want);
+        }
+        assert_eq!(
+            format_text_as(&Datum::Float8(1.0 / 3.0), 700).unwrap(),
+            "0.33333334"
+        );
+        assert_eq!(
+            format_text_as(&Datum::Float8(1.0 / 3.0), 701).unwrap(),
+            "0.3333333333333333"
+        );
+    }
+
     #[test]
     fn float8_text_is_postgresql_form() {
         for (v, want) in [

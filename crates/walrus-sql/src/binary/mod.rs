@@ -402,4 +402,51 @@ mod tests {
             "0A000"
         );
     }
+
+    /// Catalog column types kept under nearer engine types go out in their own binary
+    /// form (PostgreSQL's oidsend, xidsend, charsend, float4send, oidvectorsend,
+    /// pg_lsn_send), and the 4-byte and 1-byte ones read back.
+    #[test]
+    fn kept_types_are_sent_in_their_own_form() {
+        let be = |v: &[i32]| v.iter().flat_map(|x| x.to_be_bytes()).collect::<Vec<u8>>();
+        let sent = |d: Datum, oid: u32| encode_as(&d, oid).unwrap().unwrap();
+        assert_eq!(
+            sent(Datum::Int8(4_000_000_000), OID_OID),
+            4_000_000_000u32.to_be_bytes()
+        );
+        assert_eq!(sent(Datum::Int8(7), XID_OID), 7u32.to_be_bytes());
+        assert_eq!(
+            encode_as(&Datum::Int8(-1), OID_OID).unwrap_err().sqlstate,
+            "22003"
+        );
+        assert_eq!(sent(Datum::Int8(7), 20), 7i64.to_be_bytes());
+        assert_eq!(sent(Datum::Text("r".into()), CHAR_OID), b"r");
+        assert_eq!(sent(Datum::Text(String::new()), CHAR_OID), [0]);
+        assert_eq!(sent(Datum::Float8(0.5), FLOAT4_OID), 0.5f32.to_be_bytes());
+        assert_eq!(
+            sent(Datum::Text("1/10".into()), PG_LSN_OID),
+            ((1u64 << 32) | 16).to_be_bytes()
+        );
+        let mut want = be(&[1, 0, 26, 2, 0, 4]);
+        want.extend_from_slice(&1978u32.to_be_bytes());
+        want.extend_from_slice(&be(&[4]));
+        want.extend_from_slice(&3u32.to_be_bytes());
+        assert_eq!(sent(Datum::Text("1978 3".into()), OIDVECTOR_OID), want);
+        assert_eq!(
+            sent(Datum::Text(String::new()), OIDVECTOR_OID),
+            be(&[1, 0, 26, 0, 0])
+        );
+        // oid[]: the elements are 4-byte oids under element type 26.
+        let arr = Datum::Array(Box::new(ArrayValue {
+            elem: TypeId::Int8,
+            items: vec![Datum::Int8(5)],
+        }));
+        let mut want = be(&[1, 0, 26, 1, 1, 4]);
+        want.extend_from_slice(&5u32.to_be_bytes());
+        assert_eq!(sent(arr.clone(), 1028), want);
+        assert_eq!(decode(&want, 1028).unwrap(), arr);
+        assert_eq!(decode(&[0, 0, 0, 9], XID_OID).unwrap(), Datum::Int8(9));
+        assert_eq!(decode(b"b", CHAR_OID).unwrap(), Datum::Text("b".into()));
+        assert_eq!(decode(&[0], CHAR_OID).unwrap(), Datum::Text(String::new()));
+    }
 }

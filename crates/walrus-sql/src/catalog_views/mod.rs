@@ -335,6 +335,17 @@ const TYPES: &[(i64, &str, &str, i16, i64, &str)] = &[
         4090,
         "regnamespace",
     ),
+    // Types of catalog columns (values kept under nearer engine types, described as
+    // these; `CatalogType`). pg_node_tree and anyarray have no array type (0).
+    (18, "char", "\"char\"", 1, 1002, "char"),
+    (28, "xid", "xid", 4, 1011, "xid"),
+    (30, "oidvector", "oidvector", -1, 1013, "oidvector"),
+    (194, "pg_node_tree", "pg_node_tree", -1, 0, "pg_node_tree_"),
+    (700, "float4", "real", 4, 1021, "float4"),
+    (869, "inet", "inet", -1, 1041, "inet_"),
+    (1033, "aclitem", "aclitem", 12, 1034, "aclitem"),
+    (2277, "anyarray", "anyarray", -1, 0, "anyarray_"),
+    (3220, "pg_lsn", "pg_lsn", 8, 3221, "pg_lsn_"),
 ];
 
 /// A type walrus shows: its scalar row, or the array type of one (`typelem` set).
@@ -370,7 +381,7 @@ fn type_rows() -> impl Iterator<Item = TypeRow> {
             elem: None,
             scalar: r,
         })
-        .chain(TYPES.iter().map(|&r| TypeRow {
+        .chain(TYPES.iter().filter(|r| r.4 != 0).map(|&r| TypeRow {
             oid: r.4,
             elem: Some(r),
             scalar: r,
@@ -386,6 +397,10 @@ fn type_by_oid(oid: i64) -> Option<TypeRow> {
 /// PostgreSQL's other spellings (`int`, `varchar`, `timestamptz`, `bool`).
 pub(crate) fn type_by_name(name: &str) -> Option<TypeRow> {
     let n = name.trim().to_ascii_lowercase();
+    // The quoted one-byte type, not `char` (bpchar).
+    if n == "\"char\"" || n == "pg_catalog.\"char\"" {
+        return type_by_oid(18);
+    }
     let n = n
         .strip_prefix("pg_catalog.")
         .unwrap_or(&n)
@@ -400,6 +415,7 @@ pub(crate) fn type_by_name(name: &str) -> Option<TypeRow> {
         "bigint" => "int8",
         "boolean" => "bool",
         "double precision" | "float" => "float8",
+        "real" => "float4",
         "decimal" => "numeric",
         "character varying" => "varchar",
         "character" | "char" => "bpchar",

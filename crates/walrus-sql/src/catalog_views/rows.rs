@@ -100,32 +100,39 @@ impl Snapshot {
                 .map(|row| {
                     let (oid, _, _, len, array_oid, io) = row.scalar;
                     let array = row.elem.is_some();
-                    // int2vector is an array type (of int2, subscripts from 0).
-                    let vector = !array && oid == 22;
+                    // int2vector and oidvector are array types (of int2 and oid,
+                    // subscripts from 0).
+                    let vector = !array && matches!(oid, 22 | 30);
                     let category = match oid {
                         _ if array || vector => "A",
                         16 => "B",
-                        20 | 21 | 23 | 26 | 701 | 1700 | 24 | 2205 | 2206 | 4089 => "N",
+                        20 | 21 | 23 | 26 | 700 | 701 | 1700 | 24 | 2205 | 2206 | 4089 => "N",
                         1082 | 1083 | 1114 | 1184 | 1266 => "D",
                         1186 => "T",
-                        17 | 2950 | 114 | 3802 => "U",
+                        17 | 2950 | 114 | 3802 | 28 | 1033 | 3220 => "U",
+                        18 | 194 => "Z",
+                        869 => "I",
+                        2277 => "P",
                         _ => "S",
                     };
                     let fun = |suffix: &str| {
                         if array {
                             format!("array_{suffix}")
+                        } else if oid == 1033 && matches!(suffix, "recv" | "send") {
+                            "-".to_string() // aclitem has no binary form
                         } else {
                             format!("{io}{suffix}")
                         }
                     };
                     let len = if array { -1 } else { len };
                     let align = match (array, oid) {
-                        (_, 20 | 701 | 1083 | 1114 | 1184 | 1186 | 1266) => "d",
-                        (false, 16 | 17 | 19 | 2950) => "c",
+                        (_, 20 | 701 | 1083 | 1114 | 1184 | 1186 | 1266 | 3220 | 2277) => "d",
+                        (false, 16 | 17 | 18 | 19 | 2950) => "c",
                         (false, 21) => "s",
                         _ => "i",
                     };
-                    let collation = matches!(oid, 25 | 1042 | 1043 | 19);
+                    let collation = !array && matches!(oid, 25 | 1042 | 1043 | 19 | 194)
+                        || array && matches!(oid, 25 | 1042 | 1043 | 19);
                     vec![
                         o(row.oid),
                         t(&row.name()),
@@ -133,7 +140,7 @@ impl Snapshot {
                         o(ROLE_OID),
                         Datum::Int2(len),
                         b(len > 0 && len <= 8),
-                        t("b"),
+                        t(if oid == 2277 { "p" } else { "b" }),
                         t(category),
                         b(!array && matches!(oid, 25 | 701 | 1184 | 16 | 26 | 1186)),
                         b(true),
@@ -146,8 +153,10 @@ impl Snapshot {
                         }),
                         o(if array {
                             oid
-                        } else if vector {
+                        } else if oid == 22 {
                             21
+                        } else if oid == 30 {
+                            26
                         } else {
                             0
                         }),
@@ -180,7 +189,11 @@ impl Snapshot {
                         }),
                         proc(if array { "array_typanalyze" } else { "-" }),
                         t(align),
-                        t(if len > 0 || vector { "p" } else { "x" }),
+                        t(match oid {
+                            869 if !array => "m",
+                            _ if len > 0 || vector => "p",
+                            _ => "x",
+                        }),
                         b(false),
                         o(0),
                         Datum::Int4(-1),
