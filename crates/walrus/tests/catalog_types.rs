@@ -126,7 +126,32 @@ const QUERIES: &[&str] = &[
     "select typname::text, oid::int8, typname || 'x', typlen from pg_type",
     "select a.attname, a.atttypid, t.typname from pg_attribute a join pg_type t on t.oid = a.atttypid",
     "select * from (select oid, typname, typinput from pg_type) s",
+    "select typname from pg_type where oid = any($1) and typname = any($2) and typtype in ($3, 'b')",
+
 ];
+
+/// Statements over the catalog whose rows (simple protocol, text) must be PostgreSQL's:
+/// the `pg_type` rows of the catalog column types.
+const VALUE_QUERIES: &[&str] = &[
+    "select oid, typname, typlen, typbyval, typtype, typcategory, typelem, typarray, typinput, typoutput, typreceive, typsend, typanalyze, typsubscript, typalign, typstorage, typcollation, format_type(oid, null), oid::regtype from pg_type where typname in ('name', 'oid', 'char', 'xid', 'oidvector', 'float4', 'pg_node_tree', 'anyarray', 'int2vector', 'regproc', 'inet', 'pg_lsn', 'aclitem', '_oid', '_name', '_char', '_float4', '_aclitem', '_text', '_int2') order by 1",
+    "select 'x'::name, 'ab'::\"char\", '\"char\"'::regtype::oid, 'real'::regtype, 'pg_class'::regclass::oid, 'int4in'::regproc::oid",
+];
+
+async fn text_rows(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
+    let msgs = client
+        .simple_query(sql)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(msgs
+        .into_iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => {
+                Some((0..r.len()).map(|i| r.get(i).map(str::to_string)).collect())
+            }
+            _ => None,
+        })
+        .collect())
+}
 
 #[test]
 fn catalog_column_types_are_postgresqls() {
@@ -244,6 +269,12 @@ fn catalog_column_types_are_postgresqls() {
                     cols(&w),
                     cols(&p)
                 ));
+            }
+        }
+        for sql in VALUE_QUERIES {
+            let (p, w) = (text_rows(&pg, sql).await, text_rows(&walrus, sql).await);
+            if p != w {
+                problems.push(format!("{sql}: rows walrus {w:?}, PostgreSQL {p:?}"));
             }
         }
         assert!(

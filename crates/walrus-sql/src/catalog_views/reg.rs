@@ -70,6 +70,7 @@ const PROCS: &[(&str, u32)] = &[
     ("xidout", 51),
     ("xidrecv", 2440),
     ("xidsend", 2441),
+    ("raw_array_subscript_handler", 6180),
     ("array_in", 750),
     ("array_out", 751),
     ("array_recv", 2400),

@@ -148,6 +148,9 @@ impl Snapshot {
                         o(0),
                         proc(if array || vector {
                             "array_subscript_handler"
+                        } else if oid == 19 {
+                            // name's bytes are subscriptable as "char" items.
+                            "raw_array_subscript_handler"
                         } else {
                             "-"
                         }),
@@ -157,6 +160,8 @@ impl Snapshot {
                             21
                         } else if oid == 30 {
                             26
+                        } else if oid == 19 {
+                            18
                         } else {
                             0
                         }),
@@ -198,7 +203,13 @@ impl Snapshot {
                         o(0),
                         Datum::Int4(-1),
                         Datum::Int4(0),
-                        o(if collation { 100 } else { 0 }),
+                        // name (and name[]) sort in the "C" collation (950), the
+                        // other text types in the database's default (100).
+                        o(match (collation, oid) {
+                            (false, _) => 0,
+                            (true, 19) => 950,
+                            (true, _) => 100,
+                        }),
                     ]
                 })
                 .collect(),

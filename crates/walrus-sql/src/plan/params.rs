@@ -179,14 +179,35 @@ pub(crate) fn infer_params(
         let views = virtual_tables(q);
         if !views.is_empty() {
             let _ = ast::visit_expressions(st, |e| {
-                if let Expr::BinaryOp { left, right, .. } = e {
-                    for (a, b) in [(left, right), (right, left)] {
-                        if let (Some(oid), Some(p)) =
-                            (virtual_column_oid(&views, a), placeholder(b))
-                        {
-                            note(p, oid, oids);
+                match e {
+                    Expr::BinaryOp { left, right, .. } => {
+                        for (a, b) in [(left, right), (right, left)] {
+                            if let (Some(oid), Some(p)) =
+                                (virtual_column_oid(&views, a), placeholder(b))
+                            {
+                                note(p, oid, oids);
+                            }
                         }
                     }
+                    // `column = any($n)`: an array of the column's type.
+                    Expr::AnyOp { left, right, .. } | Expr::AllOp { left, right, .. } => {
+                        if let (Some(oid), Some(p)) =
+                            (virtual_column_oid(&views, left), placeholder(right))
+                        {
+                            if let Some(array) = array_type_oid(oid) {
+                                note(p, array, oids);
+                            }
+                        }
+                    }
+                    // `column in ($n, ...)`
+                    Expr::InList { expr, list, .. } => {
+                        if let Some(oid) = virtual_column_oid(&views, expr) {
+                            for p in list.iter().filter_map(placeholder) {
+                                note(p, oid, oids);
+                            }
+                        }
+                    }
+                    _ => {}
                 }
                 std::ops::ControlFlow::<()>::Continue(())
             });
@@ -260,4 +281,15 @@ fn virtual_column_oid(views: &[(String, Option<String>, String)], e: &Expr) -> O
         });
     let first = found.next()?;
     found.next().is_none().then_some(first.oid)
+}
+
+/// The array type of a catalog column's type (`oid` → `oid[]`).
+fn array_type_oid(elem: u32) -> Option<u32> {
+    Some(match elem {
+        26 => 1028,
+        19 => 1003,
+        18 => 1002,
+        28 => 1011,
+        other => crate::value::type_from_oid(other)?.array_of()?.pg_oid(),
+    })
 }
