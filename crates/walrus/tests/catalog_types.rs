@@ -127,6 +127,8 @@ const QUERIES: &[&str] = &[
     "select a.attname, a.atttypid, t.typname from pg_attribute a join pg_type t on t.oid = a.atttypid",
     "select * from (select oid, typname, typinput from pg_type) s",
     "select typname from pg_type where oid = any($1) and typname = any($2) and typtype in ($3, 'b')",
+    "select min(typname), max(oid), min(typtype), array_agg(oid), array_agg(typname), array_agg(typtype), coalesce(typname, 'x'), count(oid) from pg_type group by typname, oid, typtype",
+    "select typname from pg_type union select relname from pg_class",
 
 ];
 
@@ -135,6 +137,7 @@ const QUERIES: &[&str] = &[
 const VALUE_QUERIES: &[&str] = &[
     "select oid, typname, typlen, typbyval, typtype, typcategory, typelem, typarray, typinput, typoutput, typreceive, typsend, typanalyze, typsubscript, typalign, typstorage, typcollation, format_type(oid, null), oid::regtype from pg_type where typname in ('name', 'oid', 'char', 'xid', 'oidvector', 'float4', 'pg_node_tree', 'anyarray', 'int2vector', 'regproc', 'inet', 'pg_lsn', 'aclitem', '_oid', '_name', '_char', '_float4', '_aclitem', '_text', '_int2') order by 1",
     "select 'x'::name, 'ab'::\"char\", '\"char\"'::regtype::oid, 'real'::regtype, 'pg_class'::regclass::oid, 'int4in'::regproc::oid",
+    "select max(oid), array_agg(typname order by typname), array_agg(typtype order by typname) from pg_type where typname in ('int4', 'name', 'oid')",
 ];
 
 async fn text_rows(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
