@@ -126,9 +126,11 @@ fn inline_with(q: &mut Query) -> SqlResult<()> {
         return Ok(());
     };
     if with.recursive {
-        return Err(SqlError::unsupported(
-            "WITH RECURSIVE below the top level of a statement is not supported",
-        ));
+        // Refused when it runs, not when the statement is parsed: asyncpg's type
+        // introspection has one in a CASE branch only domains take (walrus has none),
+        // and the rest of that query runs.
+        *q = refusal_query();
+        return Ok(());
     }
     let mut ctes: Vec<Cte> = Vec::new();
     for cte in with.cte_tables {
@@ -166,6 +168,25 @@ fn inline_with(q: &mut Query) -> SqlResult<()> {
         });
     }
     replace_refs(q, &ctes)
+}
+
+/// The function a query walrus cannot run is replaced by: evaluating it is the refusal
+/// (0A000 with its message argument), so the statement fails only if the query runs.
+pub(crate) const REFUSAL_FUNCTION: &str = "walrus_refused";
+
+/// A query standing for a WITH RECURSIVE below the top level: one row whose value is the
+/// refusal.
+fn refusal_query() -> Query {
+    let sql = format!(
+        "select {REFUSAL_FUNCTION}('WITH RECURSIVE below the top level of a statement is not supported')"
+    );
+    match sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::PostgreSqlDialect {}, &sql)
+        .ok()
+        .and_then(|mut v| v.pop())
+    {
+        Some(Statement::Query(q)) => *q,
+        _ => unreachable!("the refusal query parses"),
+    }
 }
 
 /// Replaces every FROM reference to one of `ctes` in `q` by a derived table.

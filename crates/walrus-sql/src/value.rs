@@ -339,8 +339,8 @@ pub fn type_from_oid(oid: u32) -> Option<TypeId> {
         // name[] and "char"[] likewise.
         1015 | 1014 | 1003 | 1002 => TypeId::Array(&TypeId::Text),
         1021 => TypeId::Array(&TypeId::Float8),
-        // oid[]
-        1028 => TypeId::Array(&TypeId::Int8),
+        // oid[], xid[]
+        1028 | 1011 => TypeId::Array(&TypeId::Int8),
         other => {
             return TypeId::scalars()
                 .iter()
@@ -359,6 +359,7 @@ pub fn array_elem_oid(array_oid: u32) -> Option<u32> {
         1003 => 19,
         1002 => 18,
         1028 => 26,
+        1011 => 28,
         1034 => 1033,
         other => type_from_oid(other)?.elem()?.pg_oid(),
     })

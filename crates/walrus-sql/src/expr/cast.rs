@@ -175,6 +175,14 @@ const POSTGRES_TYPES_NOT_BUILT: &[&str] = &[
 /// The OID of a type walrus keeps under a nearer engine type and reports as itself
 /// (`oid`, `xid` as int8; `name`, the one-byte `"char"` as text), or `None`.
 pub fn kept_type_oid(dt: &DataType) -> Option<u32> {
+    if let DataType::Array(sqlparser::ast::ArrayElemTypeDef::SquareBracket(inner, None)) = dt {
+        return Some(match kept_type_oid(inner)? {
+            26 => 1028,
+            19 => 1003,
+            18 => 1002,
+            _ => 1011,
+        });
+    }
     let DataType::Custom(name, _) = dt else {
         return None;
     };
@@ -187,6 +195,7 @@ pub fn kept_type_oid(dt: &DataType) -> Option<u32> {
         "_oid" => 1028,
         "_name" => 1003,
         "_char" => 1002,
+        "_xid" => 1011,
         _ => return None,
     })
 }
@@ -215,6 +224,10 @@ pub fn sql_type_oid(dt: &DataType) -> SqlResult<u32> {
             match sql_type_oid(inner)? {
                 1043 => 1015,
                 1042 => 1014,
+                26 => 1028,
+                19 => 1003,
+                18 => 1002,
+                28 => 1011,
                 _ => type_from_sql(dt)?.pg_oid(),
             }
         }

@@ -527,6 +527,15 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             timestamp,
             time_zone,
         } => crate::timezone::at_time_zone(eval(timestamp, s)?, eval(time_zone, s)?),
+        Expr::Function(f) if function_name(f) == crate::rewrite::REFUSAL_FUNCTION => {
+            Err(SqlError::unsupported(match function_args(f).first() {
+                Some(Expr::Value(v)) => match &v.value {
+                    Value::SingleQuotedString(m) => m.clone(),
+                    other => other.to_string(),
+                },
+                _ => "not supported".to_string(),
+            }))
+        }
         Expr::Function(f) => function(f, s),
         Expr::IsUnknown(x) | Expr::IsNotUnknown(x) => {
             let unknown = match eval(x, s)? {

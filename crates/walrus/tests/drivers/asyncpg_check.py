@@ -175,6 +175,16 @@ async def main():
     )
     same((b"r", "apg_check"), (got["relkind"], got["relname"]), "pg_class apg_check")
     same(got["oid"], await conn.fetchval("select $1::text::regclass::oid", "apg_check"), "regclass oid")
+    # Columns of types asyncpg has no built-in codec for (int2vector, int2[], aclitem[],
+    # oidvector) make it run its type-introspection query (a recursive one) first.
+    got = await conn.fetchrow(
+        "select i.indkey, c.conkey, r.relacl, i.indisprimary from pg_index i"
+        " join pg_constraint c on c.conindid = i.indexrelid"
+        " join pg_class r on r.oid = i.indrelid where i.indrelid = $1",
+        got["oid"],
+    )
+    same(([1], [1], None, True), tuple(got), "pg_index/pg_constraint of apg_check")
+    same(True, len(await conn.fetch("select * from pg_class")) > 0, "select * from pg_class")
 
     await conn.execute("drop table apg_check")
     await conn.close()
