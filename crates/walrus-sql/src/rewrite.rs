@@ -4,7 +4,10 @@
 //!   becomes a derived table of its query (PostgreSQL 15 inlines such CTEs too; the
 //!   answers are the same because walrus has no volatile functions a second evaluation
 //!   could change). A top-level `WITH RECURSIVE` is left for the session to evaluate
-//!   (`session/recursive.rs`); one below the top level and data-modifying CTEs are 0A000.
+//!   (`session/recursive.rs`); data-modifying CTEs are 0A000, and one below the top
+//!   level is replaced by a query whose evaluation is the 0A000 refusal
+//!   (`REFUSAL_FUNCTION`), so a statement fails only if it runs it (asyncpg's type
+//!   introspection has one in a CASE branch only domains take).
 //! - `current_schema` written without parentheses is the function (a keyword in
 //!   PostgreSQL; sqlparser reads it as a column name).
 
