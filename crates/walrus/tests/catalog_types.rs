@@ -140,6 +140,23 @@ const VALUE_QUERIES: &[&str] = &[
     "select max(oid), array_agg(typname order by typname), array_agg(typtype order by typname) from pg_type where typname in ('int4', 'name', 'oid')",
 ];
 
+/// COPY ... TO STDOUT of catalog columns, in text and binary, byte for byte.
+const COPY_QUERIES: &[&str] = &[
+    "copy (select oid, typname, typtype, typinput, typelem from pg_type where oid in (16, 26, 1007) order by 1) to stdout (format binary)",
+    "copy (select oid, typname, typtype, typinput, typelem from pg_type where oid in (16, 26, 1007) order by 1) to stdout",
+];
+
+async fn copy_bytes(client: &Client, sql: &str) -> Result<Vec<u8>, String> {
+    use futures_util::StreamExt;
+    let stream = client.copy_out(sql).await.map_err(|e| format!("{e:?}"))?;
+    let mut stream = std::pin::pin!(stream);
+    let mut out = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        out.extend_from_slice(&chunk.map_err(|e| format!("{e:?}"))?);
+    }
+    Ok(out)
+}
+
 async fn text_rows(client: &Client, sql: &str) -> Result<Vec<Vec<Option<String>>>, String> {
     let msgs = client
         .simple_query(sql)
@@ -278,6 +295,12 @@ fn catalog_column_types_are_postgresqls() {
             let (p, w) = (text_rows(&pg, sql).await, text_rows(&walrus, sql).await);
             if p != w {
                 problems.push(format!("{sql}: rows walrus {w:?}, PostgreSQL {p:?}"));
+            }
+        }
+        for sql in COPY_QUERIES {
+            let (p, w) = (copy_bytes(&pg, sql).await, copy_bytes(&walrus, sql).await);
+            if p != w {
+                problems.push(format!("{sql}: walrus {w:?}, PostgreSQL {p:?}"));
             }
         }
         assert!(
