@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use walrus_engine::access::datum::Datum;
 use walrus_engine::Engine;
-use walrus_sql::value::{check_utf8, format_text, parse_text, type_from_oid};
+use walrus_sql::value::{check_utf8, format_text_as, parse_text, type_from_oid};
 use walrus_sql::{Column, Outcome, QueryResult, RowSink, Session, SqlError};
 
 use crate::protocol::{
@@ -63,7 +63,7 @@ fn check_declared(oids: &[u32]) -> Result<(), SqlError> {
 /// described (an array's binary form names its element type: 1043 for `varchar[]`).
 fn encode(d: &Datum, binary: bool, type_oid: u32) -> Result<Option<Vec<u8>>, SqlError> {
     if !binary {
-        return Ok(format_text(d).map(String::into_bytes));
+        return Ok(format_text_as(d, type_oid).map(String::into_bytes));
     }
     walrus_sql::binary::encode_as(d, type_oid)
 }
@@ -84,6 +84,18 @@ fn decode_param(bytes: &[u8], binary: bool, oid: u32) -> Result<Datum, SqlError>
     }
     if !binary {
         let s = check_utf8(bytes)?;
+        match oid {
+            // charin: the first character; namein: at most 63 bytes.
+            18 => return Ok(Datum::Text(s.chars().take(1).collect())),
+            19 if s.len() > 63 => {
+                let mut end = 63;
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                return Ok(Datum::Text(s[..end].to_string()));
+            }
+            _ => {}
+        }
         return match type_from_oid(oid) {
             Some(t) => parse_text(t, s),
             None => Ok(Datum::Text(s.to_string())),
@@ -1043,7 +1055,28 @@ fn copy_out(
 
 #[cfg(test)]
 mod tests {
-    use super::startup_options;
+    use super::*;
+
+    /// Text parameters of the catalog-only types read as PostgreSQL's input functions
+    /// read them: `"char"` keeps the first character (charin), `name` at most 63 bytes
+    /// (namein), `oid` is a number; binary ones are their 1 and 4 bytes.
+    #[test]
+    fn kept_type_parameters_read_as_postgresql() {
+        let text = |s: &str, oid| decode_param(s.as_bytes(), false, oid).unwrap();
+        assert_eq!(text("bb", 18), Datum::Text("b".into()));
+        assert_eq!(text("", 18), Datum::Text(String::new()));
+        assert_eq!(text(&"é".repeat(40), 19), Datum::Text("é".repeat(31)));
+        assert_eq!(text("int4", 19), Datum::Text("int4".into()));
+        assert_eq!(text("1007", 26), Datum::Int8(1007));
+        assert_eq!(
+            decode_param(b"r", true, 18).unwrap(),
+            Datum::Text("r".into())
+        );
+        assert_eq!(
+            decode_param(&1007u32.to_be_bytes(), true, 26).unwrap(),
+            Datum::Int8(1007)
+        );
+    }
 
     #[test]
     fn startup_options_are_read_as_libpq_sends_them() {

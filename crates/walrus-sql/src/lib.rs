@@ -57,6 +57,7 @@ pub mod timezone;
 pub mod utility;
 pub mod value;
 
+pub use catalog_views::catalog_relations;
 pub use error::{SqlError, SqlResult};
 pub use memory::{statement_memory_limit, SETTING as STATEMENT_MEMORY_LIMIT};
 pub use result::{Column, CopyIn, CopyOut, Outcome, QueryResult, RowSink};

@@ -4,7 +4,10 @@
 //!   becomes a derived table of its query (PostgreSQL 15 inlines such CTEs too; the
 //!   answers are the same because walrus has no volatile functions a second evaluation
 //!   could change). A top-level `WITH RECURSIVE` is left for the session to evaluate
-//!   (`session/recursive.rs`); one below the top level and data-modifying CTEs are 0A000.
+//!   (`session/recursive.rs`); data-modifying CTEs are 0A000, and one below the top
+//!   level is replaced by a query whose evaluation is the 0A000 refusal
+//!   (`REFUSAL_FUNCTION`), so a statement fails only if it runs it (asyncpg's type
+//!   introspection has one in a CASE branch only domains take).
 //! - `current_schema` written without parentheses is the function (a keyword in
 //!   PostgreSQL; sqlparser reads it as a column name).
 
@@ -126,9 +129,11 @@ fn inline_with(q: &mut Query) -> SqlResult<()> {
         return Ok(());
     };
     if with.recursive {
-        return Err(SqlError::unsupported(
-            "WITH RECURSIVE below the top level of a statement is not supported",
-        ));
+        // Refused when it runs, not when the statement is parsed: asyncpg's type
+        // introspection has one in a CASE branch only domains take (walrus has none),
+        // and the rest of that query runs.
+        *q = refusal_query();
+        return Ok(());
     }
     let mut ctes: Vec<Cte> = Vec::new();
     for cte in with.cte_tables {
@@ -166,6 +171,25 @@ fn inline_with(q: &mut Query) -> SqlResult<()> {
         });
     }
     replace_refs(q, &ctes)
+}
+
+/// The function a query walrus cannot run is replaced by: evaluating it is the refusal
+/// (0A000 with its message argument), so the statement fails only if the query runs.
+pub(crate) const REFUSAL_FUNCTION: &str = "walrus_refused";
+
+/// A query standing for a WITH RECURSIVE below the top level: one row whose value is the
+/// refusal.
+fn refusal_query() -> Query {
+    let sql = format!(
+        "select {REFUSAL_FUNCTION}('WITH RECURSIVE below the top level of a statement is not supported')"
+    );
+    match sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::PostgreSqlDialect {}, &sql)
+        .ok()
+        .and_then(|mut v| v.pop())
+    {
+        Some(Statement::Query(q)) => *q,
+        _ => unreachable!("the refusal query parses"),
+    }
 }
 
 /// Replaces every FROM reference to one of `ctes` in `q` by a derived table.

@@ -316,9 +316,10 @@ pub fn type_from_oid(oid: u32) -> Option<TypeId> {
         20 => TypeId::Int8,
         700 | 701 => TypeId::Float8,
         1700 => TypeId::Numeric,
-        25 | 1043 | 1042 | 19 => TypeId::Text,
-        // `oid` values are kept as int8 (as the catalog views give them).
-        26 => TypeId::Int8,
+        // name, "char" and pg_node_tree values are kept as text.
+        25 | 1043 | 1042 | 19 | 18 | 194 => TypeId::Text,
+        // `oid` and `xid` values are kept as int8 (as the catalog views give them).
+        26 | 28 => TypeId::Int8,
         1114 => TypeId::Timestamp,
         1184 => TypeId::TimestampTz,
         1082 => TypeId::Date,
@@ -335,8 +336,11 @@ pub fn type_from_oid(oid: u32) -> Option<TypeId> {
         4089 => TypeId::RegNamespace,
         // varchar[], bpchar[] are text arrays; float4[] holds float8 values as float4
         // does.
-        1015 | 1014 => TypeId::Array(&TypeId::Text),
+        // name[] and "char"[] likewise.
+        1015 | 1014 | 1003 | 1002 => TypeId::Array(&TypeId::Text),
         1021 => TypeId::Array(&TypeId::Float8),
+        // oid[], xid[]
+        1028 | 1011 => TypeId::Array(&TypeId::Int8),
         other => {
             return TypeId::scalars()
                 .iter()
@@ -352,6 +356,11 @@ pub fn array_elem_oid(array_oid: u32) -> Option<u32> {
         1015 => 1043,
         1014 => 1042,
         1021 => 700,
+        1003 => 19,
+        1002 => 18,
+        1028 => 26,
+        1011 => 28,
+        1034 => 1033,
         other => type_from_oid(other)?.elem()?.pg_oid(),
     })
 }
@@ -758,6 +767,50 @@ pub fn float8_text(v: f64) -> String {
     format!("{mantissa}e{sign}{:02}", exp.abs())
 }
 
+/// A finite float4 as PostgreSQL prints it (`extra_float_digits` 1): the shortest
+/// digits that read back exactly as a float4, positional when the decimal exponent is
+/// in -4..6 (`123456`, `1e+06`, `1.234567e+06`).
+pub fn float4_text(v: f32) -> String {
+    if v.is_infinite() {
+        return if v > 0.0 { "Infinity" } else { "-Infinity" }.to_string();
+    }
+    if v.is_nan() {
+        return "NaN".to_string();
+    }
+    let sci = format!("{v:e}");
+    let Some((mantissa, exp)) = sci.split_once('e') else {
+        return v.to_string();
+    };
+    let Ok(exp) = exp.parse::<i32>() else {
+        return v.to_string();
+    };
+    if (-4..6).contains(&exp) {
+        return v.to_string();
+    }
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exp.abs())
+}
+
+/// [`format_text`] for a result column of PostgreSQL type `type_oid`: a `real` (or
+/// `real[]`) column's values, kept as float8, print as float4 does.
+pub fn format_text_as(d: &Datum, type_oid: u32) -> Option<String> {
+    match (type_oid, d) {
+        (700, Datum::Float8(v)) => Some(float4_text(*v as f32)),
+        (1021, Datum::Array(a)) => {
+            let items: Vec<Datum> = a
+                .items
+                .iter()
+                .map(|i| match i {
+                    Datum::Float8(v) => Datum::Numeric(float4_text(*v as f32)),
+                    other => other.clone(),
+                })
+                .collect();
+            Some(format_array(&items))
+        }
+        _ => format_text(d),
+    }
+}
+
 /// PostgreSQL text output of a value (`None` for NULL).
 pub fn format_text(d: &Datum) -> Option<String> {
     Some(match d {
@@ -912,6 +965,30 @@ mod tests {
         assert_eq!(
             parse_text(TypeId::Float8, "1e").unwrap_err().sqlstate,
             "22P02"
+        );
+    }
+
+    /// Checked against PostgreSQL 15 (`select 1e6::float4, ...`).
+    #[test]
+    fn float4_text_is_postgresql_form() {
+        for (v, want) in [
+            (1e6f32, "1e+06"),
+            (123456.0, "123456"),
+            (1234567.0, "1.234567e+06"),
+            (0.0001, "0.0001"),
+            (0.00001, "1e-05"),
+            (1.0 / 3.0, "0.33333334"),
+            (-1.0, "-1"),
+        ] {
+            assert_eq!(float4_text(v), want);
+        }
+        assert_eq!(
+            format_text_as(&Datum::Float8(1.0 / 3.0), 700).unwrap(),
+            "0.33333334"
+        );
+        assert_eq!(
+            format_text_as(&Datum::Float8(1.0 / 3.0), 701).unwrap(),
+            "0.3333333333333333"
         );
     }
 

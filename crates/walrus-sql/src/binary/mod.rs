@@ -21,6 +21,14 @@ pub const FLOAT4_OID: u32 = 700;
 
 /// The `oid` type's OID: its values are kept as int8, read from its 4 unsigned bytes.
 pub const OID_OID: u32 = 26;
+/// `xid`: kept as int8 (the 32-bit id), 4 unsigned bytes on the wire.
+pub const XID_OID: u32 = 28;
+/// The one-byte `"char"`: kept as a text of at most one character, one byte on the wire.
+pub const CHAR_OID: u32 = 18;
+/// `oidvector`: kept as its text form, sent as a one-dimensional `oid` array.
+pub const OIDVECTOR_OID: u32 = 30;
+/// `pg_lsn`: kept as its text form (`16/B374D848`), 8 bytes on the wire.
+pub const PG_LSN_OID: u32 = 3220;
 
 /// The binary send form of `d` (`None` for NULL).
 pub fn encode(d: &Datum) -> SqlResult<Option<Vec<u8>>> {
@@ -30,6 +38,40 @@ pub fn encode(d: &Datum) -> SqlResult<Option<Vec<u8>>> {
 /// [`encode`] for a column of PostgreSQL type `type_oid` (0: unknown): an array's
 /// element OID is the column's (a `varchar[]` column's elements are 1043, not 25).
 pub fn encode_as(d: &Datum, type_oid: u32) -> SqlResult<Option<Vec<u8>>> {
+    // Types walrus keeps under a nearer engine type (the catalog views' `oid`, `xid`,
+    // `real`, `"char"`, `oidvector`, `pg_lsn` columns) are sent in their own form.
+    match (type_oid, d) {
+        (OID_OID | XID_OID, Datum::Int8(v)) => {
+            let v = u32::try_from(*v).map_err(|_| {
+                SqlError::new("22003", format!("value {v} is out of range for type oid"))
+            })?;
+            return Ok(Some(v.to_be_bytes().to_vec()));
+        }
+        (FLOAT4_OID, Datum::Float8(v)) => return Ok(Some((*v as f32).to_be_bytes().to_vec())),
+        // charsend: the one byte (the empty value is the byte 0).
+        (CHAR_OID, Datum::Text(s)) => {
+            return Ok(Some(vec![s.as_bytes().first().copied().unwrap_or(0)]))
+        }
+        (OIDVECTOR_OID, Datum::Text(s)) => return Ok(Some(oidvector_send(s)?)),
+        (PG_LSN_OID, Datum::Text(s)) => {
+            let lsn = s
+                .split_once('/')
+                .and_then(|(hi, lo)| {
+                    Some(
+                        (u64::from_str_radix(hi, 16).ok()? << 32)
+                            | u64::from_str_radix(lo, 16).ok()?,
+                    )
+                })
+                .ok_or_else(|| {
+                    SqlError::new(
+                        "22P02",
+                        format!("invalid input syntax for type pg_lsn: \"{s}\""),
+                    )
+                })?;
+            return Ok(Some(lsn.to_be_bytes().to_vec()));
+        }
+        _ => {}
+    }
     Ok(Some(match d {
         Datum::Time(v) => v.to_be_bytes().to_vec(),
         Datum::TimeTz(us, zone) => crate::timetz::send(*us, *zone),
@@ -105,6 +147,33 @@ pub fn encode_as(d: &Datum, type_oid: u32) -> SqlResult<Option<Vec<u8>>> {
     }))
 }
 
+/// oidvectorsend: array_send of a one-dimensional `oid` array with lower bound 0 (also
+/// when empty), from oidvector's text form (the OIDs separated by spaces).
+fn oidvector_send(text: &str) -> SqlResult<Vec<u8>> {
+    let oids = text
+        .split_whitespace()
+        .map(|o| {
+            o.parse::<u32>().map_err(|_| {
+                SqlError::new(
+                    "22P02",
+                    format!("invalid input syntax for type oid: \"{o}\""),
+                )
+            })
+        })
+        .collect::<SqlResult<Vec<u32>>>()?;
+    let mut b = Vec::with_capacity(20 + 8 * oids.len());
+    b.extend_from_slice(&1i32.to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes());
+    b.extend_from_slice(&OID_OID.to_be_bytes());
+    b.extend_from_slice(&(oids.len() as i32).to_be_bytes());
+    b.extend_from_slice(&0i32.to_be_bytes());
+    for o in oids {
+        b.extend_from_slice(&4i32.to_be_bytes());
+        b.extend_from_slice(&o.to_be_bytes());
+    }
+    Ok(b)
+}
+
 fn incorrect() -> SqlError {
     SqlError::new("22P03", "incorrect binary data format")
 }
@@ -122,8 +191,16 @@ pub fn decode(bytes: &[u8], oid: u32) -> SqlResult<Datum> {
     if oid == FLOAT4_OID {
         return Ok(Datum::Float8(f32::from_be_bytes(array::<4>(bytes)?) as f64));
     }
-    if oid == OID_OID {
+    if oid == OID_OID || oid == XID_OID {
         return Ok(Datum::Int8(u32::from_be_bytes(array::<4>(bytes)?) as i64));
+    }
+    if oid == CHAR_OID {
+        let [b] = array::<1>(bytes)?;
+        return Ok(Datum::Text(if b == 0 {
+            String::new()
+        } else {
+            char::from(b).to_string()
+        }));
     }
     if let TypeId::Array(elem) = ty {
         return decode_array(bytes, *elem, oid);
@@ -324,5 +401,52 @@ mod tests {
             decode(&be(&[1, 0, 21, 0, 0]), 22).unwrap_err().sqlstate,
             "0A000"
         );
+    }
+
+    /// Catalog column types kept under nearer engine types go out in their own binary
+    /// form (PostgreSQL's oidsend, xidsend, charsend, float4send, oidvectorsend,
+    /// pg_lsn_send), and the 4-byte and 1-byte ones read back.
+    #[test]
+    fn kept_types_are_sent_in_their_own_form() {
+        let be = |v: &[i32]| v.iter().flat_map(|x| x.to_be_bytes()).collect::<Vec<u8>>();
+        let sent = |d: Datum, oid: u32| encode_as(&d, oid).unwrap().unwrap();
+        assert_eq!(
+            sent(Datum::Int8(4_000_000_000), OID_OID),
+            4_000_000_000u32.to_be_bytes()
+        );
+        assert_eq!(sent(Datum::Int8(7), XID_OID), 7u32.to_be_bytes());
+        assert_eq!(
+            encode_as(&Datum::Int8(-1), OID_OID).unwrap_err().sqlstate,
+            "22003"
+        );
+        assert_eq!(sent(Datum::Int8(7), 20), 7i64.to_be_bytes());
+        assert_eq!(sent(Datum::Text("r".into()), CHAR_OID), b"r");
+        assert_eq!(sent(Datum::Text(String::new()), CHAR_OID), [0]);
+        assert_eq!(sent(Datum::Float8(0.5), FLOAT4_OID), 0.5f32.to_be_bytes());
+        assert_eq!(
+            sent(Datum::Text("1/10".into()), PG_LSN_OID),
+            ((1u64 << 32) | 16).to_be_bytes()
+        );
+        let mut want = be(&[1, 0, 26, 2, 0, 4]);
+        want.extend_from_slice(&1978u32.to_be_bytes());
+        want.extend_from_slice(&be(&[4]));
+        want.extend_from_slice(&3u32.to_be_bytes());
+        assert_eq!(sent(Datum::Text("1978 3".into()), OIDVECTOR_OID), want);
+        assert_eq!(
+            sent(Datum::Text(String::new()), OIDVECTOR_OID),
+            be(&[1, 0, 26, 0, 0])
+        );
+        // oid[]: the elements are 4-byte oids under element type 26.
+        let arr = Datum::Array(Box::new(ArrayValue {
+            elem: TypeId::Int8,
+            items: vec![Datum::Int8(5)],
+        }));
+        let mut want = be(&[1, 0, 26, 1, 1, 4]);
+        want.extend_from_slice(&5u32.to_be_bytes());
+        assert_eq!(sent(arr.clone(), 1028), want);
+        assert_eq!(decode(&want, 1028).unwrap(), arr);
+        assert_eq!(decode(&[0, 0, 0, 9], XID_OID).unwrap(), Datum::Int8(9));
+        assert_eq!(decode(b"b", CHAR_OID).unwrap(), Datum::Text("b".into()));
+        assert_eq!(decode(&[0], CHAR_OID).unwrap(), Datum::Text(String::new()));
     }
 }

@@ -38,31 +38,34 @@ const AM_BTREE: i64 = 403;
 
 /// PostgreSQL 15's `pg_stat_user_tables`. Counters walrus does not keep (scans, rows
 /// read, analyze) are NULL rather than a made-up zero.
-const STAT_TABLES_COLUMNS: &str = "relid:o schemaname:t relname:t seq_scan:l seq_tup_read:l idx_scan:l idx_tup_fetch:l n_tup_ins:l n_tup_upd:l n_tup_del:l n_tup_hot_upd:l n_live_tup:l n_dead_tup:l n_mod_since_analyze:l n_ins_since_vacuum:l last_vacuum:z last_autovacuum:z last_analyze:z last_autoanalyze:z vacuum_count:l autovacuum_count:l analyze_count:l autoanalyze_count:l";
+const STAT_TABLES_COLUMNS: &str = "relid:o schemaname:N relname:N seq_scan:l seq_tup_read:l idx_scan:l idx_tup_fetch:l n_tup_ins:l n_tup_upd:l n_tup_del:l n_tup_hot_upd:l n_live_tup:l n_dead_tup:l n_mod_since_analyze:l n_ins_since_vacuum:l last_vacuum:z last_autovacuum:z last_analyze:z last_autoanalyze:z vacuum_count:l autovacuum_count:l analyze_count:l autoanalyze_count:l";
 
-/// Column lists in a compact form: `name:type` with o = oid (int8), t = text, b = bool,
-/// s = int2, i = int4, l = int8, f = float8, n = numeric, z = timestamptz,
-/// v = int2vector.
+/// Column lists in a compact form: `name:type`, PostgreSQL 15's column types
+/// ([`spec_type`]): o = oid, l = int8, b = bool, s = int2, i = int4, f = float8,
+/// r = real, n = numeric, z = timestamptz, t = text, N = name, c = "char", p = regproc,
+/// x = xid, g = pg_node_tree, y = anyarray, I = inet, L = pg_lsn, v = int2vector,
+/// V = oidvector, B = bytea, w = varchar, Y = varchar(3); arrays: T = text[],
+/// a = aclitem[], C = "char"[], S = int2[], O = oid[], R = real[].
 const TABLES: &[(&str, &str)] = &[
-    ("pg_namespace", "oid:o nspname:t nspowner:o nspacl:t"),
-    ("pg_class", "oid:o relname:t relnamespace:o reltype:o reloftype:o relowner:o relam:o relfilenode:o reltablespace:o relpages:i reltuples:f relallvisible:i reltoastrelid:o relhasindex:b relisshared:b relpersistence:t relkind:t relnatts:s relchecks:s relhasrules:b relhastriggers:b relhassubclass:b relrowsecurity:b relforcerowsecurity:b relispopulated:b relreplident:t relispartition:b relrewrite:o relfrozenxid:l relminmxid:l relacl:t reloptions:t relpartbound:t"),
-    ("pg_attribute", "attrelid:o attname:t atttypid:o attstattarget:i attlen:s attnum:s attndims:i attcacheoff:i atttypmod:i attbyval:b attalign:t attstorage:t attcompression:t attnotnull:b atthasdef:b atthasmissing:b attidentity:t attgenerated:t attisdropped:b attislocal:b attinhcount:i attcollation:o attacl:t attoptions:t attfdwoptions:t attmissingval:t"),
-    ("pg_type", "oid:o typname:t typnamespace:o typowner:o typlen:s typbyval:b typtype:t typcategory:t typispreferred:b typisdefined:b typdelim:t typrelid:o typsubscript:t typelem:o typarray:o typinput:t typoutput:t typreceive:t typsend:t typmodin:t typmodout:t typanalyze:t typalign:t typstorage:t typnotnull:b typbasetype:o typtypmod:i typndims:i typcollation:o typdefaultbin:t typdefault:t typacl:t"),
-    ("pg_range", "rngtypid:o rngsubtype:o rngmultitypid:o rngcollation:o rngsubopc:o rngcanonical:t rngsubdiff:t"),
-    ("pg_enum", "oid:o enumtypid:o enumsortorder:f enumlabel:t"),
-    ("pg_index", "indexrelid:o indrelid:o indnatts:s indnkeyatts:s indisunique:b indnullsnotdistinct:b indisprimary:b indisexclusion:b indimmediate:b indisclustered:b indisvalid:b indcheckxmin:b indisready:b indislive:b indisreplident:b indkey:v indcollation:t indclass:t indoption:v indexprs:t indpred:t"),
-    ("pg_constraint", "oid:o conname:t connamespace:o contype:t condeferrable:b condeferred:b convalidated:b conrelid:o contypid:o conindid:o conparentid:o confrelid:o confupdtype:t confdeltype:t confmatchtype:t conislocal:b coninhcount:i connoinherit:b conkey:t confkey:t conpfeqop:t conppeqop:t conffeqop:t confdelsetcols:t conexclop:t conbin:t"),
-    ("pg_am", "oid:o amname:t amhandler:t amtype:t"),
-    ("pg_database", "oid:o datname:t datdba:o encoding:i datlocprovider:t datistemplate:b datallowconn:b datconnlimit:i datfrozenxid:l datminmxid:l dattablespace:o datcollate:t datctype:t daticulocale:t datcollversion:t datacl:t"),
-    ("pg_roles", "rolname:t rolsuper:b rolinherit:b rolcreaterole:b rolcreatedb:b rolcanlogin:b rolreplication:b rolconnlimit:i rolpassword:t rolvaliduntil:z rolbypassrls:b rolconfig:t oid:o"),
-    ("pg_user", "usename:t usesysid:o usecreatedb:b usesuper:b userepl:b usebypassrls:b passwd:t valuntil:z useconfig:t"),
-    ("pg_tablespace", "oid:o spcname:t spcowner:o spcacl:t spcoptions:t"),
-    ("pg_settings", "name:t setting:t unit:t category:t short_desc:t extra_desc:t context:t vartype:t source:t min_val:t max_val:t enumvals:t boot_val:t reset_val:t sourcefile:t sourceline:i pending_restart:b"),
-    ("pg_tables", "schemaname:t tablename:t tableowner:t tablespace:t hasindexes:b hasrules:b hastriggers:b rowsecurity:b"),
-    ("pg_indexes", "schemaname:t tablename:t indexname:t tablespace:t indexdef:t"),
+    ("pg_namespace", "oid:o nspname:N nspowner:o nspacl:a"),
+    ("pg_class", "oid:o relname:N relnamespace:o reltype:o reloftype:o relowner:o relam:o relfilenode:o reltablespace:o relpages:i reltuples:r relallvisible:i reltoastrelid:o relhasindex:b relisshared:b relpersistence:c relkind:c relnatts:s relchecks:s relhasrules:b relhastriggers:b relhassubclass:b relrowsecurity:b relforcerowsecurity:b relispopulated:b relreplident:c relispartition:b relrewrite:o relfrozenxid:x relminmxid:x relacl:a reloptions:T relpartbound:g"),
+    ("pg_attribute", "attrelid:o attname:N atttypid:o attstattarget:i attlen:s attnum:s attndims:i attcacheoff:i atttypmod:i attbyval:b attalign:c attstorage:c attcompression:c attnotnull:b atthasdef:b atthasmissing:b attidentity:c attgenerated:c attisdropped:b attislocal:b attinhcount:i attcollation:o attacl:a attoptions:T attfdwoptions:T attmissingval:y"),
+    ("pg_type", "oid:o typname:N typnamespace:o typowner:o typlen:s typbyval:b typtype:c typcategory:c typispreferred:b typisdefined:b typdelim:c typrelid:o typsubscript:p typelem:o typarray:o typinput:p typoutput:p typreceive:p typsend:p typmodin:p typmodout:p typanalyze:p typalign:c typstorage:c typnotnull:b typbasetype:o typtypmod:i typndims:i typcollation:o typdefaultbin:g typdefault:t typacl:a"),
+    ("pg_range", "rngtypid:o rngsubtype:o rngmultitypid:o rngcollation:o rngsubopc:o rngcanonical:p rngsubdiff:p"),
+    ("pg_enum", "oid:o enumtypid:o enumsortorder:r enumlabel:N"),
+    ("pg_index", "indexrelid:o indrelid:o indnatts:s indnkeyatts:s indisunique:b indnullsnotdistinct:b indisprimary:b indisexclusion:b indimmediate:b indisclustered:b indisvalid:b indcheckxmin:b indisready:b indislive:b indisreplident:b indkey:v indcollation:V indclass:V indoption:v indexprs:g indpred:g"),
+    ("pg_constraint", "oid:o conname:N connamespace:o contype:c condeferrable:b condeferred:b convalidated:b conrelid:o contypid:o conindid:o conparentid:o confrelid:o confupdtype:c confdeltype:c confmatchtype:c conislocal:b coninhcount:i connoinherit:b conkey:S confkey:S conpfeqop:O conppeqop:O conffeqop:O confdelsetcols:S conexclop:O conbin:g"),
+    ("pg_am", "oid:o amname:N amhandler:p amtype:c"),
+    ("pg_database", "oid:o datname:N datdba:o encoding:i datlocprovider:c datistemplate:b datallowconn:b datconnlimit:i datfrozenxid:x datminmxid:x dattablespace:o datcollate:t datctype:t daticulocale:t datcollversion:t datacl:a"),
+    ("pg_roles", "rolname:N rolsuper:b rolinherit:b rolcreaterole:b rolcreatedb:b rolcanlogin:b rolreplication:b rolconnlimit:i rolpassword:t rolvaliduntil:z rolbypassrls:b rolconfig:T oid:o"),
+    ("pg_user", "usename:N usesysid:o usecreatedb:b usesuper:b userepl:b usebypassrls:b passwd:t valuntil:z useconfig:T"),
+    ("pg_tablespace", "oid:o spcname:N spcowner:o spcacl:a spcoptions:T"),
+    ("pg_settings", "name:t setting:t unit:t category:t short_desc:t extra_desc:t context:t vartype:t source:t min_val:t max_val:t enumvals:T boot_val:t reset_val:t sourcefile:t sourceline:i pending_restart:b"),
+    ("pg_tables", "schemaname:N tablename:N tableowner:N tablespace:N hasindexes:b hasrules:b hastriggers:b rowsecurity:b"),
+    ("pg_indexes", "schemaname:N tablename:N indexname:N tablespace:N indexdef:t"),
     // ANALYZE's statistics (`crate::stats`); what walrus does not gather (most common
     // values, histograms, correlation) is NULL.
-    ("pg_stats", "schemaname:t tablename:t attname:t inherited:b null_frac:f avg_width:i n_distinct:f most_common_vals:t most_common_freqs:t histogram_bounds:t correlation:f most_common_elems:t most_common_elem_freqs:t elem_count_histogram:t"),
+    ("pg_stats", "schemaname:N tablename:N attname:N inherited:b null_frac:r avg_width:i n_distinct:r most_common_vals:y most_common_freqs:R histogram_bounds:y correlation:r most_common_elems:y most_common_elem_freqs:R elem_count_histogram:R"),
     ("pg_stat_wal", "wal_records:l wal_fpi:l wal_bytes:n wal_buffers_full:l wal_write:l wal_sync:l wal_write_time:f wal_sync_time:f stats_reset:z"),
     // walrus's own WAL counters beside PostgreSQL's pg_stat_wal: the WAL writer's flushes,
     // segments prepared ahead versus created by a session in the foreground, commits
@@ -97,58 +100,114 @@ const TABLES: &[(&str, &str)] = &[
     // backend_clean_waits: backends that found no clean victim and waited (pool-wide).
     ("walrus_flush_detail", "thread:t pages_flushed:l batches:l pages_per_sec:l dirty_pages:l queue_length:l oldest_rec_lsn:t redo_lsn:t insert_lsn:t checkpoint_mode:t estimated_recovery_s:f recovery_time_target_s:f replay_rate_mb_s:f replay_fixed_ms:l replay_rate_source:t lag_target_bytes:l last_checkpoint_ms:l checkpoint_target_time_ms:l backend_clean_waits:l"),
     // PostgreSQL 15's pg_control_checkpoint() columns, from walrus's control file.
-    ("pg_control_checkpoint", "checkpoint_lsn:t redo_lsn:t redo_wal_file:t timeline_id:i prev_timeline_id:i full_page_writes:b next_xid:t next_oid:o next_multixact_id:t next_multi_offset:t oldest_xid:t oldest_xid_dbid:o oldest_active_xid:t oldest_multi_xid:t oldest_multi_dbid:o oldest_commit_ts_xid:t newest_commit_ts_xid:t checkpoint_time:z"),
+    ("pg_control_checkpoint", "checkpoint_lsn:L redo_lsn:L redo_wal_file:t timeline_id:i prev_timeline_id:i full_page_writes:b next_xid:t next_oid:o next_multixact_id:x next_multi_offset:x oldest_xid:x oldest_xid_dbid:o oldest_active_xid:x oldest_multi_xid:x oldest_multi_dbid:o oldest_commit_ts_xid:x newest_commit_ts_xid:x checkpoint_time:z"),
     // PostgreSQL 15's columns. walrus fills the buffer hits and reads, and the
     // executor's temporary files; counters it does not keep are NULL, never a made-up 0.
-    ("pg_stat_database", "datid:o datname:t numbackends:i xact_commit:l xact_rollback:l blks_read:l blks_hit:l tup_returned:l tup_fetched:l tup_inserted:l tup_updated:l tup_deleted:l conflicts:l temp_files:l temp_bytes:l deadlocks:l checksum_failures:l checksum_last_failure:z blk_read_time:f blk_write_time:f session_time:f active_time:f idle_in_transaction_time:f sessions:l sessions_abandoned:l sessions_fatal:l sessions_killed:l stats_reset:z"),
+    ("pg_stat_database", "datid:o datname:N numbackends:i xact_commit:l xact_rollback:l blks_read:l blks_hit:l tup_returned:l tup_fetched:l tup_inserted:l tup_updated:l tup_deleted:l conflicts:l temp_files:l temp_bytes:l deadlocks:l checksum_failures:l checksum_last_failure:z blk_read_time:f blk_write_time:f session_time:f active_time:f idle_in_transaction_time:f sessions:l sessions_abandoned:l sessions_fatal:l sessions_killed:l stats_reset:z"),
     ("pg_stat_bgwriter", "checkpoints_timed:l checkpoints_req:l checkpoint_write_time:f checkpoint_sync_time:f buffers_checkpoint:l buffers_clean:l maxwritten_clean:l buffers_backend:l buffers_backend_fsync:l buffers_alloc:l stats_reset:z"),
     ("pg_stat_user_tables", STAT_TABLES_COLUMNS),
     ("pg_stat_all_tables", STAT_TABLES_COLUMNS),
     ("pg_inherits", "inhrelid:o inhparent:o inhseqno:i inhdetachpending:b"),
-    ("pg_partitioned_table", "partrelid:o partstrat:t partnatts:s partdefid:o partattrs:t partclass:t partcollation:t partexprs:t"),
-    ("pg_attrdef", "oid:o adrelid:o adnum:s adbin:t"),
-    ("pg_collation", "oid:o collname:t collnamespace:o collowner:o collprovider:t collisdeterministic:b collencoding:i collcollate:t collctype:t colliculocale:t collversion:t"),
-    ("pg_policy", "oid:o polname:t polrelid:o polcmd:t polpermissive:b polroles:t polqual:t polwithcheck:t"),
-    ("pg_statistic_ext", "oid:o stxrelid:o stxname:t stxnamespace:o stxowner:o stxstattarget:i stxkeys:t stxkind:t stxexprs:t"),
-    ("pg_publication", "oid:o pubname:t pubowner:o puballtables:b pubinsert:b pubupdate:b pubdelete:b pubtruncate:b pubviaroot:b"),
+    ("pg_partitioned_table", "partrelid:o partstrat:c partnatts:s partdefid:o partattrs:v partclass:V partcollation:V partexprs:g"),
+    ("pg_attrdef", "oid:o adrelid:o adnum:s adbin:g"),
+    ("pg_collation", "oid:o collname:N collnamespace:o collowner:o collprovider:c collisdeterministic:b collencoding:i collcollate:t collctype:t colliculocale:t collversion:t"),
+    ("pg_policy", "oid:o polname:N polrelid:o polcmd:c polpermissive:b polroles:O polqual:g polwithcheck:g"),
+    ("pg_statistic_ext", "oid:o stxrelid:o stxname:N stxnamespace:o stxowner:o stxstattarget:i stxkeys:v stxkind:C stxexprs:g"),
+    ("pg_publication", "oid:o pubname:N pubowner:o puballtables:b pubinsert:b pubupdate:b pubdelete:b pubtruncate:b pubviaroot:b"),
     ("pg_publication_namespace", "oid:o pnpubid:o pnnspid:o"),
-    ("pg_publication_rel", "oid:o prpubid:o prrelid:o prqual:t prattrs:t"),
-    ("pg_trigger", "oid:o tgrelid:o tgparentid:o tgname:t tgfoid:o tgtype:s tgenabled:t tgisinternal:b tgconstrrelid:o tgconstrindid:o tgconstraint:o tgdeferrable:b tginitdeferred:b tgnargs:s tgattr:t tgargs:t tgqual:t tgoldtable:t tgnewtable:t"),
-    ("pg_rewrite", "oid:o rulename:t ev_class:o ev_type:t ev_enabled:t is_instead:b ev_qual:t ev_action:t"),
+    ("pg_publication_rel", "oid:o prpubid:o prrelid:o prqual:g prattrs:v"),
+    ("pg_trigger", "oid:o tgrelid:o tgparentid:o tgname:N tgfoid:o tgtype:s tgenabled:c tgisinternal:b tgconstrrelid:o tgconstrindid:o tgconstraint:o tgdeferrable:b tginitdeferred:b tgnargs:s tgattr:v tgargs:B tgqual:g tgoldtable:N tgnewtable:N"),
+    ("pg_rewrite", "oid:o rulename:N ev_class:o ev_type:c ev_enabled:c is_instead:b ev_qual:g ev_action:g"),
     ("pg_description", "objoid:o classoid:o objsubid:i description:t"),
     ("pg_sequence", "seqrelid:o seqtypid:o seqstart:l seqincrement:l seqmax:l seqmin:l seqcache:l seqcycle:b"),
-    ("pg_extension", "oid:o extname:t extowner:o extnamespace:o extrelocatable:b extversion:t extconfig:t extcondition:t"),
-    ("pg_foreign_table", "ftrelid:o ftserver:o ftoptions:t"),
-    ("pg_stat_activity", "datid:o datname:t pid:i usesysid:o usename:t application_name:t client_addr:t state:t query:t backend_type:t"),
+    ("pg_extension", "oid:o extname:N extowner:o extnamespace:o extrelocatable:b extversion:t extconfig:O extcondition:T"),
+    ("pg_foreign_table", "ftrelid:o ftserver:o ftoptions:T"),
+    ("pg_stat_activity", "datid:o datname:N pid:i usesysid:o usename:N application_name:t client_addr:I state:t query:t backend_type:t"),
 ];
 
 const INFORMATION_SCHEMA: &[(&str, &str)] = &[
-    ("tables", "table_catalog:t table_schema:t table_name:t table_type:t self_referencing_column_name:t reference_generation:t user_defined_type_catalog:t user_defined_type_schema:t user_defined_type_name:t is_insertable_into:t is_typed:t commit_action:t"),
-    ("columns", "table_catalog:t table_schema:t table_name:t column_name:t ordinal_position:i column_default:t is_nullable:t data_type:t character_maximum_length:i numeric_precision:i numeric_scale:i"),
-    ("schemata", "catalog_name:t schema_name:t schema_owner:t default_character_set_catalog:t default_character_set_schema:t default_character_set_name:t sql_path:t"),
+    ("tables", "table_catalog:N table_schema:N table_name:N table_type:w self_referencing_column_name:N reference_generation:w user_defined_type_catalog:N user_defined_type_schema:N user_defined_type_name:N is_insertable_into:Y is_typed:Y commit_action:w"),
+    ("columns", "table_catalog:N table_schema:N table_name:N column_name:N ordinal_position:i column_default:w is_nullable:Y data_type:w character_maximum_length:i numeric_precision:i numeric_scale:i"),
+    ("schemata", "catalog_name:N schema_name:N schema_owner:N default_character_set_catalog:N default_character_set_schema:N default_character_set_name:N sql_path:w"),
 ];
 
-fn spec_type(c: char) -> TypeId {
-    match c {
-        'o' | 'l' => TypeId::Int8,
-        'b' => TypeId::Bool,
-        's' => TypeId::Int2,
-        'i' => TypeId::Int4,
-        'f' => TypeId::Float8,
-        'n' => TypeId::Numeric,
-        'z' => TypeId::TimestampTz,
-        'v' => TypeId::Int2Vector,
-        _ => TypeId::Text,
-    }
+/// A catalog column's type: the engine type its values have, and the PostgreSQL type
+/// OID and modifier RowDescription reports (PostgreSQL 15's `pg_attribute.atttypid`; a
+/// domain of `information_schema` is reported as its base type, as PostgreSQL's
+/// RowDescription does). Where walrus keeps the values under a nearer engine type, the
+/// wire forms are the reported type's (`binary::encode_as`, `value::format_text_as`):
+/// `name`, `"char"`, `pg_node_tree`, `anyarray`, `inet` and `pg_lsn` values are text,
+/// `oid` and `xid` values int8 (sent as 4 unsigned bytes), `real` float8 (printed and
+/// sent as float4), `oidvector` the text of its OIDs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CatalogType {
+    pub ty: TypeId,
+    pub oid: u32,
+    pub typmod: i32,
 }
 
-fn columns(spec: &'static str) -> Vec<(&'static str, TypeId)> {
+fn spec_type(c: char) -> CatalogType {
+    let (ty, oid, typmod) = match c {
+        'o' => (TypeId::Int8, 26, -1),
+        'l' => (TypeId::Int8, 20, -1),
+        'b' => (TypeId::Bool, 16, -1),
+        's' => (TypeId::Int2, 21, -1),
+        'i' => (TypeId::Int4, 23, -1),
+        'f' => (TypeId::Float8, 701, -1),
+        'r' => (TypeId::Float8, 700, -1),
+        'n' => (TypeId::Numeric, 1700, -1),
+        'z' => (TypeId::TimestampTz, 1184, -1),
+        'v' => (TypeId::Int2Vector, 22, -1),
+        'N' => (TypeId::Text, 19, -1),
+        'c' => (TypeId::Text, 18, -1),
+        'p' => (TypeId::RegProc, 24, -1),
+        'x' => (TypeId::Int8, 28, -1),
+        'g' => (TypeId::Text, 194, -1),
+        'y' => (TypeId::Text, 2277, -1),
+        'I' => (TypeId::Text, 869, -1),
+        'L' => (TypeId::Text, 3220, -1),
+        'V' => (TypeId::Text, 30, -1),
+        'B' => (TypeId::Bytea, 17, -1),
+        // information_schema's character_data and yes_or_no: varchar, varchar(3).
+        'w' => (TypeId::Text, 1043, -1),
+        'Y' => (TypeId::Text, 1043, 7),
+        'T' => (TypeId::Array(&TypeId::Text), 1009, -1),
+        'a' => (TypeId::Array(&TypeId::Text), 1034, -1),
+        'C' => (TypeId::Array(&TypeId::Text), 1002, -1),
+        'S' => (TypeId::Array(&TypeId::Int2), 1005, -1),
+        'O' => (TypeId::Array(&TypeId::Int8), 1028, -1),
+        'R' => (TypeId::Array(&TypeId::Float8), 1021, -1),
+        _ => (TypeId::Text, 25, -1),
+    };
+    CatalogType { ty, oid, typmod }
+}
+
+fn columns(spec: &'static str) -> Vec<(&'static str, CatalogType)> {
     spec.split_whitespace()
         .map(|c| {
             let (n, t) = c.split_once(':').unwrap_or((c, "t"));
             (n, spec_type(t.chars().next().unwrap_or('t')))
         })
         .collect()
+}
+
+/// The type of `schema.table`'s column `column` as clients see it (`None`: no such
+/// virtual table or column), for parameter types compared with it.
+pub(crate) fn column_type(schema: Option<&str>, table: &str, column: &str) -> Option<CatalogType> {
+    columns(spec_of(schema, table)?)
+        .into_iter()
+        .find(|(n, _)| *n == column)
+        .map(|(_, t)| t)
+}
+
+/// Every virtual table walrus serves, as (schema, name): `pg_catalog`'s (the
+/// `walrus_*` statistics and the row functions among them) and `information_schema`'s.
+pub fn catalog_relations() -> impl Iterator<Item = (&'static str, &'static str)> {
+    TABLES.iter().map(|(n, _)| ("pg_catalog", *n)).chain(
+        INFORMATION_SCHEMA
+            .iter()
+            .map(|(n, _)| ("information_schema", *n)),
+    )
 }
 
 fn spec_of(schema: Option<&str>, table: &str) -> Option<&'static str> {
@@ -277,6 +336,17 @@ const TYPES: &[(i64, &str, &str, i16, i64, &str)] = &[
         4090,
         "regnamespace",
     ),
+    // Types of catalog columns (values kept under nearer engine types, described as
+    // these; `CatalogType`). pg_node_tree and anyarray have no array type (0).
+    (18, "char", "\"char\"", 1, 1002, "char"),
+    (28, "xid", "xid", 4, 1011, "xid"),
+    (30, "oidvector", "oidvector", -1, 1013, "oidvector"),
+    (194, "pg_node_tree", "pg_node_tree", -1, 0, "pg_node_tree_"),
+    (700, "float4", "real", 4, 1021, "float4"),
+    (869, "inet", "inet", -1, 1041, "inet_"),
+    (1033, "aclitem", "aclitem", 12, 1034, "aclitem"),
+    (2277, "anyarray", "anyarray", -1, 0, "anyarray_"),
+    (3220, "pg_lsn", "pg_lsn", 8, 3221, "pg_lsn_"),
 ];
 
 /// A type walrus shows: its scalar row, or the array type of one (`typelem` set).
@@ -312,7 +382,7 @@ fn type_rows() -> impl Iterator<Item = TypeRow> {
             elem: None,
             scalar: r,
         })
-        .chain(TYPES.iter().map(|&r| TypeRow {
+        .chain(TYPES.iter().filter(|r| r.4 != 0).map(|&r| TypeRow {
             oid: r.4,
             elem: Some(r),
             scalar: r,
@@ -328,6 +398,10 @@ fn type_by_oid(oid: i64) -> Option<TypeRow> {
 /// PostgreSQL's other spellings (`int`, `varchar`, `timestamptz`, `bool`).
 pub(crate) fn type_by_name(name: &str) -> Option<TypeRow> {
     let n = name.trim().to_ascii_lowercase();
+    // The quoted one-byte type, not `char` (bpchar).
+    if n == "\"char\"" || n == "pg_catalog.\"char\"" {
+        return type_by_oid(18);
+    }
     let n = n
         .strip_prefix("pg_catalog.")
         .unwrap_or(&n)
@@ -342,6 +416,7 @@ pub(crate) fn type_by_name(name: &str) -> Option<TypeRow> {
         "bigint" => "int8",
         "boolean" => "bool",
         "double precision" | "float" => "float8",
+        "real" => "float4",
         "decimal" => "numeric",
         "character varying" => "varchar",
         "character" | "char" => "bpchar",
@@ -355,7 +430,7 @@ pub(crate) fn type_by_name(name: &str) -> Option<TypeRow> {
 }
 
 /// A virtual table's columns (name, type) and rows.
-pub(crate) type VirtualTable = (Vec<(&'static str, TypeId)>, Vec<Vec<Datum>>);
+pub(crate) type VirtualTable = (Vec<(&'static str, CatalogType)>, Vec<Vec<Datum>>);
 
 /// What a [`Snapshot`] is taken from: the narrow part of a statement's context the
 /// catalog views need (so this module knows nothing of sessions or the executor).
@@ -439,6 +514,15 @@ fn t(v: &str) -> Datum {
 }
 fn b(v: bool) -> Datum {
     Datum::Bool(v)
+}
+/// An `xid` value: PostgreSQL's 32-bit transaction ids are walrus's 64-bit ones
+/// without the epoch.
+fn xid(v: u64) -> Datum {
+    Datum::Int8((v & 0xffff_ffff) as i64)
+}
+/// A `regproc` value naming one of the functions walrus knows (`-`: none).
+fn proc(name: &str) -> Datum {
+    reg::regproc_named(name)
 }
 fn relfile_oid(r: walrus_base::RelFileId) -> i64 {
     r.0 as i64

@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use walrus_engine::access::datum::{Datum, TypeId};
+use walrus_engine::access::datum::{ArrayValue, Datum, TypeId};
 use walrus_engine::catalog::{ColumnDef, ColumnDefault, DeclaredType};
 
 use super::{
-    b, o, relfile_oid, t, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG, NS_INFORMATION_SCHEMA,
-    NS_PUBLIC, ROLE_OID, TYPES,
+    b, o, proc, relfile_oid, t, xid, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG,
+    NS_INFORMATION_SCHEMA, NS_PUBLIC, ROLE_OID, TYPES,
 };
 
 impl Snapshot {
@@ -150,32 +150,39 @@ impl Snapshot {
                 .map(|row| {
                     let (oid, _, _, len, array_oid, io) = row.scalar;
                     let array = row.elem.is_some();
-                    // int2vector is an array type (of int2, subscripts from 0).
-                    let vector = !array && oid == 22;
+                    // int2vector and oidvector are array types (of int2 and oid,
+                    // subscripts from 0).
+                    let vector = !array && matches!(oid, 22 | 30);
                     let category = match oid {
                         _ if array || vector => "A",
                         16 => "B",
-                        20 | 21 | 23 | 26 | 701 | 1700 | 24 | 2205 | 2206 | 4089 => "N",
+                        20 | 21 | 23 | 26 | 700 | 701 | 1700 | 24 | 2205 | 2206 | 4089 => "N",
                         1082 | 1083 | 1114 | 1184 | 1266 => "D",
                         1186 => "T",
-                        17 | 2950 | 114 | 3802 => "U",
+                        17 | 2950 | 114 | 3802 | 28 | 1033 | 3220 => "U",
+                        18 | 194 => "Z",
+                        869 => "I",
+                        2277 => "P",
                         _ => "S",
                     };
                     let fun = |suffix: &str| {
                         if array {
                             format!("array_{suffix}")
+                        } else if oid == 1033 && matches!(suffix, "recv" | "send") {
+                            "-".to_string() // aclitem has no binary form
                         } else {
                             format!("{io}{suffix}")
                         }
                     };
                     let len = if array { -1 } else { len };
                     let align = match (array, oid) {
-                        (_, 20 | 701 | 1083 | 1114 | 1184 | 1186 | 1266) => "d",
-                        (false, 16 | 17 | 19 | 2950) => "c",
+                        (_, 20 | 701 | 1083 | 1114 | 1184 | 1186 | 1266 | 3220 | 2277) => "d",
+                        (false, 16 | 17 | 18 | 19 | 2950) => "c",
                         (false, 21) => "s",
                         _ => "i",
                     };
-                    let collation = matches!(oid, 25 | 1042 | 1043 | 19);
+                    let collation = !array && matches!(oid, 25 | 1042 | 1043 | 19 | 194)
+                        || array && matches!(oid, 25 | 1042 | 1043 | 19);
                     vec![
                         o(row.oid),
                         t(&row.name()),
@@ -183,30 +190,37 @@ impl Snapshot {
                         o(ROLE_OID),
                         Datum::Int2(len),
                         b(len > 0 && len <= 8),
-                        t("b"),
+                        t(if oid == 2277 { "p" } else { "b" }),
                         t(category),
                         b(!array && matches!(oid, 25 | 701 | 1184 | 16 | 26 | 1186)),
                         b(true),
                         t(","),
                         o(0),
-                        t(if array || vector {
+                        proc(if array || vector {
                             "array_subscript_handler"
+                        } else if oid == 19 {
+                            // name's bytes are subscriptable as "char" items.
+                            "raw_array_subscript_handler"
                         } else {
                             "-"
                         }),
                         o(if array {
                             oid
-                        } else if vector {
+                        } else if oid == 22 {
                             21
+                        } else if oid == 30 {
+                            26
+                        } else if oid == 19 {
+                            18
                         } else {
                             0
                         }),
                         o(if array { 0 } else { array_oid }),
-                        t(&fun("in")),
-                        t(&fun("out")),
-                        t(&fun("recv")),
-                        t(&fun("send")),
-                        t(match oid {
+                        proc(&fun("in")),
+                        proc(&fun("out")),
+                        proc(&fun("recv")),
+                        proc(&fun("send")),
+                        proc(match oid {
                             1042 => "bpchartypmodin",
                             1043 => "varchartypmodin",
                             1700 => "numerictypmodin",
@@ -217,7 +231,7 @@ impl Snapshot {
                             1186 => "intervaltypmodin",
                             _ => "-",
                         }),
-                        t(match oid {
+                        proc(match oid {
                             1042 => "bpchartypmodout",
                             1043 => "varchartypmodout",
                             1700 => "numerictypmodout",
@@ -228,14 +242,24 @@ impl Snapshot {
                             1186 => "intervaltypmodout",
                             _ => "-",
                         }),
-                        t(if array { "array_typanalyze" } else { "-" }),
+                        proc(if array { "array_typanalyze" } else { "-" }),
                         t(align),
-                        t(if len > 0 || vector { "p" } else { "x" }),
+                        t(match oid {
+                            869 if !array => "m",
+                            _ if len > 0 || vector => "p",
+                            _ => "x",
+                        }),
                         b(false),
                         o(0),
                         Datum::Int4(-1),
                         Datum::Int4(0),
-                        o(if collation { 100 } else { 0 }),
+                        // name (and name[]) sort in the "C" collation (950), the
+                        // other text types in the database's default (100).
+                        o(match (collation, oid) {
+                            (false, _) => 0,
+                            (true, 19) => 950,
+                            (true, _) => 100,
+                        }),
                     ]
                 })
                 .collect(),
@@ -296,13 +320,16 @@ impl Snapshot {
                         b(true),
                         Datum::Int4(0),
                         b(true),
-                        t(&crate::value::format_array(&key)),
+                        Datum::Array(Box::new(ArrayValue {
+                            elem: TypeId::Int2,
+                            items: key,
+                        })),
                     ]
                 })
                 .collect(),
             "pg_am" => vec![
-                vec![o(AM_HEAP), t("heap"), t("heap_tableam_handler"), t("t")],
-                vec![o(AM_BTREE), t("btree"), t("bthandler"), t("i")],
+                vec![o(AM_HEAP), t("heap"), proc("heap_tableam_handler"), t("t")],
+                vec![o(AM_BTREE), t("btree"), proc("bthandler"), t("i")],
             ],
             "pg_database" => vec![vec![
                 o(5),
@@ -313,8 +340,8 @@ impl Snapshot {
                 b(false),
                 b(true),
                 Datum::Int4(-1),
-                Datum::Int8(self.frozen_xid as i64),
-                Datum::Int8(1),
+                xid(self.frozen_xid),
+                xid(1),
                 o(1663),
                 t("C.UTF-8"),
                 t("C.UTF-8"),
@@ -575,7 +602,6 @@ impl Snapshot {
             "pg_control_checkpoint" => {
                 let c = &self.control;
                 let seg = self.flush_segment_name(c.redo_lsn);
-                let xid = |x: u64| t(&x.to_string());
                 vec![vec![
                     t(&c.checkpoint_lsn.to_string()),
                     t(&c.redo_lsn.to_string()),
@@ -620,7 +646,10 @@ impl Snapshot {
         fillfactor: u8,
     ) -> Vec<Datum> {
         let options = if fillfactor < 100 {
-            t(&format!("{{fillfactor={fillfactor}}}"))
+            Datum::Array(Box::new(ArrayValue {
+                elem: TypeId::Text,
+                items: vec![t(&format!("fillfactor={fillfactor}"))],
+            }))
         } else {
             Datum::Null
         };
@@ -653,8 +682,8 @@ impl Snapshot {
             t("d"),
             b(false),
             o(0),
-            Datum::Int8(0),
-            Datum::Int8(0),
+            xid(0),
+            xid(0),
             Datum::Null,
             options,
         ]

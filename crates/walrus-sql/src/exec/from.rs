@@ -732,13 +732,22 @@ impl Executor<'_> {
         Ok(Rel {
             cols: cols
                 .into_iter()
-                .map(|(n, ty)| ColName {
+                .map(|(n, ct)| ColName {
                     qual: Some(qual.clone()),
                     name: n.to_string(),
-                    ty: Some(ty),
+                    ty: Some(ct.ty),
                     bpchar: false,
                     hidden: false,
-                    origin: None,
+                    // PostgreSQL's column type where the engine keeps the values under
+                    // another (`name` as text, `oid` as int8).
+                    origin: (ct.oid != ct.ty.pg_oid() || ct.typmod != -1).then_some(
+                        crate::rel::Origin {
+                            table_oid: 0,
+                            attnum: 0,
+                            type_oid: ct.oid,
+                            typmod: ct.typmod,
+                        },
+                    ),
                 })
                 .collect(),
             rows,

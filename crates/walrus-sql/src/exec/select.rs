@@ -317,10 +317,59 @@ fn output_cols(items: &[(String, Expr)], cols: &[ColName], rows: &[Vec<Datum>]) 
                 ty: ty.or_else(|| rows.iter().find_map(|r| r[i].type_id())),
                 bpchar: source.is_some_and(|c| c.bpchar),
                 hidden: false,
-                origin: source.and_then(|c| c.origin).or_else(|| cast_origin(e)),
+                origin: source
+                    .and_then(|c| c.origin)
+                    .or_else(|| cast_origin(e))
+                    .or_else(|| kept_type_origin(e, cols)),
             }
         })
         .collect()
+}
+
+/// The described type of an aggregate or COALESCE over a catalog column walrus keeps
+/// under a nearer engine type, as PostgreSQL types it: `max(oid)` is `oid`,
+/// `array_agg(typname)` is `name[]`, `coalesce(typname, 'x')` is `name` (`min(typname)`
+/// is text, as in PostgreSQL, which has no `name` min).
+fn kept_type_origin(e: &Expr, cols: &[ColName]) -> Option<crate::rel::Origin> {
+    let Expr::Function(f) = e else {
+        return None;
+    };
+    let args = crate::expr::function_args(f);
+    let kept = |a: &Expr| -> Option<u32> {
+        let (qual, name) = col_ref(a)?;
+        let c = &cols[find_col(cols, qual.as_deref(), &name).ok()??];
+        let o = c.origin?;
+        (o.table_oid == 0 && matches!(o.type_oid, 18 | 19 | 26 | 28)).then_some(o.type_oid)
+    };
+    let type_oid = match (crate::expr::function_name(f).as_str(), args.as_slice()) {
+        ("max" | "min", [a]) => kept(a).filter(|t| *t == 26)?,
+        ("array_agg", [a]) => match kept(a)? {
+            26 => 1028,
+            19 => 1003,
+            18 => 1002,
+            _ => 1011,
+        },
+        ("coalesce", [a, rest @ ..])
+            if rest.iter().all(|r| {
+                matches!(
+                    r,
+                    Expr::Value(v) if matches!(
+                        v.value,
+                        sqlparser::ast::Value::SingleQuotedString(_) | sqlparser::ast::Value::Null
+                    )
+                )
+            }) =>
+        {
+            kept(a)?
+        }
+        _ => return None,
+    };
+    Some(crate::rel::Origin {
+        table_oid: 0,
+        attnum: 0,
+        type_oid,
+        typmod: -1,
+    })
 }
 
 fn items_of(

@@ -172,15 +172,46 @@ const POSTGRES_TYPES_NOT_BUILT: &[&str] = &[
     "pg_snapshot",
 ];
 
+/// The OID of a type walrus keeps under a nearer engine type and reports as itself
+/// (`oid`, `xid` as int8; `name`, the one-byte `"char"` as text), or `None`.
+pub fn kept_type_oid(dt: &DataType) -> Option<u32> {
+    if let DataType::Array(sqlparser::ast::ArrayElemTypeDef::SquareBracket(inner, None)) = dt {
+        return Some(match kept_type_oid(inner)? {
+            26 => 1028,
+            19 => 1003,
+            18 => 1002,
+            _ => 1011,
+        });
+    }
+    let DataType::Custom(name, _) = dt else {
+        return None;
+    };
+    let n = name.0.last()?.to_string().to_ascii_lowercase();
+    Some(match n.trim_matches('"') {
+        "oid" => 26,
+        "xid" => 28,
+        "name" => 19,
+        "char" => 18,
+        "_oid" => 1028,
+        "_name" => 1003,
+        "_char" => 1002,
+        "_xid" => 1011,
+        _ => return None,
+    })
+}
+
 /// The PostgreSQL type OID a SQL type name stands for, as clients see it: `varchar` is
 /// 1043 and `char` 1042 although walrus keeps both as text.
 pub fn sql_type_oid(dt: &DataType) -> SqlResult<u32> {
     use DataType as D;
+    if let Some(oid) = kept_type_oid(dt) {
+        return Ok(oid);
+    }
     if let D::Custom(name, _) = dt {
         let n = name.0.last().map(|p| p.to_string().to_ascii_lowercase());
         match n.as_deref().map(|n| n.trim_matches('"')) {
             Some("varchar") => return Ok(1043),
-            Some("bpchar") | Some("char") => return Ok(1042),
+            Some("bpchar") => return Ok(1042),
             Some("_varchar") => return Ok(1015),
             Some("_bpchar") => return Ok(1014),
             _ => {}
@@ -193,6 +224,10 @@ pub fn sql_type_oid(dt: &DataType) -> SqlResult<u32> {
             match sql_type_oid(inner)? {
                 1043 => 1015,
                 1042 => 1014,
+                26 => 1028,
+                19 => 1003,
+                18 => 1002,
+                28 => 1011,
                 _ => type_from_sql(dt)?.pg_oid(),
             }
         }

@@ -23,8 +23,8 @@ mod subscript;
 pub use array::{array_items, format_array_text, make_array, parse_array_text};
 pub(crate) use cast::as_i64;
 pub use cast::{
-    assign, cast_to, coerce, column_type, declared_limit, declared_type_name, numeric_typmod,
-    sql_type_oid, type_from_sql,
+    assign, cast_to, coerce, column_type, declared_limit, declared_type_name, kept_type_oid,
+    numeric_typmod, sql_type_oid, type_from_sql,
 };
 pub(crate) use ops::type_name as ops_type_name;
 pub use ops::{binary, compare_values, like_match};
@@ -476,7 +476,22 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                             .unwrap_or_else(|| Err(SqlError::unsupported(format!("cast to {n}"))));
                     }
                     "oid" | "xid" | "regrole" => return coerce(v, TypeId::Int8),
-                    "name" | "bpchar" => return coerce(v, TypeId::Text),
+                    "bpchar" => return coerce(v, TypeId::Text),
+                    // A name holds at most 63 bytes (NAMEDATALEN - 1), cut at a
+                    // character boundary as PostgreSQL's namein does.
+                    "name" => {
+                        return Ok(match coerce(v, TypeId::Text)? {
+                            Datum::Text(mut t) if t.len() > 63 => {
+                                let mut end = 63;
+                                while !t.is_char_boundary(end) {
+                                    end -= 1;
+                                }
+                                t.truncate(end);
+                                Datum::Text(t)
+                            }
+                            other => other,
+                        })
+                    }
                     // The one-byte internal type: its first character.
                     "char" => {
                         return Ok(match coerce(v, TypeId::Text)? {
@@ -513,6 +528,15 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
             timestamp,
             time_zone,
         } => crate::timezone::at_time_zone(eval(timestamp, s)?, eval(time_zone, s)?),
+        Expr::Function(f) if function_name(f) == crate::rewrite::REFUSAL_FUNCTION => {
+            Err(SqlError::unsupported(match function_args(f).first() {
+                Some(Expr::Value(v)) => match &v.value {
+                    Value::SingleQuotedString(m) => m.clone(),
+                    other => other.to_string(),
+                },
+                _ => "not supported".to_string(),
+            }))
+        }
         Expr::Function(f) => function(f, s),
         Expr::IsUnknown(x) | Expr::IsNotUnknown(x) => {
             let unknown = match eval(x, s)? {

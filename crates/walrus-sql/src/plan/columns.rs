@@ -212,6 +212,8 @@ fn cast_name(dt: &ast::DataType) -> String {
         "timestamp with time zone" => "timestamptz",
         "timestamp without time zone" => "timestamp",
         "time without time zone" => "time",
+        // The one-byte type's name is `char` (PostgreSQL names the column so).
+        "\"char\"" => "char",
         other => other,
     }
     .to_string()

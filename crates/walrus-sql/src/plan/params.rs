@@ -173,6 +173,46 @@ pub(crate) fn infer_params(
     for (n, oid) in extra {
         note(n, oid, oids);
     }
+    // `catalog_column <op> $n`: the catalog view column's PostgreSQL type (`oid` is 26,
+    // `typname` 19), for the views a SELECT's FROM names.
+    if let Statement::Query(q) = st {
+        let views = virtual_tables(q);
+        if !views.is_empty() {
+            let _ = ast::visit_expressions(st, |e| {
+                match e {
+                    Expr::BinaryOp { left, right, .. } => {
+                        for (a, b) in [(left, right), (right, left)] {
+                            if let (Some(oid), Some(p)) =
+                                (virtual_column_oid(&views, a), placeholder(b))
+                            {
+                                note(p, oid, oids);
+                            }
+                        }
+                    }
+                    // `column = any($n)`: an array of the column's type.
+                    Expr::AnyOp { left, right, .. } | Expr::AllOp { left, right, .. } => {
+                        if let (Some(oid), Some(p)) =
+                            (virtual_column_oid(&views, left), placeholder(right))
+                        {
+                            if let Some(array) = array_type_oid(oid) {
+                                note(p, array, oids);
+                            }
+                        }
+                    }
+                    // `column in ($n, ...)`
+                    Expr::InList { expr, list, .. } => {
+                        if let Some(oid) = virtual_column_oid(&views, expr) {
+                            for p in list.iter().filter_map(placeholder) {
+                                note(p, oid, oids);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+        }
+    }
     // `column <op> $n` anywhere in the statement gives $n the column's type.
     if let Some(d) = def {
         let _ = ast::visit_expressions(st, |e| {
@@ -193,4 +233,63 @@ pub(crate) fn infer_params(
             std::ops::ControlFlow::<()>::Continue(())
         });
     }
+}
+
+/// The catalog views a SELECT's FROM list names (joins included), as (range name,
+/// schema, view).
+fn virtual_tables(q: &ast::Query) -> Vec<(String, Option<String>, String)> {
+    let SetExpr::Select(sel) = q.body.as_ref() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for twj in &sel.from {
+        for f in std::iter::once(&twj.relation).chain(twj.joins.iter().map(|j| &j.relation)) {
+            let TableFactor::Table { name, alias, .. } = f else {
+                continue;
+            };
+            let parts: Vec<String> = name
+                .0
+                .iter()
+                .filter_map(|p| p.as_ident())
+                .map(ident)
+                .collect();
+            let (schema, table) = match parts.as_slice() {
+                [t] => (None, t.clone()),
+                [s, t] | [_, s, t] => (Some(s.clone()), t.clone()),
+                _ => continue,
+            };
+            if crate::catalog_views::is_virtual(schema.as_deref(), &table) {
+                let range = alias
+                    .as_ref()
+                    .map_or_else(|| table.clone(), |a| ident(&a.name));
+                out.push((range, schema, table));
+            }
+        }
+    }
+    out
+}
+
+/// The PostgreSQL type OID of a column reference into one of `views`: by its qualifier,
+/// or unqualified when exactly one view has the column.
+fn virtual_column_oid(views: &[(String, Option<String>, String)], e: &Expr) -> Option<u32> {
+    let (qual, col) = crate::rel::col_ref(e)?;
+    let mut found = views
+        .iter()
+        .filter(|(range, ..)| qual.as_ref().is_none_or(|q| q == range))
+        .filter_map(|(_, schema, table)| {
+            crate::catalog_views::column_type(schema.as_deref(), table, &col)
+        });
+    let first = found.next()?;
+    found.next().is_none().then_some(first.oid)
+}
+
+/// The array type of a catalog column's type (`oid` → `oid[]`).
+fn array_type_oid(elem: u32) -> Option<u32> {
+    Some(match elem {
+        26 => 1028,
+        19 => 1003,
+        18 => 1002,
+        28 => 1011,
+        other => crate::value::type_from_oid(other)?.array_of()?.pg_oid(),
+    })
 }

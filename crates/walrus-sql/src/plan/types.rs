@@ -18,6 +18,14 @@ pub(crate) fn cast_origin(e: &Expr) -> Option<Origin> {
     let Expr::Cast { data_type, .. } = e else {
         return None;
     };
+    if let Some(type_oid) = crate::expr::kept_type_oid(data_type) {
+        return Some(Origin {
+            table_oid: 0,
+            attnum: 0,
+            type_oid,
+            typmod: -1,
+        });
+    }
     let (ty, typmod, declared) = column_type(data_type).ok()?;
     let type_oid = match (declared, ty) {
         (DeclaredType::Varchar, TypeId::Array(_)) => 1015,

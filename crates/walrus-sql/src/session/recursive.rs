@@ -28,7 +28,7 @@ use crate::exec;
 use crate::expr::compiled::{Columns, Fast};
 use crate::names::ident;
 use crate::rel::{ColName, Rel};
-use crate::result::QueryResult;
+use crate::result::{Column, QueryResult};
 
 /// Whether `q` names table `name` (unqualified) anywhere.
 fn refers_to(q: &Query, name: &str) -> bool {
@@ -177,19 +177,27 @@ fn later_ctes_read(rest: &[&Query], name: &str) -> bool {
 }
 
 /// A CTE's rows as the executor binds them (`exec::CteRels`): columns named `cols`,
-/// typed `types`.
-fn bound_rel(cols: &[String], types: &[TypeId], rows: Vec<Vec<Datum>>) -> Rel {
+/// typed as the result columns `described` (the engine type, and the type clients see
+/// where it differs: a catalog `oid` column stays `oid`, a `varchar` one `varchar`).
+fn bound_rel(cols: &[String], described: &[Column], rows: Vec<Vec<Datum>>) -> Rel {
     Rel {
         cols: cols
             .iter()
-            .zip(types)
-            .map(|(n, t)| ColName {
+            .zip(described)
+            .map(|(n, c)| ColName {
                 qual: None,
                 name: n.clone(),
-                ty: Some(*t),
+                ty: Some(c.ty),
                 bpchar: false,
                 hidden: false,
-                origin: None,
+                origin: (c.type_oid != c.ty.pg_oid() || c.typmod != -1).then_some(
+                    crate::rel::Origin {
+                        table_oid: 0,
+                        attnum: 0,
+                        type_oid: c.type_oid,
+                        typmod: c.typmod,
+                    },
+                ),
             })
             .collect(),
         rows,
@@ -330,8 +338,7 @@ impl Session {
                 } else {
                     alias_cols
                 };
-                let types: Vec<TypeId> = r.columns.iter().map(|c| c.ty).collect();
-                done.insert(name, bound_rel(&cols, &types, r.rows));
+                done.insert(name, bound_rel(&cols, &r.columns, r.rows));
                 continue;
             }
             let SetExpr::SetOperation {
@@ -421,7 +428,10 @@ impl Session {
                     None => {
                         // The working table, bound under the CTE's name while the
                         // recursive term runs over it.
-                        done.insert(name.clone(), bound_rel(&cols, &types, working.to_vec()));
+                        done.insert(
+                            name.clone(),
+                            bound_rel(&cols, &first.columns, working.to_vec()),
+                        );
                         // What the round's evaluation held is given back; the rows
                         // kept are charged below.
                         let mark = self.memory.used();
@@ -463,7 +473,7 @@ impl Session {
                     }
                 }
             }
-            let rel = bound_rel(&cols, &types, result);
+            let rel = bound_rel(&cols, &first.columns, result);
             if read_once_by(&q, &name) && !later_ctes_read(&rest, &name) {
                 done.insert_read_once(name, rel);
             } else {

@@ -161,6 +161,31 @@ async def main():
     same(1, await after_cancel(lambda: asyncio.wait_for(conn.fetchval("select 1"), 5)), "statement after cancel")
     assert asyncio.get_running_loop().time() - started < 5, "cancel did not stop pg_sleep"
 
+    # The catalog in binary by its described types: `oid = $1` takes an oid parameter,
+    # typname is a name, typtype a "char", oid columns 4-byte oids.
+    got = await conn.fetchrow(
+        "select typname, typtype, typelem, typarray, typinput from pg_type where oid = $1", 1007
+    )
+    same(("_int4", b"b", 23, 0, "array_in"), tuple(got), "pg_type 1007")
+    got = await conn.fetchrow(
+        "select c.oid, c.relkind, c.relname from pg_class c join pg_namespace n"
+        " on n.oid = c.relnamespace where n.nspname = $1 and c.relname = $2",
+        "public",
+        "apg_check",
+    )
+    same((b"r", "apg_check"), (got["relkind"], got["relname"]), "pg_class apg_check")
+    same(got["oid"], await conn.fetchval("select $1::text::regclass::oid", "apg_check"), "regclass oid")
+    # Columns of types asyncpg has no built-in codec for (int2vector, int2[], aclitem[],
+    # oidvector) make it run its type-introspection query (a recursive one) first.
+    got = await conn.fetchrow(
+        "select i.indkey, c.conkey, r.relacl, i.indisprimary from pg_index i"
+        " join pg_constraint c on c.conindid = i.indexrelid"
+        " join pg_class r on r.oid = i.indrelid where i.indrelid = $1",
+        got["oid"],
+    )
+    same(([1], [1], None, True), tuple(got), "pg_index/pg_constraint of apg_check")
+    same(True, len(await conn.fetch("select * from pg_class")) > 0, "select * from pg_class")
+
     await conn.execute("drop table apg_check")
     await conn.close()
     print("OK")

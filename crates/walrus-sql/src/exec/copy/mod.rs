@@ -26,7 +26,7 @@ use crate::error::{SqlError, SqlResult};
 use crate::expr::assign;
 use crate::result::{Column, QueryResult};
 use crate::utility::{CopyFormat, CopyOptions, ForceQuote, HeaderChoice};
-use crate::value::{format_text, parse_text};
+use crate::value::{format_text_as, parse_text};
 
 /// How much of a value or line an error's CONTEXT shows (PostgreSQL's
 /// `MAX_COPY_DATA_DISPLAY`), cut at a character boundary and followed by `...`.
@@ -839,10 +839,14 @@ impl CopyOut {
     }
 
     fn row(&self, r: &[Datum], out: &mut Vec<u8>) -> SqlResult<()> {
+        // Each value in the form of its column's described type (a catalog `oid` column
+        // is 4 bytes, a `real` one prints as float4, `varchar[]` names element 1043).
+        let type_oid = |i: usize| self.result.columns.get(i).map_or(0, |c| c.type_oid);
         if self.binary() {
             let values = r
                 .iter()
-                .map(crate::binary::encode)
+                .enumerate()
+                .map(|(i, d)| crate::binary::encode_as(d, type_oid(i)))
                 .collect::<SqlResult<Vec<_>>>()?;
             binary::write_tuple(&values, out);
             return Ok(());
@@ -852,7 +856,7 @@ impl CopyOut {
             if i > 0 {
                 out.push(self.opts.delimiter);
             }
-            match format_text(d) {
+            match format_text_as(d, type_oid(i)) {
                 None => out.extend_from_slice(self.opts.null.as_bytes()),
                 Some(v) if self.opts.format == CopyFormat::Csv => {
                     text::csv_out(&v, self.force_quote[i], single, &self.opts, out)

@@ -93,6 +93,50 @@ func sqlState(err error) string {
 	return fmt.Sprint(err)
 }
 
+// checkCatalog reads pg_type as pgx's type loader does: binary results scanned by the
+// described types (typname as name into a string, typtype as "char" into a byte, oid
+// columns as 4-byte oids into uint32), `oid = $1` with the parameter described as oid,
+// and conn.LoadType of an array type, which registers it so an int4[] value decodes.
+func checkCatalog(ctx context.Context, conn *pgx.Conn) {
+	var name string
+	var typtype byte
+	var oid, elem, array uint32
+	must(conn.QueryRow(ctx, "select typname, typtype, oid, typelem, typarray from pg_type where typname = $1", "int4").
+		Scan(&name, &typtype, &oid, &elem, &array), "pg_type by name")
+	if name != "int4" || typtype != 'b' || oid != 23 || elem != 0 || array != 1007 {
+		fail("pg_type int4: %q %q %d %d %d", name, typtype, oid, elem, array)
+	}
+	must(conn.QueryRow(ctx, "select typname, typtype, typelem from pg_type where oid = $1", uint32(1007)).
+		Scan(&name, &typtype, &elem), "pg_type by oid")
+	if name != "_int4" || typtype != 'b' || elem != 23 {
+		fail("pg_type 1007: %q %q %d", name, typtype, elem)
+	}
+	var relkind byte
+	var relname string
+	must(conn.QueryRow(ctx, "select c.relname, c.relkind, c.oid from pg_class c "+
+		"join pg_namespace n on n.oid = c.relnamespace where n.nspname = 'public' and c.relname = $1", "pgx_check").
+		Scan(&relname, &relkind, &oid), "pg_class")
+	if relname != "pgx_check" || relkind != 'r' || oid == 0 {
+		fail("pg_class pgx_check: %q %q %d", relname, relkind, oid)
+	}
+	var regclassOid uint32
+	must(conn.QueryRow(ctx, "select $1::text::regclass::oid", "pgx_check").Scan(&regclassOid), "regclass oid")
+	if regclassOid != oid {
+		fail("'pgx_check'::regclass::oid = %d, pg_class.oid = %d", regclassOid, oid)
+	}
+	t, err := conn.LoadType(ctx, "_int4")
+	must(err, "LoadType _int4")
+	if t.OID != 1007 {
+		fail("LoadType _int4: OID %d", t.OID)
+	}
+	conn.TypeMap().RegisterType(t)
+	var ints []int32
+	must(conn.QueryRow(ctx, "select array[3, 1, 2]::int4[]").Scan(&ints), "int4[] after LoadType")
+	if len(ints) != 3 || ints[0] != 3 || ints[2] != 2 {
+		fail("int4[] after LoadType: %v", ints)
+	}
+}
+
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -134,6 +178,7 @@ func main() {
 	for k := int32(0); k < 10; k++ {
 		checkRow(ctx, conn, 1+2*k)
 	}
+	checkCatalog(ctx, conn)
 	var name *string
 	var at *time.Time
 	must(conn.QueryRow(ctx, "select name, at from pgx_check where id = $1", 100).Scan(&name, &at), "null row")
