@@ -299,6 +299,16 @@ impl CopyIn {
     /// Checks the columns and options against the table; nothing is read yet.
     pub(crate) fn begin(def: TableDef, columns: &[String], opts: CopyOptions) -> SqlResult<CopyIn> {
         let targets = target_columns(&def, columns)?;
+        // A column COPY leaves out gets its default in PostgreSQL; walrus's COPY does not
+        // evaluate defaults, so it refuses rather than write NULL there.
+        if let Some(i) =
+            (0..def.columns.len()).find(|i| !targets.contains(i) && def.default_of(*i).is_some())
+        {
+            return Err(SqlError::unsupported(format!(
+                "COPY that leaves out column \"{}\", which has a default, is not supported",
+                def.columns[i].name
+            )));
+        }
         let force_not_null = forced(&def, &targets, &opts.force_not_null, "FORCE_NOT_NULL")?;
         let force_null = forced(&def, &targets, &opts.force_null, "FORCE_NULL")?;
         let csv = (opts.format == CopyFormat::Csv).then_some((opts.quote, opts.escape));
