@@ -123,6 +123,14 @@ pub enum Error {
         sqlstate: &'static str,
     },
 
+    /// A statement the SQL layer's rules refuse, worded and coded by it (e.g. 23502
+    /// when SET NOT NULL finds a NULL).
+    #[error("{message}")]
+    Rejected {
+        message: String,
+        sqlstate: &'static str,
+    },
+
     #[error("row is too big: size {size}, maximum size {max}")]
     RowTooBig { size: usize, max: usize },
 
@@ -170,7 +178,7 @@ impl Error {
             Error::ProgramLimitExceeded(_) => "54000",
             Error::FeatureNotSupported(_) => "0A000",
             Error::RowTooBig { .. } => "54000",
-            Error::SequenceLimit { sqlstate, .. } => sqlstate,
+            Error::SequenceLimit { sqlstate, .. } | Error::Rejected { sqlstate, .. } => sqlstate,
             Error::Unusable(_) => "57P03",
             Error::Internal(_) => "XX000",
             // system_error: the machine lacks the library or the device.

@@ -356,6 +356,59 @@ impl Transaction {
         Ok(())
     }
 
+    /// ALTER TABLE forms that change only the table's catalog row (defaults, NOT NULL,
+    /// column names): `change` edits a copy of the definition under the table's DDL
+    /// hold. The columns in `check_not_null` are first checked against every row that
+    /// may still be live, as CREATE INDEX reads them (SET NOT NULL: 23502).
+    pub fn alter_table_def(
+        &mut self,
+        table: &str,
+        check_not_null: &[usize],
+        change: impl FnOnce(&mut TableDef) -> Result<()>,
+    ) -> Result<()> {
+        self.before_write()?;
+        let inner = self.inner.clone();
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, table)?;
+        if !check_not_null.is_empty() {
+            let rel = inner.rel(def.relfile, def.fillfactor);
+            let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+            let snap = self.snapshot();
+            let viewer = Viewer {
+                snapshot: &snap,
+                own_xid: self.xid,
+                cid: self.cid,
+            };
+            let types = def.types();
+            for b in 0..heap.nblocks()? {
+                heap.for_each_root_row(b, &viewer, None, |_, row| {
+                    for &c in check_not_null {
+                        let v = datum::decode_column(row, &types, c)
+                            .map_err(|e| Error::InvalidInput(e.to_string()))?;
+                        if v.is_null() {
+                            return Err(Error::Rejected {
+                                message: format!(
+                                    "column \"{}\" of relation \"{table}\" contains null values",
+                                    def.columns[c].name
+                                ),
+                                sqlstate: "23502",
+                            });
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
+        }
+        let mut nd = (*def).clone();
+        change(&mut nd)?;
+        nd.indexes.clear();
+        let tid = view
+            .entry_tid(true, table)
+            .ok_or_else(|| Error::UndefinedTable(table.to_string()))?;
+        self.catalog_delete(tid)?;
+        self.catalog_insert(&catalog::encode_table(&nd))?;
+        Ok(())
+    }
+
     pub fn drop_table(&mut self, name: &str) -> Result<()> {
         self.before_write()?;
         let inner = self.inner.clone();

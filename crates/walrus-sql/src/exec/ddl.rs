@@ -610,6 +610,13 @@ pub(crate) fn alter_table(t: &mut Transaction, at: &ast::AlterTable) -> SqlResul
             AlterTableOperation::AddConstraint { constraint, .. } => {
                 add_constraint(t, &table, constraint)?
             }
+            AlterTableOperation::AlterColumn { column_name, op } => {
+                alter_column(t, &table, &ident(column_name), op)?
+            }
+            AlterTableOperation::RenameColumn {
+                old_column_name,
+                new_column_name,
+            } => rename_column(t, &table, &ident(old_column_name), &ident(new_column_name))?,
             other => {
                 return Err(SqlError::unsupported(format!(
                     "ALTER TABLE {other} is not supported"
@@ -618,4 +625,131 @@ pub(crate) fn alter_table(t: &mut Transaction, at: &ast::AlterTable) -> SqlResul
         }
     }
     Ok(QueryResult::tag("ALTER TABLE"))
+}
+
+/// The position of column `name` of `table` (42703 when there is none).
+fn column_position(
+    def: &walrus_engine::catalog::TableDef,
+    table: &str,
+    name: &str,
+) -> SqlResult<usize> {
+    def.column_index(name).ok_or_else(|| {
+        SqlError::new(
+            "42703",
+            format!("column \"{name}\" of relation \"{table}\" does not exist"),
+        )
+    })
+}
+
+/// `ALTER [COLUMN] c SET DEFAULT e | DROP DEFAULT | SET NOT NULL | DROP NOT NULL`:
+/// catalog changes only (SET NOT NULL first checks the rows), transactional.
+fn alter_column(
+    t: &mut Transaction,
+    table: &str,
+    column: &str,
+    op: &ast::AlterColumnOperation,
+) -> SqlResult<()> {
+    use walrus_engine::catalog::ColumnDefault;
+    let def = t.table(table)?;
+    let i = column_position(&def, table, column)?;
+    let identity = || {
+        SqlError::new(
+            "55000",
+            format!("column \"{column}\" of relation \"{table}\" is an identity column"),
+        )
+    };
+    let is_identity = matches!(def.default_of(i), Some(ColumnDefault::Identity { .. }));
+    let set_default = |d: &mut walrus_engine::catalog::TableDef, v: Option<ColumnDefault>| {
+        d.defaults.resize(d.columns.len(), None);
+        d.defaults[i] = v;
+        if d.defaults.iter().all(Option::is_none) {
+            d.defaults.clear();
+        }
+        Ok(())
+    };
+    match op {
+        ast::AlterColumnOperation::SetDefault { value } => {
+            if is_identity {
+                return Err(identity());
+            }
+            let text = check_default(value, &def.columns[i])?;
+            t.alter_table_def(table, &[], |d| {
+                set_default(d, text.map(ColumnDefault::Expr))
+            })?;
+        }
+        ast::AlterColumnOperation::DropDefault => {
+            if is_identity {
+                return Err(identity());
+            }
+            t.alter_table_def(table, &[], |d| set_default(d, None))?;
+        }
+        ast::AlterColumnOperation::SetNotNull => {
+            t.alter_table_def(table, &[i], |d| {
+                d.columns[i].not_null = true;
+                Ok(())
+            })?;
+        }
+        ast::AlterColumnOperation::DropNotNull => {
+            if let Some(pk) = def
+                .indexes
+                .iter()
+                .find(|x| x.primary && x.columns.contains(&i))
+            {
+                let _ = pk;
+                return Err(SqlError::new(
+                    "42P16",
+                    format!("column \"{column}\" is in a primary key"),
+                ));
+            }
+            if is_identity {
+                return Err(identity());
+            }
+            t.alter_table_def(table, &[], |d| {
+                d.columns[i].not_null = false;
+                Ok(())
+            })?;
+        }
+        other => {
+            return Err(SqlError::unsupported(format!(
+                "ALTER TABLE ... ALTER COLUMN {other} is not supported"
+            )))
+        }
+    }
+    Ok(())
+}
+
+/// `RENAME [COLUMN] a TO b`: the catalog row, and the sequences OWNED BY the column.
+fn rename_column(t: &mut Transaction, table: &str, old: &str, new: &str) -> SqlResult<()> {
+    let def = t.table(table)?;
+    let i = column_position(&def, table, old)?;
+    if def.column_index(new).is_some() {
+        return Err(SqlError::new(
+            "42701",
+            format!("column \"{new}\" of relation \"{table}\" already exists"),
+        ));
+    }
+    let new_name = new.to_string();
+    t.alter_table_def(table, &[], |d| {
+        d.columns[i].name = new_name;
+        Ok(())
+    })?;
+    let owned: Vec<_> = t
+        .catalog()?
+        .sequences
+        .values()
+        .filter(|q| {
+            q.owned_by
+                .as_ref()
+                .is_some_and(|(tb, c)| tb == table && c == old)
+        })
+        .cloned()
+        .collect();
+    for q in owned {
+        let nq = walrus_engine::catalog::SequenceDef {
+            owned_by: Some((table.to_string(), new.to_string())),
+            ..(*q).clone()
+        };
+        t.alter_sequence(&q.name, nq, None)?;
+    }
+    Ok(())
 }
