@@ -746,3 +746,53 @@ fn checkpoint_and_clog_state_show_in_views_and_functions() {
     drop(s);
     e.shutdown().unwrap();
 }
+
+/// A query string of several statements (issue 45): each read on its own (BEGIN, SET,
+/// SHOW among them), and outside a block one implicit transaction, as in PostgreSQL.
+#[test]
+fn several_statements_in_one_string_run_as_postgresql_runs_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    let mut s = Session::new(e);
+    let tags = |r: Vec<walrus_sql::SqlResult<Outcome>>| -> Vec<String> {
+        r.into_iter()
+            .map(|o| match o {
+                Ok(Outcome::Done(q)) => q.tag,
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => format!("ERROR {}", e.sqlstate),
+            })
+            .collect()
+    };
+    assert_eq!(
+        tags(s.execute(
+            "begin; create table m (a int primary key); insert into m values (1); commit",
+            &[]
+        )),
+        vec!["BEGIN", "CREATE TABLE", "INSERT 0 1", "COMMIT"]
+    );
+    assert_eq!(
+        tags(s.execute("set timezone = 'UTC'; show timezone; select ';' as x", &[])),
+        vec!["SET", "SHOW", "SELECT 1"]
+    );
+    assert_eq!(s.transaction_status(), b'I');
+    // An error rolls back the statements before it in the same string.
+    assert_eq!(
+        tags(s.execute(
+            "insert into m values (2); insert into m values (1); insert into m values (3)",
+            &[]
+        )),
+        vec!["INSERT 0 1", "ERROR 23505"]
+    );
+    assert_eq!(s.transaction_status(), b'I');
+    assert_eq!(scalar(&mut s, "select count(*) from m"), Datum::Int8(1));
+    assert_eq!(
+        tags(s.execute("insert into m values (2); insert into m values (3)", &[])),
+        vec!["INSERT 0 1", "INSERT 0 1"]
+    );
+    assert_eq!(scalar(&mut s, "select count(*) from m"), Datum::Int8(3));
+    // VACUUM cannot run inside the implicit transaction.
+    assert_eq!(
+        tags(s.execute("select 1; vacuum m", &[])),
+        vec!["SELECT 1", "ERROR 25001"]
+    );
+}

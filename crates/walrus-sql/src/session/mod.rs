@@ -416,6 +416,43 @@ impl Session {
 
     fn run_all(&mut self, stmts: &[Parsed], params: &[Datum]) -> Vec<SqlResult<Outcome>> {
         crate::timezone::install(&self.time_zone);
+        // Several statements in one query string outside a block run in one implicit
+        // transaction, as in PostgreSQL: all commit together, or an error rolls back
+        // the ones before it. (A string that itself begins or ends blocks runs each
+        // statement as it says.)
+        let implicit = stmts.len() > 1
+            && !self.in_block
+            && !stmts.iter().any(|s| {
+                matches!(
+                    s,
+                    Parsed::Begin(..)
+                        | Parsed::Commit
+                        | Parsed::Rollback
+                        | Parsed::SavepointEnd(..)
+                        | Parsed::Chain(_)
+                )
+            });
+        if implicit {
+            if let Err(e) = self.run(&Parsed::Begin(None, false), params) {
+                return vec![Err(e)];
+            }
+        }
+        let out = self.run_each(stmts, params);
+        if implicit && self.in_block {
+            let ok = out.iter().all(|r| r.is_ok());
+            let end = if ok { Parsed::Commit } else { Parsed::Rollback };
+            if let Err(e) = self.run(&end, params) {
+                let mut out = out;
+                if ok {
+                    out.push(Err(e));
+                }
+                return out;
+            }
+        }
+        out
+    }
+
+    fn run_each(&mut self, stmts: &[Parsed], params: &[Datum]) -> Vec<SqlResult<Outcome>> {
         let mut out = Vec::with_capacity(stmts.len());
         for st in stmts {
             // A SET max_stack_depth (or its undo at a block's end) applies from the

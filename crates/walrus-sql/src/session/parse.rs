@@ -207,8 +207,129 @@ pub(crate) fn syntax_message(e: &str) -> String {
         None => format!("syntax error: {e}"),
     }
 }
-/// The statements of `sql`, in order (none for an empty string).
+/// The statements of `sql`, in order (none for an empty string). A string of several
+/// statements is cut at its top-level semicolons and each piece read on its own, so
+/// `BEGIN; SELECT 1; COMMIT` or `SELECT ...; SHOW x` is read as PostgreSQL reads it.
 pub(crate) fn parse(sql: &str) -> SqlResult<Vec<Parsed>> {
+    let pieces = split_statements(sql);
+    if pieces.len() <= 1 {
+        return parse_one(sql);
+    }
+    let mut out = Vec::new();
+    for piece in pieces {
+        out.extend(parse_one(piece)?);
+    }
+    Ok(out)
+}
+
+/// `sql` cut after each top-level `;` (not inside quotes, dollar quotes or comments);
+/// pieces holding only blanks and comments are dropped. A string whose quoting does not
+/// end comes back whole, for the parser to report.
+pub(crate) fn split_statements(sql: &str) -> Vec<&str> {
+    let b = sql.as_bytes();
+    let mut pieces = Vec::new();
+    let (mut start, mut i) = (0, 0);
+    let mut substantive = false;
+    while i < b.len() {
+        match b[i] {
+            b';' => {
+                if substantive {
+                    pieces.push(&sql[start..=i]);
+                }
+                start = i + 1;
+                substantive = false;
+                i += 1;
+                continue;
+            }
+            b'-' if b.get(i + 1) == Some(&b'-') => {
+                while i < b.len() && b[i] != b'\n' {
+                    i += 1;
+                }
+                continue;
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                let mut depth = 0;
+                while i < b.len() {
+                    if b[i] == b'/' && b.get(i + 1) == Some(&b'*') {
+                        depth += 1;
+                        i += 2;
+                    } else if b[i] == b'*' && b.get(i + 1) == Some(&b'/') {
+                        depth -= 1;
+                        i += 2;
+                        if depth == 0 {
+                            break;
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
+                if depth != 0 {
+                    return vec![sql];
+                }
+                continue;
+            }
+            b'\'' | b'"' => {
+                let quote = b[i];
+                // E'...' strings take backslash escapes.
+                let escapes = quote == b'\''
+                    && i > 0
+                    && matches!(b[i - 1], b'e' | b'E')
+                    && (i < 2 || !(b[i - 2].is_ascii_alphanumeric() || b[i - 2] == b'_'));
+                i += 1;
+                loop {
+                    match b.get(i) {
+                        None => return vec![sql],
+                        Some(b'\\') if escapes => i += 2,
+                        Some(&c) if c == quote => {
+                            if b.get(i + 1) == Some(&quote) {
+                                i += 2;
+                            } else {
+                                i += 1;
+                                break;
+                            }
+                        }
+                        Some(_) => i += 1,
+                    }
+                }
+                substantive = true;
+                continue;
+            }
+            b'$' => {
+                // $tag$ ... $tag$ (a tag is empty or an identifier); $1 is a parameter.
+                let tag_end = b[i + 1..]
+                    .iter()
+                    .position(|&c| !(c.is_ascii_alphanumeric() || c == b'_'))
+                    .map(|p| i + 1 + p);
+                let starts_ident = b.get(i + 1).is_none_or(|c| !c.is_ascii_digit());
+                let preceded = i > 0 && (b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
+                if let Some(e) = tag_end.filter(|&e| b[e] == b'$' && starts_ident && !preceded) {
+                    let tag = &sql[i..=e];
+                    match sql[e + 1..].find(tag) {
+                        Some(close) => {
+                            i = e + 1 + close + tag.len();
+                            substantive = true;
+                            continue;
+                        }
+                        None => return vec![sql],
+                    }
+                }
+            }
+            c if c.is_ascii_whitespace() => {
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        substantive = true;
+        i += 1;
+    }
+    if substantive {
+        pieces.push(&sql[start..]);
+    }
+    pieces
+}
+
+fn parse_one(sql: &str) -> SqlResult<Vec<Parsed>> {
     let w = first_words(sql, 3);
     let Some(first) = w.first() else {
         return Ok(Vec::new());
@@ -276,4 +397,39 @@ pub(crate) fn parse(sql: &str) -> SqlResult<Vec<Parsed>> {
             Ok(Parsed::Sql(Box::new(s)))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod split_tests {
+    use super::split_statements;
+
+    #[test]
+    fn statements_are_cut_at_top_level_semicolons_only() {
+        assert_eq!(
+            split_statements("begin; select 1; commit"),
+            vec!["begin;", " select 1;", " commit"]
+        );
+        assert_eq!(split_statements("select 1;"), vec!["select 1;"]);
+        assert_eq!(split_statements("  ; -- c;\n ;"), Vec::<&str>::new());
+        assert_eq!(
+            split_statements("select ';', \"a;b\", $$x;y$$, $t$;$t$ /* ; /* ; */ */; show x"),
+            vec![
+                "select ';', \"a;b\", $$x;y$$, $t$;$t$ /* ; /* ; */ */;",
+                " show x"
+            ]
+        );
+        assert_eq!(
+            split_statements("select E'a\\';b'; select 2"),
+            vec!["select E'a\\';b';", " select 2"]
+        );
+        assert_eq!(
+            split_statements("select $1; select 2"),
+            vec!["select $1;", " select 2"]
+        );
+        // Unterminated quoting: whole, for the parser to report.
+        assert_eq!(
+            split_statements("select 'a; select 2"),
+            vec!["select 'a; select 2"]
+        );
+    }
 }
