@@ -926,3 +926,8 @@ impl Snapshot {
         Ok((cols, rows))
     }
 }
+
+/// A column's type as PostgreSQL's `format_type` names it in messages.
+pub(crate) fn format_type_of(c: &walrus_engine::catalog::ColumnDef) -> &'static str {
+    rows::information_schema_type(c)
+}

@@ -782,7 +782,7 @@ impl Snapshot {
 
 /// `information_schema.columns.data_type`: the SQL standard's spelling, as PostgreSQL
 /// gives it (`character varying`, `character`, `ARRAY` for any array).
-fn information_schema_type(c: &ColumnDef) -> &'static str {
+pub(super) fn information_schema_type(c: &ColumnDef) -> &'static str {
     match (c.ty, c.declared) {
         (TypeId::Array(_), _) => "ARRAY",
         (TypeId::Text, DeclaredType::Varchar) => "character varying",

@@ -538,29 +538,101 @@ pub(crate) fn table_options(ct: &ast::CreateTable) -> SqlResult<u8> {
     Ok(fillfactor)
 }
 
-/// `CREATE [UNIQUE] INDEX [name] ON table (columns)`; the name defaults to `table_idx`.
+/// `CREATE [UNIQUE] INDEX [CONCURRENTLY] [IF NOT EXISTS] [name] ON table [USING btree]
+/// (columns [opclass] [ASC|DESC] [NULLS ...])`. The name defaults to PostgreSQL's
+/// `table_col1_col2_idx` (then `...idx1`, ...). The `*_pattern_ops` operator classes
+/// order text as the default class does under walrus's one collation (C), so they are
+/// the default class here; any other class, a partial (`WHERE`) or expression index,
+/// INCLUDE, `NULLS NOT DISTINCT`, storage parameters and other access methods are
+/// refused. CONCURRENTLY builds the same index (holding writers off meanwhile).
 pub(crate) fn create_index_statement(
     t: &mut Transaction,
     ci: &ast::CreateIndex,
 ) -> SqlResult<QueryResult> {
+    let refuse = |what: &str| Err(SqlError::unsupported(format!("{what} is not supported")));
+    if ci.predicate.is_some() {
+        return refuse("a partial index (CREATE INDEX ... WHERE)");
+    }
+    if !ci.include.is_empty() {
+        return refuse("CREATE INDEX ... INCLUDE");
+    }
+    if ci.nulls_distinct == Some(false) {
+        return refuse("NULLS NOT DISTINCT");
+    }
+    if !ci.with.is_empty()
+        || !ci.index_options.is_empty()
+        || !ci.alter_options.is_empty()
+        || ci.r#async
+    {
+        return refuse("this CREATE INDEX option");
+    }
+    if let Some(u) = &ci.using {
+        if !u.to_string().eq_ignore_ascii_case("btree") {
+            return refuse(&format!("index access method {u}"));
+        }
+    }
     let table = object_name(&ci.table_name);
-    let name = ci
-        .name
-        .as_ref()
-        .map(object_name)
-        .unwrap_or_else(|| format!("{table}_idx"));
     // Column names fold as identifiers do (`"Mixed"` keeps its case); an expression
     // index is not built.
     let cols: Vec<String> = ci
         .columns
         .iter()
-        .map(|c| match &c.column.expr {
-            ast::Expr::Identifier(i) => Ok(crate::names::ident(i)),
-            other => Err(SqlError::unsupported(format!(
-                "index expression {other} is not supported"
-            ))),
+        .map(|c| {
+            if let Some(class) = &c.operator_class {
+                let class = class.to_string().to_ascii_lowercase();
+                let class = class.strip_prefix("pg_catalog.").unwrap_or(&class);
+                if !matches!(
+                    class,
+                    "text_pattern_ops" | "varchar_pattern_ops" | "bpchar_pattern_ops"
+                ) {
+                    return Err(SqlError::unsupported(format!(
+                        "operator class {class} is not supported"
+                    )));
+                }
+            }
+            if c.column.with_fill.is_some() {
+                return Err(SqlError::unsupported("WITH FILL is not supported"));
+            }
+            match &c.column.expr {
+                ast::Expr::Identifier(i) => Ok(crate::names::ident(i)),
+                other => Err(SqlError::unsupported(format!(
+                    "index expression {other} is not supported"
+                ))),
+            }
         })
         .collect::<SqlResult<_>>()?;
+    let view = t.catalog()?;
+    let def = view.table(&table)?;
+    for (c, col) in ci.columns.iter().zip(&cols) {
+        if let (Some(class), Some(i)) = (&c.operator_class, def.column_index(col)) {
+            if def.columns[i].ty != walrus_engine::access::datum::TypeId::Text {
+                return Err(SqlError::new(
+                    "42804",
+                    format!(
+                        "operator class \"{}\" does not accept data type {}",
+                        class.to_string().to_ascii_lowercase(),
+                        crate::catalog_views::format_type_of(&def.columns[i])
+                    ),
+                ));
+            }
+        }
+    }
+    let name = match &ci.name {
+        Some(n) => object_name(n),
+        None => {
+            let base = format!("{table}_{}_idx", cols.join("_"));
+            let mut name = base.clone();
+            let mut n = 0;
+            while view.relation_exists(&name) {
+                n += 1;
+                name = format!("{base}{n}");
+            }
+            name
+        }
+    };
+    if ci.if_not_exists && view.relation_exists(&name) {
+        return Ok(QueryResult::tag("CREATE INDEX"));
+    }
     create_index(t, &table, &name, &cols, ci.unique, false)?;
     Ok(QueryResult::tag("CREATE INDEX"))
 }
