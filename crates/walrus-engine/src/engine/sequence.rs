@@ -136,13 +136,6 @@ impl Engine {
         setval(&self.inner, def, value, is_called)
     }
 
-    /// The sequence's state as `SELECT last_value, is_called FROM seq` shows it.
-    pub fn sequence_state(&self, def: &SequenceDef) -> Result<SeqPageState> {
-        let counter = counter(&self.inner, def.relfile);
-        let mut c = counter.lock();
-        loaded(&self.inner, def, &mut c)
-    }
-
     /// At a clean shutdown, before the last checkpoint: each sequence's exact state is
     /// logged, so after a restart `nextval` goes on where it stopped instead of after
     /// the batch logged ahead (what a crash does).

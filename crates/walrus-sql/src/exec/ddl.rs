@@ -105,11 +105,10 @@ fn serial_type(dt: &ast::DataType) -> Option<walrus_engine::access::datum::TypeI
 /// (`0`, `'x'::text`, `'-1'::integer`), anything else as written; `None` for a NULL
 /// default, which PostgreSQL does not store.
 fn check_default(e: &ast::Expr, col: &ColumnDef) -> SqlResult<Option<String>> {
-    use sqlparser::ast::Visit;
     let mut columns = false;
     let mut subquery = false;
     let mut calls = false;
-    let _ = e.visit(&mut ExprProbe(|x: &ast::Expr| {
+    let _ = ast::visit_expressions(e, |x: &ast::Expr| {
         match x {
             ast::Expr::Identifier(i) if !crate::exec::defaults::is_default_keyword(x) => {
                 // CURRENT_DATE-style keywords parse as identifiers too.
@@ -142,7 +141,8 @@ fn check_default(e: &ast::Expr, col: &ColumnDef) -> SqlResult<Option<String>> {
             ast::Expr::Function(_) => calls = true,
             _ => {}
         }
-    }));
+        std::ops::ControlFlow::<()>::Continue(())
+    });
     if crate::exec::defaults::is_default_keyword(e) {
         return Err(SqlError::syntax("syntax error at or near \"DEFAULT\""));
     }
@@ -306,17 +306,6 @@ fn constant_default(
             _ => None,
         },
         _ => None,
-    }
-}
-
-/// Calls a closure on every expression a visit reaches.
-struct ExprProbe<F: FnMut(&ast::Expr)>(F);
-
-impl<F: FnMut(&ast::Expr)> sqlparser::ast::Visitor for ExprProbe<F> {
-    type Break = ();
-    fn pre_visit_expr(&mut self, e: &ast::Expr) -> std::ops::ControlFlow<()> {
-        (self.0)(e);
-        std::ops::ControlFlow::Continue(())
     }
 }
 

@@ -322,7 +322,7 @@ fn users(view: &CatalogView, name: &str) -> Vec<(String, String)> {
                     sequence == name
                 }
                 Some(walrus_engine::catalog::ColumnDefault::Expr(e)) => {
-                    e.contains(&format!("'{name}'")) || e.contains(&format!("'\"{name}\"'"))
+                    default_uses_sequence(e, name)
                 }
                 None => false,
             };
@@ -332,6 +332,52 @@ fn users(view: &CatalogView, name: &str) -> Vec<(String, String)> {
         }
     }
     out
+}
+
+/// Whether default text `text` calls a sequence function on sequence `name` (PostgreSQL
+/// records that dependency when the argument is a constant: `nextval('s'::regclass)`).
+fn default_uses_sequence(text: &str, name: &str) -> bool {
+    use std::ops::ControlFlow;
+    let Ok(e) = super::defaults::parse_default(text) else {
+        return false;
+    };
+    let names_it = |arg: &ast::Expr| {
+        let lit = match arg {
+            ast::Expr::Cast { expr, .. } => expr.as_ref(),
+            other => other,
+        };
+        match lit {
+            ast::Expr::Value(v) => match &v.value {
+                ast::Value::SingleQuotedString(s) => crate::catalog_views::qualified_name(s)
+                    .is_ok_and(|parts| match parts.as_slice() {
+                        [n] => n == name,
+                        [schema, n] => schema == "public" && n == name,
+                        _ => false,
+                    }),
+                _ => false,
+            },
+            _ => false,
+        }
+    };
+    ast::visit_expressions(&*e, |x| {
+        if let ast::Expr::Function(f) = x {
+            let fname = f.name.to_string().to_ascii_lowercase();
+            let fname = fname.strip_prefix("pg_catalog.").unwrap_or(&fname);
+            if let ("nextval" | "currval" | "setval", ast::FunctionArguments::List(list)) =
+                (fname, &f.args)
+            {
+                if let Some(ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(a))) =
+                    list.args.first()
+                {
+                    if names_it(a) {
+                        return ControlFlow::Break(());
+                    }
+                }
+            }
+        }
+        ControlFlow::Continue(())
+    })
+    .is_break()
 }
 
 /// `CREATE [TEMP] SEQUENCE [IF NOT EXISTS] name options` and `ALTER SEQUENCE [IF
@@ -756,7 +802,10 @@ fn call(cx: &SequenceContext<'_>, name: &str, args: &[Datum]) -> SqlResult<Datum
                     "lastval is not yet defined in this session",
                 ));
             }
-            Ok(Datum::Int8(s.current[&r]))
+            s.current
+                .get(&r)
+                .map(|v| Datum::Int8(*v))
+                .ok_or_else(|| SqlError::new("55000", "lastval is not yet defined in this session"))
         }
         "setval" => {
             let q = sequence_arg(cx, &args[0])?;
