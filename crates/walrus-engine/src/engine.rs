@@ -50,6 +50,7 @@ mod open;
 mod sample;
 mod scan;
 mod sequence;
+mod subxact;
 mod table_locks;
 mod table_stats;
 mod transaction;

@@ -28,7 +28,15 @@ impl Transaction {
         let wal = &inner.pool.wal;
         {
             let _barrier = inner.txn.commit_barrier.read();
-            let (_, end) = wal.insert(&xlog::xact_record(xid, true, &self.dropped), &[]);
+            // Subtransactions that wrote and were not rolled back commit with it: one
+            // record names them all, and their clog bits are set before the transaction
+            // leaves the running set, so no snapshot sees some of its changes without
+            // the others (a snapshot taken before lists them all as running).
+            let subxids = &self.own_xids[1..];
+            let mut end = walrus_base::Lsn(0);
+            for record in xlog::commit_records(xid, subxids, &self.dropped) {
+                end = wal.insert(&record, &[]).1;
+            }
             // DDL (a catalog change, a dropped file) is always durable at commit, as in
             // PostgreSQL: an asynchronous CREATE TABLE could otherwise vanish in a crash
             // after rows were acknowledged into it.
@@ -42,6 +50,9 @@ impl Transaction {
             }
             // The page holding this status is not written before WAL reaches `end`
             // (it may not be yet, with synchronous_commit = off).
+            for &sub in subxids {
+                inner.txn.clog.set_status_at(sub, XidStatus::Committed, end);
+            }
             inner.txn.clog.set_status_at(xid, XidStatus::Committed, end);
             // Under the barrier: a checkpoint whose redo point follows this commit
             // record finds the files queued and removes them before it completes.
@@ -85,7 +96,11 @@ impl Transaction {
                     .pool
                     .wal
                     .insert(&xlog::xact_record(xid, false, &created), &[]);
-                inner.txn.clog.set_status(xid, XidStatus::Aborted);
+                // Its live subtransactions' bits too (redo and a reader that finds them
+                // no longer running would conclude the same; this spares the lookup).
+                for &x in self.own_xids.iter().rev() {
+                    inner.txn.clog.set_status(x, XidStatus::Aborted);
+                }
             }
             inner.txn.finish(self.proc, false);
             let mut unlinked = Ok(());

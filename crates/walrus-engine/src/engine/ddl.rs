@@ -100,7 +100,7 @@ impl Transaction {
         };
         let viewer = Viewer {
             snapshot: &snap,
-            own_xid: self.xid,
+            own_xids: &self.own_xids,
             cid: self.cid + 1,
         };
         let rel = self.inner.rel(CATALOG_RELFILE, 100);
@@ -265,7 +265,7 @@ impl Transaction {
         let snap = self.snapshot();
         let viewer = Viewer {
             snapshot: &snap,
-            own_xid: self.xid,
+            own_xids: &self.own_xids,
             cid: self.cid,
         };
         let types = def.types();
@@ -375,7 +375,7 @@ impl Transaction {
             let snap = self.snapshot();
             let viewer = Viewer {
                 snapshot: &snap,
-                own_xid: self.xid,
+                own_xids: &self.own_xids,
                 cid: self.cid,
             };
             let types = def.types();

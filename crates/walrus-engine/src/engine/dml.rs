@@ -20,7 +20,7 @@ use crate::access::heap::{Heap, Modify, PageBatch};
 use crate::catalog::{ColumnDef, IndexDef, TableDef};
 use crate::error::{Error, Result};
 use crate::txn::clog::XidStatus;
-use crate::txn::{Snapshot, TxnManager};
+use crate::txn::TxnManager;
 
 /// A batch insert's error and the row (index into the batch) it belongs to.
 #[derive(Debug)]
@@ -403,10 +403,6 @@ impl Transaction {
         })
     }
 
-    pub(super) fn viewer_parts(&mut self) -> (Snapshot, Option<Xid>, u32) {
-        (self.snapshot(), self.xid, self.cid)
-    }
-
     /// Sequential scan: calls `f` for each visible row (page at a time); `f` returns
     /// false to stop.
     pub fn scan(
@@ -510,7 +506,8 @@ impl Transaction {
         // The snapshot must be taken before the index is read: an entry inserted after the
         // read by a transaction that commits before a later snapshot would be missed,
         // while its predecessor already looks deleted.
-        let (snap, own, cid) = self.viewer_parts();
+        let snap = self.snapshot();
+        let (own, cid) = (self.own_xids.as_slice(), self.cid);
         let tree = BTree::open(&self.inner.pool, index.relfile, index.unique, &index.name);
         // Each entry's tid and the end of its key in `keys` (keys back to back).
         let mut keys: Vec<u8> = Vec::new();
@@ -525,7 +522,7 @@ impl Transaction {
         };
         let viewer = Viewer {
             snapshot: &snap,
-            own_xid: own,
+            own_xids: own,
             cid,
         };
         let rel = self.inner.rel(def.relfile, def.fillfactor);
@@ -860,6 +857,8 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> Result<UniqueCheck> {
             match tuple::xmin_status_for_write(&h, txn)? {
                 XidStatus::Committed => true,
                 XidStatus::Aborted => false,
+                // Inserted by one of this transaction's live subtransactions.
+                _ if txn.same_transaction(h.xmin, me) => true,
                 _ => return Ok(UniqueCheck::WaitFor(h.xmin)),
             }
         };
@@ -871,6 +870,7 @@ fn chain_liveness(heap: &Heap<'_>, root: Tid, me: Xid) -> Result<UniqueCheck> {
                     match tuple::xmax_status_for_write(&h, txn)? {
                         XidStatus::Committed => true,
                         XidStatus::Aborted => false,
+                        _ if txn.same_transaction(h.xmax, me) => true,
                         _ => return Ok(UniqueCheck::WaitFor(h.xmax)),
                     }
                 }

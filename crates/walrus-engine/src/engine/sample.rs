@@ -166,10 +166,11 @@ impl Transaction {
     /// chosen uniformly (see the module comment), and the table's estimated row count.
     /// `seed` fixes the random choices (tests); ANALYZE passes a fresh one.
     pub fn sample_rows(&mut self, def: &TableDef, target: usize, seed: u64) -> Result<TableSample> {
-        let (snap, own, cid) = self.viewer_parts();
+        let snap = self.snapshot();
+        let (own, cid) = (self.own_xids.as_slice(), self.cid);
         let viewer = Viewer {
             snapshot: &snap,
-            own_xid: own,
+            own_xids: own,
             cid,
         };
         let rel = self.inner.rel(def.relfile, def.fillfactor);

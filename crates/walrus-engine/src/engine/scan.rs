@@ -61,7 +61,7 @@ impl Transaction {
         let snap = self.snapshot();
         let viewer = Viewer {
             snapshot: &snap,
-            own_xid: self.xid,
+            own_xids: &self.own_xids,
             cid: self.cid,
         };
         let rel = self.inner.rel(def.relfile, def.fillfactor);

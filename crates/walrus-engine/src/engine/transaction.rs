@@ -29,7 +29,13 @@ pub enum Isolation {
 pub struct Transaction {
     pub(super) inner: Arc<Inner>,
     pub(super) proc: u64,
+    /// The top-level xid (assigned at the first write).
     pub(super) xid: Option<Xid>,
+    /// The top-level xid and the xids of subtransactions not rolled back, ascending:
+    /// the versions this transaction sees as its own (`Viewer::own_xids`).
+    pub(super) own_xids: Vec<Xid>,
+    /// Open savepoints, outermost first (`engine/subxact.rs`).
+    pub(super) subxacts: Vec<super::subxact::Subxact>,
     pub(super) cid: u32,
     wrote: bool,
     pub(super) isolation: Isolation,
@@ -72,6 +78,8 @@ impl Engine {
             inner: self.inner.clone(),
             proc,
             xid: None,
+            own_xids: Vec::new(),
+            subxacts: Vec::new(),
             cid: 0,
             wrote: false,
             isolation,
@@ -149,7 +157,8 @@ impl Transaction {
         self.snapshot.clone().expect("just set")
     }
 
-    fn ensure_xid(&mut self) -> Xid {
+    /// The top-level xid, assigned now if this is the transaction's first write.
+    pub(super) fn ensure_xid(&mut self) -> Xid {
         if let Some(x) = self.xid {
             return x;
         }
@@ -158,12 +167,32 @@ impl Transaction {
             self.inner.pool.wal.insert(&xlog::next_xid_record(r.0), &[]);
         }
         self.xid = Some(xid);
+        debug_assert!(self.own_xids.is_empty());
+        self.own_xids.push(xid);
         xid
     }
 
+    /// Before a change: the xid the change is stamped with — the innermost open
+    /// savepoint's subtransaction xid (assigned at its first write), else the
+    /// top-level xid.
     pub(super) fn mark_write(&mut self) -> Xid {
         self.wrote = true;
-        self.ensure_xid()
+        let top = self.ensure_xid();
+        match self.subxacts.last() {
+            None => top,
+            Some(s) => match s.xid {
+                Some(x) => x,
+                None => self.assign_subxid(top),
+            },
+        }
+    }
+
+    /// Before a change that locks a table or a row on behalf of the whole
+    /// transaction: the top-level xid (held until the transaction ends, whatever
+    /// happens to its savepoints).
+    pub(super) fn mark_write_top(&mut self) -> Xid {
+        self.mark_write();
+        self.xid.expect("assigned by mark_write")
     }
 
     /// The pending counters of `rel`'s table.
@@ -197,7 +226,7 @@ impl Transaction {
         loop {
             let relfile = self.catalog()?.table(table)?.relfile;
             if !self.holds_ddl(relfile) {
-                let xid = self.mark_write();
+                let xid = self.mark_write_top();
                 inner
                     .table_locks
                     .begin_ddl(relfile, xid, &inner.txn, self.lock_wait())?;
@@ -256,7 +285,7 @@ impl Transaction {
             // transaction's own view of the table.
             return Ok(None);
         }
-        let xid = self.mark_write();
+        let xid = self.mark_write_top();
         self.inner.table_locks.lock_for_write(
             def.relfile,
             xid,

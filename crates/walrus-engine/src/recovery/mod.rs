@@ -1,6 +1,6 @@
 #![doc = include_str!("README.md")]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use walrus_base::{Lsn, PageId, RelFileId, Xid};
@@ -94,6 +94,8 @@ pub fn replay(
     let started = Instant::now();
     let mut stats = RedoStats::default();
     let mut in_progress: BTreeSet<Xid> = BTreeSet::new();
+    // Subxids logged ahead of their transaction's commit record (`XACT_SUBXIDS`).
+    let mut subxids_ahead: HashMap<Xid, Vec<Xid>> = HashMap::new();
     let mut out = RedoOutcome {
         stats: RedoStats::default(),
         max_xid: Xid::INVALID,
@@ -116,7 +118,15 @@ pub fn replay(
             }
         }
         pool.set_replay_position(Some(rec.lsn));
-        let applied = apply(pool, txn, &rec, &mut stats, &mut out, &mut in_progress);
+        let applied = apply(
+            pool,
+            txn,
+            &rec,
+            &mut stats,
+            &mut out,
+            &mut in_progress,
+            &mut subxids_ahead,
+        );
         if applied.is_err() {
             pool.set_replay_position(None);
         }
@@ -155,6 +165,7 @@ fn apply(
     stats: &mut RedoStats,
     out: &mut RedoOutcome,
     in_progress: &mut BTreeSet<Xid>,
+    subxids_ahead: &mut HashMap<Xid, Vec<Xid>>,
 ) -> Result<()> {
     match rec.rmgr {
         Rmgr::Xlog => match xlog::decode_xlog(rec) {
@@ -170,15 +181,29 @@ fn apply(
         Rmgr::Xact => {
             let x =
                 xlog::decode_xact(rec).ok_or_else(|| bad_record(rec, "undecodable xact record"))?;
-            let status = if x.committed {
-                XidStatus::Committed
-            } else {
-                XidStatus::Aborted
+            let status = match x.kind {
+                xlog::XactKind::SubxidsAhead => {
+                    subxids_ahead.entry(rec.xid).or_default().extend(x.subxids);
+                    return Ok(());
+                }
+                xlog::XactKind::Commit => XidStatus::Committed,
+                xlog::XactKind::Abort => XidStatus::Aborted,
             };
-            if txn.clog.try_get_status(rec.xid)? == XidStatus::InProgress {
-                txn.clog.set_status(rec.xid, status);
+            let ahead = subxids_ahead.remove(&rec.xid).unwrap_or_default();
+            if status == XidStatus::Aborted && !ahead.is_empty() {
+                return Err(bad_record(rec, "abort after subxids of a commit"));
             }
-            in_progress.remove(&rec.xid);
+            for &xid in ahead
+                .iter()
+                .chain(&x.subxids)
+                .chain(std::iter::once(&rec.xid))
+            {
+                if txn.clog.try_get_status(xid)? == XidStatus::InProgress {
+                    txn.clog.set_status(xid, status);
+                }
+                in_progress.remove(&xid);
+                out.max_xid = out.max_xid.max(xid);
+            }
             for relfile in x.unlink {
                 pool.discard_relation(relfile);
                 pool.relfiles.unlink(relfile)?;

@@ -42,12 +42,34 @@ impl Snapshot {
 
 struct ProcEntry {
     xid: Option<Xid>,
+    /// Xids of its subtransactions (savepoints) that wrote and have not been rolled
+    /// back: running like `xid` until the transaction ends (a snapshot lists them).
+    subxids: Vec<Xid>,
     snapshot_xmin: Option<Xid>,
 }
 
+/// The lock every running xid holds until it ends: row-lock waiters sleep on it.
 struct XidLock {
     done: Mutex<bool>,
     cv: Condvar,
+    /// The top-level xid of its transaction (itself for a top-level xid): waits-for
+    /// edges and deadlock cycles are between transactions, not subtransactions.
+    top: Xid,
+}
+
+impl XidLock {
+    fn new(top: Xid) -> Arc<XidLock> {
+        Arc::new(XidLock {
+            done: Mutex::new(false),
+            cv: Condvar::new(),
+            top,
+        })
+    }
+
+    fn release(&self) {
+        *self.done.lock() = true;
+        self.cv.notify_all();
+    }
 }
 
 /// Counters for the transaction manager (exported by the server later).
@@ -127,6 +149,7 @@ impl TxnManager {
             id,
             ProcEntry {
                 xid: None,
+                subxids: Vec::new(),
                 snapshot_xmin: None,
             },
         );
@@ -137,26 +160,67 @@ impl TxnManager {
     /// returned reservation must be WAL-logged (NEXT_XID) before the xid appears in WAL.
     pub fn assign_xid(&self, proc: u64) -> (Xid, Option<XidReservation>) {
         let mut p = self.procs.lock();
-        let xid = Xid(self.next_xid.fetch_add(1, Ordering::AcqRel));
-        let mut reservation = None;
-        {
-            let mut r = self.xid_reserved_upto.lock();
-            if xid.0 >= *r {
-                *r = xid.0 + XID_LOG_BLOCK;
-                reservation = Some(XidReservation(*r));
-            }
-        }
-        self.xid_locks.lock().insert(
-            xid,
-            Arc::new(XidLock {
-                done: Mutex::new(false),
-                cv: Condvar::new(),
-            }),
-        );
+        let (xid, reservation) = self.next_xid_reserved();
+        self.xid_locks.lock().insert(xid, XidLock::new(xid));
         if let Some(e) = p.1.get_mut(&proc) {
             e.xid = Some(xid);
         }
         (xid, reservation)
+    }
+
+    /// Assigns an xid to a subtransaction of `proc`, whose top-level xid `top` is
+    /// assigned already (so a subxid is always above its top-level xid). Running until
+    /// [`TxnManager::end_subxids`] (its savepoint rolled back) or the transaction's end.
+    pub fn assign_subxid(&self, proc: u64, top: Xid) -> (Xid, Option<XidReservation>) {
+        let mut p = self.procs.lock();
+        let (xid, reservation) = self.next_xid_reserved();
+        self.xid_locks.lock().insert(xid, XidLock::new(top));
+        if let Some(e) = p.1.get_mut(&proc) {
+            debug_assert_eq!(e.xid, Some(top), "subxid before its top-level xid");
+            e.subxids.push(xid);
+        }
+        (xid, reservation)
+    }
+
+    /// Called under the proc-array lock, so an xid is in the running set as soon as
+    /// it exists.
+    fn next_xid_reserved(&self) -> (Xid, Option<XidReservation>) {
+        let xid = Xid(self.next_xid.fetch_add(1, Ordering::AcqRel));
+        let mut reservation = None;
+        let mut r = self.xid_reserved_upto.lock();
+        if xid.0 >= *r {
+            *r = xid.0 + XID_LOG_BLOCK;
+            reservation = Some(XidReservation(*r));
+        }
+        (xid, reservation)
+    }
+
+    /// Subtransactions of `proc` rolled back (their aborted status already in the
+    /// clog): they leave the running set and their waiters wake, while the
+    /// transaction goes on.
+    pub fn end_subxids(&self, proc: u64, xids: &[Xid]) {
+        if xids.is_empty() {
+            return;
+        }
+        if let Some(e) = self.procs.lock().1.get_mut(&proc) {
+            e.subxids.retain(|x| !xids.contains(x));
+        }
+        let mut locks = self.xid_locks.lock();
+        for x in xids {
+            if let Some(l) = locks.remove(x) {
+                l.release();
+            }
+        }
+    }
+
+    /// Whether `a` and `b` are xids of one running transaction (its top-level xid or
+    /// subtransactions not rolled back).
+    pub fn same_transaction(&self, a: Xid, b: Xid) -> bool {
+        if a == b {
+            return true;
+        }
+        let locks = self.xid_locks.lock();
+        matches!((locks.get(&a), locks.get(&b)), (Some(x), Some(y)) if x.top == y.top)
     }
 
     /// Takes a snapshot and registers its xmin for transaction `proc` (which keeps dead
@@ -170,6 +234,7 @@ impl TxnManager {
             if let Some(x) = e.xid {
                 xip.push(x);
             }
+            xip.extend_from_slice(&e.subxids);
             if let Some(x) = e.snapshot_xmin {
                 oldest_snapshot = oldest_snapshot.min(x);
             }
@@ -252,26 +317,42 @@ impl TxnManager {
     /// every waiter on its xid.
     pub fn finish(&self, proc: u64, committed: bool) {
         let e = self.procs.lock().1.remove(&proc);
-        if let Some(xid) = e.and_then(|e| e.xid) {
+        let Some(e) = e else { return };
+        if let Some(xid) = e.xid {
             if committed {
                 self.stats.commits.fetch_add(1, Ordering::Relaxed);
             } else {
                 self.stats.aborts.fetch_add(1, Ordering::Relaxed);
             }
-            if let Some(l) = self.xid_locks.lock().remove(&xid) {
-                *l.done.lock() = true;
-                l.cv.notify_all();
+            let mut locks = self.xid_locks.lock();
+            for x in e.subxids.iter().chain(std::iter::once(&xid)) {
+                if let Some(l) = locks.remove(x) {
+                    l.release();
+                }
             }
         }
     }
 
     /// Waits until `holder` ends (row-lock wait). Detects deadlocks through the
     /// waits-for graph; `interrupt` is polled so a cancel request ends the wait.
+    /// `waiter` and `holder` may be subtransaction xids: the graph's edges join their
+    /// top-level transactions.
     pub fn wait_for(&self, waiter: Xid, holder: Xid, how: LockWait<'_>) -> Result<()> {
-        let lock = match self.xid_locks.lock().get(&holder) {
-            Some(l) => l.clone(),
-            None => return Ok(()),
+        let (lock, waiter) = {
+            let locks = self.xid_locks.lock();
+            let Some(lock) = locks.get(&holder).cloned() else {
+                return Ok(());
+            };
+            let waiter = locks.get(&waiter).map_or(waiter, |l| l.top);
+            (lock, waiter)
         };
+        let holder = lock.top;
+        if holder == waiter {
+            // Callers recognise their own xids first; waiting here would never end.
+            return Err(Error::Internal(format!(
+                "transaction {waiter} would wait for itself"
+            )));
+        }
         {
             let mut wf = self.waits_for.lock();
             let mut x = holder;

@@ -64,6 +64,13 @@ pub struct Session {
     /// Settings changed inside the current transaction block, with their values from
     /// before it (see [`Session::restore_block_settings`]).
     block_undo: Vec<SettingUndo>,
+    /// Open savepoints, outermost first: their names and the settings as they were
+    /// when each was set (a ROLLBACK TO restores them, as PostgreSQL's subtransaction
+    /// abort does). Entry `i` is the engine transaction's savepoint level `i`.
+    savepoints: Vec<SavepointState>,
+    /// The block is the implicit one around a multi-statement query string: no
+    /// savepoints in it (PostgreSQL's 25P01).
+    implicit_block: bool,
     /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
     prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
     /// Statements prepared through the extended protocol, by name: their SQL, for
@@ -93,6 +100,13 @@ pub struct Session {
     max_stack_depth_kb: u64,
     /// Set by [`Session::execute_streaming`] for its lone SELECT: where the rows go.
     row_sink: Option<Box<dyn RowSink + Send>>,
+}
+
+/// A savepoint of the session's block ([`Session::savepoints`]).
+struct SavepointState {
+    name: String,
+    settings: Arc<BTreeMap<String, String>>,
+    block_undo: Vec<SettingUndo>,
 }
 
 /// What a describe computes: result columns by running the query with NULL parameters,
@@ -249,6 +263,8 @@ impl Session {
             lock_timeout_ms: 0,
             idle_in_transaction_timeout_ms: 0,
             block_undo: Vec::new(),
+            savepoints: Vec::new(),
+            implicit_block: false,
             prepared: BTreeMap::new(),
             protocol_statements: Default::default(),
             plan_cache: PlanCache::default(),
@@ -425,17 +441,14 @@ impl Session {
             && !stmts.iter().any(|s| {
                 matches!(
                     s,
-                    Parsed::Begin(..)
-                        | Parsed::Commit
-                        | Parsed::Rollback
-                        | Parsed::SavepointEnd(..)
-                        | Parsed::Chain(_)
+                    Parsed::Begin(..) | Parsed::Commit | Parsed::Rollback | Parsed::Chain(_)
                 )
             });
         if implicit {
             if let Err(e) = self.run(&Parsed::Begin(None, false), params) {
                 return vec![Err(e)];
             }
+            self.implicit_block = true;
         }
         let out = self.run_each(stmts, params);
         if implicit && self.in_block {
@@ -745,25 +758,8 @@ impl Session {
                     "{what} AND CHAIN is not supported"
                 )));
             }
-            Parsed::SavepointEnd(name, release) => {
-                let what = if *release {
-                    "RELEASE SAVEPOINT"
-                } else {
-                    "ROLLBACK TO SAVEPOINT"
-                };
-                if !self.in_block {
-                    return Err(SqlError::new(
-                        "25P01",
-                        format!("{what} can only be used in transaction blocks"),
-                    ));
-                }
-                // SAVEPOINT is refused (0A000), so the named one cannot exist.
-                self.fail_statement();
-                return Err(SqlError::new(
-                    "3B001",
-                    format!("savepoint \"{name}\" does not exist"),
-                ));
-            }
+            Parsed::Savepoint(name) => return self.savepoint(name),
+            Parsed::SavepointEnd(name, release) => return self.savepoint_end(name, *release),
             Parsed::Commit => {
                 let tag = if self.failed { "ROLLBACK" } else { "COMMIT" };
                 let r = self.end_block(!self.failed);
@@ -856,7 +852,9 @@ impl Session {
             t.set_synchronous_commit(synchronous);
         }
         self.restore_block_settings(commit);
+        self.savepoints.clear();
         self.in_block = false;
+        self.implicit_block = false;
         self.failed = false;
         self.block_isolation = None;
         self.block_read_only = false;
@@ -868,6 +866,72 @@ impl Session {
             }
             None => Ok(()),
         }
+    }
+
+    /// `SAVEPOINT name`: a subtransaction of the block's transaction.
+    fn savepoint(&mut self, name: &str) -> SqlResult<Outcome> {
+        if !self.in_block || self.implicit_block {
+            return Err(SqlError::new(
+                "25P01",
+                "SAVEPOINT can only be used in transaction blocks",
+            ));
+        }
+        let level = self.txn().savepoint();
+        assert_eq!(level, self.savepoints.len(), "savepoint stacks out of step");
+        self.savepoints.push(SavepointState {
+            name: name.to_string(),
+            settings: self.settings.clone(),
+            block_undo: self.block_undo.clone(),
+        });
+        Ok(Outcome::Done(QueryResult::tag("SAVEPOINT")))
+    }
+
+    /// `RELEASE [SAVEPOINT] name` (`release`) or `ROLLBACK TO [SAVEPOINT] name`. The
+    /// innermost savepoint of that name is meant (names may repeat); a ROLLBACK TO
+    /// also ends a failed block's aborted state and keeps the savepoint.
+    fn savepoint_end(&mut self, name: &str, release: bool) -> SqlResult<Outcome> {
+        let what = if release {
+            "RELEASE SAVEPOINT"
+        } else {
+            "ROLLBACK TO SAVEPOINT"
+        };
+        if !self.in_block || self.implicit_block {
+            return Err(SqlError::new(
+                "25P01",
+                format!("{what} can only be used in transaction blocks"),
+            ));
+        }
+        let Some(level) = self.savepoints.iter().rposition(|s| s.name == name) else {
+            self.fail_statement();
+            return Err(SqlError::new(
+                "3B001",
+                format!("savepoint \"{name}\" does not exist"),
+            ));
+        };
+        let t = self
+            .txn
+            .as_mut()
+            .expect("a savepoint holds the block's transaction");
+        if release {
+            t.release_savepoint(level);
+            self.savepoints.truncate(level);
+            return Ok(Outcome::Done(QueryResult::tag("RELEASE")));
+        }
+        if t.changed_catalog() {
+            // Plans made over the catalog changes being undone are stale.
+            self.own_ddl += 1;
+        }
+        if let Err(e) = t.rollback_to_savepoint(level) {
+            self.fail_statement();
+            return Err(e.into());
+        }
+        self.savepoints.truncate(level + 1);
+        let saved = &self.savepoints[level];
+        let (settings, undo) = (saved.settings.clone(), saved.block_undo.clone());
+        self.restore_settings_to(&settings);
+        self.block_undo = undo;
+        self.failed = false;
+        Ok(Outcome::Done(QueryResult::tag("ROLLBACK")))
     }
 
     /// A SELECT through its cached point lookup; the general executor runs it when a

@@ -25,8 +25,9 @@ pub(crate) enum Parsed {
     Begin(Option<Isolation>, bool),
     Commit,
     Rollback,
-    /// `ROLLBACK TO [SAVEPOINT] name` and `RELEASE [SAVEPOINT] name` (true for RELEASE):
-    /// SAVEPOINT is refused, so no savepoint ever exists.
+    /// `SAVEPOINT name`.
+    Savepoint(String),
+    /// `ROLLBACK TO [SAVEPOINT] name` and `RELEASE [SAVEPOINT] name` (true for RELEASE).
     SavepointEnd(String, bool),
     /// `COMMIT AND CHAIN` / `ROLLBACK AND CHAIN` (true for ROLLBACK): not built.
     Chain(bool),
@@ -35,17 +36,27 @@ pub(crate) enum Parsed {
     Sql(Box<Statement>),
 }
 
-/// The savepoint a ROLLBACK TO / RELEASE names: its last word, folded unless quoted.
-fn savepoint_name(sql: &str) -> String {
-    let last = sql
-        .trim()
-        .trim_end_matches(';')
-        .split_whitespace()
-        .last()
-        .unwrap_or_default();
-    match last.strip_prefix('"').and_then(|x| x.strip_suffix('"')) {
-        Some(quoted) => quoted.to_string(),
-        None => last.to_ascii_lowercase(),
+/// `SAVEPOINT name`, `RELEASE [SAVEPOINT] name`, `ROLLBACK [WORK|TRANSACTION] TO
+/// [SAVEPOINT] name`, through sqlparser's grammar (so anything else after the name is
+/// a syntax error); the name folded to lower case unless quoted, as PostgreSQL does.
+fn savepoint_statement(sql: &str) -> SqlResult<Parsed> {
+    let stmts = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .map_err(|e| SqlError::syntax(syntax_message(&e.to_string())))?;
+    let fold = |name: &sqlparser::ast::Ident| match name.quote_style {
+        Some(_) => name.value.clone(),
+        None => name.value.to_ascii_lowercase(),
+    };
+    match stmts.as_slice() {
+        [Statement::Savepoint { name }] => Ok(Parsed::Savepoint(fold(name))),
+        [Statement::ReleaseSavepoint { name }] => Ok(Parsed::SavepointEnd(fold(name), true)),
+        [Statement::Rollback {
+            chain: false,
+            savepoint: Some(name),
+        }] => Ok(Parsed::SavepointEnd(fold(name), false)),
+        _ => Err(SqlError::syntax(format!(
+            "syntax error at or near \"{}\"",
+            first_words(sql, 1).join("")
+        ))),
     }
 }
 
@@ -360,9 +371,7 @@ fn parse_one(sql: &str) -> SqlResult<Vec<Parsed>> {
                 } else {
                     Parsed::Commit
                 }]),
-                Some(&"to") if rollback => {
-                    Ok(vec![Parsed::SavepointEnd(savepoint_name(sql), false)])
-                }
+                Some(&"to") if first == "rollback" => Ok(vec![savepoint_statement(sql)?]),
                 Some(&"and") if rest == ["and", "chain"] => Ok(vec![Parsed::Chain(rollback)]),
                 Some(_) => Err(SqlError::unsupported(format!(
                     "{} is not supported",
@@ -370,7 +379,7 @@ fn parse_one(sql: &str) -> SqlResult<Vec<Parsed>> {
                 ))),
             };
         }
-        "release" => return Ok(vec![Parsed::SavepointEnd(savepoint_name(sql), true)]),
+        "release" | "savepoint" => return Ok(vec![savepoint_statement(sql)?]),
         "set" | "show" | "reset" => {
             return Ok(vec![Parsed::Setting(
                 sql.trim().trim_end_matches(';').to_string(),

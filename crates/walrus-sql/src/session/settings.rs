@@ -15,6 +15,7 @@ use crate::error::{SqlError, SqlResult};
 use crate::result::{Column, QueryResult};
 
 /// A setting's value from before the current transaction block changed it.
+#[derive(Clone)]
 pub(crate) struct SettingUndo {
     name: String,
     old: Option<String>,
@@ -226,6 +227,10 @@ impl Session {
                 if name == "synchronous_commit" {
                     value = synchronous_commit_value(&value)?.to_string();
                 }
+                if name == "datestyle" {
+                    let current = self.settings.get("datestyle").cloned();
+                    value = datestyle_value(current.as_deref().unwrap_or("ISO, MDY"), &value)?;
+                }
                 if name == "timezone" {
                     match value.to_ascii_lowercase().as_str() {
                         // SET TIME ZONE LOCAL / DEFAULT: back to the default zone.
@@ -281,6 +286,19 @@ impl Session {
         for u in std::mem::take(&mut self.block_undo) {
             if !committed || u.local {
                 self.put_setting(&u.name, u.old);
+            }
+        }
+    }
+
+    /// Puts back every setting that differs from `saved` (a ROLLBACK TO SAVEPOINT
+    /// undoing the SETs made since the savepoint).
+    pub(super) fn restore_settings_to(&mut self, saved: &BTreeMap<String, String>) {
+        let current = self.settings.clone();
+        let names: std::collections::BTreeSet<&String> =
+            current.keys().chain(saved.keys()).collect();
+        for name in names {
+            if current.get(name) != saved.get(name) {
+                self.put_setting(name, saved.get(name).cloned());
             }
         }
     }
@@ -369,4 +387,54 @@ fn synchronous_commit_value(v: &str) -> SqlResult<&'static str> {
             )
         }),
     }
+}
+
+/// `SET datestyle`: PostgreSQL's keywords (an output style, an input field order, or
+/// both, comma-separated; `default`), kept in SHOW's form (`ISO, DMY`). Only the ISO
+/// output style is honoured, so SQL, Postgres and German are refused (0A000) rather
+/// than accepted and ignored. The field order is kept as given: walrus refuses the
+/// ambiguous date inputs that it decides (value.rs), whatever it is.
+pub(crate) fn datestyle_value(current: &str, value: &str) -> SqlResult<String> {
+    let (mut style, mut order) = current.split_once(", ").unwrap_or(("ISO", "MDY"));
+    let (mut styles, mut orders) = (0, 0);
+    let invalid = |detail: String| {
+        SqlError::new(
+            "22023",
+            format!("invalid value for parameter \"DateStyle\": \"{value}\""),
+        )
+        .with_detail(detail)
+    };
+    for word in value
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|w| !w.is_empty())
+    {
+        match word.to_ascii_lowercase().as_str() {
+            "iso" => (style, styles) = ("ISO", styles + 1),
+            "sql" => (style, styles) = ("SQL", styles + 1),
+            "postgres" => (style, styles) = ("Postgres", styles + 1),
+            "german" => {
+                (style, styles) = ("German", styles + 1);
+                if orders == 0 {
+                    order = "DMY";
+                }
+            }
+            "ymd" => (order, orders) = ("YMD", orders + 1),
+            "dmy" | "euro" | "european" => (order, orders) = ("DMY", orders + 1),
+            "mdy" | "us" | "noneuro" | "noneuropean" => (order, orders) = ("MDY", orders + 1),
+            "default" => {
+                (style, order) = ("ISO", "MDY");
+                (styles, orders) = (styles + 1, orders + 1);
+            }
+            _ => return Err(invalid(format!("Unrecognized key word: \"{word}\"."))),
+        }
+    }
+    if styles > 1 || orders > 1 {
+        return Err(invalid("Conflicting \"datestyle\" specifications.".into()));
+    }
+    if style != "ISO" {
+        return Err(SqlError::unsupported(format!(
+            "DateStyle \"{style}\" is not supported: walrus writes dates in the ISO style"
+        )));
+    }
+    Ok(format!("{style}, {order}"))
 }

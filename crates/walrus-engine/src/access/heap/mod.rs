@@ -723,6 +723,8 @@ impl<'a> Heap<'a> {
             crate::txn::clog::XidStatus::Committed => Some(Modify::Concurrent(
                 h.has(tuple::UPDATED).then_some((h.ctid, h.xmax)),
             )),
+            // Changed by one of this transaction's other live subtransactions.
+            _ if self.txn.same_transaction(h.xmax, xid) => Some(Modify::SelfModified),
             _ => Some(Modify::WouldBlock(h.xmax)),
         })
     }

@@ -94,13 +94,27 @@ pub fn build(h: &TupleHeader, row: &[u8]) -> Vec<u8> {
     t
 }
 
-/// Who is looking: the snapshot, the looking transaction's own xid (if it has one) and
-/// its current command id (its own changes from earlier commands are visible).
+/// Who is looking: the snapshot, the looking transaction's own xids and its current
+/// command id (its own changes from earlier commands are visible).
 #[derive(Clone, Debug)]
 pub struct Viewer<'a> {
     pub snapshot: &'a Snapshot,
-    pub own_xid: Option<Xid>,
+    /// Its top-level xid and its subtransactions' xids not rolled back, ascending
+    /// (empty before its first write). A rolled-back subtransaction's xid is aborted in
+    /// the clog, so its rows are seen as any aborted transaction's.
+    pub own_xids: &'a [Xid],
     pub cid: u32,
+}
+
+impl Viewer<'_> {
+    /// Whether `xid` is one of the looking transaction's own live xids.
+    pub fn is_own(&self, xid: Xid) -> bool {
+        match self.own_xids {
+            [] => false,
+            [one] => *one == xid,
+            many => many.binary_search(&xid).is_ok(),
+        }
+    }
 }
 
 /// Where visibility rules get the status of an xid a tuple has no hint bit for: the
@@ -138,7 +152,7 @@ fn xid_committed(
 
 /// MVCC visibility of a tuple version to `v`.
 pub fn visible(h: &TupleHeader, v: &Viewer<'_>, txn: &TxnManager) -> bool {
-    if Some(h.xmin) == v.own_xid {
+    if v.is_own(h.xmin) {
         if h.cmin >= v.cid {
             return false;
         }
@@ -155,7 +169,7 @@ pub fn visible(h: &TupleHeader, v: &Viewer<'_>, txn: &TxnManager) -> bool {
     if !h.xmax.is_valid() || h.has(XMAX_INVALID) {
         return true;
     }
-    if Some(h.xmax) == v.own_xid {
+    if v.is_own(h.xmax) {
         return h.cmax >= v.cid;
     }
     match xid_committed(txn, h.xmax, h.has(XMAX_COMMITTED), false) {
