@@ -47,6 +47,7 @@ mod commit;
 mod ddl;
 mod dml;
 mod open;
+mod row_lock;
 mod sample;
 mod scan;
 mod sequence;
@@ -61,6 +62,7 @@ pub use checkpoint::{
 };
 pub use dml::{datum_text, BatchFailure, RowChange};
 pub use open::RecoveryReport;
+pub use row_lock::{LockWaitPolicy, RowLockMode, RowLocked};
 pub use sample::TableSample;
 pub use scan::{parallel_scan_counts, MAX_PARALLEL_WORKERS};
 use table_locks::TableLocks;

@@ -66,6 +66,10 @@ pub enum Error {
     #[error("canceling statement due to lock timeout")]
     LockTimeout,
 
+    /// `FOR UPDATE NOWAIT` (and kin) found the row locked.
+    #[error("could not obtain lock on row in relation \"{0}\"")]
+    RowLockNotAvailable(String),
+
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),
 
@@ -164,7 +168,7 @@ impl Error {
             Error::SerializationFailure | Error::TableRewritten(_) => "40001",
             Error::Deadlock { .. } => "40P01",
             Error::Canceled => "57014",
-            Error::LockTimeout => "55P03",
+            Error::LockTimeout | Error::RowLockNotAvailable(_) => "55P03",
             Error::UndefinedTable(_) => "42P01",
             Error::UndefinedIndex(_) => "42704",
             Error::DependentObjects(_) => "2BP01",

@@ -60,6 +60,7 @@ impl Transaction {
                 inner.pool.relfiles.queue_unlinks(&self.dropped);
             }
         }
+        self.release_row_locks();
         inner.txn.finish(self.proc, true);
         if !self.dropped.is_empty() {
             for r in self.dropped.drain(..) {
@@ -102,6 +103,7 @@ impl Transaction {
                     inner.txn.clog.set_status(x, XidStatus::Aborted);
                 }
             }
+            self.release_row_locks();
             inner.txn.finish(self.proc, false);
             let mut unlinked = Ok(());
             for r in created {

@@ -20,6 +20,7 @@ use crate::access::heap::{Heap, Modify, PageBatch};
 use crate::catalog::{ColumnDef, IndexDef, TableDef};
 use crate::error::{Error, Result};
 use crate::txn::clog::XidStatus;
+use crate::txn::row_locks::RowLockMode;
 use crate::txn::TxnManager;
 
 /// A batch insert's error and the row (index into the batch) it belongs to.
@@ -713,7 +714,19 @@ impl Transaction {
                 .map(|i| i.columns.iter().all(|&c| same(c)))
                 .collect();
             let hot_ok = unchanged_index.iter().all(|&u| u);
-            let (m, hot) = heap.update(tid, xid, self.cid, &row, hot_ok)?;
+            // Against row locks, a change of no unique index's column is PostgreSQL's
+            // "no key update" (a foreign-key check's KEY SHARE lock lets it pass).
+            let key_changed = def
+                .indexes
+                .iter()
+                .zip(&unchanged_index)
+                .any(|(i, &unchanged)| i.unique && !unchanged);
+            let mode = if key_changed {
+                RowLockMode::Update
+            } else {
+                RowLockMode::NoKeyUpdate
+            };
+            let (m, hot) = heap.update(tid, xid, self.cid, &row, hot_ok, mode)?;
             match m {
                 Modify::Done(new_tid) => {
                     let a = self.activity_of(&rel);
@@ -778,7 +791,7 @@ impl Transaction {
 
     /// Handles a row held or changed by another transaction: waits (then the caller
     /// retries), or reports the newest version / serialization failure.
-    fn resolve_conflict(
+    pub(super) fn resolve_conflict(
         &mut self,
         heap: &Heap<'_>,
         def: &TableDef,

@@ -128,6 +128,12 @@ impl Transaction {
                 inner.txn.clog.set_status(x, XidStatus::Aborted);
             }
         }
+        // Row locks the rolled-back subtransactions took go with them.
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.row_lock_keys)
+            .into_iter()
+            .partition(|(_, owner)| aborted.contains(owner));
+        self.row_lock_keys = kept;
+        inner.txn.row_locks.release(&gone);
         inner.txn.end_subxids(self.proc, &aborted);
         let mut unlinked = Ok(());
         for r in created {

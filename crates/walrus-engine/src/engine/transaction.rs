@@ -66,6 +66,9 @@ pub struct Transaction {
     /// (no other transaction's DDL can change them until it ends). A caller may still
     /// pass a definition it read earlier, before a concurrent CREATE INDEX committed.
     write_defs: Vec<Arc<TableDef>>,
+    /// Row locks it holds, with the xid that took each (`engine/row_lock.rs`),
+    /// released when it ends or when the savepoint that took one is rolled back.
+    pub(super) row_lock_keys: Vec<(crate::txn::row_locks::RowLockKey, Xid)>,
     /// Per index (a handful: searched linearly), the leaf its last insert went to, tried
     /// first by the next (`BTree::insert_hinted`).
     pub(super) leaf_hints: Vec<(RelFileId, Option<u32>)>,
@@ -95,6 +98,7 @@ impl Engine {
             activity: Vec::new(),
             table_holds: Vec::new(),
             write_defs: Vec::new(),
+            row_lock_keys: Vec::new(),
             leaf_hints: Vec::new(),
         }
     }
@@ -302,6 +306,15 @@ impl Transaction {
     }
 
     /// The transaction ended: publish its row counts and let go of its tables.
+    /// Releases every row lock this transaction holds: before it leaves the running set
+    /// (its waiters, woken then, find the locks gone).
+    pub(super) fn release_row_locks(&mut self) {
+        if !self.row_lock_keys.is_empty() {
+            self.inner.txn.row_locks.release(&self.row_lock_keys);
+            self.row_lock_keys.clear();
+        }
+    }
+
     pub(super) fn end_bookkeeping(&mut self, committed: bool) {
         for (rel, pending) in self.activity.drain(..) {
             rel.activity.end_transaction(&pending, committed);

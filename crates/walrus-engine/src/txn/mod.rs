@@ -1,6 +1,7 @@
 #![doc = include_str!("README.md")]
 
 pub mod clog;
+pub mod row_locks;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -104,6 +105,8 @@ pub struct TxnManager {
     xid_locks: Mutex<HashMap<Xid, Arc<XidLock>>>,
     waits_for: Mutex<HashMap<Xid, Xid>>,
     pub clog: Clog,
+    /// Row locks of `SELECT ... FOR UPDATE` & co (`row_locks.rs`).
+    pub row_locks: row_locks::RowLocks,
     /// Held shared by a committer from inserting its commit record until its clog bits
     /// are set; held exclusively by a checkpoint while it picks its redo LSN. So every
     /// commit before the redo LSN is in the clog the checkpoint flushes (PostgreSQL's
@@ -126,6 +129,7 @@ impl TxnManager {
             xid_locks: Mutex::new(HashMap::new()),
             waits_for: Mutex::new(HashMap::new()),
             clog,
+            row_locks: row_locks::RowLocks::default(),
             commit_barrier: RwLock::new(()),
             stats: TxnStats::default(),
         }

@@ -1030,7 +1030,7 @@ pub(crate) fn delete(
 
 /// Whether `row` satisfies WHERE (its fast form where it has one, see
 /// [`crate::expr::compiled`]).
-fn row_matches(
+pub(crate) fn row_matches(
     filter: Option<&Prepared<'_>>,
     columns: &[ColumnDef],
     row: &[Datum],

@@ -82,6 +82,11 @@ pub(crate) fn explain_query(
     params: &[Datum],
 ) -> SqlResult<Vec<String>> {
     super::select::check_query(q)?;
+    if !q.locks.is_empty() {
+        return Err(SqlError::unsupported(
+            "EXPLAIN of SELECT ... FOR UPDATE / FOR SHARE is not supported",
+        ));
+    }
     let SetExpr::Select(sel) = q.body.as_ref() else {
         return Err(refuse("a set operation or VALUES"));
     };

@@ -47,6 +47,7 @@ pub(crate) mod defaults;
 pub(crate) mod dml;
 pub(crate) mod explain;
 mod from;
+mod locking;
 pub(crate) mod parallel;
 mod select;
 pub(crate) mod sequence;
@@ -811,6 +812,9 @@ impl<'s> Executor<'s> {
     pub(crate) fn run_query(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
         crate::stack::check()?;
         select::check_query(q)?;
+        if !q.locks.is_empty() {
+            return self.locking_query(q, outer);
+        }
         match q.body.as_ref() {
             SetExpr::Select(sel) => self.select(sel, q, outer),
             body => {

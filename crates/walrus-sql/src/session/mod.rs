@@ -1196,6 +1196,15 @@ impl Session {
                 Statement::Drop { .. } => Some("DROP TABLE"),
                 Statement::Truncate(_) => Some("TRUNCATE TABLE"),
                 Statement::AlterTable(_) => Some("ALTER TABLE"),
+                Statement::Query(q) => q
+                    .locks
+                    .iter()
+                    .map(|l| l.lock_type)
+                    .max_by_key(|t| matches!(t, sqlparser::ast::LockType::Update))
+                    .map(|t| match t {
+                        sqlparser::ast::LockType::Update => "SELECT FOR UPDATE",
+                        sqlparser::ast::LockType::Share => "SELECT FOR SHARE",
+                    }),
                 _ => None,
             };
             if let Some(w) = write {

@@ -122,6 +122,59 @@ pub(crate) fn isolation_of(sql: &str) -> Option<Isolation> {
     }
 }
 
+/// `sql` with `FOR NO KEY UPDATE` read as `FOR UPDATE` and `FOR KEY SHARE` as `FOR
+/// SHARE` (sqlparser knows only the two); `None` when there is neither. The stronger
+/// lock returns the same rows and blocks at least everything the weaker one blocks
+/// (it also blocks what PostgreSQL lets through: a KEY SHARE locker against a non-key
+/// UPDATE, and the reverse), so the difference is in waiting, never in an answer.
+fn strengthen_lock_clauses(sql: &str) -> Option<String> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let word = |t: Option<&Token>| match t {
+        Some(Token::Word(w)) if w.quote_style.is_none() => Some(w.value.to_ascii_lowercase()),
+        _ => None,
+    };
+    // The next non-whitespace token after `i`.
+    let next =
+        |i: usize| (i + 1..tokens.len()).find(|&j| !matches!(tokens[j], Token::Whitespace(_)));
+    let mut drop = vec![false; tokens.len()];
+    let mut changed = false;
+    for i in 0..tokens.len() {
+        if word(tokens.get(i)).as_deref() != Some("for") {
+            continue;
+        }
+        let Some(a) = next(i) else { continue };
+        match word(tokens.get(a)).as_deref() {
+            Some("no") => {
+                let Some(b) = next(a) else { continue };
+                let Some(c) = next(b) else { continue };
+                if word(tokens.get(b)).as_deref() == Some("key")
+                    && word(tokens.get(c)).as_deref() == Some("update")
+                {
+                    drop[a..c].iter_mut().for_each(|d| *d = true);
+                    changed = true;
+                }
+            }
+            Some("key") => {
+                let Some(b) = next(a) else { continue };
+                if word(tokens.get(b)).as_deref() == Some("share") {
+                    drop[a..b].iter_mut().for_each(|d| *d = true);
+                    changed = true;
+                }
+            }
+            _ => {}
+        }
+    }
+    changed.then(|| {
+        tokens
+            .iter()
+            .zip(&drop)
+            .filter(|(_, d)| !**d)
+            .map(|(t, _)| t.to_string())
+            .collect()
+    })
+}
+
 /// `sql` with each `AS IDENTITY (options)` list put in the order sqlparser reads
 /// (INCREMENT, MINVALUE, MAXVALUE, START, CACHE, CYCLE); `None` when there is none or
 /// nothing moved.
@@ -395,6 +448,10 @@ fn parse_one(sql: &str) -> SqlResult<Vec<Parsed>> {
             // sqlparser reads an identity column's sequence options in one order only;
             // PostgreSQL in any.
             Some(reordered) => Parser::parse_sql(&PostgreSqlDialect {}, &reordered),
+            None => Err(e),
+        })
+        .or_else(|e| match strengthen_lock_clauses(sql) {
+            Some(stronger) => Parser::parse_sql(&PostgreSqlDialect {}, &stronger),
             None => Err(e),
         })
         .map_err(|e| SqlError::syntax(syntax_message(&e.to_string())))?;

@@ -16,6 +16,7 @@ use crate::buffer::{BufferPool, PageWrite, PinnedPage, ScanRing};
 use crate::error::{Error, Result};
 use crate::storage::page::{self, LpState, PageKind, Placement};
 use crate::txn::clog::XidStatus;
+use crate::txn::row_locks::RowLockMode;
 use crate::txn::TxnManager;
 use crate::wal::record::{Rmgr, WalRecord};
 use tuple::{TupleHeader, Viewer, TUPLE_HEADER_SIZE};
@@ -123,6 +124,12 @@ impl HeapRel {
         }
         old.checked_sub(1)
     }
+}
+
+/// What [`Heap::lock_tuple`] did.
+pub enum LockOutcome {
+    Locked { at: Tid, added: bool, row: Vec<u8> },
+    Not(Modify),
 }
 
 /// Outcome of an update or delete attempt.
@@ -710,8 +717,31 @@ impl<'a> Heap<'a> {
         Ok(TupleHeader::read(t).map(|h| (h, t[TUPLE_HEADER_SIZE..].to_vec())))
     }
 
-    /// Checks whether the version at `off` may be changed by `xid`.
-    fn check_modifiable(&self, h: &TupleHeader, xid: Xid) -> Result<Option<Modify>> {
+    /// Checks whether the version `h` at `at` (redirects resolved) may be changed, or
+    /// locked, by `xid` in `mode`: not changed by a transaction that committed or still
+    /// runs, and not locked by another transaction in a conflicting mode. Called under
+    /// the page's latch (`txn::row_locks` explains why that keeps locks and changes
+    /// apart).
+    fn check_modifiable(
+        &self,
+        h: &TupleHeader,
+        at: Tid,
+        xid: Xid,
+        mode: RowLockMode,
+    ) -> Result<Option<Modify>> {
+        if let Some(m) = self.check_xmax(h, xid)? {
+            return Ok(Some(m));
+        }
+        let holder = self
+            .txn
+            .row_locks
+            .conflict((self.rel.relfile, at), h.xmin, mode, |owner| {
+                self.txn.same_transaction(owner, xid)
+            });
+        Ok(holder.map(Modify::WouldBlock))
+    }
+
+    fn check_xmax(&self, h: &TupleHeader, xid: Xid) -> Result<Option<Modify>> {
         if !h.xmax.is_valid() || h.has(tuple::XMAX_INVALID) {
             return Ok(None);
         }
@@ -729,6 +759,34 @@ impl<'a> Heap<'a> {
         })
     }
 
+    /// Locks the version at `tid` for `xid` in `mode` (`txn::row_locks`): `Done` with
+    /// the version's place once locked (or already held; the flag tells whether an
+    /// entry was added, to be released at the end) and its row bytes; else why not, as
+    /// for a change (`WouldBlock` names the holder to wait for).
+    pub fn lock_tuple(&self, tid: Tid, xid: Xid, mode: RowLockMode) -> Result<LockOutcome> {
+        let pin = self.pool.read_page(self.page_id(tid.block))?;
+        let r = pin.read();
+        let off = resolve_offset(&r, tid.offset)
+            .ok_or_else(|| Error::DataCorrupted(format!("no tuple at {tid}")))?;
+        let item = page::item(&r, off);
+        let h = TupleHeader::read(item).ok_or_else(|| {
+            Error::DataCorrupted(format!("tuple at {tid} is shorter than its header"))
+        })?;
+        let at = Tid::new(tid.block, off);
+        if let Some(m) = self.check_modifiable(&h, at, xid, mode)? {
+            return Ok(LockOutcome::Not(m));
+        }
+        let added = self
+            .txn
+            .row_locks
+            .add((self.rel.relfile, at), h.xmin, xid, mode);
+        Ok(LockOutcome::Locked {
+            at,
+            added,
+            row: item[TUPLE_HEADER_SIZE..].to_vec(),
+        })
+    }
+
     /// Deletes the version at `tid` (stamps xmax).
     pub fn delete(&self, tid: Tid, xid: Xid, cid: u32) -> Result<Modify> {
         let pin = self.pool.read_page(self.page_id(tid.block))?;
@@ -738,7 +796,8 @@ impl<'a> Heap<'a> {
         let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| {
             Error::DataCorrupted(format!("tuple at {tid} is shorter than its header"))
         })?;
-        if let Some(m) = self.check_modifiable(&h, xid)? {
+        let at = Tid::new(tid.block, off);
+        if let Some(m) = self.check_modifiable(&h, at, xid, RowLockMode::Update)? {
             return Ok(m);
         }
         let d = old_side(off, cid, Tid::INVALID, 0);
@@ -750,7 +809,8 @@ impl<'a> Heap<'a> {
     }
 
     /// Updates the version at `tid` to `row`. `hot_ok` = no indexed column changed, so
-    /// the new version may be heap-only on the same page (HOT).
+    /// the new version may be heap-only on the same page (HOT); `mode` is how the change
+    /// meets row locks (`NoKeyUpdate` when no unique index's column changed).
     pub fn update(
         &self,
         tid: Tid,
@@ -758,6 +818,7 @@ impl<'a> Heap<'a> {
         cid: u32,
         row: &[u8],
         hot_ok: bool,
+        mode: RowLockMode,
     ) -> Result<(Modify, bool)> {
         let mut newh = TupleHeader::new(xid, cid, 0);
         let tuple_len = TUPLE_HEADER_SIZE + row.len();
@@ -776,7 +837,7 @@ impl<'a> Heap<'a> {
             let h = TupleHeader::read(page::item(&w, off)).ok_or_else(|| {
                 Error::DataCorrupted(format!("tuple at {tid} is shorter than its header"))
             })?;
-            if let Some(m) = self.check_modifiable(&h, xid)? {
+            if let Some(m) = self.check_modifiable(&h, Tid::new(tid.block, off), xid, mode)? {
                 return Ok((m, false));
             }
             let need = tuple_len + 8;
@@ -830,7 +891,7 @@ impl<'a> Heap<'a> {
             let h = TupleHeader::read(page::item(&ow, off)).ok_or_else(|| {
                 Error::DataCorrupted(format!("tuple at {tid} is shorter than its header"))
             })?;
-            if let Some(m) = self.check_modifiable(&h, xid)? {
+            if let Some(m) = self.check_modifiable(&h, Tid::new(tid.block, off), xid, mode)? {
                 // A fresh page stays all zeros (never logged, never published): a
                 // harmless hole that readers skip.
                 return Ok((m, false));
