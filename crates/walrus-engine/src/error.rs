@@ -80,6 +80,19 @@ pub enum Error {
     #[error("{0}")]
     DependentObjects(String),
 
+    /// DROP of a table another table's foreign key references (2BP01), with what
+    /// depends on it (PostgreSQL's detail).
+    #[error("{message}")]
+    HasDependents { message: String, detail: String },
+
+    /// A constraint name already used on the table (42710).
+    #[error("{0}")]
+    DuplicateObject(String),
+
+    /// No such constraint (42704).
+    #[error("{0}")]
+    UndefinedObject(String),
+
     /// A statement found the table's files replaced or gone: TRUNCATE or DROP TABLE
     /// committed by another transaction since the statement read the definition.
     #[error("relation \"{0}\" was truncated or dropped by a concurrent transaction; retry the statement")]
@@ -171,7 +184,9 @@ impl Error {
             Error::LockTimeout | Error::RowLockNotAvailable(_) => "55P03",
             Error::UndefinedTable(_) => "42P01",
             Error::UndefinedIndex(_) => "42704",
-            Error::DependentObjects(_) => "2BP01",
+            Error::DependentObjects(_) | Error::HasDependents { .. } => "2BP01",
+            Error::DuplicateObject(_) => "42710",
+            Error::UndefinedObject(_) => "42704",
             Error::DuplicateTable(_) => "42P07",
             Error::UndefinedColumn(_) => "42703",
             Error::NotNullViolation { .. } => "23502",

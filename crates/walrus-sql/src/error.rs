@@ -55,12 +55,19 @@ impl SqlError {
 impl From<walrus_engine::Error> for SqlError {
     fn from(e: walrus_engine::Error) -> SqlError {
         let detail = match &e {
-            walrus_engine::Error::UniqueViolation { detail, .. } => Some(detail.clone()),
+            walrus_engine::Error::UniqueViolation { detail, .. }
+            | walrus_engine::Error::HasDependents { detail, .. } => Some(detail.clone()),
             _ => None,
         };
         // PostgreSQL's hint for a full disk; the operation failed before changing
         // anything, so freeing space and retrying is all it takes.
-        let hint = (e.sqlstate() == "53100").then(|| "Check free disk space.".to_string());
+        let hint = match &e {
+            _ if e.sqlstate() == "53100" => Some("Check free disk space.".to_string()),
+            walrus_engine::Error::HasDependents { .. } => {
+                Some("Use DROP ... CASCADE to drop the dependent objects too.".to_string())
+            }
+            _ => None,
+        };
         SqlError {
             sqlstate: e.sqlstate(),
             message: e.to_string(),

@@ -10,6 +10,9 @@
 //!   introspection has one in a CASE branch only domains take).
 //! - `current_schema` written without parentheses is the function (a keyword in
 //!   PostgreSQL; sqlparser reads it as a column name).
+//! - `SELECT pg_partition_ancestors(rel)` (psql's `\d` asks it for the tables that
+//!   reference one) returns no rows: walrus has no partitions, and PostgreSQL returns
+//!   none for a relation that is neither a partition nor partitioned.
 
 use std::ops::ControlFlow;
 
@@ -75,6 +78,7 @@ impl VisitorMut for Rewriter {
     /// Queries are left in post-order, so an inner `WITH` is inlined before an outer one
     /// and an inner CTE shadows an outer one of the same name.
     fn pre_visit_query(&mut self, q: &mut Query) -> ControlFlow<SqlError> {
+        partition_ancestors_of_a_plain_table(q);
         match check_group_by_constants(&q.body) {
             Ok(()) => ControlFlow::Continue(()),
             Err(e) => ControlFlow::Break(e),
@@ -87,6 +91,68 @@ impl VisitorMut for Rewriter {
             Err(e) => ControlFlow::Break(e),
         }
     }
+}
+
+/// `SELECT [pg_catalog.]pg_partition_ancestors(x)` with no FROM becomes `SELECT
+/// x::regclass WHERE false`: the same column, no rows (see the module comment).
+fn partition_ancestors_of_a_plain_table(q: &mut Query) {
+    // The SELECTs of the query's body, set operations walked without recursion.
+    let mut pending = vec![q.body.as_mut()];
+    while let Some(set) = pending.pop() {
+        match set {
+            SetExpr::SetOperation { left, right, .. } => {
+                pending.push(left);
+                pending.push(right);
+            }
+            SetExpr::Select(sel) => partition_ancestors_select(sel),
+            _ => {}
+        }
+    }
+}
+
+fn partition_ancestors_select(sel: &mut sqlparser::ast::Select) {
+    if !sel.from.is_empty() || sel.selection.is_some() {
+        return;
+    }
+    let [sqlparser::ast::SelectItem::UnnamedExpr(Expr::Function(f))] = sel.projection.as_slice()
+    else {
+        return;
+    };
+    let name: Vec<String> = f
+        .name
+        .0
+        .iter()
+        .filter_map(|p| p.as_ident())
+        .map(ident)
+        .collect();
+    if !matches!(
+        name.iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .as_slice(),
+        ["pg_partition_ancestors"] | ["pg_catalog", "pg_partition_ancestors"]
+    ) {
+        return;
+    }
+    let FunctionArguments::List(list) = &f.args else {
+        return;
+    };
+    let [sqlparser::ast::FunctionArg::Unnamed(sqlparser::ast::FunctionArgExpr::Expr(arg))] =
+        list.args.as_slice()
+    else {
+        return;
+    };
+    let cast = Expr::Cast {
+        kind: sqlparser::ast::CastKind::DoubleColon,
+        expr: Box::new(arg.clone()),
+        data_type: sqlparser::ast::DataType::Regclass,
+        format: None,
+    };
+    sel.projection = vec![sqlparser::ast::SelectItem::ExprWithAlias {
+        expr: cast,
+        alias: Ident::new("pg_partition_ancestors"),
+    }];
+    sel.selection = Some(Expr::Value(sqlparser::ast::Value::Boolean(false).into()));
 }
 
 /// One CTE ready to inline: its name, column names and query.

@@ -24,6 +24,11 @@ const KIND_STATS: i16 = 3;
 /// lives in its own relation file's one page, changed outside transactions
 /// (`access/sequence.rs`).
 const KIND_SEQUENCE: i16 = 4;
+/// A CHECK or FOREIGN KEY constraint (PostgreSQL's `pg_constraint` row for them):
+/// `name` the constraint, field 3 its table, field 4 its definition. Its own row, so
+/// adding or dropping one leaves the table's row alone. (UNIQUE and PRIMARY KEY
+/// constraints are their indexes.)
+const KIND_CONSTRAINT: i16 = 5;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ColumnDef {
@@ -103,6 +108,174 @@ pub struct TableDef {
     /// What an INSERT that leaves a column out (or says `DEFAULT`) writes there, by
     /// column position; empty when no column has a default.
     pub defaults: Vec<Option<ColumnDefault>>,
+    /// Its CHECK and FOREIGN KEY constraints, by name (filled from their own catalog
+    /// rows when the view is built; never encoded with the table).
+    pub constraints: Vec<Arc<ConstraintDef>>,
+    /// The FOREIGN KEY constraints of any table (itself included) that reference it.
+    pub referenced_by: Vec<Arc<ConstraintDef>>,
+}
+
+/// A CHECK or FOREIGN KEY constraint of `table`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConstraintDef {
+    pub name: String,
+    pub table: String,
+    pub kind: ConstraintKind,
+    pub deferrable: bool,
+    pub initially_deferred: bool,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConstraintKind {
+    /// `CHECK (expr)`: the expression as SQL text (the SQL layer parses and evaluates
+    /// it; the engine never does).
+    Check {
+        expr: String,
+    },
+    ForeignKey(ForeignKeyDef),
+}
+
+/// `FOREIGN KEY (columns) REFERENCES ref_table (ref_columns)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ForeignKeyDef {
+    /// Positions of the referencing columns in the table.
+    pub columns: Vec<usize>,
+    pub ref_table: String,
+    /// Positions of the referenced columns in `ref_table`, pairwise with `columns`.
+    pub ref_columns: Vec<usize>,
+    pub on_delete: FkAction,
+    pub on_update: FkAction,
+    /// MATCH FULL (else MATCH SIMPLE).
+    pub match_full: bool,
+}
+
+/// What a change of a referenced key does to the rows that reference it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FkAction {
+    NoAction,
+    Restrict,
+    Cascade,
+    SetNull,
+    SetDefault,
+}
+
+impl FkAction {
+    /// PostgreSQL's `pg_constraint.confupdtype` / `confdeltype` letter.
+    pub fn letter(self) -> char {
+        match self {
+            FkAction::NoAction => 'a',
+            FkAction::Restrict => 'r',
+            FkAction::Cascade => 'c',
+            FkAction::SetNull => 'n',
+            FkAction::SetDefault => 'd',
+        }
+    }
+
+    fn from_letter(c: char) -> Option<FkAction> {
+        Some(match c {
+            'a' => FkAction::NoAction,
+            'r' => FkAction::Restrict,
+            'c' => FkAction::Cascade,
+            'n' => FkAction::SetNull,
+            'd' => FkAction::SetDefault,
+            _ => return None,
+        })
+    }
+}
+
+impl ConstraintDef {
+    pub fn foreign_key(&self) -> Option<&ForeignKeyDef> {
+        match &self.kind {
+            ConstraintKind::ForeignKey(fk) => Some(fk),
+            ConstraintKind::Check { .. } => None,
+        }
+    }
+}
+
+/// A constraint's catalog row: `field 4` is `c<flags>:<expr>` for a CHECK,
+/// `f<flags>:<cols>;<ref table len>:<ref table><ref cols>;<del><upd><match>` for a
+/// foreign key, where flags are the deferrable and initially-deferred bits.
+pub fn encode_constraint(c: &ConstraintDef) -> Vec<u8> {
+    let flags = format!("{}{}", c.deferrable as u8, c.initially_deferred as u8);
+    let list = |v: &[usize]| v.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+    let spec = match &c.kind {
+        ConstraintKind::Check { expr } => format!("c{flags}:{expr}"),
+        ConstraintKind::ForeignKey(fk) => format!(
+            "f{flags}:{};{}:{}{};{}{}{}",
+            list(&fk.columns),
+            fk.ref_table.len(),
+            fk.ref_table,
+            list(&fk.ref_columns),
+            fk.on_delete.letter(),
+            fk.on_update.letter(),
+            if fk.match_full { 'f' } else { 's' },
+        ),
+    };
+    let mut out = Vec::new();
+    encode_row(
+        &[
+            Datum::Int2(KIND_CONSTRAINT),
+            Datum::Text(c.name.clone()),
+            Datum::Int8(0),
+            Datum::Text(c.table.clone()),
+            Datum::Text(spec),
+            Datum::Bool(false),
+            Datum::Bool(false),
+            Datum::Int2(0),
+        ],
+        &mut out,
+    );
+    out
+}
+
+fn decode_constraint(name: String, table: String, spec: &str) -> Result<ConstraintDef> {
+    let bad_spec = || bad("bad constraint definition");
+    let (head, body) = spec.split_once(':').ok_or_else(bad_spec)?;
+    let mut h = head.chars();
+    let (Some(kind), Some(d), Some(i), None) = (h.next(), h.next(), h.next(), h.next()) else {
+        return Err(bad_spec());
+    };
+    let list = |s: &str| -> Result<Vec<usize>> {
+        s.split(',')
+            .map(|x| x.parse::<usize>().map_err(|_| bad_spec()))
+            .collect()
+    };
+    let kind = match kind {
+        'c' => ConstraintKind::Check {
+            expr: body.to_string(),
+        },
+        'f' => {
+            let (cols, rest) = body.split_once(';').ok_or_else(bad_spec)?;
+            let (len, rest) = rest.split_once(':').ok_or_else(bad_spec)?;
+            let len: usize = len.parse().map_err(|_| bad_spec())?;
+            if len > rest.len() || !rest.is_char_boundary(len) {
+                return Err(bad_spec());
+            }
+            let (ref_table, rest) = rest.split_at(len);
+            let (ref_cols, tail) = rest.split_once(';').ok_or_else(bad_spec)?;
+            let mut t = tail.chars();
+            let (Some(del), Some(upd), Some(m), None) = (t.next(), t.next(), t.next(), t.next())
+            else {
+                return Err(bad_spec());
+            };
+            ConstraintKind::ForeignKey(ForeignKeyDef {
+                columns: list(cols)?,
+                ref_table: ref_table.to_string(),
+                ref_columns: list(ref_cols)?,
+                on_delete: FkAction::from_letter(del).ok_or_else(bad_spec)?,
+                on_update: FkAction::from_letter(upd).ok_or_else(bad_spec)?,
+                match_full: m == 'f',
+            })
+        }
+        _ => return Err(bad_spec()),
+    };
+    Ok(ConstraintDef {
+        name,
+        table,
+        kind,
+        deferrable: d == '1',
+        initially_deferred: i == '1',
+    })
 }
 
 /// A column's default: an expression kept as SQL text (the SQL layer parses and
@@ -138,6 +311,7 @@ pub enum CatalogEntry {
     Index { tid: Tid, def: IndexDef },
     Stats { tid: Tid, stats: TableStatsEntry },
     Sequence { tid: Tid, def: SequenceDef },
+    Constraint { tid: Tid, def: ConstraintDef },
 }
 
 /// One table's stored statistics (see `KIND_STATS`).
@@ -398,6 +572,8 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                     fillfactor: int(&v[7])? as u8,
                     indexes: Vec::new(),
                     defaults,
+                    constraints: Vec::new(),
+                    referenced_by: Vec::new(),
                 },
             })
         }
@@ -459,6 +635,10 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                 },
             })
         }
+        KIND_CONSTRAINT => Ok(CatalogEntry::Constraint {
+            tid,
+            def: decode_constraint(name, text(&v[3])?, &text(&v[4])?)?,
+        }),
         _ => Err(bad(format!("unknown catalog row kind {kind}"))),
     }
 }
@@ -489,8 +669,24 @@ impl CatalogView {
                 }
             }
         }
+        for e in &entries {
+            if let CatalogEntry::Constraint { def, .. } = e {
+                let def = Arc::new(def.clone());
+                if let Some(fk) = def.foreign_key() {
+                    if let Some(t) = tables.get_mut(&fk.ref_table) {
+                        t.referenced_by.push(def.clone());
+                    }
+                }
+                if let Some(t) = tables.get_mut(&def.table) {
+                    t.constraints.push(def);
+                }
+            }
+        }
         for t in tables.values_mut() {
             t.indexes.sort_by(|a, b| a.name.cmp(&b.name));
+            t.constraints.sort_by(|a, b| a.name.cmp(&b.name));
+            t.referenced_by
+                .sort_by(|a, b| (&a.table, &a.name).cmp(&(&b.table, &b.name)));
         }
         let mut statistics = HashMap::new();
         for e in &entries {
@@ -564,6 +760,16 @@ impl CatalogView {
             .collect()
     }
 
+    /// Where the catalog row of `table`'s constraint `name` lives.
+    pub fn constraint_tid(&self, table: &str, name: &str) -> Option<Tid> {
+        self.entries.iter().find_map(|e| match e {
+            CatalogEntry::Constraint { tid, def } if def.table == table && def.name == name => {
+                Some(*tid)
+            }
+            _ => None,
+        })
+    }
+
     pub fn entry_tid(&self, kind_table: bool, name: &str) -> Option<Tid> {
         self.entries.iter().find_map(|e| match e {
             CatalogEntry::Table { tid, def } if kind_table && def.name == name => Some(*tid),
@@ -608,6 +814,8 @@ mod tests {
             ],
             fillfactor: 100,
             indexes: vec![],
+            constraints: vec![],
+            referenced_by: vec![],
             defaults: vec![
                 None,
                 Some(ColumnDefault::Expr("'a,b:c'::text".into())),
@@ -635,6 +843,36 @@ mod tests {
             other => panic!("decoded {other:?}"),
         }
         assert!(decode_entry(Tid::new(0, 3), b"\x01\x00garbage").is_err());
+        for c in [
+            ConstraintDef {
+                name: "price_positive".into(),
+                table: "items".into(),
+                kind: ConstraintKind::Check {
+                    expr: "price > 0 AND note <> ':;,'".into(),
+                },
+                deferrable: false,
+                initially_deferred: false,
+            },
+            ConstraintDef {
+                name: "items_order_fkey".into(),
+                table: "items".into(),
+                kind: ConstraintKind::ForeignKey(ForeignKeyDef {
+                    columns: vec![2, 0],
+                    ref_table: "or;d:ers".into(),
+                    ref_columns: vec![0, 1],
+                    on_delete: FkAction::Cascade,
+                    on_update: FkAction::SetDefault,
+                    match_full: true,
+                }),
+                deferrable: true,
+                initially_deferred: true,
+            },
+        ] {
+            match decode_entry(Tid::new(0, 4), &encode_constraint(&c)).unwrap() {
+                CatalogEntry::Constraint { def, .. } => assert_eq!(def, c),
+                other => panic!("decoded {other:?}"),
+            }
+        }
     }
 
     /// A table row written before columns had a type modifier (three-field column

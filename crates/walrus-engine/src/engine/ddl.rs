@@ -213,6 +213,8 @@ impl Transaction {
             fillfactor: fillfactor.clamp(10, 100),
             indexes: vec![],
             defaults,
+            constraints: vec![],
+            referenced_by: vec![],
         };
         self.catalog_insert(&catalog::encode_table(&def))?;
         self.inner.pool.set_relation_name(relfile, name);
@@ -343,6 +345,8 @@ impl Transaction {
             if nd
                 != (TableDef {
                     indexes: vec![],
+                    constraints: nd.constraints.clone(),
+                    referenced_by: nd.referenced_by.clone(),
                     ..(*def).clone()
                 })
             {
@@ -409,10 +413,100 @@ impl Transaction {
         Ok(())
     }
 
+    /// CHECK / FOREIGN KEY: a catalog row of its own. The table is held as for DDL
+    /// (its writers finish first, later ones wait), and so is a foreign key's
+    /// referenced table; the caller has checked the existing rows against it under
+    /// the same holds (it calls this first, then validates in the same transaction).
+    pub fn add_constraint(&mut self, c: &catalog::ConstraintDef) -> Result<()> {
+        self.before_write()?;
+        let inner = self.inner.clone();
+        if let Some(fk) = c.foreign_key() {
+            if fk.ref_table != c.table {
+                drop(self.lock_for_ddl(&inner, &fk.ref_table)?);
+            }
+        }
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, &c.table)?;
+        if def.constraints.iter().any(|x| x.name == c.name)
+            || def.indexes.iter().any(|i| i.name == c.name)
+        {
+            return Err(Error::DuplicateObject(format!(
+                "constraint \"{}\" for relation \"{}\" already exists",
+                c.name, c.table
+            )));
+        }
+        if let Some(fk) = c.foreign_key() {
+            let parent = view.table(&fk.ref_table)?;
+            let in_range = |cols: &[usize], n: usize| cols.iter().all(|&i| i < n);
+            if fk.columns.len() != fk.ref_columns.len()
+                || !in_range(&fk.columns, def.columns.len())
+                || !in_range(&fk.ref_columns, parent.columns.len())
+            {
+                return Err(Error::InvalidInput(format!(
+                    "foreign key \"{}\" has mismatched columns",
+                    c.name
+                )));
+            }
+        }
+        self.catalog_insert(&catalog::encode_constraint(c))?;
+        Ok(())
+    }
+
+    /// ALTER TABLE ... DROP CONSTRAINT of a CHECK or FOREIGN KEY constraint.
+    pub fn drop_constraint(&mut self, table: &str, name: &str) -> Result<()> {
+        self.before_write()?;
+        let inner = self.inner.clone();
+        let (_ddl, view, _def) = self.lock_for_ddl(&inner, table)?;
+        let tid = view.constraint_tid(table, name).ok_or_else(|| {
+            Error::UndefinedObject(format!(
+                "constraint \"{name}\" of relation \"{table}\" does not exist"
+            ))
+        })?;
+        self.catalog_delete(tid)?;
+        Ok(())
+    }
+
+    /// DROP TABLE. Its own constraints go with it. Foreign keys of other tables that
+    /// reference it are a dependency: refused (2BP01) unless `cascade`, which drops
+    /// those constraints (not their tables), as PostgreSQL's DROP ... CASCADE does.
+    pub fn drop_table_cascade(&mut self, name: &str, cascade: bool) -> Result<()> {
+        let def = self.table(name)?;
+        let foreign: Vec<_> = def
+            .referenced_by
+            .iter()
+            .filter(|c| c.table != name)
+            .cloned()
+            .collect();
+        if !foreign.is_empty() && !cascade {
+            let detail = foreign
+                .iter()
+                .map(|c| {
+                    format!(
+                        "constraint {} on table {} depends on table {name}",
+                        c.name, c.table
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            return Err(Error::HasDependents {
+                message: format!("cannot drop table {name} because other objects depend on it"),
+                detail,
+            });
+        }
+        for c in &foreign {
+            self.drop_constraint(&c.table, &c.name)?;
+        }
+        self.drop_table(name)
+    }
+
     pub fn drop_table(&mut self, name: &str) -> Result<()> {
         self.before_write()?;
         let inner = self.inner.clone();
         let (_ddl, view, def) = self.lock_for_ddl(&inner, name)?;
+        for c in &def.constraints {
+            if let Some(tid) = view.constraint_tid(name, &c.name) {
+                self.catalog_delete(tid)?;
+            }
+        }
         for i in &def.indexes {
             let tid = view
                 .entry_tid(false, &i.name)
@@ -471,6 +565,16 @@ impl Transaction {
     /// index of a primary key cannot be dropped on its own (PostgreSQL: the constraint
     /// needs it).
     pub fn drop_index(&mut self, name: &str) -> Result<()> {
+        self.drop_index_of(name, false)
+    }
+
+    /// ALTER TABLE ... DROP CONSTRAINT of a primary key: its index goes (its columns
+    /// stay NOT NULL, as in PostgreSQL).
+    pub fn drop_primary_key(&mut self, _table: &str, name: &str) -> Result<()> {
+        self.drop_index_of(name, true)
+    }
+
+    fn drop_index_of(&mut self, name: &str, primary_ok: bool) -> Result<()> {
         self.before_write()?;
         let table = self
             .catalog()?
@@ -487,7 +591,7 @@ impl Transaction {
             .iter()
             .find(|i| i.name == name)
             .ok_or_else(|| Error::UndefinedIndex(name.to_string()))?;
-        if idx.primary {
+        if idx.primary && !primary_ok {
             return Err(Error::DependentObjects(format!(
                 "cannot drop index {name} because constraint {name} on table {table} requires it"
             )));

@@ -53,7 +53,9 @@ enum NewVersion<'a> {
 }
 
 impl Transaction {
-    fn check_row(def: &TableDef, values: &[Datum]) -> Result<()> {
+    /// NOT NULL and value types of a whole new row (also the SQL layer's first step
+    /// before CHECK constraints, which PostgreSQL evaluates after NOT NULL).
+    pub fn check_row(def: &TableDef, values: &[Datum]) -> Result<()> {
         if values.len() != def.columns.len() {
             return Err(Error::InvalidInput(format!(
                 "table \"{}\" has {} columns, got {} values",

@@ -89,3 +89,34 @@ impl Transaction {
         self.row_lock_keys.len()
     }
 }
+
+impl Transaction {
+    /// Whether the row version at `tid` of `def`'s table is still a live row for this
+    /// transaction: created by a transaction that committed or by this one (not by a
+    /// savepoint since rolled back), and neither deleted nor replaced by a committed
+    /// transaction or by this one. A deferred foreign-key check skips the versions that
+    /// are gone by the time it runs, as PostgreSQL's does.
+    pub fn version_is_live(&mut self, def: &TableDef, tid: Tid) -> Result<bool> {
+        use crate::access::heap::tuple::{XMAX_INVALID, XMIN_INVALID};
+        use crate::txn::clog::XidStatus;
+        let inner = self.inner.clone();
+        let rel = inner.rel(def.relfile, def.fillfactor);
+        let heap = Heap::new(&inner.pool, &inner.txn, &rel);
+        let Some((h, _)) = heap.read_version(tid)? else {
+            return Ok(false);
+        };
+        let own = |x| self.own_xids.binary_search(&x).is_ok();
+        let xmin_live = !h.has(XMIN_INVALID)
+            && (own(h.xmin) || inner.txn.try_status(h.xmin)? == XidStatus::Committed);
+        if !xmin_live {
+            return Ok(false);
+        }
+        if !h.xmax.is_valid() || h.has(XMAX_INVALID) {
+            return Ok(true);
+        }
+        if own(h.xmax) {
+            return Ok(false);
+        }
+        Ok(inner.txn.try_status(h.xmax)? != XidStatus::Committed)
+    }
+}

@@ -154,6 +154,17 @@ impl Transaction {
         }
     }
 
+    /// Runs `f` reading through a snapshot taken now, then gives the transaction its
+    /// own back: foreign-key checks see the latest committed rows, as PostgreSQL's
+    /// referential-integrity checks do, whatever the isolation level.
+    pub fn with_fresh_snapshot<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> R {
+        let saved = self.snapshot.take();
+        self.snapshot = Some(self.inner.txn.extra_snapshot(self.proc));
+        let r = f(self);
+        self.snapshot = saved;
+        r
+    }
+
     pub(super) fn snapshot(&mut self) -> Snapshot {
         if self.snapshot.is_none() {
             self.snapshot = Some(self.inner.txn.snapshot(self.proc));

@@ -284,6 +284,8 @@ impl Engine {
             fillfactor: 100,
             indexes: Vec::new(),
             defaults: Vec::new(),
+            constraints: Vec::new(),
+            referenced_by: Vec::new(),
         };
         let mut throttle = Throttle::new(inner, kind, [interrupt, None]);
         let report = vacuum_relation(inner, &def, &mut throttle, None)?;

@@ -230,6 +230,17 @@ impl TxnManager {
     /// Takes a snapshot and registers its xmin for transaction `proc` (which keeps dead
     /// rows it may still see from being pruned).
     pub fn snapshot(&self, proc: u64) -> Snapshot {
+        self.snapshot_with(proc, false)
+    }
+
+    /// A snapshot taken for one check inside a transaction that keeps its own (a
+    /// foreign-key check under REPEATABLE READ): the registered xmin stays at the older
+    /// of the two, so pruning never passes what the kept snapshot still sees.
+    pub fn extra_snapshot(&self, proc: u64) -> Snapshot {
+        self.snapshot_with(proc, true)
+    }
+
+    fn snapshot_with(&self, proc: u64, keep_older: bool) -> Snapshot {
         let mut p = self.procs.lock();
         let xmax = self.next_xid();
         let mut xip: Vec<Xid> = Vec::with_capacity(p.1.len());
@@ -246,7 +257,10 @@ impl TxnManager {
         xip.sort_unstable();
         let xmin = xip.first().copied().unwrap_or(xmax);
         if let Some(e) = p.1.get_mut(&proc) {
-            e.snapshot_xmin = Some(xmin);
+            e.snapshot_xmin = match e.snapshot_xmin {
+                Some(old) if keep_older => Some(old.min(xmin)),
+                _ => Some(xmin),
+            };
         }
         // The global xmin falls out of the same pass (our own older snapshot_xmin, if
         // any, only makes it lower: conservative).

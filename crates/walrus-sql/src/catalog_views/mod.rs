@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::access::heap::activity::ActivitySnapshot;
-use walrus_engine::catalog::{IndexDef, TableDef};
+use walrus_engine::catalog::{ConstraintDef, IndexDef, TableDef};
 use walrus_engine::engine::CheckpointStats;
 use walrus_engine::Engine;
 
@@ -528,6 +528,17 @@ fn relfile_oid(r: walrus_base::RelFileId) -> i64 {
     r.0 as i64
 }
 
+/// A CHECK or FOREIGN KEY constraint's OID (`pg_constraint.oid`): they have no
+/// relation file, so one is derived from the table's file and the constraint's name,
+/// stable while both are, in a range no relation file reaches.
+pub(super) fn constraint_oid(table: &TableDef, c: &ConstraintDef) -> i64 {
+    let mut h: u32 = 0x811c_9dc5 ^ table.relfile.0;
+    for b in c.name.bytes() {
+        h = (h ^ b as u32).wrapping_mul(0x0100_0193);
+    }
+    (0x4000_0000 | (h & 0x3fff_ffff)) as i64
+}
+
 impl Snapshot {
     pub(crate) fn take(source: Source<'_>) -> Snapshot {
         let Source {
@@ -625,6 +636,74 @@ impl Snapshot {
         self.tables
             .iter()
             .flat_map(|t| t.indexes.iter().map(move |i| (t.as_ref(), i)))
+    }
+
+    /// Every CHECK and FOREIGN KEY constraint, with its table.
+    pub(super) fn constraints(&self) -> impl Iterator<Item = (&TableDef, &ConstraintDef)> {
+        self.tables
+            .iter()
+            .flat_map(|t| t.constraints.iter().map(move |c| (t.as_ref(), c.as_ref())))
+    }
+
+    /// `pg_get_constraintdef` of a CHECK or FOREIGN KEY constraint: PostgreSQL's text
+    /// (`pretty`: without the extra parentheses around a CHECK's operator).
+    fn constraint_def(&self, table: &TableDef, c: &ConstraintDef, pretty: bool) -> String {
+        use walrus_engine::catalog::{ConstraintKind, FkAction};
+        let q = crate::names::quote_ident;
+        let mut out = match &c.kind {
+            ConstraintKind::Check { expr } => {
+                let shown = crate::exec::defaults::parse_default(expr)
+                    .map(|e| crate::exec::ddl::deparse(&e))
+                    .unwrap_or_else(|_| expr.clone());
+                if pretty && shown.starts_with('(') && shown.ends_with(')') {
+                    format!("CHECK {shown}")
+                } else {
+                    format!("CHECK ({shown})")
+                }
+            }
+            ConstraintKind::ForeignKey(fk) => {
+                let parent = self.tables.iter().find(|t| t.name == fk.ref_table);
+                let names = |def: Option<&TableDef>, cols: &[usize]| {
+                    cols.iter()
+                        .map(|&i| {
+                            def.and_then(|d| d.columns.get(i))
+                                .map_or("?".into(), |col| q(&col.name))
+                        })
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let mut s = format!(
+                    "FOREIGN KEY ({}) REFERENCES {}({})",
+                    names(Some(table), &fk.columns),
+                    q(&fk.ref_table),
+                    names(parent.map(|p| p.as_ref()), &fk.ref_columns)
+                );
+                if fk.match_full {
+                    s.push_str(" MATCH FULL");
+                }
+                let word = |a: FkAction| match a {
+                    FkAction::NoAction => None,
+                    FkAction::Restrict => Some("RESTRICT"),
+                    FkAction::Cascade => Some("CASCADE"),
+                    FkAction::SetNull => Some("SET NULL"),
+                    FkAction::SetDefault => Some("SET DEFAULT"),
+                };
+                if let Some(w) = word(fk.on_update) {
+                    s.push_str(&format!(" ON UPDATE {w}"));
+                }
+                if let Some(w) = word(fk.on_delete) {
+                    s.push_str(&format!(" ON DELETE {w}"));
+                }
+                s
+            }
+        };
+        if c.deferrable {
+            out.push_str(" DEFERRABLE");
+        }
+        if c.initially_deferred {
+            out.push_str(" INITIALLY DEFERRED");
+        }
+        out
     }
 
     fn relation_name(&self, oid: i64) -> Option<String> {
@@ -826,13 +905,20 @@ impl Snapshot {
             }
             "pg_get_constraintdef" => {
                 let oid = oid_arg(0)?;
+                let pretty = matches!(args.get(1), Some(Datum::Bool(true)));
                 match self.indexes().find(|(_, i)| relfile_oid(i.relfile) == oid) {
                     Some((tbl, idx)) => t(&format!(
                         "{} ({})",
                         if idx.primary { "PRIMARY KEY" } else { "UNIQUE" },
                         Self::index_columns(tbl, idx)
                     )),
-                    None => Datum::Null,
+                    None => match self
+                        .constraints()
+                        .find(|(tb, c)| constraint_oid(tb, c) == oid)
+                    {
+                        Some((tbl, c)) => t(&self.constraint_def(tbl, c, pretty)),
+                        None => Datum::Null,
+                    },
                 }
             }
             "pg_relation_size" | "pg_table_size" | "pg_indexes_size" | "pg_total_relation_size" => {

@@ -6,11 +6,83 @@ use walrus_engine::access::datum::{ArrayValue, Datum, TypeId};
 use walrus_engine::catalog::{ColumnDef, ColumnDefault, DeclaredType};
 
 use super::{
-    b, o, proc, relfile_oid, t, xid, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG,
+    b, constraint_oid, o, proc, relfile_oid, t, xid, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG,
     NS_INFORMATION_SCHEMA, NS_PUBLIC, ROLE_OID, TYPES,
 };
 
 impl Snapshot {
+    /// `pg_constraint` rows of the CHECK and FOREIGN KEY constraints.
+    fn constraint_rows(&self) -> Vec<Vec<Datum>> {
+        use walrus_engine::catalog::ConstraintKind;
+        let int2s = |cols: &[usize]| {
+            Datum::Array(Box::new(ArrayValue {
+                elem: TypeId::Int2,
+                items: cols.iter().map(|&c| Datum::Int2(c as i16 + 1)).collect(),
+            }))
+        };
+        self.constraints()
+            .map(|(tbl, c)| {
+                let fk = match &c.kind {
+                    ConstraintKind::ForeignKey(fk) => Some(fk),
+                    ConstraintKind::Check { .. } => None,
+                };
+                let parent = fk.and_then(|fk| self.tables.iter().find(|t| t.name == fk.ref_table));
+                // The referenced table's unique index the key is checked through.
+                let index = fk.zip(parent).and_then(|(fk, p)| {
+                    let mut want = fk.ref_columns.clone();
+                    want.sort_unstable();
+                    p.indexes.iter().find(|i| {
+                        let mut have = i.columns.clone();
+                        have.sort_unstable();
+                        i.unique && have == want
+                    })
+                });
+                let letter = |ch: char| t(&ch.to_string());
+                let check_columns: Vec<usize> = match &c.kind {
+                    ConstraintKind::Check { expr } => crate::exec::defaults::parse_default(expr)
+                        .map(|e| {
+                            let mut cols = Vec::new();
+                            let _ = sqlparser::ast::visit_expressions(e.as_ref(), |x| {
+                                if let sqlparser::ast::Expr::Identifier(i) = x {
+                                    if let Some(p) = tbl.column_index(&crate::names::ident(i)) {
+                                        if !cols.contains(&p) {
+                                            cols.push(p);
+                                        }
+                                    }
+                                }
+                                std::ops::ControlFlow::<()>::Continue(())
+                            });
+                            cols
+                        })
+                        .unwrap_or_default(),
+                    ConstraintKind::ForeignKey(fk) => fk.columns.clone(),
+                };
+                vec![
+                    o(constraint_oid(tbl, c)),
+                    t(&c.name),
+                    o(NS_PUBLIC),
+                    t(if fk.is_some() { "f" } else { "c" }),
+                    b(c.deferrable),
+                    b(c.initially_deferred),
+                    b(true),
+                    o(relfile_oid(tbl.relfile)),
+                    o(0),
+                    o(index.map_or(0, |i| relfile_oid(i.relfile))),
+                    o(0),
+                    o(parent.map_or(0, |p| relfile_oid(p.relfile))),
+                    fk.map_or(t(" "), |f| letter(f.on_update.letter())),
+                    fk.map_or(t(" "), |f| letter(f.on_delete.letter())),
+                    fk.map_or(t(" "), |f| letter(if f.match_full { 'f' } else { 's' })),
+                    b(true),
+                    Datum::Int4(0),
+                    b(false),
+                    int2s(&check_columns),
+                    fk.map_or(Datum::Null, |f| int2s(&f.ref_columns)),
+                ]
+            })
+            .collect()
+    }
+
     pub(super) fn rows(&self, name: &str, settings: &BTreeMap<String, String>) -> Vec<Vec<Datum>> {
         let n = Datum::Null;
         match name {
@@ -36,6 +108,19 @@ impl Snapshot {
                         !tbl.indexes.is_empty(),
                         tbl.fillfactor,
                     ));
+                    // CHECK constraints counted; foreign keys on either side are
+                    // PostgreSQL's triggers (psql shows them when this is set).
+                    if let Some(row) = rows.last_mut() {
+                        use walrus_engine::catalog::ConstraintKind;
+                        let checks = tbl
+                            .constraints
+                            .iter()
+                            .filter(|c| matches!(c.kind, ConstraintKind::Check { .. }))
+                            .count();
+                        let fks = tbl.constraints.len() - checks + tbl.referenced_by.len();
+                        row[18] = Datum::Int2(checks.min(i16::MAX as usize) as i16);
+                        row[20] = b(fks > 0);
+                    }
                     // ANALYZE's counts; never analyzed: 0 pages, -1 rows (PostgreSQL's).
                     if let (Some(st), Some(row)) = (self.statistics.get(&tbl.name), rows.last_mut())
                     {
@@ -293,9 +378,9 @@ impl Snapshot {
                 })
                 .collect(),
             "pg_constraint" => self
-                .indexes()
-                .filter(|(_, i)| i.unique)
-                .map(|(tbl, idx)| {
+                .constraint_rows()
+                .into_iter()
+                .chain(self.indexes().filter(|(_, i)| i.unique).map(|(tbl, idx)| {
                     let key: Vec<Datum> = idx
                         .columns
                         .iter()
@@ -325,7 +410,7 @@ impl Snapshot {
                             items: key,
                         })),
                     ]
-                })
+                }))
                 .collect(),
             "pg_am" => vec![
                 vec![o(AM_HEAP), t("heap"), proc("heap_tableam_handler"), t("t")],

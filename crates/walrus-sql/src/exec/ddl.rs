@@ -39,6 +39,27 @@ fn add_constraint(t: &mut Transaction, table: &str, c: &TableConstraint) -> SqlR
                 .unwrap_or_else(|| format!("{table}_{}_key", cols.join("_")));
             create_index(t, table, &name, &cols, true, false)
         }
+        TableConstraint::Check(c) => {
+            let def = t.table(table)?;
+            let cons = super::constraints::check_constraint(
+                t,
+                &def,
+                c.name.as_ref().map(ident),
+                &c.expr,
+                &[],
+            )?;
+            if c.enforced == Some(false) {
+                return Err(SqlError::unsupported(
+                    "NOT ENFORCED constraints are not supported",
+                ));
+            }
+            super::constraints::add(t, &cons)
+        }
+        TableConstraint::ForeignKey(fk) => {
+            let def = t.table(table)?;
+            let cons = super::constraints::foreign_key(t, &def, fk, None, &[])?;
+            super::constraints::add(t, &cons)
+        }
         other => Err(SqlError::unsupported(format!(
             "constraint {other} is not supported"
         ))),
@@ -197,7 +218,7 @@ fn check_default(e: &ast::Expr, col: &ColumnDef) -> SqlResult<Option<String>> {
 /// operator in parentheses, a string literal with its resolved type (`'x'::text`, and
 /// `'s'::regclass` as nextval's argument), function calls with their arguments so
 /// printed; anything else as written.
-fn deparse(e: &ast::Expr) -> String {
+pub(crate) fn deparse(e: &ast::Expr) -> String {
     fn string(s: &str, ty: &str) -> String {
         format!("'{}'::{ty}", s.replace('\'', "''"))
     }
@@ -320,6 +341,13 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
     let mut pk: Option<Vec<String>> = None;
     // Column-level UNIQUE: (constraint name, column), created after the table.
     let mut uniques: Vec<(String, String)> = Vec::new();
+    // CHECK and FOREIGN KEY constraints, added once the table and its unique indexes
+    // exist (a foreign key may reference the table itself).
+    enum Later {
+        Check(Option<String>, ast::Expr),
+        ForeignKey(ast::ForeignKeyConstraint, Option<String>),
+    }
+    let mut later: Vec<Later> = Vec::new();
     for c in &ct.columns {
         let cname = ident(&c.name);
         // varchar(n), char(n) and numeric(p,s) keep their type modifier in the catalog;
@@ -390,6 +418,22 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
                         sequence: seq,
                     });
                 }
+                ColumnOption::Check(c) => {
+                    if c.enforced == Some(false) {
+                        return Err(SqlError::unsupported(
+                            "NOT ENFORCED constraints are not supported",
+                        ));
+                    }
+                    let name = o.name.as_ref().or(c.name.as_ref()).map(ident);
+                    later.push(Later::Check(name, (*c.expr).clone()));
+                }
+                ColumnOption::ForeignKey(fk) => {
+                    let mut fk = fk.clone();
+                    if fk.name.is_none() {
+                        fk.name = o.name.clone();
+                    }
+                    later.push(Later::ForeignKey(fk, Some(cname.clone())));
+                }
                 ColumnOption::NotNull => not_null = true,
                 ColumnOption::Null => {}
                 ColumnOption::PrimaryKey(_) => {
@@ -443,15 +487,25 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
         }
     }
     for c in &ct.constraints {
-        if let TableConstraint::PrimaryKey(p) = c {
-            pk = Some(
-                p.columns
-                    .iter()
-                    .map(|c| c.column.expr.to_string().to_ascii_lowercase())
-                    .collect(),
-            );
-        } else {
-            add_constraint(t, &name, c)?;
+        match c {
+            TableConstraint::PrimaryKey(p) => {
+                pk = Some(
+                    p.columns
+                        .iter()
+                        .map(|c| c.column.expr.to_string().to_ascii_lowercase())
+                        .collect(),
+                );
+            }
+            TableConstraint::Check(c) => {
+                if c.enforced == Some(false) {
+                    return Err(SqlError::unsupported(
+                        "NOT ENFORCED constraints are not supported",
+                    ));
+                }
+                later.push(Later::Check(c.name.as_ref().map(ident), (*c.expr).clone()));
+            }
+            TableConstraint::ForeignKey(fk) => later.push(Later::ForeignKey(fk.clone(), None)),
+            _ => add_constraint(t, &name, c)?,
         }
     }
     if let Some(cols) = pk {
@@ -459,6 +513,20 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
     }
     for (cons, col) in &uniques {
         create_index(t, &name, cons, std::slice::from_ref(col), true, false)?;
+    }
+    let mut taken: Vec<String> = Vec::new();
+    for l in later {
+        let def = t.table(&name)?;
+        let cons = match l {
+            Later::Check(cname, e) => {
+                super::constraints::check_constraint(t, &def, cname, &e, &taken)?
+            }
+            Later::ForeignKey(fk, column) => {
+                super::constraints::foreign_key(t, &def, &fk, column.as_deref(), &taken)?
+            }
+        };
+        taken.push(cons.name.clone());
+        t.add_constraint(&cons)?;
     }
     Ok(QueryResult::tag("CREATE TABLE"))
 }
@@ -632,14 +700,45 @@ pub(crate) fn drop_objects(
     names: &[ast::ObjectName],
     if_exists: bool,
     index: bool,
+    cascade: bool,
 ) -> SqlResult<QueryResult> {
     use walrus_engine::Error::{UndefinedIndex, UndefinedTable};
-    for n in names {
-        let name = object_name(n);
+    let listed: Vec<String> = names.iter().map(object_name).collect();
+    for name in &listed {
         let dropped = if index {
-            t.drop_index(&name)
+            if let Some((_, c)) = foreign_key_needing_index(t, name)? {
+                return Err(SqlError::new(
+                    "2BP01",
+                    format!("cannot drop index {name} because other objects depend on it"),
+                )
+                .with_detail(format!(
+                    "constraint {} on table {} depends on index {name}",
+                    c.name, c.table
+                ))
+                .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+            }
+            t.drop_index(name)
         } else {
-            t.drop_table(&name)
+            // Foreign keys between tables dropped together are no dependency.
+            match t.table(name) {
+                Ok(def) => {
+                    let outside = def
+                        .referenced_by
+                        .iter()
+                        .any(|c| c.table != *name && !listed.contains(&c.table));
+                    let inside: Vec<_> = def
+                        .referenced_by
+                        .iter()
+                        .filter(|c| c.table != *name && listed.contains(&c.table))
+                        .cloned()
+                        .collect();
+                    for c in inside {
+                        t.drop_constraint(&c.table, &c.name)?;
+                    }
+                    t.drop_table_cascade(name, cascade || !outside)
+                }
+                Err(e) => Err(e),
+            }
         };
         match dropped {
             Err(UndefinedTable(_)) if if_exists && !index => {}
@@ -654,11 +753,72 @@ pub(crate) fn drop_objects(
     }))
 }
 
+/// A foreign key that references the columns of unique index `index` (which then
+/// cannot go on its own), with the index's table.
+fn foreign_key_needing_index(
+    t: &mut Transaction,
+    index: &str,
+) -> SqlResult<
+    Option<(
+        String,
+        std::sync::Arc<walrus_engine::catalog::ConstraintDef>,
+    )>,
+> {
+    let view = t.catalog()?;
+    for def in view.tables.values() {
+        let Some(idx) = def.indexes.iter().find(|i| i.name == index && i.unique) else {
+            continue;
+        };
+        let mut cols = idx.columns.clone();
+        cols.sort_unstable();
+        for c in &def.referenced_by {
+            let mut r = c.foreign_key().expect("foreign key").ref_columns.clone();
+            r.sort_unstable();
+            if r == cols {
+                return Ok(Some((def.name.clone(), c.clone())));
+            }
+        }
+    }
+    Ok(None)
+}
+
 /// `TRUNCATE [TABLE] names`.
 pub(crate) fn truncate(t: &mut Transaction, tr: &ast::Truncate) -> SqlResult<QueryResult> {
-    for tn in &tr.table_names {
-        let name = object_name(&tn.name);
-        t.truncate(&name)?;
+    let mut names: Vec<String> = tr
+        .table_names
+        .iter()
+        .map(|tn| object_name(&tn.name))
+        .collect();
+    let cascade = matches!(tr.cascade, Some(ast::CascadeOption::Cascade));
+    // A table a foreign key references is truncated only with the referencing tables
+    // (CASCADE adds them), or the references would dangle.
+    let mut i = 0;
+    while i < names.len() {
+        let def = t.table(&names[i])?;
+        for c in &def.referenced_by {
+            if names.contains(&c.table) {
+                continue;
+            }
+            if cascade {
+                names.push(c.table.clone());
+            } else {
+                return Err(SqlError::unsupported(
+                    "cannot truncate a table referenced in a foreign key constraint",
+                )
+                .with_detail(format!(
+                    "Table \"{}\" references \"{}\".",
+                    c.table, def.name
+                ))
+                .with_hint(format!(
+                    "Truncate table \"{}\" at the same time, or use TRUNCATE ... CASCADE.",
+                    c.table
+                )));
+            }
+        }
+        i += 1;
+    }
+    for name in &names {
+        t.truncate(name)?;
     }
     Ok(QueryResult::tag("TRUNCATE TABLE"))
 }
@@ -668,9 +828,28 @@ pub(crate) fn alter_table(t: &mut Transaction, at: &ast::AlterTable) -> SqlResul
     let table = object_name(&at.name);
     for op in &at.operations {
         match op {
-            AlterTableOperation::AddConstraint { constraint, .. } => {
+            AlterTableOperation::AddConstraint {
+                constraint,
+                not_valid,
+            } => {
+                if *not_valid {
+                    return Err(SqlError::unsupported(
+                        "ADD CONSTRAINT ... NOT VALID is not supported",
+                    ));
+                }
                 add_constraint(t, &table, constraint)?
             }
+            AlterTableOperation::DropConstraint {
+                if_exists,
+                name,
+                drop_behavior,
+            } => drop_constraint(
+                t,
+                &table,
+                &ident(name),
+                *if_exists,
+                matches!(drop_behavior, Some(ast::DropBehavior::Cascade)),
+            )?,
             AlterTableOperation::AlterColumn { column_name, op } => {
                 alter_column(t, &table, &ident(column_name), op)?
             }
@@ -686,6 +865,69 @@ pub(crate) fn alter_table(t: &mut Transaction, at: &ast::AlterTable) -> SqlResul
         }
     }
     Ok(QueryResult::tag("ALTER TABLE"))
+}
+
+/// `DROP CONSTRAINT [IF EXISTS] name [CASCADE]`: a CHECK or FOREIGN KEY constraint,
+/// or the index of a UNIQUE / PRIMARY KEY one (refused while a foreign key needs it,
+/// unless CASCADE, which drops those foreign keys too).
+fn drop_constraint(
+    t: &mut Transaction,
+    table: &str,
+    name: &str,
+    if_exists: bool,
+    cascade: bool,
+) -> SqlResult<()> {
+    let def = t.table(table)?;
+    if def.constraints.iter().any(|c| c.name == name) {
+        t.drop_constraint(table, name)?;
+        return Ok(());
+    }
+    if let Some(idx) = def.indexes.iter().find(|i| i.name == name && i.unique) {
+        let dependents: Vec<_> = def
+            .referenced_by
+            .iter()
+            .filter(|c| {
+                let fk = c.foreign_key().expect("foreign key");
+                let mut a = fk.ref_columns.clone();
+                let mut b = idx.columns.clone();
+                a.sort_unstable();
+                b.sort_unstable();
+                a == b
+            })
+            .cloned()
+            .collect();
+        if let Some(c) = dependents.first() {
+            if !cascade {
+                return Err(SqlError::new(
+                    "2BP01",
+                    format!(
+                        "cannot drop constraint {name} on table {table} because other objects depend on it"
+                    ),
+                )
+                .with_detail(format!(
+                    "constraint {} on table {} depends on index {name}",
+                    c.name, c.table
+                ))
+                .with_hint("Use DROP ... CASCADE to drop the dependent objects too."));
+            }
+        }
+        for c in &dependents {
+            t.drop_constraint(&c.table, &c.name)?;
+        }
+        if idx.primary {
+            t.drop_primary_key(table, name)?;
+        } else {
+            t.drop_index(name)?;
+        }
+        return Ok(());
+    }
+    if if_exists {
+        return Ok(());
+    }
+    Err(SqlError::new(
+        "42704",
+        format!("constraint \"{name}\" of relation \"{table}\" does not exist"),
+    ))
 }
 
 /// The position of column `name` of `table` (42703 when there is none).

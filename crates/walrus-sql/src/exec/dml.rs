@@ -2,6 +2,7 @@
 //! and single-table SELECTs share: the rows matching a WHERE clause through the access
 //! path the planner chose, with READ COMMITTED's re-check of concurrently updated rows.
 
+use super::constraints::{self, FkWork, TableConstraints};
 use super::defaults::{
     check_not_always, default_value, is_default_keyword, parse_default, DmlHooks,
 };
@@ -311,7 +312,7 @@ pub(crate) fn insert(
         return with_statement_scope(env, params, |env, scope| {
             let mut row = vec![Datum::Null; def.columns.len()];
             fill_defaults(&def, &[], &mut row, scope)?;
-            let mut sink = RowSink::new(&def, skip_conflicts.as_ref());
+            let mut sink = RowSink::new(&def, skip_conflicts.as_ref())?;
             sink.push(env, Ok(row), returning.as_mut(), scope)?;
             let n = sink.finish(env, returning.as_mut(), scope)?;
             Ok(Returning::result(returning, format!("INSERT 0 {n}")))
@@ -323,7 +324,7 @@ pub(crate) fn insert(
             SetExpr::Select(_) | SetExpr::Values(_) | SetExpr::SetOperation { .. } => {
                 // INSERT ... SELECT (pgbench -I G generates its data this way).
                 let rows = super::select(env, source, params)?.rows;
-                let mut sink = RowSink::new(&def, skip_conflicts.as_ref());
+                let mut sink = RowSink::new(&def, skip_conflicts.as_ref())?;
                 for r in rows {
                     let row = (|| {
                         if r.len() > targets.len() {
@@ -347,7 +348,7 @@ pub(crate) fn insert(
             }
             _ => return Err(SqlError::unsupported("this INSERT source is not supported")),
         };
-        let mut sink = RowSink::new(&def, skip_conflicts.as_ref());
+        let mut sink = RowSink::new(&def, skip_conflicts.as_ref())?;
         for row_exprs in &values.rows {
             let row = (|| {
                 if row_exprs.len() > targets.len() {
@@ -439,7 +440,7 @@ pub(crate) fn create_table_as(
     env.txn().create_table(&name, columns, fillfactor)?;
     let def = env.txn().table(&name)?;
     with_statement_scope(env, params, |env, scope| {
-        let mut sink = RowSink::new(&def, None);
+        let mut sink = RowSink::new(&def, None)?;
         for r in result.rows {
             let row = r
                 .into_iter()
@@ -550,6 +551,10 @@ struct RowSink<'a> {
     skip: Option<&'a Option<Vec<String>>>,
     batch: Vec<Vec<Datum>>,
     inserted: u64,
+    /// The table's CHECK and FOREIGN KEY constraints, if it has any.
+    constraints: Option<TableConstraints>,
+    /// Foreign-key checks for the end of the statement.
+    fk_work: FkWork,
 }
 
 /// Rows buffered before a batch is written: enough to fill many pages per call, few
@@ -557,13 +562,15 @@ struct RowSink<'a> {
 const INSERT_BATCH_ROWS: usize = 1000;
 
 impl<'a> RowSink<'a> {
-    fn new(def: &'a TableDef, skip: Option<&'a Option<Vec<String>>>) -> Self {
-        RowSink {
+    fn new(def: &'a TableDef, skip: Option<&'a Option<Vec<String>>>) -> SqlResult<Self> {
+        Ok(RowSink {
             def,
             skip,
             batch: Vec::new(),
             inserted: 0,
-        }
+            constraints: TableConstraints::of(def)?,
+            fk_work: FkWork::default(),
+        })
     }
 
     fn push(
@@ -573,19 +580,30 @@ impl<'a> RowSink<'a> {
         returning: Option<&mut Returning>,
         scope: &Scope<'_>,
     ) -> SqlResult<()> {
-        let row = match row {
+        let row = match row.and_then(|row| match &self.constraints {
+            Some(c) => c.check_row(&row, scope).map(|()| row),
+            None => Ok(row),
+        }) {
             Ok(row) => row,
             Err(e) => {
                 self.flush(env, returning, scope)?;
                 return Err(e);
             }
         };
-        if let Some(arbiters) = self.skip {
-            let done = env
-                .txn()
-                .insert_or_skip(self.def, &row, arbiters.as_deref())?
-                .is_some();
-            if done {
+        let references = self
+            .constraints
+            .as_ref()
+            .is_some_and(|c| c.has_foreign_keys());
+        if self.skip.is_some() || references {
+            let arbiters = self.skip.map(|a| a.as_deref());
+            let inserted = match arbiters {
+                Some(arbiters) => env.txn().insert_or_skip(self.def, &row, arbiters)?,
+                None => Some(env.txn().insert(self.def, &row)?),
+            };
+            if let (Some(tid), Some(c)) = (inserted, &self.constraints) {
+                c.inserted(&mut self.fk_work, tid, &row);
+            }
+            if inserted.is_some() {
                 if let Some(ret) = returning {
                     ret.push(&row, scope)?;
                 }
@@ -628,6 +646,7 @@ impl<'a> RowSink<'a> {
         scope: &Scope<'_>,
     ) -> SqlResult<u64> {
         self.flush(env, returning, scope)?;
+        constraints::run(env, &mut self.fk_work)?;
         Ok(self.inserted)
     }
 }
@@ -880,7 +899,10 @@ pub(crate) fn update(
         && sets
             .iter()
             .all(|(_, e)| mark_used_columns(e, &def, &mut wanted));
-    let wanted = partial.then_some(wanted);
+    let cons = TableConstraints::of(&def)?;
+    let mut fk_work = FkWork::default();
+    // CHECK expressions and keys read every column of the old and new row.
+    let wanted = partial.then_some(wanted).filter(|_| cons.is_none());
     let rows = matching_rows(env, &def, selection.as_ref(), params, wanted.as_deref())?;
     let hooks = DmlHooks::new(env)?;
     let (now, settings) = (env.now(), env.settings());
@@ -908,7 +930,20 @@ pub(crate) fn update(
             for (i, e) in &sets {
                 values.push((*i, assign(eval(e, &scope)?, &def.columns[*i])?));
             }
+            let new_row = cons.as_ref().map(|_| {
+                let mut new = old.to_vec();
+                for (i, v) in &values {
+                    new[*i] = v.clone();
+                }
+                new
+            });
+            if let (Some(c), Some(new)) = (&cons, &new_row) {
+                c.check_row(new, &scope)?;
+            }
             let r = t.update_columns(&def, tid, &values)?;
+            if let (RowChange::Done(new_tid), Some(c), Some(new)) = (&r, &cons, &new_row) {
+                c.updated(&mut fk_work, *new_tid, old, new);
+            }
             if let (RowChange::Done(_), Some(ret)) = (&r, returning.as_mut()) {
                 let mut new = old.to_vec();
                 for (i, v) in &values {
@@ -919,6 +954,7 @@ pub(crate) fn update(
             Ok(r)
         },
     )?;
+    constraints::run(env, &mut fk_work)?;
     Ok(Returning::result(returning, format!("UPDATE {n}")))
 }
 
@@ -998,6 +1034,8 @@ pub(crate) fn delete(
         single_table(env, &from)?.ok_or_else(|| SqlError::syntax("DELETE needs a table"))?;
     let mut returning = Returning::new(returning.as_ref(), &def, alias.as_deref())?;
     let rows = matching_rows(env, &def, selection.as_ref(), params, None)?;
+    let cons = TableConstraints::of(&def)?;
+    let mut fk_work = FkWork::default();
     let (now, settings) = (env.now(), env.settings());
     let get = move |n: &str| settings.get(n);
     let intr = env.interrupt();
@@ -1009,6 +1047,9 @@ pub(crate) fn delete(
         params,
         |t, tid, old| {
             let r = t.delete(&def, tid)?;
+            if let (RowChange::Done(_), Some(c)) = (&r, &cons) {
+                c.deleted(&mut fk_work, old);
+            }
             if let (RowChange::Done(_), Some(ret)) = (&r, returning.as_mut()) {
                 let scope = Scope {
                     columns: &def.columns,
@@ -1025,6 +1066,7 @@ pub(crate) fn delete(
             Ok(r)
         },
     )?;
+    constraints::run(env, &mut fk_work)?;
     Ok(Returning::result(returning, format!("DELETE {n}")))
 }
 

@@ -41,6 +41,7 @@
 
 mod aggregate;
 pub(crate) mod analyze;
+pub(crate) mod constraints;
 pub mod copy;
 pub(crate) mod ddl;
 pub(crate) mod defaults;
@@ -99,6 +100,11 @@ pub(crate) trait Env {
     /// The session's `currval` / `lastval` state.
     fn sequences(&self) -> sequence::SharedSessionSequences {
         Default::default()
+    }
+    /// The transaction block's deferred foreign-key checks (`None`: no block to defer
+    /// to, so every check is immediate).
+    fn deferred(&mut self) -> Option<&mut constraints::Deferred> {
+        None
     }
 }
 

@@ -71,6 +71,8 @@ pub struct Session {
     /// The block is the implicit one around a multi-statement query string: no
     /// savepoints in it (PostgreSQL's 25P01).
     implicit_block: bool,
+    /// Deferred foreign-key checks and `SET CONSTRAINTS` modes of the transaction.
+    deferred: crate::exec::constraints::Deferred,
     /// SQL-level prepared statements (PREPARE / EXECUTE / DEALLOCATE).
     prepared: BTreeMap<String, (Box<Statement>, Vec<TypeId>)>,
     /// Statements prepared through the extended protocol, by name: their SQL, for
@@ -107,6 +109,8 @@ struct SavepointState {
     name: String,
     settings: Arc<BTreeMap<String, String>>,
     block_undo: Vec<SettingUndo>,
+    /// Deferred foreign-key checks queued before it.
+    deferred_len: usize,
 }
 
 /// What a describe computes: result columns by running the query with NULL parameters,
@@ -265,6 +269,7 @@ impl Session {
             block_undo: Vec::new(),
             savepoints: Vec::new(),
             implicit_block: false,
+            deferred: Default::default(),
             prepared: BTreeMap::new(),
             protocol_statements: Default::default(),
             plan_cache: PlanCache::default(),
@@ -703,6 +708,7 @@ impl Session {
         if self.in_block {
             self.failed = true;
         } else if let Some(t) = self.take_txn() {
+            self.deferred.clear();
             self.note_rollback(&t);
             let _ = t.rollback();
         }
@@ -759,6 +765,11 @@ impl Session {
                 )));
             }
             Parsed::Savepoint(name) => return self.savepoint(name),
+            Parsed::SetConstraints(names, deferred) => {
+                return self
+                    .set_constraints(names.as_deref(), *deferred)
+                    .inspect_err(|_| self.fail_statement())
+            }
             Parsed::SavepointEnd(name, release) => return self.savepoint_end(name, *release),
             Parsed::Commit => {
                 let tag = if self.failed { "ROLLBACK" } else { "COMMIT" };
@@ -832,6 +843,10 @@ impl Session {
         match result {
             Ok(out) => {
                 if !self.in_block && !matches!(out, Outcome::CopyIn(_)) {
+                    if let Err(e) = self.run_deferred_checks() {
+                        self.fail_statement();
+                        return Err(e);
+                    }
                     if let Some(t) = self.take_txn() {
                         t.commit()?;
                     }
@@ -845,7 +860,70 @@ impl Session {
         }
     }
 
+    /// The deferred foreign-key checks, before a commit (PostgreSQL runs them at
+    /// COMMIT); the queue is empty afterwards either way.
+    fn run_deferred_checks(&mut self) -> SqlResult<()> {
+        let pending = self.deferred.take_all();
+        self.deferred.clear();
+        if pending.is_empty() || self.txn.is_none() {
+            return Ok(());
+        }
+        crate::exec::constraints::run_deferred(self, pending)
+    }
+
+    /// `SET CONSTRAINTS`: outside a block PostgreSQL only warns; inside, the mode
+    /// changes and checks made immediate by it run now.
+    fn set_constraints(&mut self, names: Option<&[String]>, deferred: bool) -> SqlResult<Outcome> {
+        let tag = || Ok(Outcome::Done(QueryResult::tag("SET CONSTRAINTS")));
+        if !self.in_block {
+            return tag();
+        }
+        let named = match names {
+            None => None,
+            Some(list) => {
+                let view = self.txn().catalog()?;
+                let mut out = Vec::new();
+                for n in list {
+                    let found = view
+                        .tables
+                        .values()
+                        .flat_map(|t| t.constraints.iter())
+                        .find(|c| c.name == *n)
+                        .map(|c| (**c).clone());
+                    match found {
+                        Some(c) => out.push(c),
+                        // UNIQUE / PRIMARY KEY constraints exist and are not deferrable.
+                        None if view.index_names().any(|i| i == n) => {
+                            return Err(SqlError::new(
+                                "55000",
+                                format!("constraint \"{n}\" is not deferrable"),
+                            ))
+                        }
+                        None => {
+                            return Err(SqlError::new(
+                                "42704",
+                                format!("constraint \"{n}\" does not exist"),
+                            ))
+                        }
+                    }
+                }
+                Some(out)
+            }
+        };
+        let now = self.deferred.set_mode(named, deferred)?;
+        crate::exec::constraints::run_deferred(self, now)?;
+        tag()
+    }
+
     fn end_block(&mut self, commit: bool) -> SqlResult<()> {
+        if commit {
+            if let Err(e) = self.run_deferred_checks() {
+                // The commit fails and the transaction is rolled back, as PostgreSQL's.
+                let _ = self.end_block(false);
+                return Err(e);
+            }
+        }
+        self.deferred.clear();
         // The value in force at COMMIT decides, as in PostgreSQL (a SET just before it).
         let synchronous = self.synchronous_commit();
         if let Some(t) = self.txn.as_mut() {
@@ -882,6 +960,7 @@ impl Session {
             name: name.to_string(),
             settings: self.settings.clone(),
             block_undo: self.block_undo.clone(),
+            deferred_len: self.deferred.len(),
         });
         Ok(Outcome::Done(QueryResult::tag("SAVEPOINT")))
     }
@@ -928,6 +1007,8 @@ impl Session {
         self.savepoints.truncate(level + 1);
         let saved = &self.savepoints[level];
         let (settings, undo) = (saved.settings.clone(), saved.block_undo.clone());
+        // Checks of rows the rollback took away are gone with them.
+        self.deferred.truncate(saved.deferred_len);
         self.restore_settings_to(&settings);
         self.block_undo = undo;
         self.failed = false;
@@ -1313,8 +1394,9 @@ impl Session {
                 object_type: ObjectType::Table,
                 if_exists,
                 names,
+                cascade,
                 ..
-            } => ddl::drop_objects(self.txn(), names, *if_exists, false)?,
+            } => ddl::drop_objects(self.txn(), names, *if_exists, false, *cascade)?,
             Statement::Drop {
                 object_type: ObjectType::Sequence,
                 if_exists,
@@ -1336,7 +1418,7 @@ impl Session {
                 if_exists,
                 names,
                 ..
-            } => ddl::drop_objects(self.txn(), names, *if_exists, true)?,
+            } => ddl::drop_objects(self.txn(), names, *if_exists, true, false)?,
             Statement::Truncate(tr) => ddl::truncate(self.txn(), tr)?,
             Statement::AlterTable(at) => ddl::alter_table(self.txn(), at)?,
             Statement::Explain { .. } => self.explain(st)?,
@@ -1437,6 +1519,10 @@ impl Env for Session {
 
     fn sequences(&self) -> crate::exec::sequence::SharedSessionSequences {
         self.sequences.clone()
+    }
+
+    fn deferred(&mut self) -> Option<&mut crate::exec::constraints::Deferred> {
+        Some(&mut self.deferred)
     }
 }
 

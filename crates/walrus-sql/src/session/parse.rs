@@ -29,11 +29,75 @@ pub(crate) enum Parsed {
     Savepoint(String),
     /// `ROLLBACK TO [SAVEPOINT] name` and `RELEASE [SAVEPOINT] name` (true for RELEASE).
     SavepointEnd(String, bool),
+    /// `SET CONSTRAINTS {ALL | names} {DEFERRED | IMMEDIATE}` (`None`: ALL; true for
+    /// DEFERRED).
+    SetConstraints(Option<Vec<String>>, bool),
     /// `COMMIT AND CHAIN` / `ROLLBACK AND CHAIN` (true for ROLLBACK): not built.
     Chain(bool),
     Setting(String),
     Utility(Utility),
     Sql(Box<Statement>),
+}
+
+/// `SET CONSTRAINTS { ALL | name [, ...] } { DEFERRED | IMMEDIATE }`; names folded
+/// unless quoted (a schema qualifier is dropped: walrus has one schema).
+fn set_constraints(sql: &str) -> SqlResult<Parsed> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize()
+        .map_err(|e| SqlError::syntax(e.to_string()))?;
+    let words: Vec<&Token> = tokens
+        .iter()
+        .filter(|t| !matches!(t, Token::Whitespace(_) | Token::SemiColon))
+        .collect();
+    let bad = |near: &str| SqlError::syntax(format!("syntax error at or near \"{near}\""));
+    let word = |t: &Token| match t {
+        Token::Word(w) => Some((w.value.clone(), w.quote_style.is_some())),
+        _ => None,
+    };
+    let Some((last, _)) = words.last().and_then(|t| word(t)) else {
+        return Err(SqlError::syntax("syntax error at end of input"));
+    };
+    let deferred = match last.to_ascii_lowercase().as_str() {
+        "deferred" => true,
+        "immediate" => false,
+        _ => return Err(bad(&last)),
+    };
+    let body = &words[2..words.len() - 1];
+    if let [only] = body {
+        if let Some((w, false)) = word(only) {
+            if w.eq_ignore_ascii_case("all") {
+                return Ok(Parsed::SetConstraints(None, deferred));
+            }
+        }
+    }
+    let mut names = Vec::new();
+    let mut expect_name = true;
+    let mut i = 0;
+    while i < body.len() {
+        match (expect_name, body[i]) {
+            (true, t) => {
+                let (w, quoted) = word(t).ok_or_else(|| bad(&t.to_string()))?;
+                let mut name = if quoted { w } else { w.to_ascii_lowercase() };
+                // schema.name
+                if matches!(body.get(i + 1), Some(Token::Period)) {
+                    let t2 = body.get(i + 2).ok_or_else(|| bad("."))?;
+                    let (w2, q2) = word(t2).ok_or_else(|| bad(&t2.to_string()))?;
+                    name = if q2 { w2 } else { w2.to_ascii_lowercase() };
+                    i += 2;
+                }
+                names.push(name);
+                expect_name = false;
+            }
+            (false, Token::Comma) => expect_name = true,
+            (false, t) => return Err(bad(&t.to_string())),
+        }
+        i += 1;
+    }
+    if names.is_empty() || expect_name {
+        return Err(bad(&last));
+    }
+    Ok(Parsed::SetConstraints(Some(names), deferred))
 }
 
 /// `SAVEPOINT name`, `RELEASE [SAVEPOINT] name`, `ROLLBACK [WORK|TRANSACTION] TO
@@ -433,6 +497,9 @@ fn parse_one(sql: &str) -> SqlResult<Vec<Parsed>> {
             };
         }
         "release" | "savepoint" => return Ok(vec![savepoint_statement(sql)?]),
+        "set" if w.get(1).map(String::as_str) == Some("constraints") => {
+            return Ok(vec![set_constraints(sql)?]);
+        }
         "set" | "show" | "reset" => {
             return Ok(vec![Parsed::Setting(
                 sql.trim().trim_end_matches(';').to_string(),
