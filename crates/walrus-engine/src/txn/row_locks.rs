@@ -76,6 +76,9 @@ pub struct RowLocks {
     shards: Box<[Shard]>,
     /// Entries held, all shards: zero lets row changes skip the lookup.
     held: AtomicUsize,
+    /// Per owner, the places its locks were carried to by non-key updates of the
+    /// versions it locked ([`RowLocks::carry_over`]), released with its own.
+    carried: Mutex<HashMap<Xid, Vec<RowLockKey>>>,
 }
 
 impl Default for RowLocks {
@@ -83,6 +86,7 @@ impl Default for RowLocks {
         RowLocks {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             held: AtomicUsize::new(0),
+            carried: Mutex::new(HashMap::new()),
         }
     }
 }
@@ -114,6 +118,44 @@ impl RowLocks {
         })
     }
 
+    /// A non-key update replaced the locked version at `from` (xmin `from_xmin`) by
+    /// the one at `to` (xmin `to_xmin`): the locks on the old version hold the new one
+    /// too, as PostgreSQL carries its lockers into the new version's xmax. (Only KEY
+    /// SHARE can be held by others on a version a non-key update changes.) Without
+    /// this, a KEY SHARE lock of a foreign-key check would no longer stop a DELETE of
+    /// the row's next version. Called under the old page's latch.
+    pub fn carry_over(&self, from: RowLockKey, from_xmin: Xid, to: RowLockKey, to_xmin: Xid) {
+        if self.held.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let moved: Vec<Entry> = match self.shard(&from).lock().get(&from) {
+            Some(entries) => entries
+                .iter()
+                .filter(|e| e.xmin == from_xmin)
+                .copied()
+                .collect(),
+            None => return,
+        };
+        if moved.is_empty() {
+            return;
+        }
+        {
+            let mut shard = self.shard(&to).lock();
+            let entries = shard.entry(to).or_default();
+            for e in &moved {
+                entries.push(Entry {
+                    xmin: to_xmin,
+                    ..*e
+                });
+            }
+            self.held.fetch_add(moved.len(), Ordering::AcqRel);
+        }
+        let mut carried = self.carried.lock();
+        for e in &moved {
+            carried.entry(e.owner).or_default().push(to);
+        }
+    }
+
     /// Records `owner`'s lock (after [`RowLocks::conflict`] found none, under the same
     /// latch). Returns false when `owner` already held this mode or a stronger one
     /// there, so nothing was added (and there is nothing more to release).
@@ -135,7 +177,18 @@ impl RowLocks {
     /// rollback of the savepoint that took them). Done before the owner's xid lock is
     /// released, so a woken waiter finds them gone.
     pub fn release(&self, keys: &[(RowLockKey, Xid)]) {
-        for (key, owner) in keys {
+        let mut owners: Vec<Xid> = keys.iter().map(|(_, o)| *o).collect();
+        owners.sort_unstable();
+        owners.dedup();
+        let carried: Vec<(RowLockKey, Xid)> = {
+            let mut c = self.carried.lock();
+            owners
+                .iter()
+                .filter_map(|o| c.remove(o).map(|keys| (o, keys)))
+                .flat_map(|(o, keys)| keys.into_iter().map(move |k| (k, *o)))
+                .collect()
+        };
+        for (key, owner) in keys.iter().chain(&carried) {
             let mut shard = self.shard(key).lock();
             let Some(entries) = shard.get_mut(key) else {
                 continue;
@@ -207,5 +260,26 @@ mod tests {
         locks.release(&[(key, b)]);
         assert_eq!(locks.held(), 0);
         assert_eq!(locks.conflict(key, Xid(5), Update, not_mine), None);
+    }
+
+    #[test]
+    fn a_non_key_update_carries_the_locks_to_the_new_version_until_released() {
+        let locks = RowLocks::default();
+        let (old, new) = (
+            (RelFileId(7), Tid::new(3, 4)),
+            (RelFileId(7), Tid::new(3, 9)),
+        );
+        let (locker, updater) = (Xid(100), Xid(200));
+        assert!(locks.add(old, Xid(5), locker, KeyShare));
+        locks.carry_over(old, Xid(5), new, updater);
+        assert_eq!(
+            locks.conflict(new, updater, Update, |x| x == updater),
+            Some(locker),
+            "the new version is locked too"
+        );
+        assert_eq!(locks.conflict(new, updater, NoKeyUpdate, |_| false), None);
+        locks.release(&[(old, locker)]);
+        assert_eq!(locks.held(), 0, "released with the original");
+        assert_eq!(locks.conflict(new, updater, Update, |_| false), None);
     }
 }

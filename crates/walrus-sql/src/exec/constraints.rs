@@ -262,7 +262,7 @@ pub(crate) fn foreign_key(
     let ref_columns: Vec<usize> = if fk.referred_columns.is_empty() {
         let pk = parent.indexes.iter().find(|i| i.primary).ok_or_else(|| {
             SqlError::new(
-                "42830",
+                "42704",
                 format!("there is no primary key for referenced table \"{ref_name}\""),
             )
         })?;
@@ -653,7 +653,7 @@ impl Deferred {
                 for c in list {
                     if !c.deferrable {
                         return Err(SqlError::new(
-                            "55000",
+                            "42809",
                             format!("constraint \"{}\" is not deferrable", c.name),
                         ));
                     }

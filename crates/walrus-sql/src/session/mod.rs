@@ -875,9 +875,6 @@ impl Session {
     /// changes and checks made immediate by it run now.
     fn set_constraints(&mut self, names: Option<&[String]>, deferred: bool) -> SqlResult<Outcome> {
         let tag = || Ok(Outcome::Done(QueryResult::tag("SET CONSTRAINTS")));
-        if !self.in_block {
-            return tag();
-        }
         let named = match names {
             None => None,
             Some(list) => {
@@ -895,7 +892,7 @@ impl Session {
                         // UNIQUE / PRIMARY KEY constraints exist and are not deferrable.
                         None if view.index_names().any(|i| i == n) => {
                             return Err(SqlError::new(
-                                "55000",
+                                "42809",
                                 format!("constraint \"{n}\" is not deferrable"),
                             ))
                         }
@@ -910,6 +907,10 @@ impl Session {
                 Some(out)
             }
         };
+        if !self.in_block {
+            // PostgreSQL warns and changes nothing.
+            return tag();
+        }
         let now = self.deferred.set_mode(named, deferred)?;
         crate::exec::constraints::run_deferred(self, now)?;
         tag()

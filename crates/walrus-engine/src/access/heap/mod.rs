@@ -858,7 +858,9 @@ impl<'a> Heap<'a> {
                 let mut rec = WalRecord::new(Rmgr::Heap, INFO_UPDATE_SAME_PAGE, xid);
                 rec.block(w.id(), false, d);
                 self.pool.log_change(&rec, &mut [&mut w]);
-                return Ok((Modify::Done(Tid::new(tid.block, new_off)), hot_ok));
+                let new_tid = Tid::new(tid.block, new_off);
+                self.carry_row_locks(Tid::new(tid.block, off), h.xmin, new_tid, xid, mode);
+                return Ok((Modify::Done(new_tid), hot_ok));
             }
         }
         // Another page: latch both in block order, re-check the old version.
@@ -910,7 +912,23 @@ impl<'a> Heap<'a> {
             if fresh {
                 *self.rel.target().lock() = Some(nb);
             }
-            return Ok((Modify::Done(Tid::new(nb, new_off)), false));
+            let new_tid = Tid::new(nb, new_off);
+            self.carry_row_locks(Tid::new(tid.block, off), h.xmin, new_tid, xid, mode);
+            return Ok((Modify::Done(new_tid), false));
+        }
+    }
+
+    /// After a non-key update of the version at `old` (xmin `old_xmin`) to `new`
+    /// (xmin `xid`), under the old page's latch: its row locks hold the new version
+    /// too (`RowLocks::carry_over`).
+    fn carry_row_locks(&self, old: Tid, old_xmin: Xid, new: Tid, xid: Xid, mode: RowLockMode) {
+        if mode == RowLockMode::NoKeyUpdate {
+            self.txn.row_locks.carry_over(
+                (self.rel.relfile, old),
+                old_xmin,
+                (self.rel.relfile, new),
+                xid,
+            );
         }
     }
 
