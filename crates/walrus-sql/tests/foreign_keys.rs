@@ -195,3 +195,39 @@ fn constraints_survive_a_restart_and_a_crash() {
     assert_eq!(err(&mut s, "delete from p where id = 1"), "23503");
     e.shutdown().unwrap();
 }
+
+/// COPY into a table with constraints checks each row's CHECKs (the failing line named)
+/// and, at its end, each row's references; a failure leaves nothing of the COPY.
+#[test]
+fn copy_checks_constraints() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine(dir.path());
+    setup(&e);
+    let mut s = Session::new(e.clone());
+    ok(
+        &mut s,
+        "alter table c add constraint c_id_pos check (id > 0)",
+    );
+    let copy =
+        |s: &mut Session, data: &[u8]| match s.execute("copy c from stdin", &[]).pop().unwrap() {
+            Ok(walrus_sql::Outcome::CopyIn(c)) => s.copy_in(*c, data),
+            other => panic!("copy: {other:?}"),
+        };
+    assert_eq!(copy(&mut s, b"1\t1\n2\t2\n3\t\\N\n").unwrap().tag, "COPY 3");
+    let bad_check = copy(&mut s, b"4\t1\n-5\t1\n").unwrap_err();
+    assert_eq!(bad_check.sqlstate, "23514");
+    assert!(
+        bad_check
+            .context
+            .as_deref()
+            .unwrap_or("")
+            .contains("line 2"),
+        "{bad_check:?}"
+    );
+    assert_eq!(copy(&mut s, b"6\t1\n7\t9\n").unwrap_err().sqlstate, "23503");
+    assert_eq!(
+        text_rows(&mut s, "select id from c order by id"),
+        ["1", "2", "3"]
+    );
+    e.shutdown().unwrap();
+}

@@ -432,6 +432,7 @@ fn check_holds(e: &Expr, v: Datum) -> SqlResult<bool> {
 
 /// A table's constraints as one statement enforces them: CHECK expressions parsed
 /// once; the foreign keys it has and those that reference it.
+#[derive(Clone)]
 pub(crate) struct TableConstraints {
     pub(crate) def: Arc<TableDef>,
     checks: Vec<(Arc<ConstraintDef>, Arc<Expr>)>,
@@ -595,9 +596,35 @@ impl Work {
 }
 
 /// A statement's foreign-key tasks.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(crate) struct FkWork {
     queue: VecDeque<Work>,
+}
+
+// A COPY in progress (`exec/copy`) carries both and is compared and printed in tests:
+// by the table and the number of tasks.
+impl std::fmt::Debug for TableConstraints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TableConstraints({})", self.def.name)
+    }
+}
+
+impl PartialEq for TableConstraints {
+    fn eq(&self, other: &Self) -> bool {
+        self.def.name == other.def.name
+    }
+}
+
+impl std::fmt::Debug for FkWork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FkWork({} tasks)", self.queue.len())
+    }
+}
+
+impl PartialEq for FkWork {
+    fn eq(&self, other: &Self) -> bool {
+        self.queue.len() == other.queue.len()
+    }
 }
 
 /// The session's deferred foreign-key checks and `SET CONSTRAINTS` state, for the

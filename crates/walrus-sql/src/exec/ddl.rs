@@ -1036,6 +1036,36 @@ fn rename_column(t: &mut Transaction, table: &str, old: &str, new: &str) -> SqlR
         d.columns[i].name = new_name;
         Ok(())
     })?;
+    // CHECK expressions name their columns: rewritten to the new name.
+    for c in &def.constraints {
+        let walrus_engine::catalog::ConstraintKind::Check { expr } = &c.kind else {
+            continue;
+        };
+        let mut e = (*super::defaults::parse_default(expr)?).clone();
+        let mut renamed = false;
+        let _ = ast::visit_expressions_mut(&mut e, |x| {
+            if let ast::Expr::Identifier(id) = x {
+                if ident(id) == old {
+                    *id = if crate::names::quote_ident(new) == new {
+                        ast::Ident::new(new)
+                    } else {
+                        ast::Ident::with_quote('"', new)
+                    };
+                    renamed = true;
+                }
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        if renamed {
+            t.drop_constraint(table, &c.name)?;
+            t.add_constraint(&walrus_engine::catalog::ConstraintDef {
+                kind: walrus_engine::catalog::ConstraintKind::Check {
+                    expr: e.to_string(),
+                },
+                ..(**c).clone()
+            })?;
+        }
+    }
     let owned: Vec<_> = t
         .catalog()?
         .sequences

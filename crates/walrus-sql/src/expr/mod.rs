@@ -146,10 +146,11 @@ pub fn eval(e: &Expr, s: &Scope<'_>) -> SqlResult<Datum> {
                 _ => Err(crate::rel::no_column(qual.as_deref(), &name)),
             }
         }
-        Expr::Identifier(id) => column(s, &id.value),
-        Expr::CompoundIdentifier(ids) => {
-            column(s, &ids.last().map(|i| i.value.clone()).unwrap_or_default())
-        }
+        Expr::Identifier(id) => column(s, id),
+        Expr::CompoundIdentifier(ids) => match ids.last() {
+            Some(id) => column(s, id),
+            None => Err(SqlError::new("42703", "column \"\" does not exist")),
+        },
         Expr::Case {
             operand,
             conditions,
@@ -799,28 +800,31 @@ pub(crate) fn bpchar_text(v: Datum) -> Datum {
 
 /// Whether `e` names a `char(n)` column of the scope's table.
 fn is_table_char_column(e: &Expr, s: &Scope<'_>) -> bool {
-    let name = match e {
-        Expr::Identifier(id) => &id.value,
+    let id = match e {
+        Expr::Identifier(id) => id,
         Expr::CompoundIdentifier(ids) => match ids.last() {
-            Some(i) => &i.value,
+            Some(i) => i,
             None => return false,
         },
         _ => return false,
     };
-    let lname = name.to_ascii_lowercase();
+    let lname = crate::names::ident(id);
     s.frame.is_none()
         && s.columns
             .iter()
             .any(|c| c.name == lname && c.declared == walrus_engine::catalog::DeclaredType::Char)
 }
 
-fn column(s: &Scope<'_>, name: &str) -> SqlResult<Datum> {
-    // `c.name == name.to_ascii_lowercase()` without the copy (once per row and reference).
+fn column(s: &Scope<'_>, id: &sqlparser::ast::Ident) -> SqlResult<Datum> {
+    let name = id.value.as_str();
+    let quoted = id.quote_style.is_some();
+    // `c.name == name.to_ascii_lowercase()` without the copy (once per row and
+    // reference); a quoted name is taken as written.
     let folded_eq = |c: &str| {
         c.len() == name.len()
             && c.bytes()
                 .zip(name.bytes())
-                .all(|(a, b)| a == b.to_ascii_lowercase())
+                .all(|(a, b)| a == if quoted { b } else { b.to_ascii_lowercase() })
     };
     let i = s
         .columns

@@ -1219,7 +1219,8 @@ impl Session {
         self.feed_copy(&mut copy, &[], true);
         let loaded = match copy.take_error() {
             Some(e) => Err(e),
-            None => Ok(copy.loaded()),
+            // The loaded rows' foreign keys, as at the end of any statement.
+            None => crate::exec::constraints::run(self, &mut copy.fk_work).map(|()| copy.loaded()),
         };
         self.copy_finish(loaded)
     }
@@ -1250,6 +1251,10 @@ impl Session {
         match loaded {
             Ok(n) => {
                 if !self.in_block {
+                    if let Err(e) = self.run_deferred_checks() {
+                        self.fail_statement();
+                        return Err(e);
+                    }
                     if let Some(t) = self.take_txn() {
                         t.commit()?;
                     }

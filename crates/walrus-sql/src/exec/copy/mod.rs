@@ -274,6 +274,10 @@ pub struct CopyIn {
     ended: bool,
     /// The error that ended loading; the data that follows is read and dropped.
     failed: Option<SqlError>,
+    /// The table's CHECK and FOREIGN KEY constraints: rows are checked before they
+    /// are written, and their references when the COPY ends.
+    constraints: Option<crate::exec::constraints::TableConstraints>,
+    pub(crate) fk_work: crate::exec::constraints::FkWork,
 }
 
 /// `COPY t, line n`: PostgreSQL's CONTEXT for a record.
@@ -316,7 +320,12 @@ impl CopyIn {
         // the row encoding (column order) keeps errors in that order only when the
         // two orders are the same.
         let in_table_order = targets.iter().copied().eq(0..def.columns.len());
-        let encoded = (opts.format != CopyFormat::Binary && in_table_order).then(|| {
+        // Constraints read the rows' values: the decoded path.
+        let constraints = crate::exec::constraints::TableConstraints::of(&def)?;
+        let encoded = (opts.format != CopyFormat::Binary
+            && in_table_order
+            && constraints.is_none())
+        .then(|| {
             EncodedRows::new(
                 def.types(),
                 def.columns.iter().map(|c| c.not_null).collect(),
@@ -340,6 +349,8 @@ impl CopyIn {
             batch_lines: Vec::new(),
             ended: false,
             failed: None,
+            constraints,
+            fk_work: Default::default(),
             opts,
         })
     }
@@ -431,7 +442,14 @@ impl CopyIn {
             }
             None => {
                 let rows = std::mem::take(&mut self.batch);
-                load_rows(t, &self.def, &rows, self.opts.freeze)
+                match self.constraints.take() {
+                    None => load_rows(t, &self.def, &rows, self.opts.freeze),
+                    Some(c) => {
+                        let loaded = self.load_checked(t, &c, &rows);
+                        self.constraints = Some(c);
+                        loaded
+                    }
+                }
             }
         };
         let lines = std::mem::take(&mut self.batch_lines);
@@ -455,6 +473,50 @@ impl CopyIn {
     pub(crate) fn fail(&mut self, e: SqlError) {
         self.failed = Some(e);
         self.pending = Vec::new();
+    }
+
+    /// A batch into a table with constraints: each row's CHECKs first, then the batch
+    /// insert, and each written row's foreign keys queued for the COPY's end.
+    fn load_checked(
+        &mut self,
+        t: &mut Transaction,
+        c: &crate::exec::constraints::TableConstraints,
+        rows: &[Vec<Datum>],
+    ) -> Result<u64, LoadFailure> {
+        let get = |_: &str| None;
+        let scope = crate::expr::Scope {
+            columns: &[],
+            row: None,
+            params: &[],
+            now: 0,
+            setting: &get,
+            interrupt: None,
+            frame: None,
+            hooks: None,
+        };
+        for (i, r) in rows.iter().enumerate() {
+            c.check_row(r, &scope).map_err(|e| LoadFailure {
+                row: Some(i),
+                error: Box::new(e),
+            })?;
+        }
+        let inserted = if self.opts.freeze {
+            t.insert_batch_frozen(&self.def, rows)
+        } else {
+            t.insert_batch(&self.def, rows)
+        };
+        match inserted {
+            Ok(tids) => {
+                for (tid, r) in tids.iter().zip(rows) {
+                    c.inserted(&mut self.fk_work, *tid, r);
+                }
+                Ok(tids.len() as u64)
+            }
+            Err(f) => Err(LoadFailure {
+                row: Some(f.row),
+                error: Box::new(SqlError::from(f.error)),
+            }),
+        }
     }
 
     /// Text and CSV: the complete records in `pending`.
