@@ -345,7 +345,7 @@ fn transaction_modes_are_honoured_or_refused() {
         "0A000"
     );
     // ROLLBACK TO is not a ROLLBACK: outside a block 25P01, inside 3B001 (no savepoint
-    // can exist: SAVEPOINT is refused) and the block stays open, aborted.
+    // (no savepoint of that name exists) and the block stays open, aborted.
     assert_eq!(err(&mut s, "rollback to savepoint a"), "25P01");
     ok(&mut s, "begin");
     ok(&mut s, "insert into t values (9,1,1,'x',true)");
@@ -643,8 +643,8 @@ fn unsupported_constructs_are_refused() {
     let (_d, mut s) = session();
     setup(&mut s);
     for sql in [
-        "select * from t for update",
-        "select * from t for share",
+        "select * from t, t as u for update",
+        "select * from t join t as u using (id) for share",
         "with x as (insert into t values (100, 'x', 1) returning id) select * from x",
         "select * from (with recursive x as (select 1) select * from x) s",
         "select id into t2 from t",

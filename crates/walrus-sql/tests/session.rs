@@ -480,7 +480,7 @@ fn set_local_and_rolled_back_sets_end_with_their_block() {
 
     ok(&mut s, "begin");
     ok(&mut s, "set lock_timeout = '5s'");
-    ok(&mut s, "set datestyle = 'German'");
+    ok(&mut s, "set datestyle = 'ISO, DMY'");
     ok(&mut s, "reset statement_timeout");
     ok(&mut s, "rollback");
     assert_eq!(show(&mut s, "lock_timeout"), text("2s"), "rolled back");
