@@ -345,7 +345,7 @@ fn transaction_modes_are_honoured_or_refused() {
         "0A000"
     );
     // ROLLBACK TO is not a ROLLBACK: outside a block 25P01, inside 3B001 (no savepoint
-    // (no savepoint of that name exists) and the block stays open, aborted.
+    // of that name exists) and the block stays open, aborted.
     assert_eq!(err(&mut s, "rollback to savepoint a"), "25P01");
     ok(&mut s, "begin");
     ok(&mut s, "insert into t values (9,1,1,'x',true)");
