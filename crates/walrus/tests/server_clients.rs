@@ -1197,3 +1197,44 @@ fn deep_statements_are_answered_or_refused_and_never_take_the_server_down() {
     );
     srv.stop();
 }
+
+/// psql's `ON_ERROR_ROLLBACK` wraps each statement of a block in a savepoint and rolls
+/// back to it on error (PostgreSQL's own client driving SAVEPOINT / RELEASE / ROLLBACK
+/// TO): the block goes on, and only the failed statements are lost.
+#[test]
+fn psql_on_error_rollback_keeps_the_block_going() {
+    if !clients_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = ServerProc::start(&tmp.path().join("data"), free_port());
+    srv.scalar("create table oer (id int primary key, v text check (v <> 'bad'))");
+    let script = "begin;\n\
+                  insert into oer values (1, 'a');\n\
+                  insert into oer values (1, 'duplicate');\n\
+                  insert into oer values (2, 'bad');\n\
+                  insert into oer values (3, 'c');\n\
+                  commit;\n";
+    let mut child = Command::new("psql")
+        .args(["-X", "-v", "ON_ERROR_ROLLBACK=on", "-h", "127.0.0.1", "-p"])
+        .arg(srv.port.to_string())
+        .args(["-U", "bench", "-d", "bench", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run psql");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("duplicate key"), "{err}");
+    assert!(err.contains("violates check constraint"), "{err}");
+    assert_eq!(srv.scalar("select string_agg(id::text, ',' order by id) from oer"), "1,3");
+    srv.stop();
+}
