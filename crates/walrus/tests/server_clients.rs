@@ -1235,6 +1235,9 @@ fn psql_on_error_rollback_keeps_the_block_going() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("duplicate key"), "{err}");
     assert!(err.contains("violates check constraint"), "{err}");
-    assert_eq!(srv.scalar("select string_agg(id::text, ',' order by id) from oer"), "1,3");
+    assert_eq!(
+        srv.scalar("select string_agg(id::text, ',' order by id) from oer"),
+        "1,3"
+    );
     srv.stop();
 }

@@ -129,6 +129,11 @@ const INFORMATION_SCHEMA: &[(&str, &str)] = &[
     ("tables", "table_catalog:N table_schema:N table_name:N table_type:w self_referencing_column_name:N reference_generation:w user_defined_type_catalog:N user_defined_type_schema:N user_defined_type_name:N is_insertable_into:Y is_typed:Y commit_action:w"),
     ("columns", "table_catalog:N table_schema:N table_name:N column_name:N ordinal_position:i column_default:w is_nullable:Y data_type:w character_maximum_length:i numeric_precision:i numeric_scale:i"),
     ("schemata", "catalog_name:N schema_name:N schema_owner:N default_character_set_catalog:N default_character_set_schema:N default_character_set_name:N sql_path:w"),
+    ("table_constraints", "constraint_catalog:N constraint_schema:N constraint_name:N table_catalog:N table_schema:N table_name:N constraint_type:w is_deferrable:Y initially_deferred:Y enforced:Y nulls_distinct:Y"),
+    ("key_column_usage", "constraint_catalog:N constraint_schema:N constraint_name:N table_catalog:N table_schema:N table_name:N column_name:N ordinal_position:i position_in_unique_constraint:i"),
+    ("referential_constraints", "constraint_catalog:N constraint_schema:N constraint_name:N unique_constraint_catalog:N unique_constraint_schema:N unique_constraint_name:N match_option:w update_rule:w delete_rule:w"),
+    ("check_constraints", "constraint_catalog:N constraint_schema:N constraint_name:N check_clause:w"),
+    ("constraint_column_usage", "table_catalog:N table_schema:N table_name:N column_name:N constraint_catalog:N constraint_schema:N constraint_name:N"),
 ];
 
 /// A catalog column's type: the engine type its values have, and the PostgreSQL type

@@ -3,12 +3,56 @@
 use std::collections::BTreeMap;
 
 use walrus_engine::access::datum::{ArrayValue, Datum, TypeId};
-use walrus_engine::catalog::{ColumnDef, ColumnDefault, DeclaredType};
+use walrus_engine::catalog::{
+    ColumnDef, ColumnDefault, ConstraintKind, DeclaredType, FkAction, IndexDef, TableDef,
+};
 
 use super::{
     b, constraint_oid, o, proc, relfile_oid, t, xid, Snapshot, AM_BTREE, AM_HEAP, NS_CATALOG,
     NS_INFORMATION_SCHEMA, NS_PUBLIC, ROLE_OID, TYPES,
 };
+
+/// PostgreSQL 15's name for a NOT NULL column's constraint in `information_schema`:
+/// `<namespace oid>_<table oid>_<attnum>_not_null`.
+fn not_null_name(tbl: &TableDef, i: usize) -> String {
+    format!(
+        "{}_{}_{}_not_null",
+        NS_PUBLIC,
+        relfile_oid(tbl.relfile),
+        i + 1
+    )
+}
+
+/// The unique index of `parent` whose columns are exactly `cols`.
+fn referenced_index<'a>(parent: &'a TableDef, cols: &[usize]) -> Option<&'a IndexDef> {
+    let mut want = cols.to_vec();
+    want.sort_unstable();
+    parent.indexes.iter().find(|i| {
+        let mut have = i.columns.clone();
+        have.sort_unstable();
+        i.unique && have == want
+    })
+}
+
+/// The columns a CHECK expression names, in order of first mention.
+fn check_columns(tbl: &TableDef, expr: &str) -> Vec<usize> {
+    crate::exec::defaults::parse_default(expr)
+        .map(|e| {
+            let mut cols = Vec::new();
+            let _ = sqlparser::ast::visit_expressions(e.as_ref(), |x| {
+                if let sqlparser::ast::Expr::Identifier(i) = x {
+                    if let Some(p) = tbl.column_index(&crate::names::ident(i)) {
+                        if !cols.contains(&p) {
+                            cols.push(p);
+                        }
+                    }
+                }
+                std::ops::ControlFlow::<()>::Continue(())
+            });
+            cols
+        })
+        .unwrap_or_default()
+}
 
 impl Snapshot {
     /// `pg_constraint` rows of the CHECK and FOREIGN KEY constraints.
@@ -39,22 +83,7 @@ impl Snapshot {
                 });
                 let letter = |ch: char| t(&ch.to_string());
                 let check_columns: Vec<usize> = match &c.kind {
-                    ConstraintKind::Check { expr } => crate::exec::defaults::parse_default(expr)
-                        .map(|e| {
-                            let mut cols = Vec::new();
-                            let _ = sqlparser::ast::visit_expressions(e.as_ref(), |x| {
-                                if let sqlparser::ast::Expr::Identifier(i) = x {
-                                    if let Some(p) = tbl.column_index(&crate::names::ident(i)) {
-                                        if !cols.contains(&p) {
-                                            cols.push(p);
-                                        }
-                                    }
-                                }
-                                std::ops::ControlFlow::<()>::Continue(())
-                            });
-                            cols
-                        })
-                        .unwrap_or_default(),
+                    ConstraintKind::Check { expr } => check_columns(tbl, expr),
                     ConstraintKind::ForeignKey(fk) => fk.columns.clone(),
                 };
                 vec![
@@ -811,8 +840,207 @@ impl Snapshot {
                 .iter()
                 .map(|s| vec![db.clone(), t(s), t(&self.user)])
                 .collect(),
+            "table_constraints" => self.information_schema_constraints(&db),
+            "key_column_usage" => self.key_column_usage(&db),
+            "referential_constraints" => self
+                .constraints()
+                .filter_map(|(_, c)| {
+                    let fk = c.foreign_key()?;
+                    let parent = self.tables.iter().find(|t| t.name == fk.ref_table)?;
+                    let index = referenced_index(parent, &fk.ref_columns)?;
+                    let rule = |a: FkAction| match a {
+                        FkAction::NoAction => "NO ACTION",
+                        FkAction::Restrict => "RESTRICT",
+                        FkAction::Cascade => "CASCADE",
+                        FkAction::SetNull => "SET NULL",
+                        FkAction::SetDefault => "SET DEFAULT",
+                    };
+                    Some(vec![
+                        db.clone(),
+                        t("public"),
+                        t(&c.name),
+                        db.clone(),
+                        t("public"),
+                        t(&index.name),
+                        t(if fk.match_full { "FULL" } else { "NONE" }),
+                        t(rule(fk.on_update)),
+                        t(rule(fk.on_delete)),
+                    ])
+                })
+                .collect(),
+            "check_constraints" => {
+                let mut rows: Vec<Vec<Datum>> = self
+                    .constraints()
+                    .filter_map(|(tbl, c)| match &c.kind {
+                        ConstraintKind::Check { .. } => Some(vec![
+                            db.clone(),
+                            t("public"),
+                            t(&c.name),
+                            t(self
+                                .constraint_def(tbl, c, false)
+                                .strip_prefix("CHECK ")
+                                .unwrap_or_default()),
+                        ]),
+                        ConstraintKind::ForeignKey(_) => None,
+                    })
+                    .collect();
+                // NOT NULL columns are CHECK constraints there (PostgreSQL 15).
+                for tbl in &self.tables {
+                    for (i, col) in tbl.columns.iter().enumerate() {
+                        if col.not_null {
+                            rows.push(vec![
+                                db.clone(),
+                                t("public"),
+                                t(&not_null_name(tbl, i)),
+                                t(&format!("{} IS NOT NULL", col.name)),
+                            ]);
+                        }
+                    }
+                }
+                rows
+            }
+            "constraint_column_usage" => {
+                let mut rows = Vec::new();
+                let mut push = |tbl: &TableDef, cols: &[usize], name: &str| {
+                    for &i in cols {
+                        if let Some(col) = tbl.columns.get(i) {
+                            rows.push(vec![
+                                db.clone(),
+                                t("public"),
+                                t(&tbl.name),
+                                t(&col.name),
+                                db.clone(),
+                                t("public"),
+                                t(name),
+                            ]);
+                        }
+                    }
+                };
+                for (tbl, idx) in self.indexes().filter(|(_, i)| i.unique) {
+                    push(tbl, &idx.columns, &idx.name);
+                }
+                for (tbl, c) in self.constraints() {
+                    match &c.kind {
+                        ConstraintKind::ForeignKey(fk) => {
+                            if let Some(p) = self.tables.iter().find(|t| t.name == fk.ref_table) {
+                                push(p, &fk.ref_columns, &c.name);
+                            }
+                        }
+                        ConstraintKind::Check { expr } => {
+                            let cols = check_columns(tbl, expr);
+                            push(tbl, &cols, &c.name);
+                        }
+                    }
+                }
+                rows
+            }
             _ => Vec::new(),
         }
+    }
+
+    /// `information_schema.table_constraints`: CHECK (NOT NULL columns included, as in
+    /// PostgreSQL 15), FOREIGN KEY, PRIMARY KEY and UNIQUE.
+    fn information_schema_constraints(&self, db: &Datum) -> Vec<Vec<Datum>> {
+        let yes = |b: bool| t(if b { "YES" } else { "NO" });
+        let row = |tbl: &TableDef,
+                   name: &str,
+                   kind: &str,
+                   deferrable: bool,
+                   deferred: bool,
+                   nulls: Datum| {
+            vec![
+                db.clone(),
+                t("public"),
+                t(name),
+                db.clone(),
+                t("public"),
+                t(&tbl.name),
+                t(kind),
+                yes(deferrable),
+                yes(deferred),
+                t("YES"),
+                nulls,
+            ]
+        };
+        let mut rows = Vec::new();
+        for (tbl, c) in self.constraints() {
+            let kind = match c.kind {
+                ConstraintKind::Check { .. } => "CHECK",
+                ConstraintKind::ForeignKey(_) => "FOREIGN KEY",
+            };
+            rows.push(row(
+                tbl,
+                &c.name,
+                kind,
+                c.deferrable,
+                c.initially_deferred,
+                Datum::Null,
+            ));
+        }
+        for (tbl, idx) in self.indexes().filter(|(_, i)| i.unique) {
+            let (kind, nulls) = if idx.primary {
+                ("PRIMARY KEY", Datum::Null)
+            } else {
+                ("UNIQUE", t("YES"))
+            };
+            rows.push(row(tbl, &idx.name, kind, false, false, nulls));
+        }
+        for tbl in &self.tables {
+            for (i, col) in tbl.columns.iter().enumerate() {
+                if col.not_null {
+                    rows.push(row(
+                        tbl,
+                        &not_null_name(tbl, i),
+                        "CHECK",
+                        false,
+                        false,
+                        Datum::Null,
+                    ));
+                }
+            }
+        }
+        rows
+    }
+
+    /// `information_schema.key_column_usage`: the columns of PRIMARY KEY, UNIQUE and
+    /// FOREIGN KEY constraints, in key order (a foreign key's with the position of the
+    /// column it references in the referenced key).
+    fn key_column_usage(&self, db: &Datum) -> Vec<Vec<Datum>> {
+        let mut rows = Vec::new();
+        let mut push =
+            |tbl: &TableDef, name: &str, col: usize, pos: usize, unique_pos: Option<usize>| {
+                if let Some(c) = tbl.columns.get(col) {
+                    rows.push(vec![
+                        db.clone(),
+                        t("public"),
+                        t(name),
+                        db.clone(),
+                        t("public"),
+                        t(&tbl.name),
+                        t(&c.name),
+                        Datum::Int4(pos as i32 + 1),
+                        unique_pos.map_or(Datum::Null, |p| Datum::Int4(p as i32 + 1)),
+                    ]);
+                }
+            };
+        for (tbl, idx) in self.indexes().filter(|(_, i)| i.unique) {
+            for (k, &c) in idx.columns.iter().enumerate() {
+                push(tbl, &idx.name, c, k, None);
+            }
+        }
+        for (tbl, c) in self.constraints() {
+            let Some(fk) = c.foreign_key() else { continue };
+            let index = self
+                .tables
+                .iter()
+                .find(|t| t.name == fk.ref_table)
+                .and_then(|p| referenced_index(p, &fk.ref_columns));
+            for (k, (&col, &rcol)) in fk.columns.iter().zip(&fk.ref_columns).enumerate() {
+                let unique_pos = index.and_then(|i| i.columns.iter().position(|&x| x == rcol));
+                push(tbl, &c.name, col, k, unique_pos);
+            }
+        }
+        rows
     }
 
     /// The WAL segment file holding `lsn`, named as walrus names its segments.
