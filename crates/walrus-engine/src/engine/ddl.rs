@@ -370,10 +370,35 @@ impl Transaction {
         check_not_null: &[usize],
         change: impl FnOnce(&mut TableDef) -> Result<()>,
     ) -> Result<()> {
+        let table_name = table.to_string();
+        let not_null = |def: &TableDef, c: usize, v: &Datum| {
+            if v.is_null() {
+                return Err(Error::Rejected {
+                    message: format!(
+                        "column \"{}\" of relation \"{table_name}\" contains null values",
+                        def.columns[c].name
+                    ),
+                    sqlstate: "23502",
+                });
+            }
+            Ok(())
+        };
+        self.alter_table_def_checked(table, check_not_null, &not_null, change)
+    }
+
+    /// [`Transaction::alter_table_def`] with any check of the values of `columns` in
+    /// every row that may still be live (ALTER COLUMN TYPE to a narrower modifier).
+    pub fn alter_table_def_checked(
+        &mut self,
+        table: &str,
+        columns: &[usize],
+        check: &dyn Fn(&TableDef, usize, &Datum) -> Result<()>,
+        change: impl FnOnce(&mut TableDef) -> Result<()>,
+    ) -> Result<()> {
         self.before_write()?;
         let inner = self.inner.clone();
         let (_ddl, view, def) = self.lock_for_ddl(&inner, table)?;
-        if !check_not_null.is_empty() {
+        if !columns.is_empty() {
             let rel = inner.rel(def.relfile, def.fillfactor);
             let heap = Heap::new(&inner.pool, &inner.txn, &rel);
             let snap = self.snapshot();
@@ -385,18 +410,10 @@ impl Transaction {
             let types = def.types();
             for b in 0..heap.nblocks()? {
                 heap.for_each_root_row(b, &viewer, None, |_, row| {
-                    for &c in check_not_null {
+                    for &c in columns {
                         let v = datum::decode_column(row, &types, c)
                             .map_err(|e| Error::InvalidInput(e.to_string()))?;
-                        if v.is_null() {
-                            return Err(Error::Rejected {
-                                message: format!(
-                                    "column \"{}\" of relation \"{table}\" contains null values",
-                                    def.columns[c].name
-                                ),
-                                sqlstate: "23502",
-                            });
-                        }
+                        check(&def, c, &v)?;
                     }
                     Ok(())
                 })?;

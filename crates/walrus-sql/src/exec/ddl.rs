@@ -1012,12 +1012,83 @@ fn alter_column(
                 Ok(())
             })?;
         }
+        ast::AlterColumnOperation::SetDataType {
+            data_type,
+            using,
+            had_set: _,
+        } => alter_column_type(t, &def, table, i, data_type, using.as_ref())?,
         other => {
             return Err(SqlError::unsupported(format!(
                 "ALTER TABLE ... ALTER COLUMN {other} is not supported"
             )))
         }
     }
+    Ok(())
+}
+
+/// `ALTER COLUMN c [SET DATA] TYPE t` where the stored form stays the same: between
+/// `text` and `varchar[(n)]`, `varchar` lengths, `numeric` precisions at the same
+/// scale — a catalog change after every row that may still be live has been checked
+/// against the new modifier (22001 / 22003, as PostgreSQL's rewrite would report).
+/// A change of stored type, `USING`, and `char(n)` (whose padding would change) need a
+/// table rewrite, which walrus does not do yet: 0A000.
+fn alter_column_type(
+    t: &mut Transaction,
+    def: &walrus_engine::catalog::TableDef,
+    table: &str,
+    i: usize,
+    data_type: &ast::DataType,
+    using: Option<&ast::Expr>,
+) -> SqlResult<()> {
+    use walrus_engine::access::datum::TypeId;
+    use walrus_engine::catalog::DeclaredType;
+    let old = def.columns[i].clone();
+    let (ty, typmod, declared) = column_type(data_type)?;
+    let rewrite = || {
+        SqlError::unsupported(format!(
+            "ALTER COLUMN \"{}\" TYPE {data_type} needs a table rewrite, which is not supported",
+            old.name
+        ))
+    };
+    if using.is_some() || ty != old.ty {
+        return Err(rewrite());
+    }
+    if declared == DeclaredType::Char || old.declared == DeclaredType::Char {
+        if declared == old.declared && typmod == old.typmod {
+            return Ok(());
+        }
+        return Err(rewrite());
+    }
+    if ty == TypeId::Numeric && typmod != -1 {
+        // Same scale (or none before): no stored value changes, only the limit.
+        let scale = |m: i32| (m - 4) & 0xffff;
+        if old.typmod == -1 || scale(old.typmod) != scale(typmod) {
+            return Err(rewrite());
+        }
+    }
+    let new = ColumnDef {
+        typmod,
+        declared,
+        ..old.clone()
+    };
+    // Only a tighter limit can refuse a stored value.
+    let check_rows = typmod != -1 && (old.typmod == -1 || typmod < old.typmod);
+    let check = |_: &walrus_engine::catalog::TableDef,
+                 _: usize,
+                 v: &walrus_engine::access::datum::Datum| {
+        crate::expr::assign(v.clone(), &new)
+            .map(|_| ())
+            .map_err(|e| walrus_engine::Error::Rejected {
+                message: e.message,
+                sqlstate: e.sqlstate,
+            })
+    };
+    let columns: &[usize] = if check_rows { &[i] } else { &[] };
+    t.alter_table_def_checked(table, columns, &check, |d| {
+        d.columns[i].typmod = typmod;
+        d.columns[i].declared = declared;
+        Ok(())
+    })?;
     Ok(())
 }
 
