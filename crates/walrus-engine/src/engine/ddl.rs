@@ -284,6 +284,8 @@ impl Transaction {
         };
         let next_block = AtomicU32::new(0);
         let stop = AtomicBool::new(false);
+        // Rows whose key holds a NULL: no duplicates of anything in a unique index.
+        let null_keys = parking_lot::Mutex::new(std::collections::HashSet::new());
         let participate = || -> Result<Vec<(u32, BuildEntries)>> {
             let mut runs = Vec::new();
             let mut keyvals: Vec<Datum> = Vec::with_capacity(columns.len());
@@ -303,11 +305,16 @@ impl Transaction {
                                     .map_err(|e| Error::InvalidInput(e.to_string()))?,
                             );
                         }
-                        if primary && keyvals.iter().any(|d| d.is_null()) {
-                            return Err(Error::InvalidInput(format!(
-                                "column \"{}\" of relation \"{table}\" contains null values",
-                                def.columns[columns[0]].name
-                            )));
+                        if keyvals.iter().any(|d| d.is_null()) {
+                            if primary {
+                                return Err(Error::InvalidInput(format!(
+                                    "column \"{}\" of relation \"{table}\" contains null values",
+                                    def.columns[columns[0]].name
+                                )));
+                            }
+                            if unique {
+                                null_keys.lock().insert(tid);
+                            }
                         }
                         run.push_with(tid, |out| encode_key(&keyvals, out));
                         Ok(())
@@ -332,7 +339,8 @@ impl Transaction {
         }
         entries.sort();
         let tree = BTree::open(&inner.pool, relfile, unique, name);
-        tree.bulk_build_entries(&entries, xid)?;
+        let null_keys = null_keys.into_inner();
+        tree.bulk_build_entries_with_nulls(&entries, xid, &|tid| null_keys.contains(&tid))?;
         self.catalog_insert(&catalog::encode_index(&idx))?;
         inner.pool.set_relation_name(relfile, name);
         if primary {

@@ -824,9 +824,23 @@ pub(crate) fn truncate(t: &mut Transaction, tr: &ast::Truncate) -> SqlResult<Que
 }
 
 /// `ALTER TABLE name ADD CONSTRAINT ...` (the only ALTER TABLE walrus supports).
-pub(crate) fn alter_table(t: &mut Transaction, at: &ast::AlterTable) -> SqlResult<QueryResult> {
+pub(crate) fn alter_table(
+    env: &mut dyn super::Env,
+    at: &ast::AlterTable,
+) -> SqlResult<QueryResult> {
     let table = object_name(&at.name);
     for op in &at.operations {
+        if let AlterTableOperation::AddColumn {
+            column_keyword: _,
+            if_not_exists,
+            column_def,
+            column_position: None,
+        } = op
+        {
+            add_column(env, &table, *if_not_exists, column_def)?;
+            continue;
+        }
+        let t = env.txn();
         match op {
             AlterTableOperation::AddConstraint {
                 constraint,
@@ -865,6 +879,158 @@ pub(crate) fn alter_table(t: &mut Transaction, at: &ast::AlterTable) -> SqlResul
         }
     }
     Ok(QueryResult::tag("ALTER TABLE"))
+}
+
+/// `ADD [COLUMN] [IF NOT EXISTS] c type [DEFAULT e] [NOT NULL] [CHECK ...] [REFERENCES
+/// ...] [UNIQUE | PRIMARY KEY]`. The column is appended to the catalog (rows stored
+/// before it read it as NULL: the row format keeps each row's own column count); a
+/// default is then written into every existing row (as `UPDATE t SET c = DEFAULT`,
+/// evaluated per row like PostgreSQL's for a volatile default — a table rewrite in
+/// cost, where PostgreSQL 11+ stores a constant default once), after which NOT NULL
+/// and the constraints are checked against the rows. serial and identity columns are
+/// refused (0A000).
+fn add_column(
+    env: &mut dyn super::Env,
+    table: &str,
+    if_not_exists: bool,
+    c: &ast::ColumnDef,
+) -> SqlResult<()> {
+    use walrus_engine::catalog::ColumnDefault;
+    let def = env.txn().table(table)?;
+    let cname = ident(&c.name);
+    if def.column_index(&cname).is_some() {
+        if if_not_exists {
+            return Ok(());
+        }
+        return Err(SqlError::new(
+            "42701",
+            format!("column \"{cname}\" of relation \"{table}\" already exists"),
+        ));
+    }
+    if serial_type(&c.data_type).is_some() {
+        return Err(SqlError::unsupported(
+            "ADD COLUMN of a serial column is not supported",
+        ));
+    }
+    let (ty, typmod, declared) = column_type(&c.data_type)?;
+    let column = ColumnDef {
+        name: cname.clone(),
+        ty,
+        not_null: false,
+        typmod,
+        declared,
+    };
+    let mut not_null = false;
+    let mut default: Option<String> = None;
+    let mut checks: Vec<(Option<String>, ast::Expr)> = Vec::new();
+    let mut fks: Vec<ast::ForeignKeyConstraint> = Vec::new();
+    let mut unique: Option<(String, bool)> = None;
+    for o in &c.options {
+        match &o.option {
+            ColumnOption::Default(e) => default = check_default(e, &column)?,
+            ColumnOption::NotNull => not_null = true,
+            ColumnOption::Null => {}
+            ColumnOption::Check(ch) if ch.enforced != Some(false) => checks.push((
+                o.name.as_ref().or(ch.name.as_ref()).map(ident),
+                (*ch.expr).clone(),
+            )),
+            ColumnOption::ForeignKey(fk) => {
+                let mut fk = fk.clone();
+                if fk.name.is_none() {
+                    fk.name = o.name.clone();
+                }
+                fks.push(fk);
+            }
+            ColumnOption::PrimaryKey(_) => {
+                not_null = true;
+                let name = o
+                    .name
+                    .as_ref()
+                    .map(ident)
+                    .unwrap_or_else(|| format!("{table}_pkey"));
+                unique = Some((name, true));
+            }
+            ColumnOption::Unique(u)
+                if u.characteristics.is_none()
+                    && u.include.is_empty()
+                    && u.index_options.is_empty()
+                    && u.index_type.is_none()
+                    && matches!(u.nulls_distinct, ast::NullsDistinctOption::None) =>
+            {
+                let name = o
+                    .name
+                    .as_ref()
+                    .or(u.name.as_ref())
+                    .map(ident)
+                    .unwrap_or_else(|| format!("{table}_{cname}_key"));
+                unique = Some((name, false));
+            }
+            other => {
+                return Err(SqlError::unsupported(format!(
+                    "ADD COLUMN with column option {other} is not supported"
+                )))
+            }
+        }
+    }
+    let position = def.columns.len();
+    if position >= walrus_base::limits::COLUMNS_MAX {
+        return Err(SqlError::new(
+            "54011",
+            format!(
+                "tables can have at most {} columns",
+                walrus_base::limits::COLUMNS_MAX
+            ),
+        ));
+    }
+    let has_default = default.is_some();
+    env.txn().alter_table_def(table, &[], |d| {
+        d.columns.push(column);
+        if let Some(text) = default {
+            d.defaults.resize(d.columns.len(), None);
+            d.defaults[position] = Some(ColumnDefault::Expr(text));
+        }
+        Ok(())
+    })?;
+    if has_default {
+        env.txn().next_statement();
+        let sql = format!(
+            "update {} set {} = default",
+            crate::names::quote_ident(table),
+            crate::names::quote_ident(&cname)
+        );
+        let parsed =
+            sqlparser::parser::Parser::parse_sql(&sqlparser::dialect::PostgreSqlDialect {}, &sql)
+                .map_err(|e| SqlError::new("XX000", e.to_string()))?;
+        let [ast::Statement::Update(u)] = parsed.as_slice() else {
+            return Err(SqlError::new(
+                "XX000",
+                "ADD COLUMN: default fill did not parse",
+            ));
+        };
+        super::dml::update(env, u, &[])?;
+    }
+    env.txn().next_statement();
+    let t = env.txn();
+    if not_null {
+        t.alter_table_def(table, &[position], |d| {
+            d.columns[position].not_null = true;
+            Ok(())
+        })?;
+    }
+    if let Some((name, primary)) = unique {
+        create_index(t, table, &name, std::slice::from_ref(&cname), true, primary)?;
+    }
+    for (name, e) in checks {
+        let def = t.table(table)?;
+        let cons = super::constraints::check_constraint(t, &def, name, &e, &[])?;
+        super::constraints::add(t, &cons)?;
+    }
+    for fk in fks {
+        let def = t.table(table)?;
+        let cons = super::constraints::foreign_key(t, &def, &fk, Some(&cname), &[])?;
+        super::constraints::add(t, &cons)?;
+    }
+    Ok(())
 }
 
 /// `DROP CONSTRAINT [IF EXISTS] name [CASCADE]`: a CHECK or FOREIGN KEY constraint,

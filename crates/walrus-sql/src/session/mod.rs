@@ -1426,7 +1426,7 @@ impl Session {
                 ..
             } => ddl::drop_objects(self.txn(), names, *if_exists, true, false)?,
             Statement::Truncate(tr) => ddl::truncate(self.txn(), tr)?,
-            Statement::AlterTable(at) => ddl::alter_table(self.txn(), at)?,
+            Statement::AlterTable(at) => ddl::alter_table(self, at)?,
             Statement::Explain { .. } => self.explain(st)?,
             other => {
                 let text = other.to_string();

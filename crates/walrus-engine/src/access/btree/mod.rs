@@ -726,6 +726,18 @@ impl<'a> BTree<'a> {
     /// sorted ([`BuildEntries::sort`]). A key too long for a page, or (unique index)
     /// two equal keys, fail the build.
     pub fn bulk_build_entries(&self, entries: &BuildEntries, xid: Xid) -> Result<()> {
+        self.bulk_build_entries_with_nulls(entries, xid, &|_| false)
+    }
+
+    /// [`BTree::bulk_build_entries`] where `has_null(tid)` tells the entries whose key
+    /// holds a NULL: never duplicates of each other in a unique index (SQL's NULLs are
+    /// distinct), however equal their encoded keys.
+    pub fn bulk_build_entries_with_nulls(
+        &self,
+        entries: &BuildEntries,
+        xid: Xid,
+        has_null: &dyn Fn(Tid) -> bool,
+    ) -> Result<()> {
         if entries.is_empty() {
             // The empty root leaf `create` made is already the right tree.
             return Ok(());
@@ -739,7 +751,7 @@ impl<'a> BTree<'a> {
                 )));
             }
             if i > 0 {
-                if self.unique && entries.key(i - 1) == k {
+                if self.unique && entries.key(i - 1) == k && !has_null(entries.tid(i)) {
                     return Err(Error::UniqueViolation {
                         index: self.name.clone(),
                         detail: "Key already exists.".into(),
