@@ -94,7 +94,9 @@ impl VisitorMut for Rewriter {
 }
 
 /// `SELECT [pg_catalog.]pg_partition_ancestors(x)` with no FROM becomes `SELECT
-/// x::regclass WHERE false`: the same column, no rows (see the module comment).
+/// x::regclass WHERE false`: the same column, no rows (see the module comment). Not
+/// inlined into the visitor, which recurses per query level.
+#[inline(never)]
 fn partition_ancestors_of_a_plain_table(q: &mut Query) {
     // The SELECTs of the query's body, set operations walked without recursion.
     let mut pending = vec![q.body.as_mut()];

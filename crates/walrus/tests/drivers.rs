@@ -480,6 +480,19 @@ fn psycopg2_driver_works_on_postgres_and_on_walrus() {
     python_program_on_postgres_then_walrus("psycopg2", "python3-psycopg2", "psycopg2_check.py");
 }
 
+/// psycopg 3 transactions as ORMs use them: nested `conn.transaction()` blocks
+/// (SAVEPOINT, RELEASE, ROLLBACK TO through the extended protocol) with errors caught
+/// inside, foreign keys with CASCADE and a deferred one failing COMMIT, CHECK
+/// constraints, a SKIP LOCKED queue between two connections and NOWAIT.
+#[test]
+fn psycopg_transactions_on_postgres_and_on_walrus() {
+    python_program_on_postgres_then_walrus(
+        "psycopg",
+        "python3-psycopg",
+        "psycopg_transactions_check.py",
+    );
+}
+
 /// asyncpg (Debian's python3-asyncpg): Parse/Describe/Flush preparation, binary
 /// parameters and results of every type, described parameter and column types,
 /// executemany, rollback, a duplicate key then 25P02, errors found while preparing.

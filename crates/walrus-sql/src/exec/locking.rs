@@ -44,7 +44,10 @@ const LOCKED: &str = "__walrus_locked_rows";
 const ROW_NUMBER: &str = "__walrus_lock_row";
 
 impl Executor<'_> {
-    /// Runs query level `q`, which has locking clauses (see the module comment).
+    /// Runs query level `q`, which has locking clauses (see the module comment). Never
+    /// inlined: `run_query` recurses once per query level, and this frame must not add
+    /// to each of those (1,000 nested levels fit in `max_stack_depth`).
+    #[inline(never)]
     pub(super) fn locking_query(&self, q: &Query, outer: Option<&Frame<'_>>) -> SqlResult<Rel> {
         if outer.is_some() {
             return Err(SqlError::unsupported(

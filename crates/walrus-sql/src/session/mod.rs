@@ -513,15 +513,21 @@ impl Session {
             .is_ok_and(|p| matches!(p.as_slice(), [Parsed::Utility(Utility::Copy(_))]))
     }
 
-    /// Bind in an aborted block: only COMMIT / ROLLBACK may run (25P02), as PostgreSQL
-    /// checks at Bind.
+    /// Bind in an aborted block: only COMMIT / ROLLBACK / ROLLBACK TO may run (25P02),
+    /// as PostgreSQL checks at Bind (its `IsTransactionExitStmt`; psycopg sends ROLLBACK
+    /// TO through the extended protocol).
     pub fn check_bind(&mut self, sql: &str) -> SqlResult<()> {
         let parsed = self.parsed(sql)?;
         self.check_not_aborted(&parsed)
     }
 
     fn check_not_aborted(&self, parsed: &[Parsed]) -> SqlResult<()> {
-        if self.failed && !matches!(parsed, [Parsed::Commit | Parsed::Rollback]) {
+        if self.failed
+            && !matches!(
+                parsed,
+                [Parsed::Commit | Parsed::Rollback | Parsed::SavepointEnd(_, false)]
+            )
+        {
             return Err(aborted());
         }
         Ok(())
