@@ -12,9 +12,10 @@
 //!
 //! How it stays exact against updates: a version's changer (UPDATE, DELETE) asks this
 //! table under the page's exclusive latch, just before stamping xmax; a locker checks
-//! the version's xmax and adds its entry under (at least) a shared latch of the same
-//! page. So a lock and a change of one version never both succeed unless their modes
-//! are compatible (KEY SHARE and a non-key UPDATE). Each entry records the version's
+//! the version's xmax under (at least) a shared latch of the same page and then checks
+//! and adds its entry in one step under the table's shard lock (`acquire`: two lockers
+//! may hold the shared latch at once). So a lock and a change of one version, or two
+//! locks, never both succeed unless their modes are compatible. Each entry records the version's
 //! xmin: a line pointer reused for another tuple after pruning does not inherit an old
 //! entry's lock.
 //!
@@ -156,10 +157,40 @@ impl RowLocks {
         }
     }
 
-    /// Records `owner`'s lock (after [`RowLocks::conflict`] found none, under the same
-    /// latch). Returns false when `owner` already held this mode or a stronger one
-    /// there, so nothing was added (and there is nothing more to release).
-    pub fn add(&self, key: RowLockKey, xmin: Xid, owner: Xid, mode: RowLockMode) -> bool {
+    /// Takes `owner`'s lock if no other transaction holds a conflicting one: the check
+    /// and the entry under one shard lock, so two lockers that both hold the page's
+    /// shared latch cannot both get conflicting locks. `Err(holder)` names one to wait
+    /// for; `Ok(false)` means `owner` already held this mode or a stronger one there, so
+    /// nothing was added (and there is nothing more to release).
+    pub fn acquire(
+        &self,
+        key: RowLockKey,
+        xmin: Xid,
+        owner: Xid,
+        mode: RowLockMode,
+        mine: impl Fn(Xid) -> bool,
+    ) -> Result<bool, Xid> {
+        let mut shard = self.shard(&key).lock();
+        let entries = shard.entry(key).or_default();
+        if let Some(holder) = entries.iter().find_map(|e| {
+            (e.xmin == xmin && e.mode.conflicts_with(mode) && !mine(e.owner)).then_some(e.owner)
+        }) {
+            return Err(holder);
+        }
+        if entries
+            .iter()
+            .any(|e| e.owner == owner && e.xmin == xmin && e.mode >= mode)
+        {
+            return Ok(false);
+        }
+        entries.push(Entry { owner, mode, xmin });
+        self.held.fetch_add(1, Ordering::AcqRel);
+        Ok(true)
+    }
+
+    /// Records `owner`'s lock with no conflict check (tests).
+    #[cfg(test)]
+    fn add(&self, key: RowLockKey, xmin: Xid, owner: Xid, mode: RowLockMode) -> bool {
         let mut shard = self.shard(&key).lock();
         let entries = shard.entry(key).or_default();
         if entries
@@ -260,6 +291,27 @@ mod tests {
         locks.release(&[(key, b)]);
         assert_eq!(locks.held(), 0);
         assert_eq!(locks.conflict(key, Xid(5), Update, not_mine), None);
+    }
+
+    #[test]
+    fn acquire_checks_and_takes_in_one_step() {
+        let locks = RowLocks::default();
+        let key = (RelFileId(7), Tid::new(1, 1));
+        let (a, b) = (Xid(100), Xid(200));
+        assert_eq!(locks.acquire(key, Xid(5), a, Update, |x| x == a), Ok(true));
+        assert_eq!(locks.acquire(key, Xid(5), b, Update, |x| x == b), Err(a));
+        assert_eq!(locks.acquire(key, Xid(5), b, KeyShare, |x| x == b), Err(a));
+        assert_eq!(locks.acquire(key, Xid(5), a, Share, |x| x == a), Ok(false));
+        locks.release(&[(key, a)]);
+        assert_eq!(
+            locks.acquire(key, Xid(5), b, KeyShare, |x| x == b),
+            Ok(true)
+        );
+        assert_eq!(
+            locks.acquire(key, Xid(5), a, KeyShare, |x| x == a),
+            Ok(true)
+        );
+        assert_eq!(locks.held(), 2);
     }
 
     #[test]

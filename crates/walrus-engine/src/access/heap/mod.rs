@@ -773,13 +773,19 @@ impl<'a> Heap<'a> {
             Error::DataCorrupted(format!("tuple at {tid} is shorter than its header"))
         })?;
         let at = Tid::new(tid.block, off);
-        if let Some(m) = self.check_modifiable(&h, at, xid, mode)? {
+        if let Some(m) = self.check_xmax(&h, xid)? {
             return Ok(LockOutcome::Not(m));
         }
-        let added = self
-            .txn
-            .row_locks
-            .add((self.rel.relfile, at), h.xmin, xid, mode);
+        let acquired =
+            self.txn
+                .row_locks
+                .acquire((self.rel.relfile, at), h.xmin, xid, mode, |owner| {
+                    self.txn.same_transaction(owner, xid)
+                });
+        let added = match acquired {
+            Ok(added) => added,
+            Err(holder) => return Ok(LockOutcome::Not(Modify::WouldBlock(holder))),
+        };
         Ok(LockOutcome::Locked {
             at,
             added,
