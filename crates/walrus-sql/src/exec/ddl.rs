@@ -440,20 +440,8 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
                     not_null = true;
                     pk = Some(vec![cname.clone()]);
                 }
-                ColumnOption::Unique(u)
-                    if u.characteristics.is_none()
-                        && u.include.is_empty()
-                        && u.index_options.is_empty()
-                        && u.index_type.is_none()
-                        && matches!(u.nulls_distinct, ast::NullsDistinctOption::None) =>
-                {
-                    let cons = o
-                        .name
-                        .as_ref()
-                        .or(u.name.as_ref())
-                        .map(ident)
-                        .unwrap_or_else(|| format!("{name}_{cname}_key"));
-                    uniques.push((cons, cname.clone()));
+                ColumnOption::Unique(u) if plain_unique(u) => {
+                    uniques.push((unique_name(o, u, &name, &cname), cname.clone()));
                 }
                 other => {
                     return Err(SqlError::unsupported(format!(
@@ -881,6 +869,30 @@ pub(crate) fn alter_table(
     Ok(QueryResult::tag("ALTER TABLE"))
 }
 
+/// A column's UNIQUE option without the parts walrus does not build (characteristics,
+/// INCLUDE, index options or method, NULLS NOT DISTINCT), which are refused instead.
+fn plain_unique(u: &ast::UniqueConstraint) -> bool {
+    u.characteristics.is_none()
+        && u.include.is_empty()
+        && u.index_options.is_empty()
+        && u.index_type.is_none()
+        && matches!(u.nulls_distinct, ast::NullsDistinctOption::None)
+}
+
+/// A column UNIQUE constraint's name: as written, else PostgreSQL's `table_col_key`.
+fn unique_name(
+    o: &ast::ColumnOptionDef,
+    u: &ast::UniqueConstraint,
+    table: &str,
+    column: &str,
+) -> String {
+    o.name
+        .as_ref()
+        .or(u.name.as_ref())
+        .map(ident)
+        .unwrap_or_else(|| format!("{table}_{column}_key"))
+}
+
 /// `ADD [COLUMN] [IF NOT EXISTS] c type [DEFAULT e] [NOT NULL] [CHECK ...] [REFERENCES
 /// ...] [UNIQUE | PRIMARY KEY]`. The column is appended to the catalog (rows stored
 /// before it read it as NULL: the row format keeps each row's own column count); a
@@ -950,20 +962,8 @@ fn add_column(
                     .unwrap_or_else(|| format!("{table}_pkey"));
                 unique = Some((name, true));
             }
-            ColumnOption::Unique(u)
-                if u.characteristics.is_none()
-                    && u.include.is_empty()
-                    && u.index_options.is_empty()
-                    && u.index_type.is_none()
-                    && matches!(u.nulls_distinct, ast::NullsDistinctOption::None) =>
-            {
-                let name = o
-                    .name
-                    .as_ref()
-                    .or(u.name.as_ref())
-                    .map(ident)
-                    .unwrap_or_else(|| format!("{table}_{cname}_key"));
-                unique = Some((name, false));
+            ColumnOption::Unique(u) if plain_unique(u) => {
+                unique = Some((unique_name(o, u, table, &cname), false));
             }
             other => {
                 return Err(SqlError::unsupported(format!(
