@@ -35,6 +35,7 @@ mod catalog_views;
 pub mod error;
 mod exec;
 mod expandarray;
+mod stored_expr;
 pub use exec::temp_file_stats;
 pub mod expr;
 mod guc;

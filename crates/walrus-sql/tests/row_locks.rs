@@ -7,11 +7,10 @@
 
 mod common;
 
-use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use common::{engine, err, ok, text_rows};
+use common::{engine, err, in_thread, ok, settle, text_rows};
 use walrus_engine::Engine;
 use walrus_sql::Session;
 
@@ -22,42 +21,6 @@ fn setup(e: &Engine, jobs: usize) {
         &mut s,
         &format!("insert into jobs select g, 'new' from generate_series(1, {jobs}) g"),
     );
-}
-
-/// Runs `sqls` in a new session on its own thread; reports each statement's outcome
-/// (rows joined by `,` or the SQLSTATE) in order, then ends.
-fn in_thread(e: &Engine, sqls: &[&str]) -> (thread::JoinHandle<Vec<String>>, mpsc::Receiver<()>) {
-    let e = e.clone();
-    let sqls: Vec<String> = sqls.iter().map(|s| s.to_string()).collect();
-    let (started_tx, started_rx) = mpsc::channel();
-    let h = thread::spawn(move || {
-        let mut s = Session::new(e);
-        started_tx.send(()).unwrap();
-        sqls.iter()
-            .map(|sql| match s.execute(sql, &[]).pop().unwrap() {
-                Ok(walrus_sql::Outcome::Done(q)) => q
-                    .rows
-                    .iter()
-                    .map(|r| {
-                        r.iter()
-                            .map(|d| walrus_sql::value::format_text(d).unwrap_or_default())
-                            .collect::<Vec<_>>()
-                            .join("|")
-                    })
-                    .collect::<Vec<_>>()
-                    .join(","),
-                Ok(other) => format!("{other:?}"),
-                Err(e) => e.sqlstate.to_string(),
-            })
-            .collect()
-    });
-    (h, started_rx)
-}
-
-/// Waits until the thread has started, then a little: long enough to be blocked.
-fn settle(started: &mpsc::Receiver<()>) {
-    started.recv().unwrap();
-    thread::sleep(Duration::from_millis(300));
 }
 
 #[test]

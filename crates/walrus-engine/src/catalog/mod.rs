@@ -296,6 +296,18 @@ impl TableDef {
         self.defaults.get(i).and_then(|d| d.as_ref())
     }
 
+    /// An index whose key is exactly the columns `cols`, in any order (`unique`: only
+    /// a unique one): what a foreign key's referenced columns are checked through.
+    pub fn index_on(&self, cols: &[usize], unique: bool) -> Option<&IndexDef> {
+        let mut want = cols.to_vec();
+        want.sort_unstable();
+        self.indexes.iter().find(|i| {
+            let mut have = i.columns.clone();
+            have.sort_unstable();
+            (i.unique || !unique) && have == want
+        })
+    }
+
     pub fn column_index(&self, name: &str) -> Option<usize> {
         self.columns.iter().position(|c| c.name == name)
     }

@@ -58,7 +58,7 @@ impl Transaction {
         loop {
             self.check_interrupt()?;
             let m = match heap.lock_tuple(tid, owner, mode)? {
-                LockOutcome::Locked { at, added, .. } => {
+                LockOutcome::Locked { at, added } => {
                     if added {
                         self.row_lock_keys.push(((def.relfile, at), owner));
                     }

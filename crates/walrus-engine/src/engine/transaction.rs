@@ -207,7 +207,7 @@ impl Transaction {
     /// happens to its savepoints).
     pub(super) fn mark_write_top(&mut self) -> Xid {
         self.mark_write();
-        self.xid.expect("assigned by mark_write")
+        self.ensure_xid()
     }
 
     /// The pending counters of `rel`'s table.

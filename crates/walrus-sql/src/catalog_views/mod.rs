@@ -657,8 +657,8 @@ impl Snapshot {
         let q = crate::names::quote_ident;
         let mut out = match &c.kind {
             ConstraintKind::Check { expr } => {
-                let shown = crate::exec::defaults::parse_default(expr)
-                    .map(|e| crate::exec::ddl::deparse(&e))
+                let shown = crate::stored_expr::parse(expr)
+                    .map(|e| crate::stored_expr::deparse(&e))
                     .unwrap_or_else(|_| expr.clone());
                 if pretty && shown.starts_with('(') && shown.ends_with(')') {
                     format!("CHECK {shown}")

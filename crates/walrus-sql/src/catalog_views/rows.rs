@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use walrus_engine::access::datum::{ArrayValue, Datum, TypeId};
 use walrus_engine::catalog::{
-    ColumnDef, ColumnDefault, ConstraintKind, DeclaredType, FkAction, IndexDef, TableDef,
+    ColumnDef, ColumnDefault, ConstraintKind, DeclaredType, FkAction, TableDef,
 };
 
 use super::{
@@ -23,33 +23,14 @@ fn not_null_name(tbl: &TableDef, i: usize) -> String {
     )
 }
 
-/// The unique index of `parent` whose columns are exactly `cols`.
-fn referenced_index<'a>(parent: &'a TableDef, cols: &[usize]) -> Option<&'a IndexDef> {
-    let mut want = cols.to_vec();
-    want.sort_unstable();
-    parent.indexes.iter().find(|i| {
-        let mut have = i.columns.clone();
-        have.sort_unstable();
-        i.unique && have == want
-    })
-}
-
 /// The columns a CHECK expression names, in order of first mention.
 fn check_columns(tbl: &TableDef, expr: &str) -> Vec<usize> {
-    crate::exec::defaults::parse_default(expr)
+    crate::stored_expr::parse(expr)
         .map(|e| {
-            let mut cols = Vec::new();
-            let _ = sqlparser::ast::visit_expressions(e.as_ref(), |x| {
-                if let sqlparser::ast::Expr::Identifier(i) = x {
-                    if let Some(p) = tbl.column_index(&crate::names::ident(i)) {
-                        if !cols.contains(&p) {
-                            cols.push(p);
-                        }
-                    }
-                }
-                std::ops::ControlFlow::<()>::Continue(())
-            });
-            cols
+            crate::stored_expr::columns_mentioned(&e)
+                .iter()
+                .filter_map(|n| tbl.column_index(n))
+                .collect()
         })
         .unwrap_or_default()
 }
@@ -72,15 +53,9 @@ impl Snapshot {
                 };
                 let parent = fk.and_then(|fk| self.tables.iter().find(|t| t.name == fk.ref_table));
                 // The referenced table's unique index the key is checked through.
-                let index = fk.zip(parent).and_then(|(fk, p)| {
-                    let mut want = fk.ref_columns.clone();
-                    want.sort_unstable();
-                    p.indexes.iter().find(|i| {
-                        let mut have = i.columns.clone();
-                        have.sort_unstable();
-                        i.unique && have == want
-                    })
-                });
+                let index = fk
+                    .zip(parent)
+                    .and_then(|(fk, p)| p.index_on(&fk.ref_columns, true));
                 let letter = |ch: char| t(&ch.to_string());
                 let check_columns: Vec<usize> = match &c.kind {
                     ConstraintKind::Check { expr } => check_columns(tbl, expr),
@@ -847,7 +822,7 @@ impl Snapshot {
                 .filter_map(|(_, c)| {
                     let fk = c.foreign_key()?;
                     let parent = self.tables.iter().find(|t| t.name == fk.ref_table)?;
-                    let index = referenced_index(parent, &fk.ref_columns)?;
+                    let index = parent.index_on(&fk.ref_columns, true)?;
                     let rule = |a: FkAction| match a {
                         FkAction::NoAction => "NO ACTION",
                         FkAction::Restrict => "RESTRICT",
@@ -1034,7 +1009,7 @@ impl Snapshot {
                 .tables
                 .iter()
                 .find(|t| t.name == fk.ref_table)
-                .and_then(|p| referenced_index(p, &fk.ref_columns));
+                .and_then(|p| p.index_on(&fk.ref_columns, true));
             for (k, (&col, &rcol)) in fk.columns.iter().zip(&fk.ref_columns).enumerate() {
                 let unique_pos = index.and_then(|i| i.columns.iter().position(|&x| x == rcol));
                 push(tbl, &c.name, col, k, unique_pos);

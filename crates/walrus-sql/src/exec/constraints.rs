@@ -34,11 +34,12 @@ use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::{ConstraintDef, ConstraintKind, FkAction, ForeignKeyDef, TableDef};
 use walrus_engine::engine::{LockWaitPolicy, RowChange, RowLockMode, RowLocked, Transaction};
 
-use super::defaults::{default_value, parse_default};
+use super::defaults::default_value;
 use super::Env;
 use crate::error::{SqlError, SqlResult};
 use crate::expr::{assign, coerce, compare_values, eval, holds, Scope};
 use crate::names::{ident, object_name};
+use crate::stored_expr::{columns_mentioned, parse as parse_default};
 
 /// PostgreSQL's identifier length limit (NAMEDATALEN - 1).
 const NAME_MAX: usize = 63;
@@ -100,25 +101,6 @@ fn choose_name(
     }
 }
 
-/// The distinct column names `e` mentions, in order of first mention.
-fn columns_mentioned(e: &Expr) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let _ = ast::visit_expressions(e, |x| {
-        let name = match x {
-            Expr::Identifier(i) => Some(ident(i)),
-            Expr::CompoundIdentifier(ids) => ids.last().map(ident),
-            _ => None,
-        };
-        if let Some(n) = name {
-            if !out.contains(&n) {
-                out.push(n);
-            }
-        }
-        std::ops::ControlFlow::<()>::Continue(())
-    });
-    out
-}
-
 /// `CHECK (expr)` of table `def`: checked for what PostgreSQL refuses in one
 /// (subqueries, aggregates, window functions, columns of no such name, a non-boolean
 /// result), named as PostgreSQL names it unless `name` is given.
@@ -167,17 +149,7 @@ pub(crate) fn check_constraint(
     }
     // The type of the result: evaluated once over a row of NULLs.
     let nulls = vec![Datum::Null; def.columns.len()];
-    let get = |_: &str| None;
-    let scope = Scope {
-        columns: &def.columns,
-        row: Some(&nulls),
-        params: &[],
-        now: 0,
-        setting: &get,
-        interrupt: None,
-        frame: None,
-        hooks: None,
-    };
+    let scope = Scope::bare(&def.columns, Some(&nulls), 0);
     if let Ok(v) = eval(expr, &scope) {
         if !matches!(v, Datum::Null | Datum::Bool(_)) {
             let ty = crate::expr::ops_type_name(&v);
@@ -286,7 +258,7 @@ pub(crate) fn foreign_key(
             "number of referencing and referenced columns for foreign key disagree",
         ));
     }
-    if referenced_index(&parent, &ref_columns).is_none() {
+    if parent.index_on(&ref_columns, true).is_none() {
         return Err(SqlError::new(
             "42830",
             format!(
@@ -353,20 +325,6 @@ fn characteristics(c: Option<&ast::ConstraintCharacteristics>) -> SqlResult<(boo
     Ok((deferrable, deferred))
 }
 
-/// The unique index of `parent` whose columns are exactly `cols` (in any order).
-fn referenced_index<'a>(
-    parent: &'a TableDef,
-    cols: &[usize],
-) -> Option<&'a walrus_engine::catalog::IndexDef> {
-    let mut want = cols.to_vec();
-    want.sort_unstable();
-    parent.indexes.iter().find(|i| {
-        let mut have = i.columns.clone();
-        have.sort_unstable();
-        i.unique && have == want
-    })
-}
-
 /// Adds constraint `c` to its table and checks the rows the table has (PostgreSQL's
 /// validation of ALTER TABLE ADD CONSTRAINT; a new table has none).
 pub(crate) fn add(t: &mut Transaction, c: &ConstraintDef) -> SqlResult<()> {
@@ -384,18 +342,10 @@ pub(crate) fn add(t: &mut Transaction, c: &ConstraintDef) -> SqlResult<()> {
     match &c.kind {
         ConstraintKind::Check { expr } => {
             let e = parse_default(expr)?;
-            let get = |_: &str| None;
+            // now() and its kin read the clock, as the rows' own statements did.
+            let now = crate::value::system_time_to_pg(std::time::SystemTime::now());
             for (_, row) in &rows {
-                let scope = Scope {
-                    columns: &def.columns,
-                    row: Some(row),
-                    params: &[],
-                    now: 0,
-                    setting: &get,
-                    interrupt: None,
-                    frame: None,
-                    hooks: None,
-                };
+                let scope = Scope::bare(&def.columns, Some(row), now);
                 if !check_holds(&e, eval(&e, &scope)?)? {
                     return Err(SqlError::new(
                         "23514",
@@ -461,11 +411,6 @@ impl TableConstraints {
             fks,
             referenced_by: def.referenced_by.clone(),
         }))
-    }
-
-    /// Whether the table has foreign keys (its inserts then check each row's key).
-    pub(crate) fn has_foreign_keys(&self) -> bool {
-        !self.fks.is_empty()
     }
 
     /// CHECK constraints on a new row version (after NOT NULL, as PostgreSQL orders
@@ -798,7 +743,7 @@ fn run_one(
                     Err(still_referenced(&parent, &constraint, fk, &old_key))
                 }
                 FkAction::Cascade if new_key.is_none() => {
-                    let tc = table_constraints(env, tables, &child)?;
+                    let tc = table_constraints(tables, &child)?;
                     for (tid, row) in rows {
                         delete_referencing(
                             env,
@@ -814,7 +759,7 @@ fn run_one(
                     Ok(())
                 }
                 FkAction::Cascade | FkAction::SetNull | FkAction::SetDefault => {
-                    let tc = table_constraints(env, tables, &child)?;
+                    let tc = table_constraints(tables, &child)?;
                     for (tid, row) in rows {
                         let sets = new_values(env, &child, fk, act, new_key.as_deref())?;
                         update_referencing(
@@ -837,14 +782,12 @@ fn run_one(
 }
 
 fn table_constraints(
-    env: &mut dyn Env,
     tables: &mut HashMap<String, Option<Arc<TableConstraints>>>,
     def: &Arc<TableDef>,
 ) -> SqlResult<Option<Arc<TableConstraints>>> {
     if let Some(t) = tables.get(&def.name) {
         return Ok(t.clone());
     }
-    let _ = env;
     let t = TableConstraints::of(def)?.map(Arc::new);
     tables.insert(def.name.clone(), t.clone());
     Ok(t)
@@ -893,8 +836,7 @@ fn check_parent_exists(
 ) -> SqlResult<()> {
     let parent = t.table(&fk.ref_table)?;
     let found = t.with_fresh_snapshot(|t| -> SqlResult<bool> {
-        for (tid, row) in lookup(t, &parent, &fk.ref_columns, key)? {
-            let (mut tid, mut row) = (tid, row);
+        for (mut tid, _) in lookup(t, &parent, &fk.ref_columns, key)? {
             loop {
                 match t.lock_row(&parent, tid, RowLockMode::KeyShare, LockWaitPolicy::Wait)? {
                     RowLocked::Locked(_) => return Ok(true),
@@ -902,12 +844,11 @@ fn check_parent_exists(
                         if !key_matches(&v2, &fk.ref_columns, key)? {
                             break;
                         }
-                        (tid, row) = (t2, v2);
+                        tid = t2;
                     }
                     RowLocked::Gone | RowLocked::Skipped => break,
                 }
             }
-            let _ = row;
         }
         Ok(false)
     })?;
@@ -985,14 +926,7 @@ fn lookup(
     for (&c, k) in cols.iter().zip(key) {
         typed.push(coerce(k.clone(), def.columns[c].ty)?);
     }
-    let mut want = cols.to_vec();
-    want.sort_unstable();
-    let index = def.indexes.iter().find(|i| {
-        let mut have = i.columns.clone();
-        have.sort_unstable();
-        have == want && i.columns.len() == cols.len()
-    });
-    if let Some(index) = index {
+    if let Some(index) = def.index_on(cols, false) {
         let ordered: Vec<Datum> = index
             .columns
             .iter()
@@ -1142,18 +1076,7 @@ fn update_referencing(
             new[*c] = v.clone();
         }
         if let Some(tc) = tc {
-            let get = |_: &str| None;
-            let scope = Scope {
-                columns: &[],
-                row: None,
-                params: &[],
-                now: env.now(),
-                setting: &get,
-                interrupt: None,
-                frame: None,
-                hooks: None,
-            };
-            tc.check_row(&new, &scope)?;
+            tc.check_row(&new, &Scope::bare(&[], None, env.now()))?;
         }
         match env.txn().update_columns(child, tid, sets)? {
             RowChange::Done(new_tid) => {

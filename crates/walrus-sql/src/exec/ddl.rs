@@ -186,17 +186,7 @@ fn check_default(e: &ast::Expr, col: &ColumnDef) -> SqlResult<Option<String>> {
         ));
     }
     if !calls {
-        let get = |_: &str| None;
-        let scope = crate::expr::Scope {
-            columns: &[],
-            row: None,
-            params: &[],
-            now: 0,
-            setting: &get,
-            interrupt: None,
-            frame: None,
-            hooks: None,
-        };
+        let scope = crate::expr::Scope::bare(&[], None, 0);
         // The type modifier is applied when a row gets the value, not here
         // (PostgreSQL accepts `varchar(2) default 'toolong'` and fails the INSERT).
         let unlimited = ColumnDef {
@@ -208,54 +198,10 @@ fn check_default(e: &ast::Expr, col: &ColumnDef) -> SqlResult<Option<String>> {
             return Ok(None);
         }
         return Ok(Some(
-            constant_default(e, &v, col).unwrap_or_else(|| deparse(e)),
+            constant_default(e, &v, col).unwrap_or_else(|| crate::stored_expr::deparse(e)),
         ));
     }
-    Ok(Some(deparse(e)))
-}
-
-/// An expression default as PostgreSQL's `pg_get_expr` prints the common forms: an
-/// operator in parentheses, a string literal with its resolved type (`'x'::text`, and
-/// `'s'::regclass` as nextval's argument), function calls with their arguments so
-/// printed; anything else as written.
-pub(crate) fn deparse(e: &ast::Expr) -> String {
-    fn string(s: &str, ty: &str) -> String {
-        format!("'{}'::{ty}", s.replace('\'', "''"))
-    }
-    match e {
-        ast::Expr::Value(v) => match &v.value {
-            ast::Value::SingleQuotedString(s) => string(s, "text"),
-            _ => e.to_string(),
-        },
-        ast::Expr::BinaryOp { left, op, right } => {
-            format!("({} {op} {})", deparse(left), deparse(right))
-        }
-        ast::Expr::Nested(inner) => deparse(inner),
-        ast::Expr::Function(f) => {
-            let name = f.name.to_string().to_ascii_lowercase();
-            let ast::FunctionArguments::List(list) = &f.args else {
-                return e.to_string();
-            };
-            if !list.clauses.is_empty() || list.duplicate_treatment.is_some() {
-                return e.to_string();
-            }
-            let mut args = Vec::new();
-            for a in &list.args {
-                let ast::FunctionArg::Unnamed(ast::FunctionArgExpr::Expr(x)) = a else {
-                    return e.to_string();
-                };
-                args.push(match (name.as_str(), x) {
-                    ("nextval", ast::Expr::Value(v)) => match &v.value {
-                        ast::Value::SingleQuotedString(s) => string(s, "regclass"),
-                        _ => deparse(x),
-                    },
-                    _ => deparse(x),
-                });
-            }
-            format!("{name}({})", args.join(", "))
-        }
-        _ => e.to_string(),
-    }
+    Ok(Some(crate::stored_expr::deparse(e)))
 }
 
 /// A literal default as PostgreSQL's `pg_get_expr` prints it: a number literal as its
@@ -753,21 +699,29 @@ fn foreign_key_needing_index(
     )>,
 > {
     let view = t.catalog()?;
-    for def in view.tables.values() {
-        let Some(idx) = def.indexes.iter().find(|i| i.name == index && i.unique) else {
-            continue;
-        };
-        let mut cols = idx.columns.clone();
-        cols.sort_unstable();
-        for c in &def.referenced_by {
-            let mut r = c.foreign_key().expect("foreign key").ref_columns.clone();
-            r.sort_unstable();
-            if r == cols {
-                return Ok(Some((def.name.clone(), c.clone())));
-            }
-        }
-    }
-    Ok(None)
+    Ok(view.tables.values().find_map(|def| {
+        foreign_keys_needing(def, index)
+            .into_iter()
+            .next()
+            .map(|c| (def.name.clone(), c))
+    }))
+}
+
+/// The foreign keys referencing `def` whose key is checked through its unique index
+/// `index` (`TableDef::index_on`, as the checks find it).
+fn foreign_keys_needing(
+    def: &walrus_engine::catalog::TableDef,
+    index: &str,
+) -> Vec<std::sync::Arc<walrus_engine::catalog::ConstraintDef>> {
+    def.referenced_by
+        .iter()
+        .filter(|c| {
+            c.foreign_key()
+                .and_then(|fk| def.index_on(&fk.ref_columns, true))
+                .is_some_and(|i| i.name == index)
+        })
+        .cloned()
+        .collect()
 }
 
 /// `TRUNCATE [TABLE] names`.
@@ -1049,19 +1003,7 @@ fn drop_constraint(
         return Ok(());
     }
     if let Some(idx) = def.indexes.iter().find(|i| i.name == name && i.unique) {
-        let dependents: Vec<_> = def
-            .referenced_by
-            .iter()
-            .filter(|c| {
-                let fk = c.foreign_key().expect("foreign key");
-                let mut a = fk.ref_columns.clone();
-                let mut b = idx.columns.clone();
-                a.sort_unstable();
-                b.sort_unstable();
-                a == b
-            })
-            .cloned()
-            .collect();
+        let dependents = foreign_keys_needing(&def, &idx.name);
         if let Some(c) = dependents.first() {
             if !cascade {
                 return Err(SqlError::new(
@@ -1159,12 +1101,11 @@ fn alter_column(
             })?;
         }
         ast::AlterColumnOperation::DropNotNull => {
-            if let Some(pk) = def
+            if def
                 .indexes
                 .iter()
-                .find(|x| x.primary && x.columns.contains(&i))
+                .any(|x| x.primary && x.columns.contains(&i))
             {
-                let _ = pk;
                 return Err(SqlError::new(
                     "42P16",
                     format!("column \"{column}\" is in a primary key"),
@@ -1278,7 +1219,7 @@ fn rename_column(t: &mut Transaction, table: &str, old: &str, new: &str) -> SqlR
         let walrus_engine::catalog::ConstraintKind::Check { expr } = &c.kind else {
             continue;
         };
-        let mut e = (*super::defaults::parse_default(expr)?).clone();
+        let mut e = (*crate::stored_expr::parse(expr)?).clone();
         let mut renamed = false;
         let _ = ast::visit_expressions_mut(&mut e, |x| {
             if let ast::Expr::Identifier(id) = x {

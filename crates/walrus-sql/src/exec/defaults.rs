@@ -1,14 +1,12 @@
 //! Column defaults: what INSERT writes into a column it leaves out or gives `DEFAULT`
 //! (also `INSERT ... DEFAULT VALUES` and `UPDATE ... SET c = DEFAULT`). A default is
-//! kept in the catalog as SQL text, parsed once per session thread, and evaluated per
+//! kept in the catalog as SQL text, parsed once per session thread (`stored_expr`), and evaluated per
 //! row like any expression (so `now()`, `nextval(...)` and casts behave as written);
 //! an identity column's default is its sequence's `nextval`.
 //!
 //! [`DmlHooks`] gives INSERT's and UPDATE's expressions what they need beyond the row:
 //! the sequence functions and `::regclass` over the transaction's catalog.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use sqlparser::ast::{self, Expr};
@@ -22,40 +20,6 @@ use crate::error::{SqlError, SqlResult};
 use crate::expr::{eval, Hooks, Scope};
 use crate::rel::{Frame, Rel};
 
-thread_local! {
-    /// Default expressions parsed on this thread, by their text.
-    static PARSED: RefCell<HashMap<String, Arc<Expr>>> = RefCell::new(HashMap::new());
-}
-
-/// Most distinct default texts a thread keeps parsed.
-const PARSED_MAX: usize = 1024;
-
-/// The parsed form of a default's text.
-pub(crate) fn parse_default(text: &str) -> SqlResult<Arc<Expr>> {
-    if let Some(e) = PARSED.with(|p| p.borrow().get(text).cloned()) {
-        return Ok(e);
-    }
-    let dialect = sqlparser::dialect::PostgreSqlDialect {};
-    let e = sqlparser::parser::Parser::new(&dialect)
-        .try_with_sql(text)
-        .and_then(|mut p| p.parse_expr())
-        .map_err(|e| {
-            SqlError::new(
-                "XX000",
-                format!("stored default {text} does not parse: {e}"),
-            )
-        })?;
-    let e = Arc::new(e);
-    PARSED.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.len() >= PARSED_MAX {
-            p.clear();
-        }
-        p.insert(text.to_string(), e.clone());
-    });
-    Ok(e)
-}
-
 /// Whether `e` is the keyword `DEFAULT` (sqlparser reads it in VALUES and SET as an
 /// unquoted identifier).
 pub(crate) fn is_default_keyword(e: &Expr) -> bool {
@@ -68,7 +32,7 @@ pub(crate) fn default_value(def: &TableDef, i: usize, scope: &Scope<'_>) -> SqlR
     match def.default_of(i) {
         None => Ok(Datum::Null),
         Some(ColumnDefault::Expr(text)) => {
-            let e = parse_default(text)?;
+            let e = crate::stored_expr::parse(text)?;
             let bare = Scope {
                 columns: &[],
                 row: None,

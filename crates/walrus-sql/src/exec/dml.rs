@@ -3,9 +3,7 @@
 //! path the planner chose, with READ COMMITTED's re-check of concurrently updated rows.
 
 use super::constraints::{self, FkWork, TableConstraints};
-use super::defaults::{
-    check_not_always, default_value, is_default_keyword, parse_default, DmlHooks,
-};
+use super::defaults::{check_not_always, default_value, is_default_keyword, DmlHooks};
 use std::ops::Bound;
 use std::sync::Arc;
 use walrus_engine::catalog::ColumnDefault;
@@ -590,16 +588,10 @@ impl<'a> RowSink<'a> {
                 return Err(e);
             }
         };
-        let references = self
-            .constraints
-            .as_ref()
-            .is_some_and(|c| c.has_foreign_keys());
-        if self.skip.is_some() || references {
-            let arbiters = self.skip.map(|a| a.as_deref());
-            let inserted = match arbiters {
-                Some(arbiters) => env.txn().insert_or_skip(self.def, &row, arbiters)?,
-                None => Some(env.txn().insert(self.def, &row)?),
-            };
+        if let Some(arbiters) = self.skip {
+            let inserted = env
+                .txn()
+                .insert_or_skip(self.def, &row, arbiters.as_deref())?;
             if let (Some(tid), Some(c)) = (inserted, &self.constraints) {
                 c.inserted(&mut self.fk_work, tid, &row);
             }
@@ -628,7 +620,12 @@ impl<'a> RowSink<'a> {
             return Ok(());
         }
         let rows = std::mem::take(&mut self.batch);
-        env.txn().insert_many(self.def, &rows)?;
+        let tids = env.txn().insert_many(self.def, &rows)?;
+        if let Some(c) = &self.constraints {
+            for (tid, row) in tids.iter().zip(&rows) {
+                c.inserted(&mut self.fk_work, *tid, row);
+            }
+        }
         if let Some(ret) = returning {
             for row in &rows {
                 ret.push(row, scope)?;
@@ -870,12 +867,14 @@ pub(crate) fn update(
         let value = if is_default_keyword(&a.value) {
             match def.default_of(i) {
                 None => Expr::Value(ast::Value::Null.into()),
-                Some(ColumnDefault::Expr(text)) => (*parse_default(text)?).clone(),
-                Some(ColumnDefault::Identity { sequence, .. }) => (*parse_default(&format!(
-                    "nextval('{}')",
-                    crate::names::quote_ident(sequence).replace('\'', "''")
-                ))?)
-                .clone(),
+                Some(ColumnDefault::Expr(text)) => (*crate::stored_expr::parse(text)?).clone(),
+                Some(ColumnDefault::Identity { sequence, .. }) => {
+                    (*crate::stored_expr::parse(&format!(
+                        "nextval('{}')",
+                        crate::names::quote_ident(sequence).replace('\'', "''")
+                    ))?)
+                    .clone()
+                }
             }
         } else {
             if let Some(ColumnDefault::Identity { always: true, .. }) = def.default_of(i) {

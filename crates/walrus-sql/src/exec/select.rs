@@ -623,7 +623,8 @@ pub(crate) fn check_query(q: &Query) -> SqlResult<()> {
         order_by: _,
         limit_clause: _,
         fetch: _,
-        locks,
+        // Row locking clauses: `locking.rs`.
+        locks: _,
         for_clause,
         settings,
         format_clause,
@@ -633,8 +634,6 @@ pub(crate) fn check_query(q: &Query) -> SqlResult<()> {
     if with.is_some() {
         return refuse("WITH queries");
     }
-    // Row locking clauses: `locking.rs`.
-    let _ = locks;
     if for_clause.is_some() {
         return refuse("FOR XML / FOR JSON");
     }

@@ -338,7 +338,7 @@ fn users(view: &CatalogView, name: &str) -> Vec<(String, String)> {
 /// records that dependency when the argument is a constant: `nextval('s'::regclass)`).
 fn default_uses_sequence(text: &str, name: &str) -> bool {
     use std::ops::ControlFlow;
-    let Ok(e) = super::defaults::parse_default(text) else {
+    let Ok(e) = crate::stored_expr::parse(text) else {
         return false;
     };
     let names_it = |arg: &ast::Expr| {

@@ -65,6 +65,29 @@ pub struct Scope<'a> {
     pub hooks: Option<&'a dyn Hooks>,
 }
 
+/// Settings for a [`Scope`] that has none.
+fn no_setting(_: &str) -> Option<String> {
+    None
+}
+
+impl<'a> Scope<'a> {
+    /// A scope over `row` of `columns` (both empty for a constant expression) with no
+    /// parameters, settings, hooks or interrupt; `now` answers `now()` and its kin
+    /// (the statement's clock where there is one).
+    pub(crate) fn bare(columns: &'a [ColumnDef], row: Option<&'a [Datum]>, now: i64) -> Scope<'a> {
+        Scope {
+            columns,
+            row,
+            params: &[],
+            now,
+            setting: &no_setting,
+            interrupt: None,
+            frame: None,
+            hooks: None,
+        }
+    }
+}
+
 /// What the query executor lends to expression evaluation.
 pub trait Hooks {
     /// Runs a subquery whose enclosing row is `outer`.

@@ -994,10 +994,10 @@ impl Session {
                 format!("savepoint \"{name}\" does not exist"),
             ));
         };
-        let t = self
-            .txn
-            .as_mut()
-            .expect("a savepoint holds the block's transaction");
+        // A savepoint began the block's transaction (`Session::savepoint`).
+        let Some(t) = self.txn.as_mut() else {
+            return Err(SqlError::new("XX000", "savepoint without its transaction"));
+        };
         if release {
             t.release_savepoint(level);
             self.savepoints.truncate(level);
@@ -1146,7 +1146,7 @@ impl Session {
                         "cannot perform COPY FREEZE because the table was not created or truncated in the current subtransaction",
                     ));
                 }
-                let copy = CopyIn::begin((*def).clone(), &columns, options)?;
+                let copy = CopyIn::begin((*def).clone(), &columns, options, self.now)?;
                 return Ok(Outcome::CopyIn(Box::new(copy)));
             }
             CopySource::Table { name, columns } => {

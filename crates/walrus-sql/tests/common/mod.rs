@@ -1,6 +1,10 @@
 //! Helpers shared by the SQL session tests: a small engine with syncs off, and
 //! statement runners that fail the test with the statement in the message.
 
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
 use walrus_engine::Engine;
 use walrus_sql::{Outcome, QueryResult, Session};
 
@@ -52,4 +56,45 @@ pub fn text_rows(s: &mut Session, sql: &str) -> Vec<String> {
         .into_iter()
         .map(|r| r.join("|"))
         .collect()
+}
+
+#[allow(dead_code)]
+/// Runs `sqls` in a new session on its own thread; reports each statement's outcome
+/// (rows joined by `,` or the SQLSTATE) in order, then ends.
+pub fn in_thread(
+    e: &Engine,
+    sqls: &[&str],
+) -> (thread::JoinHandle<Vec<String>>, mpsc::Receiver<()>) {
+    let e = e.clone();
+    let sqls: Vec<String> = sqls.iter().map(|s| s.to_string()).collect();
+    let (started_tx, started_rx) = mpsc::channel();
+    let h = thread::spawn(move || {
+        let mut s = Session::new(e);
+        started_tx.send(()).unwrap();
+        sqls.iter()
+            .map(|sql| match s.execute(sql, &[]).pop().unwrap() {
+                Ok(walrus_sql::Outcome::Done(q)) => q
+                    .rows
+                    .iter()
+                    .map(|r| {
+                        r.iter()
+                            .map(|d| walrus_sql::value::format_text(d).unwrap_or_default())
+                            .collect::<Vec<_>>()
+                            .join("|")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(","),
+                Ok(other) => format!("{other:?}"),
+                Err(e) => e.sqlstate.to_string(),
+            })
+            .collect()
+    });
+    (h, started_rx)
+}
+
+#[allow(dead_code)]
+/// Waits until the thread has started, then a little: long enough to be blocked.
+pub fn settle(started: &mpsc::Receiver<()>) {
+    started.recv().unwrap();
+    thread::sleep(Duration::from_millis(300));
 }

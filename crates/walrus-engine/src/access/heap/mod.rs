@@ -128,7 +128,11 @@ impl HeapRel {
 
 /// What [`Heap::lock_tuple`] did.
 pub enum LockOutcome {
-    Locked { at: Tid, added: bool, row: Vec<u8> },
+    /// Locked at the version's place (`added`: a new entry, to release at the end).
+    Locked {
+        at: Tid,
+        added: bool,
+    },
     Not(Modify),
 }
 
@@ -759,10 +763,9 @@ impl<'a> Heap<'a> {
         })
     }
 
-    /// Locks the version at `tid` for `xid` in `mode` (`txn::row_locks`): `Done` with
-    /// the version's place once locked (or already held; the flag tells whether an
-    /// entry was added, to be released at the end) and its row bytes; else why not, as
-    /// for a change (`WouldBlock` names the holder to wait for).
+    /// Locks the version at `tid` for `xid` in `mode` (`txn::row_locks`): its place
+    /// once locked (or already held), else why not, as for a change (`WouldBlock`
+    /// names the holder to wait for).
     pub fn lock_tuple(&self, tid: Tid, xid: Xid, mode: RowLockMode) -> Result<LockOutcome> {
         let pin = self.pool.read_page(self.page_id(tid.block))?;
         let r = pin.read();
@@ -786,11 +789,7 @@ impl<'a> Heap<'a> {
             Ok(added) => added,
             Err(holder) => return Ok(LockOutcome::Not(Modify::WouldBlock(holder))),
         };
-        Ok(LockOutcome::Locked {
-            at,
-            added,
-            row: item[TUPLE_HEADER_SIZE..].to_vec(),
-        })
+        Ok(LockOutcome::Locked { at, added })
     }
 
     /// Deletes the version at `tid` (stamps xmax).

@@ -16,6 +16,7 @@
 mod binary;
 mod text;
 
+use walrus_base::Tid;
 use walrus_engine::access::datum::{Datum, EncodedRows, RowWriteError, RowWriter, TypeId};
 use walrus_engine::catalog::{ColumnDef, DeclaredType, TableDef};
 use walrus_engine::engine::Transaction;
@@ -53,19 +54,20 @@ pub(crate) struct LoadFailure {
 
 /// Inserts one batch of COPY rows (complete rows of the table, in column order): the one
 /// place COPY writes, through the engine's batch insert (a heap page per WAL record).
+/// Returns where the rows went.
 pub(crate) fn load_rows(
     t: &mut Transaction,
     def: &TableDef,
     rows: &[Vec<Datum>],
     freeze: bool,
-) -> Result<u64, LoadFailure> {
+) -> Result<Vec<Tid>, LoadFailure> {
     let inserted = if freeze {
         t.insert_batch_frozen(def, rows)
     } else {
         t.insert_batch(def, rows)
     };
     match inserted {
-        Ok(tids) => Ok(tids.len() as u64),
+        Ok(tids) => Ok(tids),
         Err(f) => Err(LoadFailure {
             row: Some(f.row),
             error: Box::new(SqlError::from(f.error)),
@@ -278,6 +280,8 @@ pub struct CopyIn {
     /// are written, and their references when the COPY ends.
     constraints: Option<crate::exec::constraints::TableConstraints>,
     pub(crate) fk_work: crate::exec::constraints::FkWork,
+    /// The statement's clock, for CHECK expressions that read it.
+    now: i64,
 }
 
 /// `COPY t, line n`: PostgreSQL's CONTEXT for a record.
@@ -301,7 +305,13 @@ fn field_context(table: &str, lineno: u64, column: &str, text: &str) -> String {
 
 impl CopyIn {
     /// Checks the columns and options against the table; nothing is read yet.
-    pub(crate) fn begin(def: TableDef, columns: &[String], opts: CopyOptions) -> SqlResult<CopyIn> {
+    /// `now` is the statement's clock (CHECK constraints may read it).
+    pub(crate) fn begin(
+        def: TableDef,
+        columns: &[String],
+        opts: CopyOptions,
+        now: i64,
+    ) -> SqlResult<CopyIn> {
         let targets = target_columns(&def, columns)?;
         // A column COPY leaves out gets its default in PostgreSQL; walrus's COPY does not
         // evaluate defaults, so it refuses rather than write NULL there.
@@ -351,6 +361,7 @@ impl CopyIn {
             failed: None,
             constraints,
             fk_work: Default::default(),
+            now,
             opts,
         })
     }
@@ -443,7 +454,8 @@ impl CopyIn {
             None => {
                 let rows = std::mem::take(&mut self.batch);
                 match self.constraints.take() {
-                    None => load_rows(t, &self.def, &rows, self.opts.freeze),
+                    None => load_rows(t, &self.def, &rows, self.opts.freeze)
+                        .map(|tids| tids.len() as u64),
                     Some(c) => {
                         let loaded = self.load_checked(t, &c, &rows);
                         self.constraints = Some(c);
@@ -483,40 +495,18 @@ impl CopyIn {
         c: &crate::exec::constraints::TableConstraints,
         rows: &[Vec<Datum>],
     ) -> Result<u64, LoadFailure> {
-        let get = |_: &str| None;
-        let scope = crate::expr::Scope {
-            columns: &[],
-            row: None,
-            params: &[],
-            now: 0,
-            setting: &get,
-            interrupt: None,
-            frame: None,
-            hooks: None,
-        };
+        let scope = crate::expr::Scope::bare(&[], None, self.now);
         for (i, r) in rows.iter().enumerate() {
             c.check_row(r, &scope).map_err(|e| LoadFailure {
                 row: Some(i),
                 error: Box::new(e),
             })?;
         }
-        let inserted = if self.opts.freeze {
-            t.insert_batch_frozen(&self.def, rows)
-        } else {
-            t.insert_batch(&self.def, rows)
-        };
-        match inserted {
-            Ok(tids) => {
-                for (tid, r) in tids.iter().zip(rows) {
-                    c.inserted(&mut self.fk_work, *tid, r);
-                }
-                Ok(tids.len() as u64)
-            }
-            Err(f) => Err(LoadFailure {
-                row: Some(f.row),
-                error: Box::new(SqlError::from(f.error)),
-            }),
+        let tids = load_rows(t, &self.def, rows, self.opts.freeze)?;
+        for (tid, r) in tids.iter().zip(rows) {
+            c.inserted(&mut self.fk_work, *tid, r);
         }
+        Ok(tids.len() as u64)
     }
 
     /// Text and CSV: the complete records in `pending`.
