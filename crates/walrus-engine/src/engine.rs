@@ -16,7 +16,9 @@
 //! | `commit.rs`        | commit, rollback, rollback on drop; the commit protocol       |
 //! | `vacuum.rs`        | VACUUM, freeze passes, autovacuum (and its analyze trigger)   |
 //! | `sample.rs`        | ANALYZE's row sample: random blocks, a reservoir of rows      |
-//! | `table_locks.rs`   | which tables writers, DDL and vacuums hold                    |
+//! | `rewrite.rs`       | ALTER TABLE forms that rewrite every row (DROP COLUMN)        |
+//! | `backends.rs`      | the sessions connected: pg_stat_activity, cancel, terminate   |
+//! | `table_locks.rs`   | table locks in PostgreSQL's eight modes, and vacuums' holds   |
 //! | `table_stats.rs`   | table counters saved at shutdown, restored at open            |
 
 use std::collections::HashMap;
@@ -41,12 +43,14 @@ use crate::storage::control::ControlFile;
 use crate::txn::TxnManager;
 use crate::wal::Wal;
 
+mod backends;
 mod calibrate;
 mod checkpoint;
 mod commit;
 mod ddl;
 mod dml;
 mod open;
+mod rewrite;
 mod row_lock;
 mod sample;
 mod scan;
@@ -56,6 +60,7 @@ mod table_locks;
 mod table_stats;
 mod transaction;
 mod vacuum;
+pub use backends::{BackendActivity, BackendHandle, BackendState, Backends};
 pub use calibrate::{Calibration, CALIBRATION_WAL_BYTES};
 pub use checkpoint::{
     CheckpointReason, CheckpointStats, FlushDetail, RateSource, ReplayRate, RestartCost,
@@ -66,6 +71,7 @@ pub use row_lock::{LockWaitPolicy, RowLockMode, RowLocked};
 pub use sample::TableSample;
 pub use scan::{parallel_scan_counts, MAX_PARALLEL_WORKERS};
 use table_locks::TableLocks;
+pub use table_locks::{LockMode, TableLockInfo};
 pub use transaction::{Isolation, Transaction};
 pub use vacuum::{FreezeReport, VacuumReport, CATALOG_NAME};
 
@@ -89,14 +95,16 @@ struct Inner {
     checkpoint_stats: Mutex<CheckpointStats>,
     last_checkpoint_at: Mutex<Instant>,
     shutting_down: AtomicBool,
-    /// Serializes DDL (PostgreSQL would take AccessExclusive locks; walrus keeps DDL
-    /// simple: one at a time).
+    /// Serializes catalog changes (after the table lock of `table_locks.rs` is taken:
+    /// one DDL statement writes the catalog at a time).
     ddl_lock: Mutex<()>,
     /// Index entries scans removed because their heap root was `DEAD`
     /// (`BTree::delete_dead_entries`).
     dead_index_entries_removed: AtomicU64,
-    /// Which tables writers, DDL and vacuums hold (`engine/table_locks.rs`).
+    /// Table locks and vacuums' holds (`engine/table_locks.rs`).
     table_locks: TableLocks,
+    /// The sessions connected (`engine/backends.rs`).
+    backends: Arc<Backends>,
     /// Wakes the autovacuum thread early (shutdown).
     autovacuum_wake: (Mutex<bool>, Condvar),
     /// Autovacuums that stopped because DDL wanted their table.

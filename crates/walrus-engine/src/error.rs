@@ -2,7 +2,7 @@
 //! errors are `Error` values; broken invariants are `assert!` panics; a failed WAL or
 //! data-file sync aborts the process (see `wal::flush`), never an `Error`.
 
-use walrus_base::{Lsn, PageId, Xid};
+use walrus_base::{Lsn, PageId};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -54,10 +54,10 @@ pub enum Error {
     #[error("could not serialize access due to concurrent update")]
     SerializationFailure,
 
-    #[error(
-        "deadlock detected: transaction {waiter} waits for {holder}, which waits for {waiter}"
-    )]
-    Deadlock { waiter: Xid, holder: Xid },
+    /// A lock wait (row or table) would close a cycle of waiting transactions; the
+    /// transaction that would close it is the one refused.
+    #[error("deadlock detected")]
+    Deadlock,
 
     #[error("canceling statement due to user request")]
     Canceled,
@@ -69,6 +69,10 @@ pub enum Error {
     /// `FOR UPDATE NOWAIT` (and kin) found the row locked.
     #[error("could not obtain lock on row in relation \"{0}\"")]
     RowLockNotAvailable(String),
+
+    /// `LOCK TABLE ... NOWAIT` found a conflicting lock.
+    #[error("could not obtain lock on relation \"{0}\"")]
+    LockNotAvailable(String),
 
     #[error("relation \"{0}\" does not exist")]
     UndefinedTable(String),
@@ -179,9 +183,11 @@ impl Error {
             Error::BadDataDirectory { .. } | Error::BadWal(_) | Error::Decode { .. } => "XX002",
             Error::UniqueViolation { .. } => "23505",
             Error::SerializationFailure | Error::TableRewritten(_) => "40001",
-            Error::Deadlock { .. } => "40P01",
+            Error::Deadlock => "40P01",
             Error::Canceled => "57014",
-            Error::LockTimeout | Error::RowLockNotAvailable(_) => "55P03",
+            Error::LockTimeout | Error::RowLockNotAvailable(_) | Error::LockNotAvailable(_) => {
+                "55P03"
+            }
             Error::UndefinedTable(_) => "42P01",
             Error::UndefinedIndex(_) => "42704",
             Error::DependentObjects(_) | Error::HasDependents { .. } => "2BP01",
@@ -215,7 +221,7 @@ impl Error {
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
-            Error::SerializationFailure | Error::Deadlock { .. } | Error::TableRewritten(_)
+            Error::SerializationFailure | Error::Deadlock | Error::TableRewritten(_)
         )
     }
 }

@@ -113,6 +113,9 @@ fn ddl_history_costs_no_catalog_reads_and_vacuum_keeps_the_catalog_small() {
     t.commit().unwrap();
     reader.next_statement();
     assert!(reader.table("later").is_ok(), "committed DDL is seen");
+    // Reading "later" locked it until the reader ends (a DROP would wait for it).
+    reader.commit().unwrap();
+    let mut reader = e.begin(Isolation::ReadCommitted);
     let mut t = e.begin(Isolation::ReadCommitted);
     t.create_table("never", columns(), 100).unwrap();
     t.drop_table("later").unwrap();

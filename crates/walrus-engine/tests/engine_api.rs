@@ -1932,7 +1932,8 @@ fn frozen_bulk_insert_needs_a_table_of_this_transaction_and_survives_redo() {
     assert_eq!(t.scan_all(&def).unwrap().len(), 100);
     t.commit().unwrap();
 
-    // Truncate, load frozen, commit: hinted rows; a concurrent snapshot saw none.
+    // Truncate, load frozen, commit: hinted rows; a concurrent reader cannot read the
+    // table until the truncation ends (its AccessExclusive lock).
     let mut t = e.begin(Isolation::ReadCommitted);
     t.truncate("t").unwrap();
     let fresh = t.table("t").unwrap();
@@ -1940,7 +1941,8 @@ fn frozen_bulk_insert_needs_a_table_of_this_transaction_and_survives_redo() {
     t.next_statement();
     assert_eq!(t.scan_all(&fresh).unwrap().len(), 3000, "own rows visible");
     let mut other = e.begin(Isolation::RepeatableRead);
-    assert_eq!(other.scan_all(&def).unwrap().len(), 100);
+    other.set_lock_timeout(Some(std::time::Duration::from_millis(50)));
+    assert!(matches!(other.scan_all(&def), Err(Error::LockTimeout)));
     t.commit().unwrap();
     let def = e.catalog_view().unwrap().table("t").unwrap();
     let hints = xmin_hints(&e, &def);

@@ -253,7 +253,6 @@ pub fn refuse(mut stream: Socket, cancel: &CancelRegistry, limit: Duration) -> i
 pub fn serve(
     mut stream: Socket,
     engine: Engine,
-    pid: i32,
     cancel: &CancelRegistry,
     authentication_timeout: Duration,
     password: Option<&crate::auth::ScramVerifier>,
@@ -324,6 +323,18 @@ pub fn serve(
         Err(message) => return send_fatal(&mut stream, &mut out, "42601", &message),
     }
     let mut reported_zone = session.setting("timezone").unwrap_or_default();
+    // The session's own pid (pg_backend_pid, pg_stat_activity) is the cancel key's.
+    let pid = session.pid();
+    let (addr, port) = stream.peer();
+    let waker = stream.try_clone()?;
+    session.set_client(
+        addr,
+        port,
+        &get("application_name"),
+        Box::new(move || {
+            let _ = waker.shutdown_read();
+        }),
+    );
     cancel.register((pid, secret), session.interrupt_flag());
     let result = (|| {
         out.auth_ok();
@@ -422,6 +433,16 @@ fn ready(s: &Session, out: &mut Out, reported_zone: &mut String) {
     out.ready(s.transaction_status());
 }
 
+/// `pg_terminate_backend` ended this session: PostgreSQL's FATAL 57P01.
+fn terminated(stream: &mut ClientStream, out: &mut Out) -> io::Result<()> {
+    send_fatal(
+        stream,
+        out,
+        "57P01",
+        "terminating connection due to administrator command",
+    )
+}
+
 fn run(
     stream: &mut ClientStream,
     s: &mut Session,
@@ -451,7 +472,13 @@ fn run(
         // one-client TPC-B run from 1.21 to 0.79 ms (BENCHMARKS.md, 2026-11-27 08:00);
         // 16 clients unchanged (only a lone running session polls).
         stream.poll_when_dry = ready_sent;
-        let msg = read_message(stream)?;
+        if s.terminate_requested() {
+            return terminated(stream, out);
+        }
+        let msg = match read_message(stream) {
+            Err(_) if s.terminate_requested() => return terminated(stream, out),
+            other => other?,
+        };
         ready_sent = matches!(msg.kind, b'Q' | b'S');
         if skip_until_sync && msg.kind != b'S' && msg.kind != b'X' {
             continue;

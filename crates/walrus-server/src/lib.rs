@@ -213,6 +213,7 @@ impl Server {
             }
             return;
         }
+        // A connection number for the logs (the session's pid is the engine's).
         let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
         let engine = self.engine.clone();
         let auth_timeout = self.authentication_timeout;
@@ -231,7 +232,6 @@ impl Server {
                 if let Err(e) = connection::serve(
                     stream,
                     engine,
-                    pid,
                     &cancel,
                     auth_timeout,
                     password.as_deref(),

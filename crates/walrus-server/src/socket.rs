@@ -49,6 +49,27 @@ impl Socket {
         })
     }
 
+    /// Ends reading only: a session blocked reading from its client wakes to
+    /// end-of-input, while a last message (a FATAL error) can still be written.
+    pub fn shutdown_read(&self) -> io::Result<()> {
+        match self {
+            Socket::Tcp(s) => s.shutdown(Shutdown::Read),
+            Socket::Unix(s) => s.shutdown(Shutdown::Read),
+        }
+    }
+
+    /// The client's address and port (none for a Unix-domain socket, as
+    /// `pg_stat_activity` shows such a client: NULL address, port -1).
+    pub fn peer(&self) -> (Option<String>, Option<i32>) {
+        match self {
+            Socket::Tcp(s) => match s.peer_addr() {
+                Ok(a) => (Some(a.ip().to_string()), Some(i32::from(a.port()))),
+                Err(_) => (None, None),
+            },
+            Socket::Unix(_) => (None, Some(-1)),
+        }
+    }
+
     pub fn shutdown(&self) -> io::Result<()> {
         match self {
             Socket::Tcp(s) => s.shutdown(Shutdown::Both),

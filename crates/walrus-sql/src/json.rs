@@ -1,10 +1,14 @@
 //! `json` and `jsonb` text input and output as PostgreSQL 15's: `json` keeps the text
 //! as given once it parses; `jsonb` is printed from its parsed form (object keys by
 //! length then bytes, the last of duplicate keys kept, numbers as `numeric` prints them,
-//! `": "` and `", "` between items). Operators on them are not built (issue 29 asks for
-//! I/O and equality only).
+//! `": "` and `", "` between items). jsonb's `->`, `->>`, `@>`, `<@` and `?` are built
+//! ([`operator`]); on `json` they are refused (its `->` keeps the input's own text of
+//! the member, which walrus does not keep apart).
 
-use crate::error::SqlError;
+use sqlparser::ast::BinaryOperator;
+use walrus_engine::access::datum::Datum;
+
+use crate::error::{SqlError, SqlResult};
 
 /// A parsed JSON value.
 #[derive(Debug, Clone, PartialEq)]
@@ -381,6 +385,123 @@ fn write_jsonb(v: &Json, out: &mut String) {
             }
             out.push('}');
         }
+    }
+}
+
+/// jsonb's operators: `doc -> key` (an object member by text key, an array element by
+/// integer index, negative from the end; NULL when absent), `->>` (the same as text: a
+/// string unquoted, JSON null as SQL NULL), `a @> b` / `b <@ a` (containment as
+/// PostgreSQL defines it) and `doc ? key` (a top-level key, or a string element of an
+/// array). A NULL operand gives NULL.
+pub fn operator(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
+    use BinaryOperator as B;
+    if l.is_null() || r.is_null() {
+        return Ok(Datum::Null);
+    }
+    let doc = |d: &Datum| -> SqlResult<Json> {
+        match d {
+            Datum::Jsonb(t) => parse(t, true),
+            Datum::Text(t) => parse(t, true).and_then(normalize),
+            other => Err(SqlError::new(
+                "42883",
+                format!(
+                    "operator does not exist: {} {op} {}",
+                    crate::expr::ops_type_name(other),
+                    crate::expr::ops_type_name(r)
+                ),
+            )),
+        }
+    };
+    if matches!(l, Datum::Json(_)) || matches!(r, Datum::Json(_)) {
+        return Err(SqlError::unsupported(format!(
+            "operator {op} on json is not supported (jsonb's is)"
+        )));
+    }
+    match op {
+        B::Arrow | B::LongArrow => {
+            let v = doc(l)?;
+            let member = match (&v, r) {
+                (Json::Object(items), Datum::Text(k)) => {
+                    items.iter().find(|(name, _)| name == k).map(|(_, m)| m)
+                }
+                (Json::Array(items), _) => {
+                    let i = match crate::expr::coerce(
+                        r.clone(),
+                        walrus_engine::access::datum::TypeId::Int8,
+                    ) {
+                        Ok(Datum::Int8(i)) => i,
+                        _ => return Ok(Datum::Null),
+                    };
+                    let i = if i < 0 { items.len() as i64 + i } else { i };
+                    usize::try_from(i).ok().and_then(|i| items.get(i))
+                }
+                _ => None,
+            };
+            Ok(match member {
+                None => Datum::Null,
+                Some(m) if matches!(op, B::LongArrow) => match m {
+                    Json::Null => Datum::Null,
+                    Json::String(s) => Datum::Text(s.clone()),
+                    other => Datum::Text(to_text(other)),
+                },
+                Some(m) => Datum::Jsonb(to_text(m)),
+            })
+        }
+        B::AtArrow => Ok(Datum::Bool(contains(&doc(l)?, &doc(r)?, true))),
+        B::ArrowAt => Ok(Datum::Bool(contains(&doc(r)?, &doc(l)?, true))),
+        B::Question => {
+            let Datum::Text(k) = r else {
+                return Err(SqlError::new(
+                    "42883",
+                    format!(
+                        "operator does not exist: jsonb ? {}",
+                        crate::expr::ops_type_name(r)
+                    ),
+                ));
+            };
+            Ok(Datum::Bool(match doc(l)? {
+                Json::Object(items) => items.iter().any(|(name, _)| name == k),
+                Json::Array(items) => items.iter().any(|i| *i == Json::String(k.clone())),
+                Json::String(s) => s == *k,
+                _ => false,
+            }))
+        }
+        other => Err(SqlError::unsupported(format!(
+            "operator {other} is not supported"
+        ))),
+    }
+}
+
+fn to_text(v: &Json) -> String {
+    let mut out = String::new();
+    write_jsonb(v, &mut out);
+    out
+}
+
+/// PostgreSQL's jsonb containment: an object contains an object whose every member it
+/// has with a contained value; an array contains an array whose every element some
+/// element of it contains (and, at the top level only, a lone scalar it holds);
+/// scalars contain equal scalars (numbers by value).
+fn contains(a: &Json, b: &Json, top: bool) -> bool {
+    match (a, b) {
+        (Json::Object(x), Json::Object(y)) => y.iter().all(|(k, bv)| {
+            x.iter()
+                .find(|(ak, _)| ak == k)
+                .is_some_and(|(_, av)| contains(av, bv, false))
+        }),
+        (Json::Array(x), Json::Array(y)) => y
+            .iter()
+            .all(|bv| x.iter().any(|av| contains(av, bv, false))),
+        (Json::Array(x), scalar) if top && !matches!(scalar, Json::Object(_)) => {
+            x.iter().any(|av| contains(av, scalar, false))
+        }
+        (Json::Number(x), Json::Number(y)) => {
+            match (crate::numeric::parse(x), crate::numeric::parse(y)) {
+                (Ok(p), Ok(q)) => p == q,
+                _ => x == y,
+            }
+        }
+        (x, y) => !matches!(x, Json::Array(_) | Json::Object(_)) && x == y,
     }
 }
 

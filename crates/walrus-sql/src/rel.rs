@@ -136,6 +136,9 @@ pub(crate) fn find_col(
     qual: Option<&str>,
     name: &str,
 ) -> SqlResult<Option<usize>> {
+    if let Some(pos) = name.strip_prefix(crate::plan::POSITIONAL_PREFIX) {
+        return Ok(pos.parse().ok().filter(|&i: &usize| i < cols.len()));
+    }
     let mut hit = None;
     for (i, c) in cols.iter().enumerate() {
         let reachable = match qual {

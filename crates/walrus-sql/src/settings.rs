@@ -15,6 +15,8 @@ pub(crate) const WAL_LSN_KEY: &str = "walrus.insert_lsn";
 pub(crate) const NEXT_XID_KEY: &str = "walrus.next_xid";
 /// Internal key holding the database name the client connected to.
 pub(crate) const DATABASE_KEY: &str = "walrus.database";
+/// Internal key holding the session's pid (`pg_backend_pid()`).
+pub(crate) const BACKEND_PID_KEY: &str = "walrus.backend_pid";
 
 /// What statements read as settings (`current_setting()`, `SHOW`, `pg_settings`): the
 /// session's map, shared through an `Arc` (copied only by `SET`), plus values computed

@@ -772,6 +772,14 @@ impl CatalogView {
             .collect()
     }
 
+    /// The statistics row stored at `tid`.
+    pub fn stats_at(&self, tid: Tid) -> Option<&TableStatsEntry> {
+        self.entries.iter().find_map(|e| match e {
+            CatalogEntry::Stats { tid: t, stats } if *t == tid => Some(stats),
+            _ => None,
+        })
+    }
+
     /// Where the catalog row of `table`'s constraint `name` lives.
     pub fn constraint_tid(&self, table: &str, name: &str) -> Option<Tid> {
         self.entries.iter().find_map(|e| match e {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use walrus_base::{RelFileId, Tid};
 
+use super::table_locks::LockMode;
 use super::{Engine, Isolation, Transaction};
 use crate::access::btree::{BTree, BuildEntries};
 use crate::access::datum::{self, encode_key, Datum};
@@ -20,6 +21,16 @@ use crate::error::{Error, Result};
 use crate::xlog;
 
 impl Engine {
+    /// The sessions connected to this engine (`pg_stat_activity`).
+    pub fn backends(&self) -> &Arc<super::Backends> {
+        &self.inner.backends
+    }
+
+    /// Every table lock granted or awaited now (`pg_locks`).
+    pub fn table_locks(&self) -> Vec<super::TableLockInfo> {
+        self.inner.table_locks.snapshot()
+    }
+
     /// A number that changes whenever DDL commits (a cache of anything derived from the
     /// committed catalog, such as a session's prepared plans, is stale once it moved).
     pub fn catalog_version(&self) -> u64 {
@@ -125,7 +136,29 @@ impl Transaction {
         Ok(view)
     }
 
+    /// The table's definition, read under an AccessShare lock on it (taken now if
+    /// this transaction holds no lock on it yet, held until it ends): resolving a
+    /// name locks the table, as PostgreSQL's does, so a TRUNCATE, DROP or ALTER TABLE
+    /// that commits while this waits shows in the definition returned, and none can
+    /// change it afterwards until this transaction ends.
     pub fn table(&mut self, name: &str) -> Result<Arc<TableDef>> {
+        loop {
+            let def = self.catalog()?.table(name)?;
+            if self.table_locks.iter().any(|&(r, _)| r == def.relfile) {
+                return Ok(def);
+            }
+            self.lock_relfile(def.relfile, super::LockMode::AccessShare, None)?;
+            // A lock holder releases after its catalog change is visible.
+            let now = self.catalog()?.table(name)?;
+            if now.relfile == def.relfile {
+                return Ok(now);
+            }
+        }
+    }
+
+    /// The table's definition without taking a lock (the caller holds one, or checks
+    /// what it read under the lock it takes next).
+    pub(super) fn table_unlocked(&mut self, name: &str) -> Result<Arc<TableDef>> {
         self.catalog()?.table(name)
     }
 
@@ -233,7 +266,13 @@ impl Transaction {
     ) -> Result<()> {
         self.before_write()?;
         let inner = self.inner.clone();
-        let (_ddl, view, def) = self.lock_for_ddl(&inner, table)?;
+        // CREATE INDEX waits for writers, not readers; ADD PRIMARY KEY is ALTER TABLE.
+        let mode = if primary {
+            LockMode::AccessExclusive
+        } else {
+            LockMode::Share
+        };
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, table, mode)?;
         if view.relation_exists(name) {
             return Err(Error::DuplicateTable(name.to_string()));
         }
@@ -405,7 +444,7 @@ impl Transaction {
     ) -> Result<()> {
         self.before_write()?;
         let inner = self.inner.clone();
-        let (_ddl, view, def) = self.lock_for_ddl(&inner, table)?;
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, table, LockMode::AccessExclusive)?;
         if !columns.is_empty() {
             let rel = inner.rel(def.relfile, def.fillfactor);
             let heap = Heap::new(&inner.pool, &inner.txn, &rel);
@@ -447,10 +486,15 @@ impl Transaction {
         let inner = self.inner.clone();
         if let Some(fk) = c.foreign_key() {
             if fk.ref_table != c.table {
-                drop(self.lock_for_ddl(&inner, &fk.ref_table)?);
+                drop(self.lock_for_ddl(&inner, &fk.ref_table, LockMode::ShareRowExclusive)?);
             }
         }
-        let (_ddl, view, def) = self.lock_for_ddl(&inner, &c.table)?;
+        let mode = if c.foreign_key().is_some() {
+            LockMode::ShareRowExclusive
+        } else {
+            LockMode::AccessExclusive
+        };
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, &c.table, mode)?;
         if def.constraints.iter().any(|x| x.name == c.name)
             || def.indexes.iter().any(|i| i.name == c.name)
         {
@@ -476,11 +520,93 @@ impl Transaction {
         Ok(())
     }
 
+    /// `ALTER TABLE name RENAME TO new_name`: every catalog row that names the table
+    /// is rewritten under its AccessExclusive lock — the table's, its indexes', its
+    /// constraints' and the foreign keys of other tables that reference it, its
+    /// statistics, and the sequences its columns own. No file changes.
+    pub fn rename_table(&mut self, name: &str, new_name: &str) -> Result<()> {
+        self.before_write()?;
+        let inner = self.inner.clone();
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, name, LockMode::AccessExclusive)?;
+        if view.relation_exists(new_name) {
+            return Err(Error::DuplicateTable(new_name.to_string()));
+        }
+        let tid = view
+            .entry_tid(true, name)
+            .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;
+        self.catalog_delete(tid)?;
+        let mut nd = (*def).clone();
+        nd.name = new_name.to_string();
+        nd.indexes.clear();
+        self.catalog_insert(&catalog::encode_table(&nd))?;
+        for i in &def.indexes {
+            let itid = view
+                .entry_tid(false, &i.name)
+                .ok_or_else(|| Error::UndefinedTable(i.name.clone()))?;
+            self.catalog_delete(itid)?;
+            let mut ni = i.clone();
+            ni.table = new_name.to_string();
+            self.catalog_insert(&catalog::encode_index(&ni))?;
+        }
+        let mut constraints: Vec<&catalog::ConstraintDef> =
+            def.constraints.iter().map(|c| c.as_ref()).collect();
+        constraints.extend(
+            def.referenced_by
+                .iter()
+                .filter(|c| c.table != name)
+                .map(|c| c.as_ref()),
+        );
+        for c in constraints {
+            let ctid = view.constraint_tid(&c.table, &c.name).ok_or_else(|| {
+                Error::UndefinedObject(format!("constraint \"{}\" does not exist", c.name))
+            })?;
+            self.catalog_delete(ctid)?;
+            let mut nc = c.clone();
+            if nc.table == name {
+                nc.table = new_name.to_string();
+            }
+            if let catalog::ConstraintKind::ForeignKey(fk) = &mut nc.kind {
+                if fk.ref_table == name {
+                    fk.ref_table = new_name.to_string();
+                }
+            }
+            self.catalog_insert(&catalog::encode_constraint(&nc))?;
+        }
+        for stid in view.stats_tids(name) {
+            let Some(stats) = view.stats_at(stid) else {
+                continue;
+            };
+            self.catalog_delete(stid)?;
+            let mut ns = stats.clone();
+            ns.table = new_name.to_string();
+            self.catalog_insert(&catalog::encode_stats(&ns))?;
+        }
+        let owned: Vec<_> = view
+            .sequences
+            .values()
+            .filter(|q| q.owned_by.as_ref().is_some_and(|(t, _)| t == name))
+            .cloned()
+            .collect();
+        for q in owned {
+            let stid = view
+                .sequence_tid(&q.name)
+                .ok_or_else(|| Error::UndefinedTable(q.name.clone()))?;
+            self.catalog_delete(stid)?;
+            let mut nq = (*q).clone();
+            if let Some((t, _)) = &mut nq.owned_by {
+                *t = new_name.to_string();
+            }
+            self.catalog_insert(&catalog::encode_sequence(&nq))?;
+        }
+        inner.pool.set_relation_name(def.relfile, new_name);
+        Ok(())
+    }
+
     /// ALTER TABLE ... DROP CONSTRAINT of a CHECK or FOREIGN KEY constraint.
     pub fn drop_constraint(&mut self, table: &str, name: &str) -> Result<()> {
         self.before_write()?;
         let inner = self.inner.clone();
-        let (_ddl, view, _def) = self.lock_for_ddl(&inner, table)?;
+        let (_ddl, view, _def) = self.lock_for_ddl(&inner, table, LockMode::AccessExclusive)?;
         let tid = view.constraint_tid(table, name).ok_or_else(|| {
             Error::UndefinedObject(format!(
                 "constraint \"{name}\" of relation \"{table}\" does not exist"
@@ -526,7 +652,7 @@ impl Transaction {
     pub fn drop_table(&mut self, name: &str) -> Result<()> {
         self.before_write()?;
         let inner = self.inner.clone();
-        let (_ddl, view, def) = self.lock_for_ddl(&inner, name)?;
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, name, LockMode::AccessExclusive)?;
         for c in &def.constraints {
             if let Some(tid) = view.constraint_tid(name, &c.name) {
                 self.catalog_delete(tid)?;
@@ -609,7 +735,7 @@ impl Transaction {
             .map(|t| t.name.clone())
             .ok_or_else(|| Error::UndefinedIndex(name.to_string()))?;
         let inner = self.inner.clone();
-        let (_ddl, view, def) = self.lock_for_ddl(&inner, &table)?;
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, &table, LockMode::AccessExclusive)?;
         // Re-read under the hold: the index may have gone meanwhile.
         let idx = def
             .indexes
@@ -634,7 +760,7 @@ impl Transaction {
     pub fn truncate(&mut self, name: &str) -> Result<()> {
         self.before_write()?;
         let inner = self.inner.clone();
-        let (_ddl, view, def) = self.lock_for_ddl(&inner, name)?;
+        let (_ddl, view, def) = self.lock_for_ddl(&inner, name, LockMode::AccessExclusive)?;
         let tid = view
             .entry_tid(true, name)
             .ok_or_else(|| Error::UndefinedTable(name.to_string()))?;

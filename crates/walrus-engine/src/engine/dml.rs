@@ -479,6 +479,7 @@ impl Transaction {
         wanted: &[bool],
         f: &mut dyn FnMut(Tid, &[Datum]) -> Result<bool>,
     ) -> Result<()> {
+        self.lock_for_read(def)?;
         self.index_scan_lending(def, index, lo, hi, wanted, f)
             .map_err(|e| super::scan::file_gone_as_rewritten(e, def))
     }

@@ -348,6 +348,7 @@ impl Engine {
             ddl_lock: Mutex::new(()),
             dead_index_entries_removed: AtomicU64::new(0),
             table_locks: TableLocks::default(),
+            backends: Arc::default(),
             autovacuum_wake: (Mutex::new(false), Condvar::new()),
             analyzer: std::sync::OnceLock::new(),
             autovacuums_canceled: AtomicU64::new(0),

@@ -99,6 +99,7 @@ impl Transaction {
     pub fn version_is_live(&mut self, def: &TableDef, tid: Tid) -> Result<bool> {
         use crate::access::heap::tuple::{XMAX_INVALID, XMIN_INVALID};
         use crate::txn::clog::XidStatus;
+        self.lock_for_read(def)?;
         let inner = self.inner.clone();
         let rel = inner.rel(def.relfile, def.fillfactor);
         let heap = Heap::new(&inner.pool, &inner.txn, &rel);

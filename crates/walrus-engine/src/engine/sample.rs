@@ -166,6 +166,7 @@ impl Transaction {
     /// chosen uniformly (see the module comment), and the table's estimated row count.
     /// `seed` fixes the random choices (tests); ANALYZE passes a fresh one.
     pub fn sample_rows(&mut self, def: &TableDef, target: usize, seed: u64) -> Result<TableSample> {
+        self.lock_for_read(def)?;
         let snap = self.snapshot();
         let (own, cid) = (self.own_xids.as_slice(), self.cid);
         let viewer = Viewer {

@@ -58,6 +58,7 @@ impl Transaction {
         def: &TableDef,
         f: impl FnOnce(&Self, &Heap<'_>, &Viewer<'_>) -> Result<R>,
     ) -> Result<R> {
+        self.lock_for_read(def)?;
         let snap = self.snapshot();
         let viewer = Viewer {
             snapshot: &snap,
@@ -71,8 +72,9 @@ impl Transaction {
 }
 
 /// A read of `def` that found one of its files (heap or index) gone: a TRUNCATE or DROP
-/// TABLE committed since the statement read the table's definition (reads take no table
-/// lock yet, see `table_locks.rs`), and the file left with it. The error names the
+/// TABLE committed between the statement's read of the table's definition and its
+/// AccessShare lock (`Transaction::lock_for_read` reports that case first; this catches
+/// what passes it), and the file left with it. The error names the
 /// table and asks for a retry (40001, [`Error::TableRewritten`]) instead of reporting
 /// the missing file (58P01), which told the client nothing about its statement.
 pub(super) fn file_gone_as_rewritten(e: Error, def: &TableDef) -> Error {

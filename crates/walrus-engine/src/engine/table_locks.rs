@@ -1,27 +1,35 @@
-//! Table-level locks: the three conflicts a table's rows, indexes and files need.
+//! Table-level locks: PostgreSQL's eight relation lock modes and their conflict table.
 //!
-//! walrus has no general relation lock manager. This table keeps, per table (relation
-//! file), who may be changing it in ways that cannot overlap, with PostgreSQL's modes
-//! in parentheses:
-//! - **writers** (RowExclusive): transactions that inserted, updated or deleted rows of
-//!   it, until they end. They do not conflict with each other, nor with vacuum.
-//! - **DDL** (AccessExclusive / Share): a transaction whose CREATE INDEX, DROP TABLE or
-//!   TRUNCATE changed the table's index set or files, until it ends. It waits for the
-//!   other writers to end first, and writers that come later wait for it: otherwise a
-//!   writer holding the old definition would add rows the new index never sees, or
-//!   write into files being unlinked. A waiting DDL blocks new writers (no starvation).
-//! - **vacuum** (ShareUpdateExclusive): one at a time, never with DDL (see
-//!   `vacuum.rs`). DDL cancels an autovacuum and waits for a manual VACUUM.
+//! Every transaction has a lock identity from its start (`txn::lock_id`, PostgreSQL's
+//! virtual transaction id), so a read-only transaction holds locks too. What takes
+//! which mode, as in PostgreSQL:
+//! - **reads** (AccessShare): the first scan of a table in a transaction, held until it
+//!   ends. Only AccessExclusive conflicts with it, so TRUNCATE, DROP and ALTER TABLE
+//!   wait for every transaction that has read the table: a REPEATABLE READ
+//!   transaction never sees the table emptied or re-shaped under its snapshot, and no
+//!   scan finds its files unlinked.
+//! - **writes** (RowExclusive): the first row change; also `SELECT ... FOR UPDATE`.
+//! - **CREATE INDEX** (Share): waits for writers, not readers; later writers wait.
+//! - **ADD FOREIGN KEY** (ShareRowExclusive, on both tables).
+//! - **ALTER TABLE, DROP, TRUNCATE, ADD CHECK** (AccessExclusive).
+//! - **LOCK TABLE** any mode.
+//! - **vacuum** (ShareUpdateExclusive, not a transaction: kept apart). An autovacuum
+//!   is cancelled by a request that conflicts with it; a manual VACUUM is waited for.
 //!
-//! Waits for a transaction go through `TxnManager::wait_for`, the row-lock wait, so a
-//! cycle of table and row waits is found by the same deadlock check, and a cancel
-//! request ends the wait. Reads take no lock (a reader of a table dropped meanwhile
-//! gets an error, never another table's rows: relation files are never reused).
+//! A request is granted when it conflicts with no other transaction's granted lock and
+//! with no earlier waiter's request (so a waiting TRUNCATE is not starved by a stream
+//! of readers, as in PostgreSQL), unless the requester already holds a lock on the
+//! table (it would otherwise wait for a waiter that waits for it). A waiter sleeps on
+//! this table's condition variable and re-checks whenever a lock is released; its
+//! waits-for edges (every conflicting holder and earlier waiter) are in the
+//! transaction manager's graph with the row-lock waits, so a cycle through table and
+//! row locks is found when the edge that closes it is added. The holds are released
+//! when the transaction ends (savepoints keep them, which PostgreSQL would release).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 use walrus_base::{RelFileId, Xid};
@@ -29,10 +37,120 @@ use walrus_base::{RelFileId, Xid};
 use crate::error::{Error, Result};
 use crate::txn::{LockWait, TxnManager};
 
+/// PostgreSQL's table lock modes, weakest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LockMode {
+    AccessShare,
+    RowShare,
+    RowExclusive,
+    ShareUpdateExclusive,
+    Share,
+    ShareRowExclusive,
+    Exclusive,
+    AccessExclusive,
+}
+
+impl LockMode {
+    pub const ALL: [LockMode; 8] = [
+        LockMode::AccessShare,
+        LockMode::RowShare,
+        LockMode::RowExclusive,
+        LockMode::ShareUpdateExclusive,
+        LockMode::Share,
+        LockMode::ShareRowExclusive,
+        LockMode::Exclusive,
+        LockMode::AccessExclusive,
+    ];
+
+    /// PostgreSQL's conflict table (lock.c `LockConflicts`), one bit per mode.
+    fn conflict_bits(self) -> u8 {
+        use LockMode::*;
+        let bit = |m: LockMode| 1u8 << (m as u8);
+        match self {
+            AccessShare => bit(AccessExclusive),
+            RowShare => bit(Exclusive) | bit(AccessExclusive),
+            RowExclusive => {
+                bit(Share) | bit(ShareRowExclusive) | bit(Exclusive) | bit(AccessExclusive)
+            }
+            ShareUpdateExclusive => {
+                bit(ShareUpdateExclusive)
+                    | bit(Share)
+                    | bit(ShareRowExclusive)
+                    | bit(Exclusive)
+                    | bit(AccessExclusive)
+            }
+            Share => {
+                bit(RowExclusive)
+                    | bit(ShareUpdateExclusive)
+                    | bit(ShareRowExclusive)
+                    | bit(Exclusive)
+                    | bit(AccessExclusive)
+            }
+            ShareRowExclusive => {
+                bit(RowExclusive)
+                    | bit(ShareUpdateExclusive)
+                    | bit(Share)
+                    | bit(ShareRowExclusive)
+                    | bit(Exclusive)
+                    | bit(AccessExclusive)
+            }
+            Exclusive => !(bit(AccessShare)),
+            AccessExclusive => 0xff,
+        }
+    }
+
+    pub fn conflicts_with(self, other: LockMode) -> bool {
+        self.conflict_bits() & (1 << (other as u8)) != 0
+    }
+
+    /// The name `pg_locks.mode` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            LockMode::AccessShare => "AccessShareLock",
+            LockMode::RowShare => "RowShareLock",
+            LockMode::RowExclusive => "RowExclusiveLock",
+            LockMode::ShareUpdateExclusive => "ShareUpdateExclusiveLock",
+            LockMode::Share => "ShareLock",
+            LockMode::ShareRowExclusive => "ShareRowExclusiveLock",
+            LockMode::Exclusive => "ExclusiveLock",
+            LockMode::AccessExclusive => "AccessExclusiveLock",
+        }
+    }
+
+    /// The mode a `LOCK TABLE ... IN <words> MODE` names (upper case, one space
+    /// between words).
+    pub fn from_sql(words: &str) -> Option<LockMode> {
+        Some(match words {
+            "ACCESS SHARE" => LockMode::AccessShare,
+            "ROW SHARE" => LockMode::RowShare,
+            "ROW EXCLUSIVE" => LockMode::RowExclusive,
+            "SHARE UPDATE EXCLUSIVE" => LockMode::ShareUpdateExclusive,
+            "SHARE" => LockMode::Share,
+            "SHARE ROW EXCLUSIVE" => LockMode::ShareRowExclusive,
+            "EXCLUSIVE" => LockMode::Exclusive,
+            "ACCESS EXCLUSIVE" => LockMode::AccessExclusive,
+            _ => return None,
+        })
+    }
+}
+
+/// The vacuum's mode: it conflicts with what conflicts with ShareUpdateExclusive.
+const VACUUM_MODE: LockMode = LockMode::ShareUpdateExclusive;
+
+/// One lock on one table, as `pg_locks` lists it.
+#[derive(Clone, Debug)]
+pub struct TableLockInfo {
+    pub relfile: RelFileId,
+    /// The holder's (or waiter's) lock identity.
+    pub owner: Xid,
+    pub mode: LockMode,
+    pub granted: bool,
+}
+
 #[derive(Default)]
 pub(super) struct TableLocks {
     tables: Mutex<HashMap<RelFileId, TableHold>>,
-    /// Signalled whenever a hold is released (vacuum waits on it).
+    /// Signalled whenever a lock is released or a waiter gives up.
     released: Condvar,
 }
 
@@ -40,20 +158,47 @@ pub(super) struct TableLocks {
 struct TableHold {
     /// The running vacuum, and its cancel flag if it is an autovacuum.
     vacuum: Option<Option<Arc<AtomicBool>>>,
-    /// Transactions that wrote rows of the table and have not ended.
-    writers: Vec<Xid>,
-    /// The transaction whose DDL holds the table.
-    ddl: Option<Xid>,
-    /// A transaction whose DDL waits for the writers to end.
-    ddl_waiting: Option<Xid>,
+    /// Granted locks: (lock identity, mode), one entry per mode a transaction holds.
+    granted: Vec<(Xid, LockMode)>,
+    /// Requests waiting, in arrival order.
+    waiting: Vec<(Xid, LockMode)>,
 }
 
 impl TableHold {
     fn is_free(&self) -> bool {
-        self.vacuum.is_none()
-            && self.writers.is_empty()
-            && self.ddl.is_none()
-            && self.ddl_waiting.is_none()
+        self.vacuum.is_none() && self.granted.is_empty() && self.waiting.is_empty()
+    }
+
+    /// The other transactions `me`'s request for `mode` must wait for now (empty:
+    /// grant it): conflicting granted locks, then conflicting requests queued before
+    /// `me`'s (or all queued, if `me` has not queued) unless `me` holds a lock here.
+    fn blockers(&self, me: Xid, mode: LockMode) -> Vec<Xid> {
+        let mut out: Vec<Xid> = self
+            .granted
+            .iter()
+            .filter(|(id, m)| *id != me && mode.conflicts_with(*m))
+            .map(|(id, _)| *id)
+            .collect();
+        if !self.granted.iter().any(|(id, _)| *id == me) {
+            let ahead = self
+                .waiting
+                .iter()
+                .position(|(id, _)| *id == me)
+                .unwrap_or(self.waiting.len());
+            out.extend(
+                self.waiting[..ahead]
+                    .iter()
+                    .filter(|(id, m)| *id != me && mode.conflicts_with(*m))
+                    .map(|(id, _)| *id),
+            );
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    fn stop_waiting(&mut self, me: Xid) {
+        self.waiting.retain(|(id, _)| *id != me);
     }
 }
 
@@ -61,7 +206,7 @@ impl TableHold {
 pub(super) struct VacuumGuard<'a> {
     locks: &'a TableLocks,
     relfile: RelFileId,
-    /// Set by DDL that wants the table: an autovacuum stops at its next page.
+    /// Set by a conflicting lock request: an autovacuum stops at its next page.
     pub cancel: Arc<AtomicBool>,
 }
 
@@ -87,21 +232,28 @@ fn let_go(
     }
 }
 
-/// How long a vacuum waiter sleeps between checks of its interrupt flag.
+/// How long a waiter sleeps between checks of its interrupt flag and deadline.
 const WAIT_SLICE: Duration = Duration::from_millis(50);
 
-/// What a transaction found in its way.
+/// What a request found in its way.
 enum Blocker {
     Vacuum,
-    Txn(Xid),
+    Txns(Vec<Xid>),
 }
 
 impl TableLocks {
-    /// Autovacuum: takes the table if no vacuum or DDL holds it (or waits to).
+    /// Autovacuum: takes the table if no vacuum holds it and no transaction holds or
+    /// waits for a conflicting lock.
     pub(super) fn try_vacuum(&self, relfile: RelFileId) -> Option<VacuumGuard<'_>> {
         let mut t = self.tables.lock();
         let h = t.entry(relfile).or_default();
-        if h.vacuum.is_some() || h.ddl.is_some() || h.ddl_waiting.is_some() {
+        let conflicting = h
+            .granted
+            .iter()
+            .chain(&h.waiting)
+            .any(|(_, m)| VACUUM_MODE.conflicts_with(*m));
+        if h.vacuum.is_some() || conflicting {
+            let_go(&mut t, relfile, |_| {});
             return None;
         }
         let cancel = Arc::new(AtomicBool::new(false));
@@ -114,7 +266,7 @@ impl TableLocks {
     }
 
     /// Manual VACUUM: cancels an autovacuum of the table and waits for it, another
-    /// manual vacuum, or DDL to let go.
+    /// manual vacuum, or a conflicting transaction lock to let go.
     pub(super) fn vacuum(
         &self,
         relfile: RelFileId,
@@ -123,8 +275,12 @@ impl TableLocks {
         let mut t = self.tables.lock();
         loop {
             let h = t.entry(relfile).or_default();
+            let conflicting = h
+                .granted
+                .iter()
+                .any(|(_, m)| VACUUM_MODE.conflicts_with(*m));
             match &h.vacuum {
-                None if h.ddl.is_none() => {
+                None if !conflicting => {
                     let cancel = Arc::new(AtomicBool::new(false));
                     h.vacuum = Some(None);
                     return Ok(VacuumGuard {
@@ -144,106 +300,96 @@ impl TableLocks {
         }
     }
 
-    /// `xid` is about to write rows of the table: waits for a DDL transaction that
-    /// holds it or waits for it, then registers `xid` as a writer until
-    /// [`TableLocks::release`].
-    pub(super) fn lock_for_write(
+    /// Takes `mode` on the table for the transaction whose lock identity is `me`,
+    /// waiting (bounded by `how`) while another transaction holds or has queued a
+    /// conflicting mode, or a vacuum runs that the mode conflicts with. Held until
+    /// [`TableLocks::release`]. `nowait`: a conflict is [`Error::LockNotAvailable`]
+    /// at once, naming `table`.
+    pub(super) fn acquire(
         &self,
         relfile: RelFileId,
-        xid: Xid,
+        me: Xid,
+        mode: LockMode,
         txn: &TxnManager,
         how: LockWait<'_>,
+        nowait: Option<&str>,
     ) -> Result<()> {
-        loop {
-            let ddl = {
-                let mut t = self.tables.lock();
-                let h = t.entry(relfile).or_default();
-                match h.ddl.or(h.ddl_waiting) {
-                    Some(d) if d != xid => d,
-                    _ => {
-                        h.writers.push(xid);
-                        return Ok(());
-                    }
-                }
-            };
-            txn.wait_for(xid, ddl, how)?;
-            // The DDL transaction ended; its hold goes a moment later.
-            std::thread::yield_now();
-        }
-    }
-
-    /// DDL of `xid` on the table: cancels an autovacuum, waits for any vacuum, for
-    /// other DDL and for the other writers to end, then holds the table until
-    /// [`TableLocks::release`].
-    pub(super) fn begin_ddl(
-        &self,
-        relfile: RelFileId,
-        xid: Xid,
-        txn: &TxnManager,
-        how: LockWait<'_>,
-    ) -> Result<()> {
-        let result = self.begin_ddl_inner(relfile, xid, txn, how);
+        let result = self.acquire_inner(relfile, me, mode, txn, how, nowait);
         if result.is_err() {
-            let_go(&mut self.tables.lock(), relfile, |h| {
-                if h.ddl_waiting == Some(xid) {
-                    h.ddl_waiting = None;
-                }
-            });
+            txn.clear_waits_for(me);
+            let_go(&mut self.tables.lock(), relfile, |h| h.stop_waiting(me));
+            self.released.notify_all();
         }
         result
     }
 
-    fn begin_ddl_inner(
+    fn acquire_inner(
         &self,
         relfile: RelFileId,
-        xid: Xid,
+        me: Xid,
+        mode: LockMode,
         txn: &TxnManager,
         how: LockWait<'_>,
+        nowait: Option<&str>,
     ) -> Result<()> {
-        // A vacuum is not a transaction, so its wait is here, not in `wait_for`: the
-        // same interrupt and lock_timeout apply.
-        let vacuum_deadline = how.timeout.map(|t| std::time::Instant::now() + t);
+        let deadline = how.timeout.map(|t| Instant::now() + t);
+        let mut counted = false;
+        let mut t = self.tables.lock();
         loop {
             let blocker = {
-                let mut t = self.tables.lock();
                 let h = t.entry(relfile).or_default();
-                if let Some(Some(auto_cancel)) = &h.vacuum {
-                    auto_cancel.store(true, Ordering::Release);
-                }
-                if h.vacuum.is_some() {
-                    self.released.wait_for(&mut t, WAIT_SLICE);
-                    Blocker::Vacuum
-                } else if let Some(d) = h.ddl.or(h.ddl_waiting).filter(|d| *d != xid) {
-                    Blocker::Txn(d)
-                } else if let Some(&w) = h.writers.iter().find(|w| **w != xid) {
-                    h.ddl_waiting = Some(xid);
-                    Blocker::Txn(w)
-                } else {
-                    h.ddl = Some(xid);
-                    h.ddl_waiting = None;
+                if h.granted.contains(&(me, mode)) {
                     return Ok(());
                 }
-            };
-            match blocker {
-                Blocker::Vacuum => {
-                    if how.interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
-                        return Err(Error::Canceled);
-                    }
-                    if vacuum_deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                        return Err(Error::LockTimeout);
+                if mode.conflicts_with(VACUUM_MODE) {
+                    if let Some(Some(auto_cancel)) = &h.vacuum {
+                        auto_cancel.store(true, Ordering::Release);
                     }
                 }
-                Blocker::Txn(other) => {
-                    txn.wait_for(xid, other, how)?;
-                    std::thread::yield_now();
+                let blockers = h.blockers(me, mode);
+                if h.vacuum.is_some() && mode.conflicts_with(VACUUM_MODE) {
+                    Blocker::Vacuum
+                } else if blockers.is_empty() {
+                    h.stop_waiting(me);
+                    h.granted.push((me, mode));
+                    drop(t);
+                    if counted {
+                        txn.clear_waits_for(me);
+                    }
+                    return Ok(());
+                } else {
+                    Blocker::Txns(blockers)
+                }
+            };
+            if let Some(table) = nowait {
+                return Err(Error::LockNotAvailable(table.to_string()));
+            }
+            {
+                let h = t.entry(relfile).or_default();
+                if !h.waiting.iter().any(|(id, _)| *id == me) {
+                    h.waiting.push((me, mode));
                 }
             }
+            if let Blocker::Txns(holders) = &blocker {
+                // Edges first: a cycle is refused before this transaction sleeps.
+                drop(t);
+                txn.set_waits_for(me, holders)?;
+                t = self.tables.lock();
+            }
+            if !counted {
+                counted = true;
+                txn.stats.row_lock_waits.fetch_add(1, Ordering::Relaxed);
+            }
+            let slice = Instant::now() + WAIT_SLICE;
+            self.released
+                .wait_until(&mut t, deadline.map_or(slice, |d| d.min(slice)));
+            if how.interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
+                return Err(Error::Canceled);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::LockTimeout);
+            }
         }
-    }
-
-    /// The transaction whose DDL holds the table, if any.
-    pub(super) fn ddl_holder(&self, relfile: RelFileId) -> Option<Xid> {
-        self.tables.lock().get(&relfile).and_then(|h| h.ddl)
     }
 
     /// Whether a vacuum of the table runs now.
@@ -254,23 +400,36 @@ impl TableLocks {
             .is_some_and(|h| h.vacuum.is_some())
     }
 
-    /// `xid` ended: drops its writer and DDL holds on the table.
-    pub(super) fn release(&self, relfile: RelFileId, xid: Xid) {
+    /// The transaction `me` ended: drops every lock it holds on the table.
+    pub(super) fn release(&self, relfile: RelFileId, me: Xid) {
         let mut t = self.tables.lock();
         assert!(
             t.contains_key(&relfile),
-            "release of a table hold never taken: table holds unbalanced"
+            "release of a table lock never taken: table locks unbalanced"
         );
         let_go(&mut t, relfile, |h| {
-            h.writers.retain(|w| *w != xid);
-            if h.ddl == Some(xid) {
-                h.ddl = None;
-            }
-            if h.ddl_waiting == Some(xid) {
-                h.ddl_waiting = None;
-            }
+            h.granted.retain(|(id, _)| *id != me);
+            h.stop_waiting(me);
         });
         self.released.notify_all();
+    }
+
+    /// Every granted and waiting lock, for `pg_locks`.
+    pub(super) fn snapshot(&self) -> Vec<TableLockInfo> {
+        let t = self.tables.lock();
+        let mut out = Vec::new();
+        for (&relfile, h) in t.iter() {
+            let granted = h.granted.iter().map(|l| (l, true));
+            for (&(owner, mode), granted) in granted.chain(h.waiting.iter().map(|l| (l, false))) {
+                out.push(TableLockInfo {
+                    relfile,
+                    owner,
+                    mode,
+                    granted,
+                });
+            }
+        }
+        out
     }
 }
 
@@ -279,50 +438,55 @@ mod tests {
     use super::*;
     use crate::txn::clog::Clog;
 
-    /// A transaction as the engine runs one: an xid, ended by `finish` and then
-    /// `release` of its holds (in the engine's order).
+    /// A transaction as the engine runs one: a lock identity (and an xid, as a
+    /// writer has), ended by `finish` and then `release` of its locks (in the
+    /// engine's order).
     struct Tx<'a> {
         txn: &'a TxnManager,
         locks: &'a TableLocks,
         proc: u64,
-        xid: Xid,
+        me: Xid,
         held: Vec<RelFileId>,
     }
 
     impl<'a> Tx<'a> {
         fn begin(txn: &'a TxnManager, locks: &'a TableLocks) -> Tx<'a> {
+            let tx = Tx::reader(txn, locks);
+            txn.assign_xid(tx.proc);
+            tx
+        }
+        /// A transaction with no xid (it has written nothing).
+        fn reader(txn: &'a TxnManager, locks: &'a TableLocks) -> Tx<'a> {
             let proc = txn.begin();
-            let (xid, _) = txn.assign_xid(proc);
             Tx {
                 txn,
                 locks,
                 proc,
-                xid,
+                me: crate::txn::lock_id(proc),
                 held: Vec::new(),
             }
         }
-        fn write(&mut self, r: RelFileId) -> Result<()> {
+        fn take(&mut self, r: RelFileId, mode: LockMode) -> Result<()> {
             self.locks
-                .lock_for_write(r, self.xid, self.txn, bounded_wait())?;
-            self.hold(r);
-            Ok(())
-        }
-        fn ddl(&mut self, r: RelFileId) -> Result<()> {
-            self.locks
-                .begin_ddl(r, self.xid, self.txn, bounded_wait())?;
-            self.hold(r);
-            Ok(())
-        }
-        /// One entry per table, as the engine keeps `table_holds`.
-        fn hold(&mut self, r: RelFileId) {
+                .acquire(r, self.me, mode, self.txn, bounded_wait(), None)?;
             if !self.held.contains(&r) {
                 self.held.push(r);
             }
+            Ok(())
+        }
+        fn read(&mut self, r: RelFileId) -> Result<()> {
+            self.take(r, LockMode::AccessShare)
+        }
+        fn write(&mut self, r: RelFileId) -> Result<()> {
+            self.take(r, LockMode::RowExclusive)
+        }
+        fn ddl(&mut self, r: RelFileId) -> Result<()> {
+            self.take(r, LockMode::AccessExclusive)
         }
         fn end(self) {
             self.txn.finish(self.proc, true);
             for r in self.held {
-                self.locks.release(r, self.xid);
+                self.locks.release(r, self.me);
             }
         }
     }
@@ -471,11 +635,132 @@ mod tests {
             until_waiting(&txn, waits);
             // b waits for a (the waiting DDL), which waits for b: b is the victim.
             match b.ddl(T) {
-                Err(Error::Deadlock { .. }) => b.end(),
+                Err(Error::Deadlock) => b.end(),
                 other => panic!("expected a deadlock, got {:?}", other.map(|_| ())),
             }
             first.join().unwrap().unwrap().end();
         });
         assert!(locks.tables.lock().is_empty(), "every hold released");
+    }
+
+    /// PostgreSQL's conflict table is symmetric, AccessShare conflicts with
+    /// AccessExclusive only, and AccessExclusive with everything.
+    #[test]
+    fn conflict_table_is_postgresqls() {
+        for a in LockMode::ALL {
+            for b in LockMode::ALL {
+                assert_eq!(a.conflicts_with(b), b.conflicts_with(a), "{a:?} {b:?}");
+            }
+            assert!(LockMode::AccessExclusive.conflicts_with(a));
+            assert_eq!(
+                LockMode::AccessShare.conflicts_with(a),
+                a == LockMode::AccessExclusive
+            );
+        }
+        assert!(!LockMode::RowExclusive.conflicts_with(LockMode::RowExclusive));
+        assert!(LockMode::Share.conflicts_with(LockMode::RowExclusive));
+        assert!(!LockMode::Share.conflicts_with(LockMode::Share));
+        assert!(LockMode::ShareRowExclusive.conflicts_with(LockMode::ShareRowExclusive));
+        assert!(!LockMode::Exclusive.conflicts_with(LockMode::AccessShare));
+        assert_eq!(
+            LockMode::from_sql("SHARE UPDATE EXCLUSIVE"),
+            Some(LockMode::ShareUpdateExclusive)
+        );
+    }
+
+    /// A read-only transaction's AccessShare makes TRUNCATE/DROP (AccessExclusive)
+    /// wait until it ends; a reader arriving while that DDL waits queues behind it;
+    /// CREATE INDEX (Share) does not wait for readers.
+    #[test]
+    fn readers_hold_off_exclusive_ddl_but_not_create_index() {
+        let (_d, txn, locks) = setup();
+        let mut r = Tx::reader(&txn, &locks);
+        r.read(T).unwrap();
+        let mut ci = Tx::begin(&txn, &locks);
+        ci.take(T, LockMode::Share).unwrap();
+        ci.end();
+        std::thread::scope(|s| {
+            let waits = txn.stats.row_lock_waits.load(Ordering::Acquire);
+            let ddl = s.spawn(|| {
+                let mut d = Tx::begin(&txn, &locks);
+                d.ddl(T).map(|_| d)
+            });
+            until_waiting(&txn, waits);
+            assert!(!ddl.is_finished(), "TRUNCATE waits for the open reader");
+            let waits = txn.stats.row_lock_waits.load(Ordering::Acquire);
+            let late = s.spawn(|| {
+                let mut l = Tx::reader(&txn, &locks);
+                l.read(T).map(|_| l)
+            });
+            until_waiting(&txn, waits);
+            assert!(
+                !late.is_finished(),
+                "a new reader queues behind the waiting DDL"
+            );
+            // The first reader reads on (it holds its lock already).
+            r.read(T).unwrap();
+            r.end();
+            let d = ddl.join().unwrap().unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            assert!(!late.is_finished(), "and waits for the DDL's transaction");
+            d.end();
+            late.join().unwrap().unwrap().end();
+        });
+        assert!(locks.tables.lock().is_empty(), "every lock released");
+    }
+
+    /// A cycle through a read-only transaction: R has read T; D holds U exclusively
+    /// and waits for T; R then reads U. R has no xid, and the cycle is still found.
+    #[test]
+    fn deadlock_through_a_reader_is_detected() {
+        const U: RelFileId = RelFileId(16390);
+        let (_d, txn, locks) = setup();
+        let mut r = Tx::reader(&txn, &locks);
+        r.read(T).unwrap();
+        let mut d = Tx::begin(&txn, &locks);
+        d.ddl(U).unwrap();
+        std::thread::scope(|s| {
+            let waits = txn.stats.row_lock_waits.load(Ordering::Acquire);
+            let dt = s.spawn(|| d.ddl(T).map(|_| d));
+            until_waiting(&txn, waits);
+            match r.read(U) {
+                Err(Error::Deadlock) => r.end(),
+                other => panic!("expected a deadlock, got {:?}", other.map(|_| ())),
+            }
+            dt.join().unwrap().unwrap().end();
+        });
+        assert!(locks.tables.lock().is_empty(), "every lock released");
+    }
+
+    /// NOWAIT fails at once and leaves nothing queued; lock_timeout ends a wait.
+    #[test]
+    fn nowait_and_lock_timeout() {
+        let (_d, txn, locks) = setup();
+        let mut r = Tx::reader(&txn, &locks);
+        r.read(T).unwrap();
+        let d = Tx::begin(&txn, &locks);
+        let nowait = locks.acquire(
+            T,
+            d.me,
+            LockMode::AccessExclusive,
+            &txn,
+            bounded_wait(),
+            Some("t"),
+        );
+        assert!(matches!(nowait, Err(Error::LockNotAvailable(ref t)) if t == "t"));
+        let short = LockWait {
+            interrupt: None,
+            timeout: Some(Duration::from_millis(30)),
+        };
+        let timed = locks.acquire(T, d.me, LockMode::AccessExclusive, &txn, short, None);
+        assert!(matches!(timed, Err(Error::LockTimeout)));
+        // Nothing of d's is left queued: a second reader is granted at once.
+        let mut r2 = Tx::reader(&txn, &locks);
+        r2.read(T).unwrap();
+        assert_eq!(locks.snapshot().len(), 2);
+        r.end();
+        r2.end();
+        d.end();
+        assert!(locks.tables.lock().is_empty(), "every lock released");
     }
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use walrus_base::{RelFileId, Xid};
 
+use super::table_locks::LockMode;
 use super::{Engine, Inner};
 use crate::access::heap::activity::PendingActivity;
 use crate::access::heap::HeapRel;
@@ -59,9 +60,9 @@ pub struct Transaction {
     /// This transaction's row changes per table, added to the tables' counters when it
     /// ends (a handful of tables: a linear search beats hashing).
     activity: Vec<(Arc<HeapRel>, PendingActivity)>,
-    /// Tables it holds as a writer or through DDL until it ends
+    /// The table locks it holds until it ends, one entry per (table, mode)
     /// (`engine/table_locks.rs`).
-    table_holds: Vec<RelFileId>,
+    pub(super) table_locks: Vec<(RelFileId, LockMode)>,
     /// The definitions of the tables it writes, as of its registration as their writer
     /// (no other transaction's DDL can change them until it ends). A caller may still
     /// pass a definition it read earlier, before a concurrent CREATE INDEX committed.
@@ -96,7 +97,7 @@ impl Engine {
             synchronous_commit: None,
             finished: false,
             activity: Vec::new(),
-            table_holds: Vec::new(),
+            table_locks: Vec::new(),
             write_defs: Vec::new(),
             row_lock_keys: Vec::new(),
             leaf_hints: Vec::new(),
@@ -107,6 +108,11 @@ impl Engine {
 impl Transaction {
     pub fn xid(&self) -> Option<Xid> {
         self.xid
+    }
+
+    /// The identity its table locks are held by (`TableLockInfo::owner`).
+    pub fn lock_owner(&self) -> Xid {
+        self.lock_id()
     }
 
     pub fn isolation(&self) -> Isolation {
@@ -223,16 +229,85 @@ impl Transaction {
         &mut self.activity[i].1
     }
 
-    /// For DDL that changes `table`'s index set or removes its files: holds the table
-    /// until this transaction ends (after its other writers and any vacuum let go),
-    /// then takes `ddl_lock`; returns the catalog and the table as they are under both.
-    /// The hold comes first because its wait must not happen under `ddl_lock`: a
-    /// writer of the table that then ran DDL itself would wait for `ddl_lock`, a wait
-    /// the deadlock check cannot see.
+    /// This transaction's lock identity (`txn::lock_id`), which table locks are held by.
+    pub(super) fn lock_id(&self) -> Xid {
+        crate::txn::lock_id(self.proc)
+    }
+
+    /// Takes `mode` on the table with file `relfile` until this transaction ends
+    /// (`table_locks.rs`); at once if it holds that mode already. `nowait`: fail with
+    /// 55P03 naming that table instead of waiting.
+    pub(super) fn lock_relfile(
+        &mut self,
+        relfile: RelFileId,
+        mode: LockMode,
+        nowait: Option<&str>,
+    ) -> Result<()> {
+        if self.table_locks.contains(&(relfile, mode)) {
+            return Ok(());
+        }
+        let me = self.lock_id();
+        self.inner.table_locks.acquire(
+            relfile,
+            me,
+            mode,
+            &self.inner.txn,
+            self.lock_wait(),
+            nowait,
+        )?;
+        self.table_locks.push((relfile, mode));
+        Ok(())
+    }
+
+    /// Whether this transaction holds a lock on the table at least as strong as
+    /// Share (its own DDL: no other transaction changes the table's rows or
+    /// definition until it ends).
+    fn holds_ddl_lock(&self, relfile: RelFileId) -> bool {
+        self.table_locks
+            .iter()
+            .any(|&(r, m)| r == relfile && m >= LockMode::Share)
+    }
+
+    /// `LOCK TABLE name IN mode MODE [NOWAIT]`: the lock until this transaction
+    /// ends. The table's definition is read again under the lock (DDL that committed
+    /// while this waited shows).
+    pub fn lock_table(&mut self, table: &str, mode: LockMode, nowait: bool) -> Result<()> {
+        loop {
+            let relfile = self.catalog()?.table(table)?.relfile;
+            self.lock_relfile(relfile, mode, nowait.then_some(table))?;
+            if self.catalog()?.table(table)?.relfile == relfile {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Before the first read of `def`'s table in this transaction: AccessShare, so
+    /// TRUNCATE, DROP and ALTER TABLE wait until this transaction ends (any lock it
+    /// holds on the table already excludes them). A table dropped or rewritten
+    /// between the caller's read of `def` and the lock is 40001, as a write finds it.
+    pub(super) fn lock_for_read(&mut self, def: &TableDef) -> Result<()> {
+        if self.table_locks.iter().any(|&(r, _)| r == def.relfile) {
+            return Ok(());
+        }
+        self.lock_relfile(def.relfile, LockMode::AccessShare, None)?;
+        match self.table_unlocked(&def.name) {
+            Ok(now) if now.relfile == def.relfile => Ok(()),
+            Ok(_) | Err(Error::UndefinedTable(_)) => Err(Error::TableRewritten(def.name.clone())),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// For DDL on `table`: takes `mode` on it until this transaction ends (after
+    /// the transactions holding conflicting locks end, and any vacuum it conflicts
+    /// with), then `ddl_lock`; returns the catalog and the table as they are under
+    /// both. The table lock comes first because its wait must not happen under
+    /// `ddl_lock`: a holder of the table that then ran DDL itself would wait for
+    /// `ddl_lock`, a wait the deadlock check cannot see.
     pub(super) fn lock_for_ddl<'i>(
         &mut self,
         inner: &'i Inner,
         table: &str,
+        mode: LockMode,
     ) -> Result<(
         parking_lot::MutexGuard<'i, ()>,
         Arc<CatalogView>,
@@ -240,31 +315,19 @@ impl Transaction {
     )> {
         loop {
             let relfile = self.catalog()?.table(table)?.relfile;
-            if !self.holds_ddl(relfile) {
-                let xid = self.mark_write_top();
-                inner
-                    .table_locks
-                    .begin_ddl(relfile, xid, &inner.txn, self.lock_wait())?;
-                if !self.table_holds.contains(&relfile) {
-                    self.table_holds.push(relfile);
-                }
-            }
+            self.mark_write_top();
+            self.lock_relfile(relfile, mode, None)?;
             // This transaction's DDL changes the table: from now on its callers' own
             // reads of the definition are the current ones.
             self.write_defs.retain(|d| d.relfile != relfile);
             let guard = inner.ddl_lock.lock();
             let view = self.catalog()?;
             let def = view.table(table)?;
-            // DDL that committed before the hold may have replaced the table's file.
+            // DDL that committed before the lock may have replaced the table's file.
             if def.relfile == relfile {
                 return Ok((guard, view, def));
             }
         }
-    }
-
-    fn holds_ddl(&self, relfile: RelFileId) -> bool {
-        self.xid
-            .is_some_and(|x| self.inner.table_locks.ddl_holder(relfile) == Some(x))
     }
 
     /// Before any change: a full disk must show as this operation's error, before it has
@@ -295,20 +358,17 @@ impl Transaction {
             }
             return Ok(Some(current.clone()));
         }
-        if self.table_holds.contains(&def.relfile) {
+        if self.holds_ddl_lock(def.relfile) {
             // Held through this transaction's own DDL: the caller's definition is this
             // transaction's own view of the table.
-            return Ok(None);
+            self.mark_write_top();
+            return self
+                .lock_relfile(def.relfile, LockMode::RowExclusive, None)
+                .map(|()| None);
         }
-        let xid = self.mark_write_top();
-        self.inner.table_locks.lock_for_write(
-            def.relfile,
-            xid,
-            &self.inner.txn,
-            self.lock_wait(),
-        )?;
-        self.table_holds.push(def.relfile);
-        let now = self.table(&def.name)?;
+        self.mark_write_top();
+        self.lock_relfile(def.relfile, LockMode::RowExclusive, None)?;
+        let now = self.table_unlocked(&def.name)?;
         if now.relfile != def.relfile {
             return Err(Error::TableRewritten(def.name.clone()));
         }
@@ -330,9 +390,12 @@ impl Transaction {
         for (rel, pending) in self.activity.drain(..) {
             rel.activity.end_transaction(&pending, committed);
         }
-        if let Some(xid) = self.xid {
-            for table in self.table_holds.drain(..) {
-                self.inner.table_locks.release(table, xid);
+        if !self.table_locks.is_empty() {
+            let me = self.lock_id();
+            self.table_locks.sort_unstable();
+            self.table_locks.dedup_by_key(|(r, _)| *r);
+            for (table, _) in self.table_locks.drain(..) {
+                self.inner.table_locks.release(table, me);
             }
         }
     }

@@ -53,8 +53,10 @@ struct ProcEntry {
 struct XidLock {
     done: Mutex<bool>,
     cv: Condvar,
-    /// The top-level xid of its transaction (itself for a top-level xid): waits-for
-    /// edges and deadlock cycles are between transactions, not subtransactions.
+    /// Its transaction's lock identity ([`TxnManager::lock_id`]): waits-for edges and
+    /// deadlock cycles are between transactions, not subtransactions, and a table-lock
+    /// wait (keyed by the lock identity, which a read-only transaction has too) joins
+    /// the same graph as a row-lock wait (keyed by xids).
     top: Xid,
 }
 
@@ -103,7 +105,9 @@ pub struct TxnManager {
     /// its lock on every attempt (PostgreSQL's GlobalVisState plays the same role).
     recent_global_xmin: AtomicU64,
     xid_locks: Mutex<HashMap<Xid, Arc<XidLock>>>,
-    waits_for: Mutex<HashMap<Xid, Xid>>,
+    /// Who each waiting transaction (by lock identity) waits for: one holder for a
+    /// row-lock wait, every conflicting holder and earlier waiter for a table lock.
+    waits_for: Mutex<HashMap<Xid, Vec<Xid>>>,
     pub clog: Clog,
     /// Row locks of `SELECT ... FOR UPDATE` & co (`row_locks.rs`).
     pub row_locks: row_locks::RowLocks,
@@ -114,6 +118,16 @@ pub struct TxnManager {
     pub commit_barrier: RwLock<()>,
     pub stats: TxnStats,
 }
+
+/// A transaction's lock identity, PostgreSQL's virtual transaction id: its number in
+/// the running set with the top bit set, so it never equals an xid. Every transaction
+/// has one from its start, so a read-only one can hold a table lock and be waited for;
+/// its xids' locks carry it (`XidLock::top`), so row and table waits form one graph.
+pub fn lock_id(proc: u64) -> Xid {
+    Xid(LOCK_ID_BIT | proc)
+}
+
+const LOCK_ID_BIT: u64 = 1 << 63;
 
 /// What `assign_xid` needs the caller to log before the xid is used.
 pub struct XidReservation(pub u64);
@@ -165,7 +179,9 @@ impl TxnManager {
     pub fn assign_xid(&self, proc: u64) -> (Xid, Option<XidReservation>) {
         let mut p = self.procs.lock();
         let (xid, reservation) = self.next_xid_reserved();
-        self.xid_locks.lock().insert(xid, XidLock::new(xid));
+        self.xid_locks
+            .lock()
+            .insert(xid, XidLock::new(lock_id(proc)));
         if let Some(e) = p.1.get_mut(&proc) {
             e.xid = Some(xid);
         }
@@ -178,7 +194,9 @@ impl TxnManager {
     pub fn assign_subxid(&self, proc: u64, top: Xid) -> (Xid, Option<XidReservation>) {
         let mut p = self.procs.lock();
         let (xid, reservation) = self.next_xid_reserved();
-        self.xid_locks.lock().insert(xid, XidLock::new(top));
+        self.xid_locks
+            .lock()
+            .insert(xid, XidLock::new(lock_id(proc)));
         if let Some(e) = p.1.get_mut(&proc) {
             debug_assert_eq!(e.xid, Some(top), "subxid before its top-level xid");
             e.subxids.push(xid);
@@ -371,23 +389,7 @@ impl TxnManager {
                 "transaction {waiter} would wait for itself"
             )));
         }
-        {
-            let mut wf = self.waits_for.lock();
-            let mut x = holder;
-            let mut steps = 0;
-            while let Some(&next) = wf.get(&x) {
-                if next == waiter {
-                    self.stats.deadlocks.fetch_add(1, Ordering::Relaxed);
-                    return Err(Error::Deadlock { waiter, holder });
-                }
-                x = next;
-                steps += 1;
-                if steps > 10_000 {
-                    break;
-                }
-            }
-            wf.insert(waiter, holder);
-        }
+        self.set_waits_for(waiter, &[holder])?;
         self.stats.row_lock_waits.fetch_add(1, Ordering::Relaxed);
         let deadline = how.timeout.map(|t| Instant::now() + t);
         let result = loop {
@@ -410,8 +412,50 @@ impl TxnManager {
                 break Err(Error::LockTimeout);
             }
         };
-        self.waits_for.lock().remove(&waiter);
+        self.clear_waits_for(waiter);
         result
+    }
+
+    /// Records that `waiter` (a lock identity) waits for each of `holders` (lock
+    /// identities or xids of theirs), replacing what it waited for before, unless one
+    /// of them already waits, directly or through others, for `waiter`: then the wait
+    /// would never end and is refused (40P01), the waiter being the victim.
+    pub fn set_waits_for(&self, waiter: Xid, holders: &[Xid]) -> Result<()> {
+        let tops: Vec<Xid> = {
+            let locks = self.xid_locks.lock();
+            holders
+                .iter()
+                .map(|h| locks.get(h).map_or(*h, |l| l.top))
+                .collect()
+        };
+        let mut wf = self.waits_for.lock();
+        // Depth-first from each holder over the waits-for edges.
+        let mut stack = tops.clone();
+        let mut seen = std::collections::HashSet::new();
+        while let Some(x) = stack.pop() {
+            if x == waiter {
+                wf.remove(&waiter);
+                self.stats.deadlocks.fetch_add(1, Ordering::Relaxed);
+                return Err(Error::Deadlock);
+            }
+            if seen.insert(x) {
+                if let Some(next) = wf.get(&x) {
+                    stack.extend_from_slice(next);
+                }
+            }
+        }
+        wf.insert(waiter, tops);
+        Ok(())
+    }
+
+    /// `waiter` no longer waits.
+    pub fn clear_waits_for(&self, waiter: Xid) {
+        self.waits_for.lock().remove(&waiter);
+    }
+
+    /// Transaction `proc`'s lock identity ([`lock_id`]).
+    pub fn lock_id(&self, proc: u64) -> Xid {
+        lock_id(proc)
     }
 
     /// Recovery: the xid counter must pass every xid seen in WAL.

@@ -25,6 +25,7 @@ use walrus_engine::Engine;
 
 use crate::error::{SqlError, SqlResult};
 
+mod activity;
 mod reg;
 pub(crate) use reg::qualified_name;
 mod rows;
@@ -122,7 +123,8 @@ const TABLES: &[(&str, &str)] = &[
     ("pg_sequence", "seqrelid:o seqtypid:o seqstart:l seqincrement:l seqmax:l seqmin:l seqcache:l seqcycle:b"),
     ("pg_extension", "oid:o extname:N extowner:o extnamespace:o extrelocatable:b extversion:t extconfig:O extcondition:T"),
     ("pg_foreign_table", "ftrelid:o ftserver:o ftoptions:T"),
-    ("pg_stat_activity", "datid:o datname:N pid:i usesysid:o usename:N application_name:t client_addr:I state:t query:t backend_type:t"),
+    ("pg_stat_activity", "datid:o datname:N pid:i leader_pid:i usesysid:o usename:N application_name:t client_addr:I client_hostname:t client_port:i backend_start:z xact_start:z query_start:z state_change:z wait_event_type:t wait_event:t state:t backend_xid:x backend_xmin:x query_id:l query:t backend_type:t"),
+    ("pg_locks", "locktype:t database:o relation:o page:i tuple:s virtualxid:t transactionid:x classid:o objid:o objsubid:s virtualtransaction:t pid:i mode:t granted:b fastpath:b waitstart:z"),
 ];
 
 const INFORMATION_SCHEMA: &[(&str, &str)] = &[
@@ -272,6 +274,8 @@ pub(crate) fn is_catalog_function(name: &str) -> bool {
             | "pg_table_size"
             | "pg_indexes_size"
             | "pg_total_relation_size"
+            | "pg_cancel_backend"
+            | "pg_terminate_backend"
     )
 }
 
@@ -285,6 +289,7 @@ fn catalog_function_arity(name: &str) -> &'static [usize] {
         "pg_get_indexdef" => &[1, 3],
         "pg_get_constraintdef" => &[1, 2],
         "pg_relation_size" => &[1, 2],
+        "pg_terminate_backend" => &[1, 2],
         // pg_get_userbyid, the reg* casts, to_regtype, to_regclass, and the other sizes.
         _ => &[1],
     }
@@ -505,6 +510,12 @@ pub(crate) struct Snapshot {
     /// `pg_database.datfrozenxid`: every xid below it is frozen (hint bits on every
     /// tuple) and its commit-status segment truncated.
     frozen_xid: u64,
+    /// The sessions connected, by pid (`pg_stat_activity`).
+    backends: Vec<(i32, walrus_engine::engine::BackendActivity)>,
+    /// Every table lock granted or awaited (`pg_locks`).
+    table_locks: Vec<walrus_engine::engine::TableLockInfo>,
+    /// For `pg_cancel_backend` / `pg_terminate_backend`.
+    backend_registry: Arc<walrus_engine::engine::Backends>,
     /// The relations' files, measured only when a `pg_*_size` function asks (their
     /// logical blocks, those extended in the pool but not yet written included, as
     /// PostgreSQL counts its file's length).
@@ -560,6 +571,9 @@ impl Snapshot {
         let pool = engine.pool();
         let activity = tables.iter().map(|t| engine.table_activity(t)).collect();
         Snapshot {
+            backends: engine.backends().list(),
+            table_locks: engine.table_locks(),
+            backend_registry: engine.backends().clone(),
             relfiles: pool.relfiles.clone(),
             tables,
             sequences,
@@ -947,6 +961,19 @@ impl Snapshot {
                     Err(e) => return Some(Err(e)),
                 }
             }
+            // A pid no session has: false (PostgreSQL also warns that it is not a
+            // backend process).
+            "pg_cancel_backend" | "pg_terminate_backend" => match oid_arg(0) {
+                None => Datum::Null,
+                Some(pid) => {
+                    let pid = i32::try_from(pid).unwrap_or(0);
+                    Datum::Bool(if name == "pg_cancel_backend" {
+                        self.backend_registry.cancel(pid)
+                    } else {
+                        self.backend_registry.terminate(pid)
+                    })
+                }
+            },
             // reg* casts: a name is looked up (reg.rs), an OID named.
             "::regclass" | "to_regclass" => match (&args[0], reg_oid(0)) {
                 (_, Some(oid)) if name == "::regclass" => self.regclass_from_oid(oid),

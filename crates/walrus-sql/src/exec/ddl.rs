@@ -3,22 +3,34 @@
 //! transaction (walrus's catalog is transactional).
 
 use sqlparser::ast::{self, AlterTableOperation, ColumnOption, TableConstraint};
+use walrus_engine::access::datum::{Datum, TypeId};
 use walrus_engine::catalog::ColumnDef;
-use walrus_engine::engine::Transaction;
+use walrus_engine::engine::{LockMode, Transaction};
 
 use crate::error::{SqlError, SqlResult};
-use crate::expr::column_type;
+use crate::expr::{column_type, Scope};
 use crate::names::{ident, object_name};
 use crate::result::QueryResult;
+
+/// The column names of a PRIMARY KEY or UNIQUE constraint's key, folded as
+/// identifiers are (`"app_label"` is `app_label`, `"Mixed"` keeps its case). A key
+/// part that is not a plain column is refused, not read as a column named by its text.
+fn key_columns(parts: &[ast::IndexColumn]) -> SqlResult<Vec<String>> {
+    parts
+        .iter()
+        .map(|c| match &c.column.expr {
+            ast::Expr::Identifier(i) if c.operator_class.is_none() => Ok(ident(i)),
+            other => Err(SqlError::unsupported(format!(
+                "constraint key part {other} is not supported"
+            ))),
+        })
+        .collect()
+}
 
 fn add_constraint(t: &mut Transaction, table: &str, c: &TableConstraint) -> SqlResult<()> {
     match c {
         TableConstraint::PrimaryKey(pk) => {
-            let cols: Vec<String> = pk
-                .columns
-                .iter()
-                .map(|c| c.column.expr.to_string().to_ascii_lowercase())
-                .collect();
+            let cols = key_columns(&pk.columns)?;
             let name = pk
                 .name
                 .as_ref()
@@ -27,11 +39,7 @@ fn add_constraint(t: &mut Transaction, table: &str, c: &TableConstraint) -> SqlR
             create_index(t, table, &name, &cols, true, true)
         }
         TableConstraint::Unique(u) => {
-            let cols: Vec<String> = u
-                .columns
-                .iter()
-                .map(|c| c.column.expr.to_string().to_ascii_lowercase())
-                .collect();
+            let cols = key_columns(&u.columns)?;
             let name = u
                 .name
                 .as_ref()
@@ -104,7 +112,6 @@ fn create_index(
 
 /// What `serial`-like type name `dt` is: the integer type its column gets.
 fn serial_type(dt: &ast::DataType) -> Option<walrus_engine::access::datum::TypeId> {
-    use walrus_engine::access::datum::TypeId;
     let ast::DataType::Custom(name, mods) = dt else {
         return None;
     };
@@ -344,7 +351,6 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
                             "both default and identity specified for column \"{cname}\" of table \"{name}\""
                         )));
                     }
-                    use walrus_engine::access::datum::TypeId;
                     if !matches!(ty, TypeId::Int2 | TypeId::Int4 | TypeId::Int8) {
                         return Err(SqlError::new(
                             "22023",
@@ -423,12 +429,7 @@ pub(crate) fn create_table(t: &mut Transaction, ct: &ast::CreateTable) -> SqlRes
     for c in &ct.constraints {
         match c {
             TableConstraint::PrimaryKey(p) => {
-                pk = Some(
-                    p.columns
-                        .iter()
-                        .map(|c| c.column.expr.to_string().to_ascii_lowercase())
-                        .collect(),
-                );
+                pk = Some(key_columns(&p.columns)?);
             }
             TableConstraint::Check(c) => {
                 if c.enforced == Some(false) {
@@ -765,7 +766,31 @@ pub(crate) fn truncate(t: &mut Transaction, tr: &ast::Truncate) -> SqlResult<Que
     Ok(QueryResult::tag("TRUNCATE TABLE"))
 }
 
-/// `ALTER TABLE name ADD CONSTRAINT ...` (the only ALTER TABLE walrus supports).
+/// `LOCK [TABLE] [ONLY] name [, ...] [IN mode MODE] [NOWAIT]` (the caller checked it
+/// runs in a transaction block): each table locked in turn, in the engine's table
+/// lock manager, until the transaction ends. ACCESS EXCLUSIVE when no mode is named.
+pub(crate) fn lock_tables(t: &mut Transaction, l: &ast::Lock) -> SqlResult<QueryResult> {
+    let mode = match &l.lock_mode {
+        None => LockMode::AccessExclusive,
+        Some(m) => LockMode::from_sql(&m.to_string())
+            .ok_or_else(|| SqlError::new("42601", format!("unknown lock mode {m}")))?,
+    };
+    for target in &l.tables {
+        let schema = (target.name.0.len() > 1)
+            .then(|| target.name.0[0].as_ident().map(ident))
+            .flatten();
+        let name = object_name(&target.name);
+        if crate::catalog_views::is_virtual(schema.as_deref(), &name) {
+            return Err(SqlError::unsupported(format!(
+                "LOCK TABLE on system relation \"{name}\" is not supported"
+            )));
+        }
+        t.lock_table(&name, mode, l.nowait)?;
+    }
+    Ok(QueryResult::tag("LOCK TABLE"))
+}
+
+/// `ALTER TABLE name` with the actions walrus implements (others are 0A000).
 pub(crate) fn alter_table(
     env: &mut dyn super::Env,
     at: &ast::AlterTable,
@@ -813,6 +838,26 @@ pub(crate) fn alter_table(
                 old_column_name,
                 new_column_name,
             } => rename_column(t, &table, &ident(old_column_name), &ident(new_column_name))?,
+            AlterTableOperation::RenameTable {
+                table_name: ast::RenameTableNameKind::To(new_name),
+            } => {
+                if at.operations.len() > 1 || new_name.0.len() > 1 {
+                    return Err(SqlError::new("42601", "syntax error at or near \"RENAME\""));
+                }
+                t.rename_table(&table, &object_name(new_name))?
+            }
+            AlterTableOperation::DropColumn {
+                has_column_keyword: _,
+                column_names,
+                if_exists,
+                drop_behavior,
+            } => drop_columns(
+                t,
+                &table,
+                column_names,
+                *if_exists,
+                matches!(drop_behavior, Some(ast::DropBehavior::Cascade)),
+            )?,
             other => {
                 return Err(SqlError::unsupported(format!(
                     "ALTER TABLE {other} is not supported"
@@ -821,6 +866,95 @@ pub(crate) fn alter_table(
         }
     }
     Ok(QueryResult::tag("ALTER TABLE"))
+}
+
+/// `DROP [COLUMN] [IF EXISTS] c [, ...] [CASCADE | RESTRICT]`: a table rewrite
+/// (`Transaction::rewrite_table`; PostgreSQL only marks the column dropped, walrus
+/// rewrites the rows without it). What depends on a dropped column goes with it, as
+/// PostgreSQL's automatic dependencies do: its indexes, the CHECK and FOREIGN KEY
+/// constraints of this table that use it, the sequences it owns (serial, identity);
+/// another table's foreign key referencing it needs CASCADE (2BP01 otherwise).
+fn drop_columns(
+    t: &mut Transaction,
+    table: &str,
+    names: &[ast::Ident],
+    if_exists: bool,
+    cascade: bool,
+) -> SqlResult<()> {
+    let def = t.table(table)?;
+    let mut dropped = vec![false; def.columns.len()];
+    for n in names {
+        let name = ident(n);
+        match def.column_index(&name) {
+            Some(i) => dropped[i] = true,
+            None if if_exists => {}
+            None => {
+                return Err(SqlError::new(
+                    "42703",
+                    format!("column \"{name}\" of relation \"{table}\" does not exist"),
+                ))
+            }
+        }
+    }
+    if !dropped.contains(&true) {
+        return Ok(());
+    }
+    if dropped.iter().all(|d| *d) {
+        return Err(SqlError::unsupported(
+            "dropping every column of a table is not supported",
+        ));
+    }
+    let gone: Vec<&str> = def
+        .columns
+        .iter()
+        .zip(&dropped)
+        .filter(|(_, d)| **d)
+        .map(|(c, _)| c.name.as_str())
+        .collect();
+    for c in &def.constraints {
+        if let walrus_engine::catalog::ConstraintKind::Check { expr } = &c.kind {
+            let e = crate::stored_expr::parse(expr)?;
+            if crate::stored_expr::columns_mentioned(&e)
+                .iter()
+                .any(|m| gone.contains(&m.as_str()))
+            {
+                t.drop_constraint(table, &c.name)?;
+            }
+        }
+    }
+    let owned: Vec<String> = t
+        .catalog()?
+        .sequences
+        .values()
+        .filter(|q| {
+            q.owned_by
+                .as_ref()
+                .is_some_and(|(tb, c)| tb == table && gone.contains(&c.as_str()))
+        })
+        .map(|q| q.name.clone())
+        .collect();
+    let mut next = 0;
+    let old_to_new: Vec<Option<usize>> = dropped
+        .iter()
+        .map(|&d| {
+            (!d).then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+        .collect();
+    t.rewrite_table(table, &old_to_new, cascade, |_| Ok(()), &mut |row| {
+        Ok(row
+            .into_iter()
+            .zip(&dropped)
+            .filter(|(_, d)| !**d)
+            .map(|(v, _)| v)
+            .collect())
+    })?;
+    for q in owned {
+        t.drop_sequence(&q)?;
+    }
+    Ok(())
 }
 
 /// A column's UNIQUE option without the parts walrus does not build (characteristics,
@@ -1133,12 +1267,12 @@ fn alter_column(
     Ok(())
 }
 
-/// `ALTER COLUMN c [SET DATA] TYPE t` where the stored form stays the same: between
-/// `text` and `varchar[(n)]`, `varchar` lengths, `numeric` precisions at the same
-/// scale — a catalog change after every row that may still be live has been checked
-/// against the new modifier (22001 / 22003, as PostgreSQL's rewrite would report).
-/// A change of stored type, `USING`, and `char(n)` (whose padding would change) need a
-/// table rewrite, which walrus does not do yet: 0A000.
+/// `ALTER COLUMN c [SET DATA] TYPE t [USING e]`. Where the stored form stays the same
+/// (between `text` and `varchar[(n)]`, `varchar` lengths, `numeric` precisions at the
+/// same scale) it is a catalog change after every row that may still be live has been
+/// checked against the new modifier (22001 / 22003, as PostgreSQL's rewrite would
+/// report). A change of stored type, `USING`, a `char(n)` change (padding) and a
+/// numeric scale change rewrite the table ([`rewrite_column_type`]).
 fn alter_column_type(
     t: &mut Transaction,
     def: &walrus_engine::catalog::TableDef,
@@ -1147,37 +1281,30 @@ fn alter_column_type(
     data_type: &ast::DataType,
     using: Option<&ast::Expr>,
 ) -> SqlResult<()> {
-    use walrus_engine::access::datum::TypeId;
     use walrus_engine::catalog::DeclaredType;
     let old = def.columns[i].clone();
     let (ty, typmod, declared) = column_type(data_type)?;
-    let rewrite = || {
-        SqlError::unsupported(format!(
-            "ALTER COLUMN \"{}\" TYPE {data_type} needs a table rewrite, which is not supported",
-            old.name
-        ))
-    };
-    if using.is_some() || ty != old.ty {
-        return Err(rewrite());
-    }
-    if declared == DeclaredType::Char || old.declared == DeclaredType::Char {
-        if declared == old.declared && typmod == old.typmod {
-            return Ok(());
-        }
-        return Err(rewrite());
-    }
-    if ty == TypeId::Numeric && typmod != -1 {
-        // Same scale (or none before): no stored value changes, only the limit.
-        let scale = |m: i32| (m - 4) & 0xffff;
-        if old.typmod == -1 || scale(old.typmod) != scale(typmod) {
-            return Err(rewrite());
-        }
-    }
     let new = ColumnDef {
+        ty,
         typmod,
         declared,
         ..old.clone()
     };
+    let scale = |m: i32| (m - 4) & 0xffff;
+    let needs_rewrite = using.is_some()
+        || ty != old.ty
+        || ((declared == DeclaredType::Char || old.declared == DeclaredType::Char)
+            && (declared != old.declared || typmod != old.typmod))
+        || (ty == TypeId::Numeric
+            && typmod != -1
+            && (old.typmod == -1 || scale(old.typmod) != scale(typmod)));
+    if needs_rewrite {
+        return rewrite_column_type(t, def, table, i, new, data_type, using);
+    }
+    if declared == DeclaredType::Char {
+        // Same char(n): nothing changes.
+        return Ok(());
+    }
     // Only a tighter limit can refuse a stored value.
     let check_rows = typmod != -1 && (old.typmod == -1 || typmod < old.typmod);
     let check = |_: &walrus_engine::catalog::TableDef,
@@ -1196,6 +1323,98 @@ fn alter_column_type(
         d.columns[i].declared = declared;
         Ok(())
     })?;
+    Ok(())
+}
+
+/// Whether PostgreSQL converts a stored `from` value to `to` without USING (an
+/// implicit or assignment cast): among the number types, to text (I/O conversion),
+/// and among date, timestamp and timestamptz.
+fn assignment_cast_exists(from: TypeId, to: TypeId) -> bool {
+    use TypeId::*;
+    let number = |t| matches!(t, Int2 | Int4 | Int8 | Numeric | Float8);
+    let time = |t| matches!(t, Date | Timestamp | TimestampTz);
+    from == to || to == Text || (number(from) && number(to)) || (time(from) && time(to))
+}
+
+/// The rewrite half of [`alter_column_type`]: every row converted — the USING
+/// expression evaluated over the old row, or the old value cast — then assigned to the
+/// new column type (its modifier checked), into a new heap file with every index
+/// rebuilt (`Transaction::rewrite_table`). Without USING, a type PostgreSQL does not
+/// convert automatically is 42804 with its hint. A column a foreign key or CHECK
+/// constraint uses is refused (0A000): their re-validation for the new type is not
+/// built.
+fn rewrite_column_type(
+    t: &mut Transaction,
+    def: &walrus_engine::catalog::TableDef,
+    table: &str,
+    i: usize,
+    new: ColumnDef,
+    data_type: &ast::DataType,
+    using: Option<&ast::Expr>,
+) -> SqlResult<()> {
+    let old = &def.columns[i];
+    if using.is_none() && !assignment_cast_exists(old.ty, new.ty) {
+        return Err(SqlError::new(
+            "42804",
+            format!(
+                "column \"{}\" cannot be cast automatically to type {}",
+                old.name,
+                crate::catalog_views::format_type_of(&new)
+            ),
+        )
+        .with_hint(format!(
+            "You might need to specify \"USING {}::{}\".",
+            old.name,
+            data_type.to_string().to_ascii_lowercase()
+        )));
+    }
+    let in_foreign_key = def
+        .constraints
+        .iter()
+        .chain(&def.referenced_by)
+        .filter_map(|c| c.foreign_key().map(|f| (c, f)))
+        .any(|(c, f)| {
+            (c.table == table && f.columns.contains(&i))
+                || (f.ref_table == table && f.ref_columns.contains(&i))
+        });
+    let in_check = def.constraints.iter().any(|c| match &c.kind {
+        walrus_engine::catalog::ConstraintKind::Check { expr } => crate::stored_expr::parse(expr)
+            .map(|e| crate::stored_expr::columns_mentioned(&e).contains(&old.name))
+            .unwrap_or(true),
+        _ => false,
+    });
+    if in_foreign_key || in_check {
+        return Err(SqlError::unsupported(format!(
+            "ALTER COLUMN \"{}\" TYPE of a column a constraint uses is not supported",
+            old.name
+        )));
+    }
+    let now = crate::value::system_time_to_pg(std::time::SystemTime::now());
+    let columns = def.columns.clone();
+    let keep: Vec<Option<usize>> = (0..columns.len()).map(Some).collect();
+    let target = new.clone();
+    let rejected = |e: SqlError| walrus_engine::Error::Rejected {
+        message: e.message,
+        sqlstate: e.sqlstate,
+    };
+    t.rewrite_table(
+        table,
+        &keep,
+        false,
+        |d| {
+            d.columns[i] = new;
+            Ok(())
+        },
+        &mut |mut row| {
+            let v = match using {
+                Some(e) => crate::expr::eval(e, &Scope::bare(&columns, Some(&row), now))
+                    .map_err(rejected)?,
+                None => std::mem::replace(&mut row[i], Datum::Null),
+            };
+            row[i] = crate::expr::assign(v, &target).map_err(rejected)?;
+            Ok(row)
+        },
+    )?;
     Ok(())
 }
 

@@ -660,6 +660,13 @@ impl Executor<'_> {
             TableFactor::Function {
                 name, args, alias, ..
             } => self.table_function(name, args, alias.as_ref(), outer),
+            TableFactor::UNNEST {
+                alias,
+                array_exprs,
+                with_offset: false,
+                with_offset_alias: None,
+                with_ordinality,
+            } => self.unnest(array_exprs, *with_ordinality, alias.as_ref(), outer),
             TableFactor::Derived {
                 subquery, alias, ..
             } => {
@@ -752,6 +759,88 @@ impl Executor<'_> {
                 .collect(),
             rows,
         })
+    }
+
+    /// `unnest(a [, b ...]) [WITH ORDINALITY]` in FROM: one column per array, as many
+    /// rows as the longest array has elements (the shorter ones padded with NULLs), and
+    /// `ordinality` (bigint, from 1) last when asked for; a NULL array has none. A lone
+    /// array's column is named `unnest`, or by the alias when the alias names no
+    /// columns, as in PostgreSQL.
+    fn unnest(
+        &self,
+        array_exprs: &[ast::Expr],
+        with_ordinality: bool,
+        alias: Option<&ast::TableAlias>,
+        outer: Option<&Frame<'_>>,
+    ) -> SqlResult<Rel> {
+        let mut columns: Vec<(Vec<Datum>, Option<TypeId>)> = Vec::new();
+        for e in array_exprs {
+            let v = self.eval_in(e, outer, self)?;
+            let ty = v.type_id();
+            if !v.is_null() && ty.is_some_and(|t| t.elem().is_none()) {
+                return Err(SqlError::new(
+                    "42883",
+                    format!(
+                        "function unnest({}) does not exist",
+                        ty.map_or("unknown", |t| t.name())
+                    ),
+                )
+                .with_hint(
+                    "No function matches the given name and argument types. You might need to add explicit type casts.",
+                ));
+            }
+            let items = if v.is_null() {
+                Vec::new()
+            } else {
+                crate::expr::array_items(&v)?
+            };
+            columns.push((items, ty.and_then(|t| t.elem())));
+        }
+        let n = columns
+            .iter()
+            .map(|(items, _)| items.len())
+            .max()
+            .unwrap_or(0);
+        let mut rows = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut row: Vec<Datum> = columns
+                .iter()
+                .map(|(items, _)| items.get(i).cloned().unwrap_or(Datum::Null))
+                .collect();
+            if with_ordinality {
+                row.push(Datum::Int8(i as i64 + 1));
+            }
+            self.memory.charge_row(&row)?;
+            rows.push(row);
+        }
+        let qual = alias
+            .map(|a| ident(&a.name))
+            .unwrap_or_else(|| "unnest".to_string());
+        let col = |name: String, ty: Option<TypeId>| ColName {
+            qual: Some(qual.clone()),
+            name,
+            ty,
+            bpchar: false,
+            hidden: false,
+            origin: None,
+        };
+        let lone_named = match alias {
+            Some(a) if a.columns.is_empty() && columns.len() == 1 => Some(ident(&a.name)),
+            _ => None,
+        };
+        let mut cols: Vec<ColName> = columns
+            .iter()
+            .map(|(items, ty)| {
+                let ty = items.iter().find_map(|d| d.type_id()).or(*ty);
+                col(lone_named.clone().unwrap_or_else(|| "unnest".into()), ty)
+            })
+            .collect();
+        if with_ordinality {
+            cols.push(col("ordinality".into(), Some(TypeId::Int8)));
+        }
+        let mut rel = Rel { cols, rows };
+        rename(&mut rel, alias)?;
+        Ok(rel)
     }
 
     fn table_function(

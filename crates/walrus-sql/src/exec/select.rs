@@ -21,8 +21,8 @@ use crate::expr::compiled::{Columns, Fast, Prepared};
 use crate::memory::row_bytes;
 use crate::names::{ident, object_name};
 use crate::plan::{
-    bind, cast_origin, check_grouped, contains_aggregate, contains_subquery, output_name,
-    qualified, rename, resolve_group_expr, static_type, table_cols,
+    bind, cast_origin, check_grouped, contains_aggregate, contains_subquery, output_name, rename,
+    resolve_group_expr, star_reference, static_type, table_cols,
 };
 use crate::rel::{col_ref, find_col, ColName, Frame, Rel};
 
@@ -55,8 +55,8 @@ pub(super) fn select_items(sel: &Select, cols: &[ColName]) -> SqlResult<Vec<(Str
     for it in &sel.projection {
         match it {
             SelectItem::Wildcard(_) => {
-                for c in cols.iter().filter(|c| !c.hidden) {
-                    items.push((c.name.clone(), qualified(c)));
+                for (i, c) in cols.iter().enumerate().filter(|(_, c)| !c.hidden) {
+                    items.push((c.name.clone(), star_reference(cols, i)));
                 }
             }
             SelectItem::QualifiedWildcard(kind, _) => {
@@ -67,11 +67,12 @@ pub(super) fn select_items(sel: &Select, cols: &[ColName]) -> SqlResult<Vec<(Str
                     }
                 };
                 let before = items.len();
-                for c in cols
+                for (i, c) in cols
                     .iter()
-                    .filter(|c| c.qual.as_deref() == Some(q.as_str()))
+                    .enumerate()
+                    .filter(|(_, c)| c.qual.as_deref() == Some(q.as_str()))
                 {
-                    items.push((c.name.clone(), qualified(c)));
+                    items.push((c.name.clone(), star_reference(cols, i)));
                 }
                 if items.len() == before {
                     return Err(SqlError::new(

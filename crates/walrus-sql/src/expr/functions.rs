@@ -455,7 +455,11 @@ pub(crate) fn function(f: &sqlparser::ast::Function, s: &Scope<'_>) -> SqlResult
             }
             Datum::Null
         }
-        "pg_backend_pid" => Datum::Int4(std::process::id() as i32),
+        "pg_backend_pid" => Datum::Int4(
+            (s.setting)(crate::settings::BACKEND_PID_KEY)
+                .and_then(|p| p.parse().ok())
+                .unwrap_or(0),
+        ),
         "nullif" => match binary(&arg(0), &BinaryOperator::Eq, &arg(1))? {
             Datum::Bool(true) => Datum::Null,
             _ => arg(0),

@@ -139,6 +139,12 @@ fn check_io_only(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<()> {
 
 pub fn binary(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
     use BinaryOperator as B;
+    if matches!(
+        op,
+        B::Arrow | B::LongArrow | B::AtArrow | B::ArrowAt | B::Question
+    ) {
+        return crate::json::operator(l, op, r);
+    }
     check_io_only(l, op, r)?;
     match op {
         B::Eq | B::NotEq | B::Lt | B::LtEq | B::Gt | B::GtEq => {

@@ -59,6 +59,35 @@ pub(crate) fn check_group_by_constant(e: &Expr) -> SqlResult<()> {
 }
 
 /// A column reference that resolves to exactly `c`.
+/// Prefix of a column reference by position ([`positional`]): a NUL, which no SQL
+/// identifier can hold.
+pub(crate) const POSITIONAL_PREFIX: &str = "\u{0}#";
+
+/// A reference to column `i` of the query level's FROM columns by position: what `*`
+/// expands to for a column whose name (and qualifier) another column shares, which
+/// no name could reach (`select * from (select 1 as a, 2 as a) s`).
+pub(crate) fn positional(i: usize) -> Expr {
+    Expr::Identifier(ast::Ident::with_quote(
+        '"',
+        format!("{POSITIONAL_PREFIX}{i}"),
+    ))
+}
+
+/// The reference `*` expands to for column `i` of `cols`: by name, unless another
+/// visible column has its qualifier and name.
+pub(crate) fn star_reference(cols: &[ColName], i: usize) -> Expr {
+    let c = &cols[i];
+    let shared = cols
+        .iter()
+        .enumerate()
+        .any(|(j, o)| j != i && !o.hidden && o.name == c.name && o.qual == c.qual);
+    if shared {
+        positional(i)
+    } else {
+        qualified(c)
+    }
+}
+
 pub(crate) fn qualified(c: &ColName) -> Expr {
     let name = ast::Ident::with_quote('"', c.name.clone());
     match &c.qual {

@@ -27,7 +27,8 @@ pub(crate) use bind::{
     aggregate_calls, bind, check_grouped, contains_aggregate, contains_subquery,
 };
 pub(crate) use columns::{
-    check_group_by_constant, output_name, qualified, rename, resolve_group_expr, table_cols,
+    check_group_by_constant, output_name, rename, resolve_group_expr, star_reference, table_cols,
+    POSITIONAL_PREFIX,
 };
 pub(crate) use params::{highest_param, infer_params};
 pub(crate) use types::{cast_origin, static_columns, static_type, typed_columns};

@@ -199,6 +199,8 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
             "pg_relation_size" | "pg_table_size" | "pg_indexes_size" | "pg_total_relation_size" => {
                 Some(TypeId::Int8)
             }
+            "pg_cancel_backend" | "pg_terminate_backend" => Some(TypeId::Bool),
+            "pg_backend_pid" => Some(TypeId::Int4),
             "coalesce" | "greatest" | "least" => common_type(function_args(f).into_iter(), cols),
             // NULLIF(a, b) is a's type (b is only compared with it).
             "nullif" => match function_args(f).as_slice() {
@@ -228,7 +230,13 @@ pub(crate) fn static_type(e: &Expr, cols: &[ColumnDef]) -> Option<TypeId> {
             | ast::BinaryOperator::GtEq
             | ast::BinaryOperator::And
             | ast::BinaryOperator::Or => Some(TypeId::Bool),
-            ast::BinaryOperator::StringConcat => Some(TypeId::Text),
+            ast::BinaryOperator::StringConcat | ast::BinaryOperator::LongArrow => {
+                Some(TypeId::Text)
+            }
+            ast::BinaryOperator::AtArrow
+            | ast::BinaryOperator::ArrowAt
+            | ast::BinaryOperator::Question => Some(TypeId::Bool),
+            ast::BinaryOperator::Arrow => static_type(left, cols),
             ast::BinaryOperator::Plus
             | ast::BinaryOperator::Minus
             | ast::BinaryOperator::Multiply

@@ -24,7 +24,9 @@ use sqlparser::ast::{ObjectType, Statement};
 use sqlparser::dialect::PostgreSqlDialect;
 use sqlparser::parser::Parser;
 use walrus_engine::access::datum::{Datum, TypeId};
-use walrus_engine::engine::{CheckpointReason, Isolation, Transaction};
+use walrus_engine::engine::{
+    BackendHandle, BackendState, CheckpointReason, Isolation, Transaction,
+};
 use walrus_engine::settings::format_size;
 use walrus_engine::Engine;
 
@@ -45,6 +47,8 @@ use crate::value::system_time_to_pg;
 
 pub struct Session {
     engine: Engine,
+    /// This session's entry among the engine's backends (`pg_stat_activity`, its pid).
+    backend: BackendHandle,
     txn: Option<Transaction>,
     in_block: bool,
     failed: bool,
@@ -253,8 +257,15 @@ impl Session {
                 (memory::DEFAULT_LIMIT, Some(e))
             }
         };
+        let interrupt = Arc::new(AtomicBool::new(false));
+        let backend = engine.backends().register(interrupt.clone(), now_micros());
+        settings.insert(
+            crate::settings::BACKEND_PID_KEY.into(),
+            backend.pid().to_string(),
+        );
         Session {
             engine,
+            backend,
             txn: None,
             in_block: false,
             failed: false,
@@ -262,7 +273,7 @@ impl Session {
             block_read_only: false,
             settings: Arc::new(settings),
             now: now_micros(),
-            interrupt: Arc::new(AtomicBool::new(false)),
+            interrupt,
             statement_timeout_ms: 0,
             lock_timeout_ms: 0,
             idle_in_transaction_timeout_ms: 0,
@@ -310,7 +321,74 @@ impl Session {
 
     /// The running transaction, taken to be ended.
     fn take_txn(&mut self) -> Option<Transaction> {
+        self.backend.update(|a| {
+            a.xact_start = None;
+            a.lock_owner = None;
+            a.backend_xid = None;
+        });
         self.txn.take()
+    }
+
+    /// This session's process id as clients see it (`pg_backend_pid()`, the cancel
+    /// key, `pg_stat_activity.pid`).
+    pub fn pid(&self) -> i32 {
+        self.backend.pid()
+    }
+
+    /// The client's address and port, and how a `pg_terminate_backend` wakes this
+    /// session while it waits for the client (the server shuts the socket's read side).
+    pub fn set_client(
+        &mut self,
+        addr: Option<String>,
+        port: Option<i32>,
+        application_name: &str,
+        wake: Box<dyn Fn() + Send + Sync>,
+    ) {
+        self.backend.update(|a| {
+            a.client_addr = addr;
+            a.client_port = port;
+            a.application_name = application_name.to_string();
+        });
+        self.backend.set_wake(wake);
+    }
+
+    /// Whether `pg_terminate_backend` asked this session to end: the server then sends
+    /// 57P01 and closes the connection.
+    pub fn terminate_requested(&self) -> bool {
+        self.backend.terminate_requested()
+    }
+
+    /// `pg_stat_activity`: a statement (`sql`) starts.
+    fn activity_start(&self, sql: &str) {
+        let now = now_micros();
+        self.backend.update(|a| {
+            a.state = BackendState::Active;
+            a.query.clear();
+            a.query.push_str(sql);
+            a.query_start = Some(now);
+            a.state_change = Some(now);
+        });
+    }
+
+    /// `pg_stat_activity`: the statement ended; the state says whether a transaction
+    /// block stays open (and failed).
+    fn activity_end(&self) {
+        let now = now_micros();
+        let state = match (self.in_block || self.txn.is_some(), self.failed) {
+            (false, _) => BackendState::Idle,
+            (true, false) => BackendState::IdleInTransaction,
+            (true, true) => BackendState::IdleInTransactionAborted,
+        };
+        let xid = self.txn.as_ref().and_then(|t| t.xid());
+        let application_name = self.settings.get("application_name").cloned();
+        self.backend.update(|a| {
+            a.state = state;
+            a.state_change = Some(now);
+            a.backend_xid = xid;
+            if let Some(n) = application_name {
+                a.application_name = n;
+            }
+        });
     }
 
     /// PostgreSQL's ReadyForQuery status: `I` idle, `T` in a block, `E` failed block.
@@ -329,6 +407,13 @@ impl Session {
     /// Executes a query string (possibly several statements); one result per statement.
     /// Execution stops at the first error, as PostgreSQL's simple query protocol does.
     pub fn execute(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        self.activity_start(sql);
+        let r = self.execute_inner(sql, params);
+        self.activity_end();
+        r
+    }
+
+    fn execute_inner(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
         self.sync_stack_limit();
         let stmts = match parse(sql) {
             Ok(s) => s,
@@ -347,6 +432,17 @@ impl Session {
     /// only the tag and columns. The sink is dropped at the end of the call: a caller
     /// that needs to know what went out keeps its own handle on the sink's state.
     pub fn execute_streaming(
+        &mut self,
+        sql: &str,
+        sink: Box<dyn RowSink + Send>,
+    ) -> Vec<SqlResult<Outcome>> {
+        self.activity_start(sql);
+        let r = self.execute_streaming_inner(sql, sink);
+        self.activity_end();
+        r
+    }
+
+    fn execute_streaming_inner(
         &mut self,
         sql: &str,
         sink: Box<dyn RowSink + Send>,
@@ -376,6 +472,13 @@ impl Session {
     /// planned once and its plan reused until DDL (committed by anyone, or this
     /// session's own) invalidates it.
     pub fn execute_cached(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
+        self.activity_start(sql);
+        let r = self.execute_cached_inner(sql, params);
+        self.activity_end();
+        r
+    }
+
+    fn execute_cached_inner(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
         self.sync_stack_limit();
         let key = self.plan_key();
         let (stmts, lookup) = match self.plan_cache.plan(sql, key, parse) {
@@ -708,6 +811,7 @@ impl Session {
     /// with part of it applied.
     pub fn statement_panicked(&mut self) {
         self.fail_statement();
+        self.activity_end();
     }
 
     fn fail_statement(&mut self) {
@@ -1057,6 +1161,11 @@ impl Session {
                 }
             });
             let mut t = self.engine.begin(iso);
+            let (owner, now) = (t.lock_owner(), now_micros());
+            self.backend.update(|a| {
+                a.xact_start = Some(now);
+                a.lock_owner = Some(owner);
+            });
             t.set_interrupt(self.interrupt.clone());
             t.set_lock_timeout(self.lock_timeout());
             t.set_synchronous_commit(self.synchronous_commit());
@@ -1432,6 +1541,18 @@ impl Session {
                 ..
             } => ddl::drop_objects(self.txn(), names, *if_exists, true, false)?,
             Statement::Truncate(tr) => ddl::truncate(self.txn(), tr)?,
+            Statement::Lock(l) => {
+                // Outside a block the lock would end with the statement: PostgreSQL
+                // takes that for a mistake (an implicit block of several statements
+                // is a block).
+                if !self.in_block {
+                    return Err(SqlError::new(
+                        "25P01",
+                        "LOCK TABLE can only be used in transaction blocks",
+                    ));
+                }
+                ddl::lock_tables(self.txn(), l)?
+            }
             Statement::AlterTable(at) => ddl::alter_table(self, at)?,
             Statement::Explain { .. } => self.explain(st)?,
             other => {
@@ -1480,6 +1601,10 @@ impl Session {
 
     /// Records who connected to what (`current_user`, `current_database()`).
     pub fn set_identity(&mut self, user: &str, database: &str) {
+        self.backend.update(|a| {
+            a.user = user.to_string();
+            a.database = database.to_string();
+        });
         let settings = Arc::make_mut(&mut self.settings);
         settings.insert("session_authorization".into(), user.to_string());
         settings.insert(DATABASE_KEY.into(), database.to_string());
