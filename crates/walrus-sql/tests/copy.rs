@@ -215,8 +215,11 @@ fn copy_freeze_needs_a_table_of_this_transaction() {
         "COPY 2"
     );
     assert_eq!(text_rows(&mut s, "copy f to stdout"), "2\tb\n3\tc\n");
+    // Another session cannot read the table until the truncation ends (its
+    // AccessExclusive lock), as in PostgreSQL.
     let mut other = Session::new(e.clone());
-    assert_eq!(text_rows(&mut other, "copy f to stdout"), "1\ta\n");
+    ok(&mut other, "set lock_timeout = '50ms'");
+    assert_eq!(err(&mut other, "copy f to stdout"), "55P03");
     ok(&mut s, "commit");
     assert_eq!(text_rows(&mut other, "copy f to stdout"), "2\tb\n3\tc\n");
 

@@ -3,6 +3,11 @@
 //! - sysbench (Debian's package): `prepare`, `run` with several threads, and `cleanup`
 //!   of every bundled OLTP script (its tables have a `serial` key and `k INTEGER
 //!   DEFAULT '0' NOT NULL`, and it checks every statement's result);
+//! - Django 5.2 (PyPI, in `target/django-venv`, which `.ci/run` makes): `migrate` of
+//!   its built-in apps and of an app of this test's own (`tests/django/`: foreign keys
+//!   with CASCADE and PROTECT, a two-column unique constraint, DecimalField,
+//!   JSONField), then that app's ORM use (`tests/django/check.py`: annotate(Count),
+//!   JSON lookups, select_for_update, the constraints enforced);
 //! - session settings the way pg_dump, Django and libpq change them: `set_config()`
 //!   (session-wide and local to a transaction) and the startup packet's options
 //!   (`PGOPTIONS='-c name=value'`), a bad one ending the connection.
@@ -240,4 +245,100 @@ fn set_config_and_startup_options_change_settings_as_set_does() {
         "malformed options accepted: {}",
         text(&o)
     );
+}
+
+/// The Python with Django 5.2: `WALRUS_DJANGO_PYTHON`, else `target/django-venv`'s.
+fn django_python() -> Option<std::path::PathBuf> {
+    let python = std::env::var_os("WALRUS_DJANGO_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/django-venv/bin/python")
+        });
+    let ok = Command::new(&python)
+        .args([
+            "-c",
+            "import django, psycopg; assert django.VERSION[:2] == (5, 2)",
+        ])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if ok {
+        return Some(python);
+    }
+    assert!(
+        std::env::var("CI").is_err(),
+        "Django 5.2 missing in CI: .ci/run must make target/django-venv"
+    );
+    eprintln!(
+        "skipping: no Python with Django 5.2 (run .ci/run once, or set WALRUS_DJANGO_PYTHON)"
+    );
+    None
+}
+
+/// Copies `from` (a directory of plain files and directories) into `to`.
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn django_migrates_and_its_orm_runs() {
+    let Some(python) = django_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, port) = walrus_server(&dir.path().join("data"));
+    // The project is copied: makemigrations writes the app's migration beside it.
+    let project = dir.path().join("project");
+    copy_tree(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/django"),
+        &project,
+    );
+    let manage = |args: &[&str]| -> Output {
+        let out = Command::new("timeout")
+            .arg("600")
+            .arg(&python)
+            .arg("manage.py")
+            .args(args)
+            .current_dir(&project)
+            .env("WALRUS_PORT", port.to_string())
+            .output()
+            .expect("run manage.py");
+        assert!(
+            out.status.success(),
+            "manage.py {args:?} failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    manage(&["makemigrations", "shop"]);
+    let migrated = String::from_utf8_lossy(&manage(&["migrate"]).stdout).into_owned();
+    for step in [
+        "contenttypes.0002_remove_content_type_name... OK",
+        "auth.0012_alter_user_first_name_max_length... OK",
+        "shop.0001_initial... OK",
+    ] {
+        assert!(migrated.contains(step), "{step} not applied:\n{migrated}");
+    }
+    let again = String::from_utf8_lossy(&manage(&["migrate"]).stdout).into_owned();
+    assert!(again.contains("No migrations to apply"), "{again}");
+    let checked = manage(&["shell", "-c", "exec(open('check.py').read())"]);
+    let checked = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.contains("django check passed"), "{checked}");
+    // What migrate built, as PostgreSQL's catalog shows it.
+    let out = psql(
+        port,
+        None,
+        "select count(*) from information_schema.columns where table_name = 'django_content_type'",
+    );
+    assert_eq!(lines(&out), ["3"], "the dropped column is gone");
 }

@@ -1241,3 +1241,108 @@ fn psql_on_error_rollback_keeps_the_block_going() {
     );
     srv.stop();
 }
+
+/// `pg_stat_activity` shows every session with its state and statement; a TRUNCATE
+/// waiting for a reader's lock shows as waiting on a Lock (and in `pg_locks`, not
+/// granted); `pg_cancel_backend` interrupts a statement and `pg_terminate_backend` ends
+/// a session with PostgreSQL's FATAL 57P01, the others going on.
+#[test]
+fn pg_stat_activity_pg_locks_cancel_and_terminate() {
+    if !clients_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let srv = ServerProc::start(&tmp.path().join("data"), free_port());
+    srv.scalar("create table act (id int)");
+    srv.scalar("insert into act values (1)");
+    let psql_script = |script: &str| {
+        let mut child = Command::new("psql")
+            .args(["-X", "-h", "127.0.0.1", "-p"])
+            .arg(srv.port.to_string())
+            .args(["-U", "bench", "-d", "bench", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run psql");
+        use std::io::Write;
+        // Input stays open (the session waits for more) until the caller drops it.
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(script.as_bytes()).unwrap();
+        (child, input)
+    };
+    let wait_until = |sql: &str, want: &str| {
+        let start = std::time::Instant::now();
+        loop {
+            let got = srv.scalar(sql);
+            if got == want {
+                return;
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "{sql}: {got}, waited for {want}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    };
+    // A reader holding its lock (idle in transaction) and a TRUNCATE waiting for it.
+    let (reader, reader_input) =
+        psql_script("begin;\nselect count(*) from act;\nselect pg_sleep(60);\n");
+    wait_until(
+        "select count(*) from pg_stat_activity where query like 'select pg_sleep(60)%' and state = 'active'",
+        "1",
+    );
+    let (truncate, truncate_input) = psql_script("truncate act;\n");
+    drop(truncate_input);
+    wait_until(
+        "select count(*) from pg_stat_activity where query like 'truncate%' and wait_event_type = 'Lock'",
+        "1",
+    );
+    assert_eq!(
+        srv.scalar("select string_agg(mode || ':' || case when granted then 'held' else 'waiting' end, ',' order by granted desc) from pg_locks where relation = 'act'::regclass"),
+        "AccessShareLock:held,AccessExclusiveLock:waiting"
+    );
+    // Cancel the reader's sleep: its statement fails, its block stays open (the lock
+    // held), so TRUNCATE still waits.
+    assert_eq!(
+        srv.scalar("select pg_cancel_backend(pid) from pg_stat_activity where query like 'select pg_sleep(60)%'"),
+        "t"
+    );
+    wait_until(
+        "select state from pg_stat_activity where query like 'select pg_sleep(60)%'",
+        "idle in transaction (aborted)",
+    );
+    assert_eq!(
+        srv.scalar("select count(*) from pg_stat_activity where wait_event_type = 'Lock'"),
+        "1"
+    );
+    // Terminate the reader: its session ends and the TRUNCATE goes through.
+    assert_eq!(
+        srv.scalar("select pg_terminate_backend(pid) from pg_stat_activity where query like 'select pg_sleep(60)%'"),
+        "t"
+    );
+    wait_until(
+        "select count(*) from pg_stat_activity where query like 'select pg_sleep(60)%'",
+        "0",
+    );
+    drop(reader_input);
+    let out = reader.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("canceling statement due to user request"),
+        "{err}"
+    );
+    let out = truncate.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(srv.scalar("select count(*) from act"), "0");
+    assert_eq!(srv.scalar("select pg_terminate_backend(999999)"), "f");
+    assert_eq!(
+        srv.scalar("select count(*) from pg_stat_activity where pid = pg_backend_pid() and backend_type = 'client backend'"),
+        "1"
+    );
+    srv.stop();
+}

@@ -113,6 +113,10 @@ pub struct TableDef {
     pub constraints: Vec<Arc<ConstraintDef>>,
     /// The FOREIGN KEY constraints of any table (itself included) that reference it.
     pub referenced_by: Vec<Arc<ConstraintDef>>,
+    /// PostgreSQL's attribute numbers of the columns, by position, once a column was
+    /// dropped (`attnum` keeps its gaps, as PostgreSQL's does); empty while they are
+    /// 1..=n. Columns past its end (added later) number on from its largest.
+    pub attnums: Vec<i16>,
 }
 
 /// A CHECK or FOREIGN KEY constraint of `table`.
@@ -291,6 +295,16 @@ pub enum ColumnDefault {
 }
 
 impl TableDef {
+    /// The attribute number (`pg_attribute.attnum`) of the column at position `i`.
+    pub fn attnum(&self, i: usize) -> i16 {
+        match self.attnums.get(i) {
+            Some(&n) => n,
+            None => {
+                let last = self.attnums.iter().copied().max().unwrap_or(0);
+                last + 1 + (i - self.attnums.len()) as i16
+            }
+        }
+    }
     /// The default of column `i`, if it has one.
     pub fn default_of(&self, i: usize) -> Option<&ColumnDefault> {
         self.defaults.get(i).and_then(|d| d.as_ref())
@@ -473,10 +487,14 @@ pub fn encode_table(t: &TableDef) -> Vec<u8> {
     let cols: Vec<String> = t
         .columns
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             let mut s = format!("{}\u{1f}{}\u{1f}{}", c.name, c.ty.to_u8(), c.not_null as u8);
-            if c.typmod != -1 || c.declared != DeclaredType::Plain {
+            if c.typmod != -1 || c.declared != DeclaredType::Plain || !t.attnums.is_empty() {
                 s.push_str(&format!("\u{1f}{}\u{1f}{}", c.typmod, c.declared.to_u8()));
+            }
+            if !t.attnums.is_empty() {
+                s.push_str(&format!("\u{1f}{}", t.attnum(i)));
             }
             s
         })
@@ -544,12 +562,16 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
         KIND_TABLE => {
             let spec = text(&v[4])?;
             let mut columns = Vec::new();
+            let mut attnums = Vec::new();
             for c in spec.split('\u{1e}').filter(|s| !s.is_empty()) {
                 let parts: Vec<&str> = c.split('\u{1f}').collect();
-                if parts.len() != 3 && parts.len() != 5 {
+                if !matches!(parts.len(), 3 | 5 | 6) {
                     return Err(bad("bad column spec"));
                 }
-                let (typmod, declared) = if parts.len() == 5 {
+                if parts.len() == 6 {
+                    attnums.push(parts[5].parse::<i16>().map_err(|_| bad("bad attnum"))?);
+                }
+                let (typmod, declared) = if parts.len() >= 5 {
                     (
                         parts[3].parse::<i32>().map_err(|_| bad("bad typmod"))?,
                         parts[4]
@@ -575,6 +597,9 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                 });
             }
             let defaults = decode_defaults(&text(&v[3])?, columns.len())?;
+            if !attnums.is_empty() && attnums.len() != columns.len() {
+                return Err(bad("attnums for some columns only"));
+            }
             Ok(CatalogEntry::Table {
                 tid,
                 def: TableDef {
@@ -586,6 +611,7 @@ pub fn decode_entry(tid: Tid, bytes: &[u8]) -> Result<CatalogEntry> {
                     defaults,
                     constraints: Vec::new(),
                     referenced_by: Vec::new(),
+                    attnums,
                 },
             })
         }
@@ -836,6 +862,8 @@ mod tests {
             indexes: vec![],
             constraints: vec![],
             referenced_by: vec![],
+            // Column numbers with the gaps dropped columns leave.
+            attnums: vec![1, 3, 4, 6],
             defaults: vec![
                 None,
                 Some(ColumnDefault::Expr("'a,b:c'::text".into())),
@@ -848,6 +876,15 @@ mod tests {
         };
         match decode_entry(Tid::new(0, 1), &encode_table(&t)).unwrap() {
             CatalogEntry::Table { def, .. } => assert_eq!(def, t),
+            other => panic!("decoded {other:?}"),
+        }
+        // A column added after the gaps numbers on from the largest.
+        let mut added = t.clone();
+        added.columns.push(added.columns[0].clone());
+        added.defaults.push(None);
+        assert_eq!(added.attnum(4), 7);
+        match decode_entry(Tid::new(0, 1), &encode_table(&added)).unwrap() {
+            CatalogEntry::Table { def, .. } => assert_eq!(def.attnums, [1, 3, 4, 6, 7]),
             other => panic!("decoded {other:?}"),
         }
         let i = IndexDef {

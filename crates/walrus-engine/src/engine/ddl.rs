@@ -248,6 +248,7 @@ impl Transaction {
             defaults,
             constraints: vec![],
             referenced_by: vec![],
+            attnums: vec![],
         };
         self.catalog_insert(&catalog::encode_table(&def))?;
         self.inner.pool.set_relation_name(relfile, name);

@@ -104,6 +104,17 @@ impl Transaction {
             "new column positions must be 0..n"
         );
         nd.columns = kept.iter().map(|&(_, o)| old.columns[o].clone()).collect();
+        // Attribute numbers stay with their columns (PostgreSQL keeps a dropped one's
+        // number unused).
+        nd.attnums = kept.iter().map(|&(_, o)| old.attnum(o)).collect();
+        if nd
+            .attnums
+            .iter()
+            .enumerate()
+            .all(|(i, &n)| n == i as i16 + 1)
+        {
+            nd.attnums.clear();
+        }
         if !old.defaults.is_empty() {
             nd.defaults = kept
                 .iter()
@@ -170,6 +181,8 @@ impl Transaction {
         drop(ddl);
 
         self.copy_rows_converted(&old, table, convert)?;
+        // The index builds must see the rows just copied.
+        self.command_counter_increment();
         for i in &old.indexes {
             if let Some(cols) = remap(&i.columns) {
                 self.create_index(table, &i.name, &cols, i.unique, i.primary)?;

@@ -160,6 +160,15 @@ impl Transaction {
         }
     }
 
+    /// Makes this transaction's changes so far visible to what it reads next (the
+    /// command counter, as between statements), without a new snapshot.
+    pub(super) fn command_counter_increment(&mut self) {
+        if self.wrote {
+            self.cid += 1;
+            self.wrote = false;
+        }
+    }
+
     /// Runs `f` reading through a snapshot taken now, then gives the transaction its
     /// own back: foreign-key checks see the latest committed rows, as PostgreSQL's
     /// referential-integrity checks do, whatever the isolation level.

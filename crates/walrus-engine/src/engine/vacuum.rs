@@ -286,6 +286,7 @@ impl Engine {
             defaults: Vec::new(),
             constraints: Vec::new(),
             referenced_by: Vec::new(),
+            attnums: Vec::new(),
         };
         let mut throttle = Throttle::new(inner, kind, [interrupt, None]);
         let report = vacuum_relation(inner, &def, &mut throttle, None)?;

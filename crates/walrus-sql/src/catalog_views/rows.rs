@@ -19,7 +19,7 @@ fn not_null_name(tbl: &TableDef, i: usize) -> String {
         "{}_{}_{}_not_null",
         NS_PUBLIC,
         relfile_oid(tbl.relfile),
-        i + 1
+        tbl.attnum(i)
     )
 }
 
@@ -39,10 +39,10 @@ impl Snapshot {
     /// `pg_constraint` rows of the CHECK and FOREIGN KEY constraints.
     fn constraint_rows(&self) -> Vec<Vec<Datum>> {
         use walrus_engine::catalog::ConstraintKind;
-        let int2s = |cols: &[usize]| {
+        let int2s = |tbl: &TableDef, cols: &[usize]| {
             Datum::Array(Box::new(ArrayValue {
                 elem: TypeId::Int2,
-                items: cols.iter().map(|&c| Datum::Int2(c as i16 + 1)).collect(),
+                items: cols.iter().map(|&c| Datum::Int2(tbl.attnum(c))).collect(),
             }))
         };
         self.constraints()
@@ -80,8 +80,9 @@ impl Snapshot {
                     b(true),
                     Datum::Int4(0),
                     b(false),
-                    int2s(&check_columns),
-                    fk.map_or(Datum::Null, |f| int2s(&f.ref_columns)),
+                    int2s(tbl, &check_columns),
+                    fk.zip(parent)
+                        .map_or(Datum::Null, |(f, p)| int2s(p, &f.ref_columns)),
                 ]
             })
             .collect()
@@ -170,7 +171,7 @@ impl Snapshot {
                         Some(ColumnDefault::Expr(e)) => Some(vec![
                             o(relfile_oid(tbl.relfile) * 1000 + i as i64 + 1),
                             o(relfile_oid(tbl.relfile)),
-                            Datum::Int2(i as i16 + 1),
+                            Datum::Int2(tbl.attnum(i)),
                             t(e),
                         ]),
                         _ => None,
@@ -210,7 +211,7 @@ impl Snapshot {
                             o(type_oid),
                             Datum::Int4(-1),
                             Datum::Int2(len),
-                            Datum::Int2(i as i16 + 1),
+                            Datum::Int2(tbl.attnum(i)),
                             Datum::Int4(0),
                             Datum::Int4(-1),
                             // atttypmod: PostgreSQL's encoding, kept in the catalog.
@@ -358,7 +359,7 @@ impl Snapshot {
             "pg_index" => self
                 .indexes()
                 .map(|(tbl, idx)| {
-                    let key = idx.columns.iter().map(|c| *c as i16 + 1).collect();
+                    let key = idx.columns.iter().map(|&c| tbl.attnum(c)).collect();
                     // No DESC or NULLS FIRST keys in walrus: every option is 0.
                     let options = vec![0; idx.columns.len()];
                     vec![
@@ -391,7 +392,7 @@ impl Snapshot {
                     let key: Vec<Datum> = idx
                         .columns
                         .iter()
-                        .map(|c| Datum::Int2(*c as i16 + 1))
+                        .map(|&c| Datum::Int2(tbl.attnum(c)))
                         .collect();
                     vec![
                         o(relfile_oid(idx.relfile)),
@@ -800,7 +801,7 @@ impl Snapshot {
                             t("public"),
                             t(&tbl.name),
                             t(&c.name),
-                            Datum::Int4(i as i32 + 1),
+                            Datum::Int4(tbl.attnum(i) as i32),
                             match tbl.default_of(i) {
                                 Some(ColumnDefault::Expr(e)) => t(e),
                                 _ => Datum::Null,

@@ -655,7 +655,7 @@ pub(crate) fn drop_objects(
             t.drop_index(name)
         } else {
             // Foreign keys between tables dropped together are no dependency.
-            match t.table(name) {
+            match lock_for_ddl(t, name, LockMode::AccessExclusive) {
                 Ok(def) => {
                     let outside = def
                         .referenced_by
@@ -737,7 +737,7 @@ pub(crate) fn truncate(t: &mut Transaction, tr: &ast::Truncate) -> SqlResult<Que
     // (CASCADE adds them), or the references would dangle.
     let mut i = 0;
     while i < names.len() {
-        let def = t.table(&names[i])?;
+        let def = lock_for_ddl(t, &names[i], LockMode::AccessExclusive)?;
         for c in &def.referenced_by {
             if names.contains(&c.table) {
                 continue;
@@ -764,6 +764,19 @@ pub(crate) fn truncate(t: &mut Transaction, tr: &ast::Truncate) -> SqlResult<Que
         t.truncate(name)?;
     }
     Ok(QueryResult::tag("TRUNCATE TABLE"))
+}
+
+/// The definition of a table DDL is about to change, read under the lock the DDL
+/// takes (`mode`), so the name is never first locked in a weaker mode: two sessions
+/// running DDL on one table then wait for each other in turn instead of deadlocking on
+/// a lock upgrade.
+fn lock_for_ddl(
+    t: &mut Transaction,
+    name: &str,
+    mode: LockMode,
+) -> Result<std::sync::Arc<walrus_engine::catalog::TableDef>, walrus_engine::Error> {
+    t.lock_table(name, mode, false)?;
+    t.table(name)
 }
 
 /// `LOCK [TABLE] [ONLY] name [, ...] [IN mode MODE] [NOWAIT]` (the caller checked it
@@ -796,6 +809,33 @@ pub(crate) fn alter_table(
     at: &ast::AlterTable,
 ) -> SqlResult<QueryResult> {
     let table = object_name(&at.name);
+    // The statement's strongest lock first, as PostgreSQL's ALTER TABLE takes it when it
+    // resolves the name (a weaker lock first would make two concurrent ALTERs of one
+    // table deadlock on the upgrade): ShareRowExclusive when it only adds foreign
+    // keys, else AccessExclusive.
+    let only_foreign_keys = at.operations.iter().all(|op| {
+        matches!(
+            op,
+            AlterTableOperation::AddConstraint {
+                constraint: TableConstraint::ForeignKey(_),
+                ..
+            }
+        )
+    });
+    let mode = if only_foreign_keys {
+        LockMode::ShareRowExclusive
+    } else {
+        LockMode::AccessExclusive
+    };
+    match lock_for_ddl(env.txn(), &table, mode) {
+        // ALTER TABLE IF EXISTS of a missing table: nothing to do (PostgreSQL notes it).
+        Err(walrus_engine::Error::UndefinedTable(_)) if at.if_exists => {
+            return Ok(QueryResult::tag("ALTER TABLE"))
+        }
+        other => {
+            other?;
+        }
+    }
     for op in &at.operations {
         if let AlterTableOperation::AddColumn {
             column_keyword: _,
@@ -1390,6 +1430,9 @@ fn rewrite_column_type(
         )));
     }
     let now = crate::value::system_time_to_pg(std::time::SystemTime::now());
+    // char(n) to another text type drops the padding, as PostgreSQL's cast does.
+    let unpad = old.declared == walrus_engine::catalog::DeclaredType::Char
+        && new.declared != walrus_engine::catalog::DeclaredType::Char;
     let columns = def.columns.clone();
     let keep: Vec<Option<usize>> = (0..columns.len()).map(Some).collect();
     let target = new.clone();
@@ -1410,6 +1453,12 @@ fn rewrite_column_type(
                 Some(e) => crate::expr::eval(e, &Scope::bare(&columns, Some(&row), now))
                     .map_err(rejected)?,
                 None => std::mem::replace(&mut row[i], Datum::Null),
+            };
+            let v = match v {
+                Datum::Text(s) if unpad && using.is_none() => {
+                    Datum::Text(s.trim_end_matches(' ').to_string())
+                }
+                v => v,
             };
             row[i] = crate::expr::assign(v, &target).map_err(rejected)?;
             Ok(row)

@@ -170,7 +170,7 @@ pub(crate) fn returning_columns(items: &[(String, ReturnItem)], def: &TableDef) 
                         type_oid: crate::rel::column_type_oid(c),
                         typmod: c.typmod,
                         table_oid: def.relfile.0,
-                        attnum: i as i16 + 1,
+                        attnum: def.attnum(i),
                         ..Column::new(n.clone(), c.ty)
                     }
                 }

@@ -108,7 +108,7 @@ pub(crate) fn table_cols(qual: &str, def: &TableDef) -> Vec<ColName> {
             hidden: false,
             origin: Some(Origin {
                 table_oid: def.relfile.0,
-                attnum: i as i16 + 1,
+                attnum: def.attnum(i),
                 type_oid: column_type_oid(c),
                 typmod: c.typmod,
             }),
