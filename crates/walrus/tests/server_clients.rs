@@ -8,7 +8,7 @@ mod common;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{text, walrus};
@@ -128,6 +128,27 @@ impl ServerProc {
         let o = self.psql(sql);
         assert!(o.status.success(), "{sql}: {}", text(&o));
         String::from_utf8_lossy(&o.stdout).trim().to_string()
+    }
+
+    /// psql reading a script from its standard input (`-f -`), with `options` before
+    /// the connection arguments; the script is written and the input left open (the
+    /// session waits for more) until the caller drops it.
+    fn psql_script(&self, options: &[&str], script: &str) -> (Child, ChildStdin) {
+        let mut child = Command::new("psql")
+            .arg("-X")
+            .args(options)
+            .args(["-h", "127.0.0.1", "-p"])
+            .arg(self.port.to_string())
+            .args(["-U", "bench", "-d", "bench", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run psql");
+        use std::io::Write;
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(script.as_bytes()).unwrap();
+        (child, input)
     }
 
     fn pgbench(&self, args: &[&str]) -> Output {
@@ -1215,22 +1236,8 @@ fn psql_on_error_rollback_keeps_the_block_going() {
                   insert into oer values (2, 'bad');\n\
                   insert into oer values (3, 'c');\n\
                   commit;\n";
-    let mut child = Command::new("psql")
-        .args(["-X", "-v", "ON_ERROR_ROLLBACK=on", "-h", "127.0.0.1", "-p"])
-        .arg(srv.port.to_string())
-        .args(["-U", "bench", "-d", "bench", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run psql");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
+    let (child, input) = srv.psql_script(&["-v", "ON_ERROR_ROLLBACK=on"], script);
+    drop(input);
     let out = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("duplicate key"), "{err}");
@@ -1255,22 +1262,6 @@ fn pg_stat_activity_pg_locks_cancel_and_terminate() {
     let srv = ServerProc::start(&tmp.path().join("data"), free_port());
     srv.scalar("create table act (id int)");
     srv.scalar("insert into act values (1)");
-    let psql_script = |script: &str| {
-        let mut child = Command::new("psql")
-            .args(["-X", "-h", "127.0.0.1", "-p"])
-            .arg(srv.port.to_string())
-            .args(["-U", "bench", "-d", "bench", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run psql");
-        use std::io::Write;
-        // Input stays open (the session waits for more) until the caller drops it.
-        let mut input = child.stdin.take().unwrap();
-        input.write_all(script.as_bytes()).unwrap();
-        (child, input)
-    };
     let wait_until = |sql: &str, want: &str| {
         let start = std::time::Instant::now();
         loop {
@@ -1286,13 +1277,15 @@ fn pg_stat_activity_pg_locks_cancel_and_terminate() {
         }
     };
     // A reader holding its lock (idle in transaction) and a TRUNCATE waiting for it.
-    let (reader, reader_input) =
-        psql_script("begin;\nselect count(*) from act;\nselect pg_sleep(60);\n");
+    let (reader, reader_input) = srv.psql_script(
+        &[],
+        "begin;\nselect count(*) from act;\nselect pg_sleep(60);\n",
+    );
     wait_until(
         "select count(*) from pg_stat_activity where query like 'select pg_sleep(60)%' and state = 'active'",
         "1",
     );
-    let (truncate, truncate_input) = psql_script("truncate act;\n");
+    let (truncate, truncate_input) = srv.psql_script(&[], "truncate act;\n");
     drop(truncate_input);
     wait_until(
         "select count(*) from pg_stat_activity where query like 'truncate%' and wait_event_type = 'Lock'",

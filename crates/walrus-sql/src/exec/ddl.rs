@@ -962,17 +962,7 @@ fn drop_columns(
             }
         }
     }
-    let owned: Vec<String> = t
-        .catalog()?
-        .sequences
-        .values()
-        .filter(|q| {
-            q.owned_by
-                .as_ref()
-                .is_some_and(|(tb, c)| tb == table && gone.contains(&c.as_str()))
-        })
-        .map(|q| q.name.clone())
-        .collect();
+    let owned = owned_sequences(t, table, |c| gone.contains(&c))?;
     let mut next = 0;
     let old_to_new: Vec<Option<usize>> = dropped
         .iter()
@@ -992,7 +982,7 @@ fn drop_columns(
             .collect())
     })?;
     for q in owned {
-        t.drop_sequence(&q)?;
+        t.drop_sequence(&q.name)?;
     }
     Ok(())
 }
@@ -1467,6 +1457,25 @@ fn rewrite_column_type(
     Ok(())
 }
 
+/// The sequences OWNED BY a column of `table` that `column` accepts (those of serial
+/// and identity columns, and any `ALTER SEQUENCE ... OWNED BY`).
+fn owned_sequences(
+    t: &mut Transaction,
+    table: &str,
+    column: impl Fn(&str) -> bool,
+) -> SqlResult<Vec<std::sync::Arc<walrus_engine::catalog::SequenceDef>>> {
+    Ok(t.catalog()?
+        .sequences
+        .values()
+        .filter(|q| {
+            q.owned_by
+                .as_ref()
+                .is_some_and(|(tb, c)| tb == table && column(c))
+        })
+        .cloned()
+        .collect())
+}
+
 /// `RENAME [COLUMN] a TO b`: the catalog row, and the sequences OWNED BY the column.
 fn rename_column(t: &mut Transaction, table: &str, old: &str, new: &str) -> SqlResult<()> {
     let def = t.table(table)?;
@@ -1512,17 +1521,7 @@ fn rename_column(t: &mut Transaction, table: &str, old: &str, new: &str) -> SqlR
             })?;
         }
     }
-    let owned: Vec<_> = t
-        .catalog()?
-        .sequences
-        .values()
-        .filter(|q| {
-            q.owned_by
-                .as_ref()
-                .is_some_and(|(tb, c)| tb == table && c == old)
-        })
-        .cloned()
-        .collect();
+    let owned = owned_sequences(t, table, |c| c == old)?;
     for q in owned {
         let nq = walrus_engine::catalog::SequenceDef {
             owned_by: Some((table.to_string(), new.to_string())),
