@@ -358,6 +358,23 @@ impl Session {
         self.backend.terminate_requested()
     }
 
+    /// A statement that `pg_terminate_backend` interrupted fails with PostgreSQL's
+    /// 57P01 ("terminating connection due to administrator command"), not as a cancel;
+    /// the server then ends the connection.
+    fn terminated_as_such(&self, mut results: Vec<SqlResult<Outcome>>) -> Vec<SqlResult<Outcome>> {
+        if self.backend.terminate_requested() {
+            for r in &mut results {
+                if matches!(r, Err(e) if e.sqlstate == "57014") {
+                    *r = Err(SqlError::new(
+                        "57P01",
+                        "terminating connection due to administrator command",
+                    ));
+                }
+            }
+        }
+        results
+    }
+
     /// `pg_stat_activity`: a statement (`sql`) starts.
     fn activity_start(&self, sql: &str) {
         let now = now_micros();
@@ -410,7 +427,7 @@ impl Session {
         self.activity_start(sql);
         let r = self.execute_inner(sql, params);
         self.activity_end();
-        r
+        self.terminated_as_such(r)
     }
 
     fn execute_inner(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
@@ -439,7 +456,7 @@ impl Session {
         self.activity_start(sql);
         let r = self.execute_streaming_inner(sql, sink);
         self.activity_end();
-        r
+        self.terminated_as_such(r)
     }
 
     fn execute_streaming_inner(
@@ -475,7 +492,7 @@ impl Session {
         self.activity_start(sql);
         let r = self.execute_cached_inner(sql, params);
         self.activity_end();
-        r
+        self.terminated_as_such(r)
     }
 
     fn execute_cached_inner(&mut self, sql: &str, params: &[Datum]) -> Vec<SqlResult<Outcome>> {
