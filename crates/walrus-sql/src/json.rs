@@ -398,40 +398,52 @@ pub fn operator(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
     if l.is_null() || r.is_null() {
         return Ok(Datum::Null);
     }
+    // Only jsonb operands are built: a json one (its `->` keeps the member's own
+    // text), an array's `@>`, or a text left operand (an error in PostgreSQL, which
+    // has no such operator or cannot choose one) is refused, never answered. A text
+    // operand beside a jsonb one is an untyped literal, read as jsonb.
+    let refuse = || {
+        SqlError::unsupported(format!(
+            "operator {op} on {} and {} is not supported",
+            type_name(l),
+            type_name(r)
+        ))
+    };
+    let jsonb_left = matches!(l, Datum::Jsonb(_));
+    let jsonb_pair = matches!(
+        (l, r),
+        (Datum::Jsonb(_), Datum::Jsonb(_) | Datum::Text(_)) | (Datum::Text(_), Datum::Jsonb(_))
+    );
+    let built = match op {
+        B::AtArrow | B::ArrowAt => jsonb_pair,
+        _ => jsonb_left,
+    };
+    if !built {
+        return Err(refuse());
+    }
     let doc = |d: &Datum| -> SqlResult<Json> {
         match d {
             Datum::Jsonb(t) => parse(t, true),
             Datum::Text(t) => parse(t, true).and_then(normalize),
-            other => Err(SqlError::new(
-                "42883",
-                format!(
-                    "operator does not exist: {} {op} {}",
-                    crate::expr::ops_type_name(other),
-                    crate::expr::ops_type_name(r)
-                ),
-            )),
+            _ => Err(refuse()),
         }
     };
-    if matches!(l, Datum::Json(_)) || matches!(r, Datum::Json(_)) {
-        return Err(SqlError::unsupported(format!(
-            "operator {op} on json is not supported (jsonb's is)"
-        )));
-    }
     match op {
         B::Arrow | B::LongArrow => {
             let v = doc(l)?;
-            let member = match (&v, r) {
-                (Json::Object(items), Datum::Text(k)) => {
+            let subscript = match r {
+                Datum::Int2(i) => Some(*i as i64),
+                Datum::Int4(i) => Some(*i as i64),
+                Datum::Int8(i) => Some(*i),
+                _ => None,
+            };
+            let member = match (&v, r, subscript) {
+                (Json::Object(items), Datum::Text(k), _) => {
                     items.iter().find(|(name, _)| name == k).map(|(_, m)| m)
                 }
-                (Json::Array(items), _) => {
-                    let i = match crate::expr::coerce(
-                        r.clone(),
-                        walrus_engine::access::datum::TypeId::Int8,
-                    ) {
-                        Ok(Datum::Int8(i)) => i,
-                        _ => return Ok(Datum::Null),
-                    };
+                // An element by integer subscript, negative from the end (a text key
+                // on an array finds nothing, as jsonb -> text does).
+                (Json::Array(items), _, Some(i)) => {
                     let i = if i < 0 { items.len() as i64 + i } else { i };
                     usize::try_from(i).ok().and_then(|i| items.get(i))
                 }
@@ -453,10 +465,7 @@ pub fn operator(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
             let Datum::Text(k) = r else {
                 return Err(SqlError::new(
                     "42883",
-                    format!(
-                        "operator does not exist: jsonb ? {}",
-                        crate::expr::ops_type_name(r)
-                    ),
+                    format!("operator does not exist: jsonb ? {}", type_name(r)),
                 ));
             };
             Ok(Datum::Bool(match doc(l)? {
@@ -470,6 +479,12 @@ pub fn operator(l: &Datum, op: &BinaryOperator, r: &Datum) -> SqlResult<Datum> {
             "operator {other} is not supported"
         ))),
     }
+}
+
+/// A value's type name for an error message (no dependence on `expr`, which uses
+/// this module).
+fn type_name(d: &Datum) -> &'static str {
+    d.type_id().map_or("unknown", |t| t.name())
 }
 
 fn to_text(v: &Json) -> String {

@@ -131,12 +131,16 @@ pub fn no_column(qual: Option<&str>, name: &str) -> SqlError {
     }
 }
 
+/// Prefix of a column reference by position (`plan::positional`): a NUL, which no SQL
+/// identifier can hold.
+pub(crate) const POSITIONAL_PREFIX: &str = "\u{0}#";
+
 pub(crate) fn find_col(
     cols: &[ColName],
     qual: Option<&str>,
     name: &str,
 ) -> SqlResult<Option<usize>> {
-    if let Some(pos) = name.strip_prefix(crate::plan::POSITIONAL_PREFIX) {
+    if let Some(pos) = name.strip_prefix(POSITIONAL_PREFIX) {
         return Ok(pos.parse().ok().filter(|&i: &usize| i < cols.len()));
     }
     let mut hit = None;

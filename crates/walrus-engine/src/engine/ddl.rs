@@ -20,6 +20,20 @@ use crate::catalog::{self, CatalogView, ColumnDef, IndexDef, TableDef, CATALOG_R
 use crate::error::{Error, Result};
 use crate::xlog;
 
+/// 2BP01 for dropping `what` ("table t", "column c of table t"), on which other
+/// tables' foreign keys depend, each through the object named beside it ("table t",
+/// "index t_c_key"), in PostgreSQL's words.
+pub(super) fn foreign_keys_depend(what: &str, deps: &[(&catalog::ConstraintDef, String)]) -> Error {
+    Error::HasDependents {
+        message: format!("cannot drop {what} because other objects depend on it"),
+        detail: deps
+            .iter()
+            .map(|(c, on)| format!("constraint {} on table {} depends on {on}", c.name, c.table))
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
 impl Engine {
     /// The sessions connected to this engine (`pg_stat_activity`).
     pub fn backends(&self) -> &Arc<super::Backends> {
@@ -142,18 +156,7 @@ impl Transaction {
     /// that commits while this waits shows in the definition returned, and none can
     /// change it afterwards until this transaction ends.
     pub fn table(&mut self, name: &str) -> Result<Arc<TableDef>> {
-        loop {
-            let def = self.catalog()?.table(name)?;
-            if self.table_locks.iter().any(|&(r, _)| r == def.relfile) {
-                return Ok(def);
-            }
-            self.lock_relfile(def.relfile, super::LockMode::AccessShare, None)?;
-            // A lock holder releases after its catalog change is visible.
-            let now = self.catalog()?.table(name)?;
-            if now.relfile == def.relfile {
-                return Ok(now);
-            }
-        }
+        self.resolve_locked(name, LockMode::AccessShare, false, true)
     }
 
     /// The table's definition without taking a lock (the caller holds one, or checks
@@ -629,20 +632,9 @@ impl Transaction {
             .cloned()
             .collect();
         if !foreign.is_empty() && !cascade {
-            let detail = foreign
-                .iter()
-                .map(|c| {
-                    format!(
-                        "constraint {} on table {} depends on table {name}",
-                        c.name, c.table
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("\n");
-            return Err(Error::HasDependents {
-                message: format!("cannot drop table {name} because other objects depend on it"),
-                detail,
-            });
+            let what = format!("table {name}");
+            let deps: Vec<_> = foreign.iter().map(|c| (c.as_ref(), what.clone())).collect();
+            return Err(foreign_keys_depend(&what, &deps));
         }
         for c in &foreign {
             self.drop_constraint(&c.table, &c.name)?;

@@ -68,23 +68,28 @@ impl Transaction {
             })
             .map(|c| c.as_ref())
             .collect();
-        if !foreign_lost.is_empty() && !cascade {
-            let detail = foreign_lost
+        if let (Some(first), false) = (foreign_lost.first(), cascade) {
+            // Named by the first dropped column a foreign key references.
+            let column = first
+                .foreign_key()
+                .and_then(|f| f.ref_columns.iter().find(|&&c| old_to_new[c].is_none()))
+                .map_or("", |&c| old.columns[c].name.as_str());
+            // A foreign key depends on the referenced unique index, which depends on
+            // the column.
+            let deps: Vec<_> = foreign_lost
                 .iter()
                 .map(|c| {
-                    format!(
-                        "constraint {} on table {} depends on table {table}",
-                        c.name, c.table
-                    )
+                    let index = c
+                        .foreign_key()
+                        .and_then(|f| old.index_on(&f.ref_columns, true))
+                        .map_or_else(|| format!("table {table}"), |i| format!("index {}", i.name));
+                    (*c, index)
                 })
-                .collect::<Vec<_>>()
-                .join("\n");
-            return Err(Error::HasDependents {
-                message: format!(
-                    "cannot drop a column of table {table} because other objects depend on it"
-                ),
-                detail,
-            });
+                .collect();
+            return Err(super::ddl::foreign_keys_depend(
+                &format!("column {column} of table {table}"),
+                &deps,
+            ));
         }
 
         // The new definition on a new file.
@@ -149,18 +154,13 @@ impl Transaction {
             let ConstraintKind::ForeignKey(fk) = &c.kind else {
                 continue;
             };
+            // Emptied when a column it uses is dropped: then it goes.
             let mut nf = fk.clone();
             if c.table == table {
-                match remap(&fk.columns) {
-                    Some(cols) => nf.columns = cols,
-                    None => nf.columns.clear(),
-                }
+                nf.columns = remap(&fk.columns).unwrap_or_default();
             }
             if fk.ref_table == table {
-                match remap(&fk.ref_columns) {
-                    Some(cols) => nf.ref_columns = cols,
-                    None => nf.ref_columns.clear(),
-                }
+                nf.ref_columns = remap(&fk.ref_columns).unwrap_or_default();
             }
             if nf == *fk {
                 continue;
@@ -204,20 +204,21 @@ impl Transaction {
         let rel = inner.rel(old.relfile, old.fillfactor);
         let heap = Heap::new(&inner.pool, &inner.txn, &rel);
         let types = old.types();
+        // One view of the old file for the whole copy (the inserts go to the new one),
+        // owned here because the inserts borrow the transaction.
+        let snap = self.snapshot();
+        let own_xids = self.own_xids.clone();
+        let viewer = Viewer {
+            snapshot: &snap,
+            own_xids: &own_xids,
+            cid: self.cid,
+        };
         let mut raw: Vec<(Tid, Vec<u8>)> = Vec::new();
         let mut batch: Vec<Vec<Datum>> = Vec::new();
         for b in 0..heap.nblocks()? {
             self.check_interrupt()?;
             raw.clear();
-            {
-                let snap = self.snapshot();
-                let viewer = Viewer {
-                    snapshot: &snap,
-                    own_xids: &self.own_xids,
-                    cid: self.cid,
-                };
-                heap.scan_block(b, &viewer, &mut raw)?;
-            }
+            heap.scan_block(b, &viewer, &mut raw)?;
             for (_, bytes) in raw.drain(..) {
                 let row = datum::decode_row(&bytes, &types)
                     .map_err(|e| Error::InvalidInput(e.to_string()))?;

@@ -277,15 +277,39 @@ impl Transaction {
             .any(|&(r, m)| r == relfile && m >= LockMode::Share)
     }
 
-    /// `LOCK TABLE name IN mode MODE [NOWAIT]`: the lock until this transaction
-    /// ends. The table's definition is read again under the lock (DDL that committed
-    /// while this waited shows).
-    pub fn lock_table(&mut self, table: &str, mode: LockMode, nowait: bool) -> Result<()> {
+    /// `LOCK TABLE name IN mode MODE [NOWAIT]`, and how DDL resolves the table it
+    /// changes: `mode` on the table until this transaction ends, and its definition
+    /// read under it (DDL that committed while this waited shows).
+    pub fn lock_table(
+        &mut self,
+        table: &str,
+        mode: LockMode,
+        nowait: bool,
+    ) -> Result<Arc<TableDef>> {
+        self.resolve_locked(table, mode, nowait, false)
+    }
+
+    /// `table`'s definition under `mode` on it: resolved, locked, and resolved again
+    /// until the lock was taken on the file the name still names. `any_lock_will_do`:
+    /// a lock this transaction already holds on the table in any mode is enough (a
+    /// read's AccessShare conflicts with nothing a holder of another mode lets in).
+    pub(super) fn resolve_locked(
+        &mut self,
+        table: &str,
+        mode: LockMode,
+        nowait: bool,
+        any_lock_will_do: bool,
+    ) -> Result<Arc<TableDef>> {
         loop {
-            let relfile = self.catalog()?.table(table)?.relfile;
-            self.lock_relfile(relfile, mode, nowait.then_some(table))?;
-            if self.catalog()?.table(table)?.relfile == relfile {
-                return Ok(());
+            let def = self.catalog()?.table(table)?;
+            if any_lock_will_do && self.table_locks.iter().any(|&(r, _)| r == def.relfile) {
+                return Ok(def);
+            }
+            self.lock_relfile(def.relfile, mode, nowait.then_some(table))?;
+            // A lock holder releases after its catalog change is visible.
+            let now = self.catalog()?.table(table)?;
+            if now.relfile == def.relfile {
+                return Ok(now);
             }
         }
     }
@@ -323,9 +347,8 @@ impl Transaction {
         Arc<TableDef>,
     )> {
         loop {
-            let relfile = self.catalog()?.table(table)?.relfile;
+            let relfile = self.lock_table(table, mode, false)?.relfile;
             self.mark_write_top();
-            self.lock_relfile(relfile, mode, None)?;
             // This transaction's DDL changes the table: from now on its callers' own
             // reads of the definition are the current ones.
             self.write_defs.retain(|d| d.relfile != relfile);
@@ -367,16 +390,14 @@ impl Transaction {
             }
             return Ok(Some(current.clone()));
         }
-        if self.holds_ddl_lock(def.relfile) {
-            // Held through this transaction's own DDL: the caller's definition is this
-            // transaction's own view of the table.
-            self.mark_write_top();
-            return self
-                .lock_relfile(def.relfile, LockMode::RowExclusive, None)
-                .map(|()| None);
-        }
+        let own_ddl = self.holds_ddl_lock(def.relfile);
         self.mark_write_top();
         self.lock_relfile(def.relfile, LockMode::RowExclusive, None)?;
+        if own_ddl {
+            // Locked by this transaction's own DDL: the caller's definition is this
+            // transaction's own view of the table.
+            return Ok(None);
+        }
         let now = self.table_unlocked(&def.name)?;
         if now.relfile != def.relfile {
             return Err(Error::TableRewritten(def.name.clone()));

@@ -53,7 +53,7 @@ struct ProcEntry {
 struct XidLock {
     done: Mutex<bool>,
     cv: Condvar,
-    /// Its transaction's lock identity ([`TxnManager::lock_id`]): waits-for edges and
+    /// Its transaction's lock identity ([`lock_id`]): waits-for edges and
     /// deadlock cycles are between transactions, not subtransactions, and a table-lock
     /// wait (keyed by the lock identity, which a read-only transaction has too) joins
     /// the same graph as a row-lock wait (keyed by xids).
@@ -451,11 +451,6 @@ impl TxnManager {
     /// `waiter` no longer waits.
     pub fn clear_waits_for(&self, waiter: Xid) {
         self.waits_for.lock().remove(&waiter);
-    }
-
-    /// Transaction `proc`'s lock identity ([`lock_id`]).
-    pub fn lock_id(&self, proc: u64) -> Xid {
-        lock_id(proc)
     }
 
     /// Recovery: the xid counter must pass every xid seen in WAL.

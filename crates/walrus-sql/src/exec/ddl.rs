@@ -655,7 +655,9 @@ pub(crate) fn drop_objects(
             t.drop_index(name)
         } else {
             // Foreign keys between tables dropped together are no dependency.
-            match lock_for_ddl(t, name, LockMode::AccessExclusive) {
+            // Resolved under the DROP's own lock, never a weaker one first (two sessions'
+            // DDL on one table then queue instead of deadlocking on an upgrade).
+            match t.lock_table(name, LockMode::AccessExclusive, false) {
                 Ok(def) => {
                     let outside = def
                         .referenced_by
@@ -737,7 +739,7 @@ pub(crate) fn truncate(t: &mut Transaction, tr: &ast::Truncate) -> SqlResult<Que
     // (CASCADE adds them), or the references would dangle.
     let mut i = 0;
     while i < names.len() {
-        let def = lock_for_ddl(t, &names[i], LockMode::AccessExclusive)?;
+        let def = t.lock_table(&names[i], LockMode::AccessExclusive, false)?;
         for c in &def.referenced_by {
             if names.contains(&c.table) {
                 continue;
@@ -764,19 +766,6 @@ pub(crate) fn truncate(t: &mut Transaction, tr: &ast::Truncate) -> SqlResult<Que
         t.truncate(name)?;
     }
     Ok(QueryResult::tag("TRUNCATE TABLE"))
-}
-
-/// The definition of a table DDL is about to change, read under the lock the DDL
-/// takes (`mode`), so the name is never first locked in a weaker mode: two sessions
-/// running DDL on one table then wait for each other in turn instead of deadlocking on
-/// a lock upgrade.
-fn lock_for_ddl(
-    t: &mut Transaction,
-    name: &str,
-    mode: LockMode,
-) -> Result<std::sync::Arc<walrus_engine::catalog::TableDef>, walrus_engine::Error> {
-    t.lock_table(name, mode, false)?;
-    t.table(name)
 }
 
 /// `LOCK [TABLE] [ONLY] name [, ...] [IN mode MODE] [NOWAIT]` (the caller checked it
@@ -827,7 +816,7 @@ pub(crate) fn alter_table(
     } else {
         LockMode::AccessExclusive
     };
-    match lock_for_ddl(env.txn(), &table, mode) {
+    match env.txn().lock_table(&table, mode, false) {
         // ALTER TABLE IF EXISTS of a missing table: nothing to do (PostgreSQL notes it).
         Err(walrus_engine::Error::UndefinedTable(_)) if at.if_exists => {
             return Ok(QueryResult::tag("ALTER TABLE"))

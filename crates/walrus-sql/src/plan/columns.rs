@@ -59,17 +59,13 @@ pub(crate) fn check_group_by_constant(e: &Expr) -> SqlResult<()> {
 }
 
 /// A column reference that resolves to exactly `c`.
-/// Prefix of a column reference by position ([`positional`]): a NUL, which no SQL
-/// identifier can hold.
-pub(crate) const POSITIONAL_PREFIX: &str = "\u{0}#";
-
 /// A reference to column `i` of the query level's FROM columns by position: what `*`
 /// expands to for a column whose name (and qualifier) another column shares, which
 /// no name could reach (`select * from (select 1 as a, 2 as a) s`).
 pub(crate) fn positional(i: usize) -> Expr {
     Expr::Identifier(ast::Ident::with_quote(
         '"',
-        format!("{POSITIONAL_PREFIX}{i}"),
+        format!("{}{i}", crate::rel::POSITIONAL_PREFIX),
     ))
 }
 

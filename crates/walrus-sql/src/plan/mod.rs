@@ -28,7 +28,6 @@ pub(crate) use bind::{
 };
 pub(crate) use columns::{
     check_group_by_constant, output_name, rename, resolve_group_expr, star_reference, table_cols,
-    POSITIONAL_PREFIX,
 };
 pub(crate) use params::{highest_param, infer_params};
 pub(crate) use types::{cast_origin, static_columns, static_type, typed_columns};

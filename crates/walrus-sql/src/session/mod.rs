@@ -126,6 +126,10 @@ enum Describe {
     ParamsOnly,
 }
 
+/// How much of a statement's text `pg_stat_activity.query` keeps (PostgreSQL's
+/// `track_activity_query_size` default).
+const TRACKED_QUERY_BYTES: usize = 1024;
+
 /// The `unknown` pseudo-type's OID: a client declaring it leaves the type to the server.
 const UNKNOWN_OID: u32 = 705;
 
@@ -321,11 +325,6 @@ impl Session {
 
     /// The running transaction, taken to be ended.
     fn take_txn(&mut self) -> Option<Transaction> {
-        self.backend.update(|a| {
-            a.xact_start = None;
-            a.lock_owner = None;
-            a.backend_xid = None;
-        });
         self.txn.take()
     }
 
@@ -375,20 +374,27 @@ impl Session {
         results
     }
 
-    /// `pg_stat_activity`: a statement (`sql`) starts.
+    /// `pg_stat_activity`: a statement (`sql`) starts. Its text is kept up to
+    /// PostgreSQL's `track_activity_query_size` default (1024 bytes), so a huge
+    /// statement is not copied whole.
     fn activity_start(&self, sql: &str) {
         let now = now_micros();
+        let mut end = sql.len().min(TRACKED_QUERY_BYTES);
+        while !sql.is_char_boundary(end) {
+            end -= 1;
+        }
         self.backend.update(|a| {
             a.state = BackendState::Active;
             a.query.clear();
-            a.query.push_str(sql);
+            a.query.push_str(&sql[..end]);
             a.query_start = Some(now);
             a.state_change = Some(now);
         });
     }
 
     /// `pg_stat_activity`: the statement ended; the state says whether a transaction
-    /// block stays open (and failed).
+    /// block stays open (and failed). The transaction's start and lock identity were
+    /// published when it began (`txn`), and are cleared here once it has ended.
     fn activity_end(&self) {
         let now = now_micros();
         let state = match (self.in_block || self.txn.is_some(), self.failed) {
@@ -397,13 +403,14 @@ impl Session {
             (true, true) => BackendState::IdleInTransactionAborted,
         };
         let xid = self.txn.as_ref().and_then(|t| t.xid());
-        let application_name = self.settings.get("application_name").cloned();
+        let open = self.txn.is_some();
         self.backend.update(|a| {
             a.state = state;
             a.state_change = Some(now);
             a.backend_xid = xid;
-            if let Some(n) = application_name {
-                a.application_name = n;
+            if !open {
+                a.xact_start = None;
+                a.lock_owner = None;
             }
         });
     }

@@ -306,6 +306,10 @@ impl Session {
     /// Sets a setting (`None`: removes it), keeping the parsed value of a time setting
     /// in step with its text. The text was validated when it was first set.
     pub(super) fn put_setting(&mut self, name: &str, value: Option<String>) {
+        if name == "application_name" {
+            let shown = value.clone().unwrap_or_default();
+            self.backend.update(|a| a.application_name = shown);
+        }
         if name == "max_stack_depth" {
             // Validated when set; unset is PostgreSQL's default.
             self.max_stack_depth_kb = value
